@@ -1,0 +1,15 @@
+# Retold worker image: the library, the Celery workers and beat, Flower.
+FROM python:3.11-slim
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+WORKDIR /app
+# torch first and pinned, so sentence-transformers accepts it as it is. Pass
+# --build-arg TORCH_PIP_ARGS="--index-url <your CPU wheel index>" for a CPU-only image.
+ARG TORCH_PIP_ARGS=""
+RUN pip install --no-cache-dir $TORCH_PIP_ARGS torch==2.13.0
+COPY pyproject.toml README.md beat_schedule.py config.yaml ./
+COPY retold ./retold
+COPY workers ./workers
+RUN pip install --no-cache-dir '.[models,hosted,monitor]'
+VOLUME ["/data"]
+ENV RETOLD_CONFIG=/app/config.yaml
+CMD ["celery", "-A", "workers", "worker", "--loglevel=INFO"]

@@ -1,0 +1,33 @@
+# Two commands on a fresh machine: `make demo` (the main job) and `make test`.
+# Both create or reuse .venv. torch is installed first, pinned to the CPU build that
+# pip finds locally; a plain requirement would pull a multi-GB CUDA build.
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.retold-installed
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: demo test lint bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check torch==2.13.0
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[models,hosted,monitor,dev]'
+	touch $@
+
+demo: $(STAMP)
+	rm -rf .demo && mkdir -p .demo
+	$(BIN)/retold demo --store .demo/memory.sqlite
+
+test: $(STAMP)
+	$(BIN)/ruff check retold workers tests benchmarks beat_schedule.py
+	$(BIN)/mypy
+	$(BIN)/pytest
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/index_bench.py
+
+clean:
+	rm -rf .demo .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,47 @@
+"""Shared helpers for benchmark harnesses: percentiles and the JSON + markdown report."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def pin_threads() -> None:
+    """One BLAS/torch thread for steady figures on a shared machine. Call before numpy."""
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
+
+
+def summarize(samples_ms: Sequence[float]) -> dict[str, float]:
+    """Median, p95 and count of a list of millisecond timings."""
+    ordered = sorted(samples_ms)
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+    return {"p50": round(statistics.median(ordered), 3), "p95": round(p95, 3), "n": len(ordered)}
+
+
+def machine() -> dict[str, object]:
+    return {
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "threads": os.environ.get("OMP_NUM_THREADS"),
+        "at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+
+
+def write_report(name: str, data: dict[str, object], table: list[list[str]], notes: str = "") -> None:
+    """Write ``results/<name>.json`` and ``results/<name>.md`` (a short markdown table)."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{name}.json").write_text(json.dumps(data, indent=2) + "\n")
+    header, *rows = table
+    lines = [f"# {name} benchmark", "", notes, "" if notes else "",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    (RESULTS / f"{name}.md").write_text("\n".join(line for line in lines if line is not None) + "\n")

@@ -1,0 +1,39 @@
+"""Retold: durable, scoped, evidence-backed memory for AI agents.
+
+The public surface is documented in README.md ("Use it from Python"). Importing this
+package loads no model and never imports torch.
+"""
+
+from retold.config import Config, load_config
+from retold.errors import (
+    ConfigError,
+    MigrationIssuesError,
+    ModelError,
+    NotADatabaseError,
+    RetoldError,
+    SchemaTooNewError,
+    StoreError,
+)
+from retold.models import Principal, Record, Scope, SearchRequest
+from retold.runtime import Runtime, build_runtime
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Config",
+    "ConfigError",
+    "MigrationIssuesError",
+    "ModelError",
+    "NotADatabaseError",
+    "Principal",
+    "Record",
+    "RetoldError",
+    "Runtime",
+    "Scope",
+    "SchemaTooNewError",
+    "SearchRequest",
+    "StoreError",
+    "__version__",
+    "build_runtime",
+    "load_config",
+]

@@ -1,0 +1,500 @@
+"""Typed configuration: the blocks of LLD section 2 plus ``queue:``, and ``load_config``.
+
+Every tunable lives in one frozen dataclass tree rooted at :class:`Config`. The defaults
+below are the LLD 2.1-2.6 values except where DESIGN.md departs from the spec (the
+embedding model, decision 6). ``load_config`` layers defaults, a YAML file and a nested
+overrides mapping, then validates the result by walking the dataclass type hints, so a
+new key needs only a field here (and, if its range is unusual, one row in ``_RANGES``).
+
+Nothing here reads the environment or touches the filesystem at import time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import os
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from functools import cache
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+
+import yaml
+
+from retold.errors import ConfigError
+from retold.models import SourceKind
+
+__all__ = [
+    "AutoGateConfig",
+    "Config",
+    "DenseFloors",
+    "EmbeddingConfig",
+    "EquivalenceConfig",
+    "EvidenceConfig",
+    "FreshnessConfig",
+    "GateConfig",
+    "IngestionConfig",
+    "PolicyConfig",
+    "QueueConfig",
+    "RerankerConfig",
+    "RetrievalConfig",
+    "RewriteConfig",
+    "SessionsConfig",
+    "SourceRanks",
+    "StoreConfig",
+    "TriggerConfig",
+    "config_to_dict",
+    "load_config",
+]
+
+Device = Literal["auto", "cpu", "cuda", "mps"]
+RerankMode = Literal["rrf_cross_encoder", "cross_encoder_only"]
+RerankOnFailure = Literal["fallback", "fail"]
+TriggerMode = Literal["tool_only", "auto", "hybrid"]
+
+# --- 2.1 Store and embedding -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StoreConfig:
+    """``store:`` - where the SQLite file lives and how long a writer queues (LLD 2.1)."""
+
+    path: str = "./memory.sqlite"
+    busy_timeout_seconds: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingConfig:
+    """``embedding:`` - the dense embedder (LLD 2.1; default model per DESIGN.md decision 6).
+
+    ``model: fake`` selects the in-package FakeEmbedder.
+    """
+
+    model: str = "sentence-transformers/all-MiniLM-L6-v2"
+    version: str = "1"
+    dims: int = 384
+    device: Device = "auto"
+    max_chars: int = 2000
+    query_cache_entries: int = 4096
+    incremental_reload_max: int = 512
+    reembed_batch_size: int = 64
+    torch_threads: int | None = None  # None leaves torch's own thread count alone
+
+
+# --- 2.2 Reranker ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RerankerConfig:
+    """``reranker:`` - the optional cross-encoder pass after duplicate collapse (LLD 2.2)."""
+
+    enabled: bool = False
+    model: str = "BAAI/bge-reranker-v2-m3"
+    candidates: int = 30
+    floor: float | None = None  # None = uncalibrated; rejected when enabled (LLD 2.2)
+    budget_mean_ms: float = 100.0
+    batch_size: int = 32
+    mode: RerankMode = "rrf_cross_encoder"
+    timeout_ms: int = 2000
+    on_failure: RerankOnFailure = "fallback"
+
+
+# --- 2.3 Retrieval -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RewriteConfig:
+    """``retrieval.rewrite:`` - hosted query rewriting before search (LLD 2.3, 10.0)."""
+
+    enabled: bool = False
+    model: str = "claude-haiku-4-5-20251001"
+    max_context_chars: int = 2000
+    timeout_ms: int = 800
+    max_output_tokens: int = 512
+
+
+@dataclass(frozen=True, slots=True)
+class TriggerConfig:
+    """``retrieval.trigger:`` - who issues searches (LLD 2.3, 14.1)."""
+
+    mode: TriggerMode = "tool_only"
+    auto_k: int = 4
+    auto_min_query_chars: int = 12
+
+
+@dataclass(frozen=True, slots=True)
+class DenseFloors:
+    """Lowest cosine a dense-only candidate of each record type may have (LLD 10.5)."""
+
+    semantic: float = 0.45
+    episodic: float = 0.40
+    procedural: float = 0.45
+    session_summary: float = 0.50
+
+
+@dataclass(frozen=True, slots=True)
+class AutoGateConfig:
+    """``retrieval.gate.auto:`` - stricter floors for host-issued searches (LLD 2.3)."""
+
+    dense_floor: DenseFloors = dataclasses.field(
+        default_factory=lambda: DenseFloors(
+            semantic=0.55, episodic=0.50, procedural=0.55, session_summary=0.50
+        )
+    )
+    lexical_min_term_fraction: float = 0.6
+    lexical_min_matched_terms: int = 2
+    relative_floor: float = 0.6
+    exclude_source_kinds: tuple[SourceKind, ...] = ("session_summary",)
+
+
+@dataclass(frozen=True, slots=True)
+class GateConfig:
+    """``retrieval.gate:`` - the relevance gate of LLD 10.5."""
+
+    dense_floor: DenseFloors = field(default_factory=DenseFloors)
+    lexical_min_term_fraction: float = 0.5
+    lexical_min_matched_terms: int = 2
+    relative_floor: float = 0.5
+    auto: AutoGateConfig = field(default_factory=AutoGateConfig)
+
+
+@dataclass(frozen=True, slots=True)
+class FreshnessConfig:
+    """``retrieval.freshness:`` - episodic score decay (LLD 10.4)."""
+
+    episodic_half_life_days: float = 30.0
+    floor: float = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class RetrievalConfig:
+    """``retrieval:`` - the search pipeline of LLD section 10 (LLD 2.3)."""
+
+    rewrite: RewriteConfig = field(default_factory=RewriteConfig)
+    trigger: TriggerConfig = field(default_factory=TriggerConfig)
+    per_generator_k: int = 30
+    max_alias_tokens: int = 4
+    rrf_k: int = 60
+    default_k: int = 8
+    token_budget: int = 1500
+    dedup_cosine: float = 0.92
+    gate: GateConfig = field(default_factory=GateConfig)
+    freshness: FreshnessConfig = field(default_factory=FreshnessConfig)
+
+
+# --- 2.4 Ingestion -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class EquivalenceConfig:
+    """``ingestion.equivalence:`` - the same/contradict/distinct judge (LLD 2.4)."""
+
+    model: str = "cross-encoder/nli-deberta-v3-small"
+    entail_floor: float = 0.70
+    contradict_floor: float = 0.70
+
+
+@dataclass(frozen=True, slots=True)
+class EvidenceConfig:
+    """``ingestion.evidence:`` - when a quote can support a direct claim (LLD 2.4)."""
+
+    min_characters: int = 15
+    min_words: int = 3
+    entail_floor: float = 0.70
+
+
+@dataclass(frozen=True, slots=True)
+class IngestionConfig:
+    """``ingestion:`` - the write path and the extraction worker (LLD 2.4, 6, 8)."""
+
+    dedup_candidate_cosine: float = 0.85
+    equivalence: EquivalenceConfig = field(default_factory=EquivalenceConfig)
+    evidence: EvidenceConfig = field(default_factory=EvidenceConfig)
+    provisional_ttl_days: int = 30
+    summary_ttl_days: int = 180
+    reinforcements_to_confirm: int = 2
+    max_entity_attributes: int = 64
+    extraction_model: str = "claude-haiku-4-5-20251001"
+    extraction_max_candidates: int = 20
+    review_model: str = "claude-haiku-4-5-20251001"
+    temporal_review_batch_size: int = 100
+    extraction_timeout_ms: int = 60000
+    review_timeout_ms: int = 30000
+    hosted_max_output_tokens: int = 4096
+    extraction_context_max_entities: int = 200
+    extraction_context_max_subjects: int = 200
+    extraction_claim_timeout_minutes: int = 30
+    summary_max_chars: int = 1200
+    session_idle_timeout_minutes: int = 30
+    # LLD 6.3 rule 2 reads this key but LLD 2.4 does not list it; 0.75 is our default.
+    attribute_alias_cosine: float = 0.75
+
+
+# --- 2.5 Policy, 2.6 Sessions, queue -----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SourceRanks:
+    """Authority of each source kind; higher may supersede equal or lower (LLD 2.5, 6.2)."""
+
+    user_statement: int = 4
+    system: int = 3
+    tool_result: int = 2
+    session_summary: int = 2
+    agent_inference: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    """``policy:`` (LLD 2.5)."""
+
+    source_rank: SourceRanks = field(default_factory=SourceRanks)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionsConfig:
+    """``sessions:`` - transcript retention (LLD 2.6)."""
+
+    retain_days: int = 90
+
+
+@dataclass(frozen=True, slots=True)
+class QueueConfig:
+    """``queue:`` - the Celery broker (DESIGN.md decisions 1 and 3; not in the LLD)."""
+
+    broker_url: str | None = None  # None = embedded file broker next to the store
+    extraction_queue: str = "extraction"
+    maintenance_queue: str = "maintenance"
+    result_backend: str | None = None  # None = no Celery result backend
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """The whole configuration; build it with :func:`load_config`."""
+
+    store: StoreConfig = field(default_factory=StoreConfig)
+    embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)
+    reranker: RerankerConfig = field(default_factory=RerankerConfig)
+    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
+    ingestion: IngestionConfig = field(default_factory=IngestionConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    sessions: SessionsConfig = field(default_factory=SessionsConfig)
+    queue: QueueConfig = field(default_factory=QueueConfig)
+
+    def replace(self, overrides: Mapping[str, object]) -> Config:
+        """Return a copy with ``overrides`` (a nested mapping) deep-merged and re-validated."""
+        return _from_layers([config_to_dict(self), overrides])
+
+
+# --- validation --------------------------------------------------------------------------
+
+# (dotted-key pattern, (low, high, low is exclusive)); first match wins. A key with no match
+# falls back on its type: an int must be >= 1 (counts, k, ms, ttl, batch sizes) and a
+# float > 0. Listed: the [0, 1] scales, and the keys where 0 is meaningful.
+_UNIT = (0.0, 1.0, False)
+_NON_NEGATIVE = (0.0, math.inf, False)
+_RANGES: tuple[tuple[str, tuple[float, float, bool]], ...] = (
+    ("*cosine", _UNIT),
+    ("*floor", _UNIT),  # relative_floor, entail/contradict floors, freshness, reranker
+    ("*.dense_floor.*", _UNIT),
+    ("*fraction", _UNIT),
+    ("store.busy_timeout_seconds", _NON_NEGATIVE),  # 0 = fail at once on a held lock
+    ("policy.source_rank.*", _NON_NEGATIVE),
+    ("ingestion.evidence.min_*", _NON_NEGATIVE),  # 0 = no minimum
+    ("retrieval.trigger.auto_min_query_chars", _NON_NEGATIVE),  # 0 = never skip a turn
+)
+# Accepted Python types per scalar hint; bool is excluded from the numbers because it is
+# an int subclass and `dims: true` is a mistake, not 1. An int is fine for a float.
+_SCALARS: dict[type, tuple[tuple[type, ...], str]] = {
+    bool: ((bool,), "true or false"),
+    int: ((int,), "an integer"),
+    float: ((int, float), "a number"),
+    str: ((str,), "a string"),
+}
+
+
+class _Invalid(Exception):
+    """A value failed validation; a non-empty message is the error to record."""
+
+
+def _check_range(key: str, hint: type, value: float) -> None:
+    if not math.isfinite(value):
+        raise _Invalid(f"{key}: must be a finite number, got {value!r}")
+    default = (1.0, math.inf, False) if hint is int else (0.0, math.inf, True)
+    low, high, exclusive = next((r for p, r in _RANGES if fnmatchcase(key, p)), default)
+    if high != math.inf and not low <= value <= high:
+        raise _Invalid(f"{key}: must be between {low:g} and {high:g}, got {value!r}")
+    if value < low or (exclusive and value == low):
+        bound = "greater than" if exclusive else "at least"
+        raise _Invalid(f"{key}: must be {bound} {low:g}, got {value!r}")
+
+
+@cache
+def _hints(cls: type) -> dict[str, Any]:
+    return get_type_hints(cls)
+
+
+def _describe(value: object) -> str:
+    return f"{type(value).__name__} ({value!r})"
+
+
+def _build_block(cls: type, data: object, key: str, errors: list[str]) -> Any:
+    """Build dataclass ``cls`` from ``data``, appending every error found under ``key``.
+
+    Raises ``_Invalid("")`` when anything inside was wrong (the messages are in ``errors``).
+    """
+    if data is None:
+        data = {}  # a YAML block whose keys are all commented out means "all defaults"
+    if not isinstance(data, Mapping):
+        raise _Invalid(f"{key}: expected a mapping (a block of keys), got {_describe(data)}")
+    before = len(errors)
+    names = [f.name for f in dataclasses.fields(cls)]
+    for name in data:
+        if name not in names:
+            near = difflib.get_close_matches(str(name), names, n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            errors.append(f"{_join(key, str(name))}: unknown key{hint}")
+    values: dict[str, object] = {}
+    hints = _hints(cls)
+    for name in (n for n in names if n in data):
+        try:
+            values[name] = _coerce(hints[name], data[name], _join(key, name), errors)
+        except _Invalid as bad:
+            if str(bad):
+                errors.append(str(bad))
+    if len(errors) > before:
+        raise _Invalid("")
+    return cls(**values)
+
+
+def _join(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else name
+
+
+def _coerce(hint: Any, value: object, key: str, errors: list[str]) -> object:
+    """Check ``value`` against type ``hint`` and return its typed form, or raise _Invalid."""
+    origin = get_origin(hint)
+    if dataclasses.is_dataclass(hint) and isinstance(hint, type):
+        return _build_block(hint, value, key, errors)
+    if origin in (Union, types.UnionType):  # only ever `X | None` here
+        if value is None:
+            return None
+        (inner,) = [a for a in get_args(hint) if a is not type(None)]
+        return _coerce(inner, value, key, errors)
+    if origin is Literal:
+        if isinstance(value, str) and value in get_args(hint):
+            return value
+        choices = ", ".join(repr(a) for a in get_args(hint))
+        raise _Invalid(f"{key}: must be one of {choices}, got {value!r}")
+    if origin is tuple:  # YAML lists become tuples so the config stays frozen
+        if not isinstance(value, list | tuple):
+            raise _Invalid(f"{key}: expected a list, got {_describe(value)}")
+        item_hint = get_args(hint)[0]
+        return tuple(_coerce(item_hint, v, f"{key}[{i}]", errors) for i, v in enumerate(value))
+    accepted, wanted = _SCALARS[hint]
+    if not isinstance(value, accepted) or (hint is not bool and isinstance(value, bool)):
+        quote = " (quote it in YAML)" if hint is str and isinstance(value, int | float) else ""
+        raise _Invalid(f"{key}: expected {wanted}, got {_describe(value)}{quote}")
+    if hint is int or hint is float:
+        assert isinstance(value, int | float)
+        _check_range(key, hint, value)
+        return hint(value)
+    return value
+
+
+# --- layering ----------------------------------------------------------------------------
+
+
+def _deep_merge(base: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """Return ``base`` with ``patch`` merged in; nested mappings merge, anything else replaces.
+
+    Unknown keys and type mismatches are carried through so validation can name them.
+    """
+    merged = dict(base)
+    for name, value in patch.items():
+        current = merged.get(name)
+        if isinstance(current, dict) and value is None:
+            continue  # an empty YAML block keeps its defaults
+        if isinstance(current, dict) and isinstance(value, Mapping):
+            merged[name] = _deep_merge(current, value)
+        else:
+            merged[name] = value
+    return merged
+
+
+def _from_layers(layers: list[Mapping[str, Any]]) -> Config:
+    merged: dict[str, Any] = config_to_dict(Config())
+    for layer in layers:
+        merged = _deep_merge(merged, layer)
+    errors: list[str] = []
+    try:
+        built: Config = _build_block(Config, merged, "", errors)
+    except _Invalid:
+        raise ConfigError("; ".join(errors)) from None
+    # LLD 2.2: a null floor means "not calibrated", so an enabled reranker needs a real one.
+    if built.reranker.enabled and built.reranker.floor is None:
+        raise ConfigError("reranker.floor: must be set when reranker.enabled is true")
+    return built
+
+
+def _read_yaml(path: str | os.PathLike[str]) -> Mapping[str, Any]:
+    shown = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"{shown}: config file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{shown}: cannot read config file: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{shown}: invalid YAML: {exc}") from exc
+    if data is None:
+        return {}  # an empty file (or only comments) means all defaults
+    if not isinstance(data, Mapping):
+        raise ConfigError(
+            f"{shown}: the top level must be a mapping of blocks, got {type(data).__name__}"
+        )
+    return data
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    overrides: Mapping[str, object] | None = None,
+) -> Config:
+    """Load the configuration: defaults, then the YAML file at ``path``, then ``overrides``.
+
+    ``overrides`` is a nested mapping deep-merged over the file, e.g.
+    ``{"store": {"path": "mem.sqlite"}}``. All problems are reported together in one
+    :class:`~retold.errors.ConfigError`, each as ``dotted.key: what is wrong``; a missing
+    or unparsable file is a ``ConfigError`` naming the path.
+    """
+    layers: list[Mapping[str, Any]] = []
+    if path is not None:
+        layers.append(_read_yaml(path))
+    if overrides is not None:
+        if not isinstance(overrides, Mapping):
+            raise ConfigError(f"overrides: expected a mapping, got {type(overrides).__name__}")
+        layers.append(overrides)
+    return _from_layers(layers)
+
+
+def config_to_dict(cfg: object) -> dict[str, object]:
+    """Return ``cfg`` (a :class:`Config` or any of its blocks) as plain nested data.
+
+    Tuples become lists, so the result dumps to YAML or JSON as-is and round-trips through
+    :func:`load_config` overrides.
+    """
+    if not (dataclasses.is_dataclass(cfg) and not isinstance(cfg, type)):
+        raise TypeError(f"expected a config dataclass instance, got {type(cfg).__name__}")
+    return {f.name: _plain(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}
+
+
+def _plain(value: object) -> object:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return config_to_dict(value)
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    return value

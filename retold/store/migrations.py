@@ -1,0 +1,126 @@
+"""Versioned, forward-only schema migrations (LLD 3).
+
+Each migration runs inside one ``BEGIN IMMEDIATE`` transaction together with the row in
+``schema_migrations`` that records it, so a crash leaves either both or neither. Two
+processes opening a new store at once serialise on the write lock and the second finds
+the work done.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from importlib import resources
+
+from retold.errors import SchemaTooNewError
+from retold.util import SystemClock, to_iso
+
+__all__ = ["MIGRATIONS", "Migration", "MigrationReport", "current_version", "migrate"]
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    apply: Callable[[sqlite3.Connection], None]
+
+
+@dataclass(frozen=True)
+class MigrationReport:
+    applied: tuple[int, ...]  # versions applied by this call, in order
+    version: int  # schema version after the call
+    unresolved: int  # rows in migration_issues that still need an operator (LLD 3.2)
+
+
+def _statements(script: str) -> Iterator[str]:
+    """Split a SQL script into statements.
+
+    ``executescript`` would COMMIT first, which breaks the one-transaction rule, so the
+    script is cut at statement boundaries and executed statement by statement.
+    """
+    buffer = ""
+    for line in script.splitlines(keepends=True):
+        if not buffer and (not line.strip() or line.lstrip().startswith("--")):
+            continue
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            yield buffer.strip()
+            buffer = ""
+    if buffer.strip():
+        raise ValueError(f"incomplete SQL statement at end of script: {buffer[:80]!r}")
+
+
+def _initial_schema(conn: sqlite3.Connection) -> None:
+    script = resources.files("retold.store").joinpath("schema.sql").read_text("utf-8")
+    for statement in _statements(script):
+        conn.execute(statement)
+
+
+MIGRATIONS: tuple[Migration, ...] = (Migration(1, "initial schema", _initial_schema),)
+LATEST = MIGRATIONS[-1].version
+
+
+def _has_table(conn: sqlite3.Connection, name: str) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
+    ).fetchone()
+    return row is not None
+
+
+def current_version(conn: sqlite3.Connection) -> int:
+    """The highest applied migration, 0 for a new file. Reads only."""
+    if not _has_table(conn, "schema_migrations"):
+        return 0
+    row = conn.execute("SELECT max(version) FROM schema_migrations").fetchone()
+    return int(row[0] or 0)
+
+
+def check_not_newer(conn: sqlite3.Connection, path: str) -> int:
+    """Refuse a file written by a newer schema than this code knows, before touching it."""
+    version = current_version(conn)
+    if version > LATEST:
+        raise SchemaTooNewError(
+            f"store {path} has schema version {version}, newer than this Retold "
+            f"(knows up to {LATEST}); upgrade Retold to open it"
+        )
+    return version
+
+
+def _unresolved(conn: sqlite3.Connection) -> int:
+    if not _has_table(conn, "migration_issues"):
+        return 0
+    return int(conn.execute("SELECT count(*) FROM migration_issues").fetchone()[0])
+
+
+def migrate(
+    conn: sqlite3.Connection, path: str = "", migrations: tuple[Migration, ...] = MIGRATIONS
+) -> MigrationReport:
+    """Apply every pending migration; idempotent. ``conn`` must be in autocommit mode."""
+    applied: list[int] = []
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations ("
+        " version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
+    )
+    for migration in migrations:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            # Re-read under the write lock: another process may have applied it already.
+            if check_not_newer(conn, path) >= migration.version:
+                conn.execute("ROLLBACK")
+                continue
+            migration.apply(conn)
+            conn.execute(
+                "INSERT INTO schema_migrations(version, name, applied_at) VALUES (?, ?, ?)",
+                (migration.version, migration.name, to_iso(SystemClock().now())),
+            )
+            conn.execute(f"PRAGMA user_version = {migration.version}")
+            conn.execute("COMMIT")
+        except BaseException:
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass  # the original error is the one worth reporting
+            raise
+        applied.append(migration.version)
+    return MigrationReport(tuple(applied), current_version(conn), _unresolved(conn))

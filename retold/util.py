@@ -1,0 +1,135 @@
+"""Small shared values: UUIDv7 ids, the injectable clock, ISO timestamps and Timer."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+__all__ = [
+    "Clock",
+    "ManualClock",
+    "SystemClock",
+    "Timer",
+    "from_iso",
+    "new_id",
+    "to_iso",
+]
+
+_id_lock = threading.Lock()
+_last_ms = 0
+_seq = 0
+
+
+def new_id() -> str:
+    """Return a new UUIDv7 string (LLD 3: ids sort by creation time).
+
+    Within one millisecond a 12-bit counter keeps ids from this process strictly
+    increasing, so ``ORDER BY id`` is creation order even for bursts of writes.
+    """
+    global _last_ms, _seq
+    with _id_lock:
+        ms = time.time_ns() // 1_000_000
+        if ms <= _last_ms:
+            _seq += 1
+            if _seq > 0xFFF:  # counter exhausted: borrow the next millisecond
+                _last_ms += 1
+                _seq = 0
+            ms = _last_ms
+        else:
+            _last_ms, _seq = ms, 0
+        seq = _seq
+    rand = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
+    value = (ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | seq << 64 | 0b10 << 62 | rand
+    return str(uuid.UUID(int=value))
+
+
+def to_iso(moment: datetime) -> str:
+    """Format a datetime as the store's fixed-width ISO 8601 UTC text.
+
+    Fixed width (microseconds, ``Z``) makes string comparison in SQL equal to time
+    comparison, which the eligibility filter relies on (LLD 3, LLD 6.5).
+    """
+    if moment.tzinfo is None:
+        raise ValueError("timestamps must be timezone-aware")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def from_iso(text: str) -> datetime:
+    """Parse a stored timestamp (or any ISO 8601 string with an offset) as UTC."""
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC)
+
+
+class Clock(Protocol):
+    """Where every component reads the current time, so tests can move it."""
+
+    def now(self) -> datetime: ...
+
+
+class SystemClock:
+    """The wall clock, in UTC."""
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+
+class ManualClock:
+    """A clock that only moves when a test moves it."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self._now = start or datetime(2026, 1, 1, tzinfo=UTC)
+        if self._now.tzinfo is None:
+            raise ValueError("ManualClock needs a timezone-aware start")
+
+    def now(self) -> datetime:
+        return self._now
+
+    def set(self, moment: datetime) -> None:
+        self._now = moment
+
+    def advance(self, delta: timedelta | None = None, **parts: float) -> datetime:
+        """Move forward by ``delta`` or by ``timedelta(**parts)``; return the new time."""
+        self._now += delta if delta is not None else timedelta(**parts)
+        return self._now
+
+
+class Timer:
+    """Named stage timings in milliseconds (LLD 15 "Benchmark instrumentation").
+
+    ``mark(name)`` closes the stage that began at the previous mark; marking the
+    same name twice adds up, so a stage run once per query reports its total.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self._clock = clock
+        self._start = clock()
+        self._last = self._start
+        self._marks: dict[str, float] = {}
+
+    def mark(self, name: str) -> float:
+        """Record the time since the previous mark under ``name``; return it in ms."""
+        now = self._clock()
+        spent = (now - self._last) * 1000.0
+        self._marks[name] = self._marks.get(name, 0.0) + spent
+        self._last = now
+        return spent
+
+    def skip(self, name: str) -> None:
+        """Record a stage that did not run, as 0 ms, without closing the current one."""
+        self._marks.setdefault(name, 0.0)
+
+    def total_ms(self) -> float:
+        return (self._clock() - self._start) * 1000.0
+
+    def as_dict(self) -> dict[str, float]:
+        """Every mark in order, plus ``total``, rounded to microseconds."""
+        out = {name: round(ms, 3) for name, ms in self._marks.items()}
+        out["total"] = round(self.total_ms(), 3)
+        return out

@@ -1,0 +1,200 @@
+"""VectorIndex over a real store file: load, search restricted to eligible, refresh."""
+
+from __future__ import annotations
+
+import multiprocessing
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from retold.index.vector import VectorIndex
+from retold.store import Store
+from tests.conftest import make_record
+
+DIMS = 16
+MODEL, VERSION = "test-model", "1"
+
+
+def unit(seed: int) -> np.ndarray:
+    vec = np.random.default_rng(seed).standard_normal(DIMS).astype(np.float32)
+    return vec / np.linalg.norm(vec)
+
+
+def write(store: Store, seed: int, **fields: object) -> tuple[str, np.ndarray, int]:
+    """One record plus its embedding in one transaction, as the ingestor writes it."""
+    rec = make_record(**fields)
+    vec = unit(seed)
+    with store.atomic():
+        store.insert_record(rec)
+        version = store.put_embedding(rec.id, MODEL, VERSION, vec)
+    return rec.id, vec, version
+
+
+@pytest.fixture
+def index() -> VectorIndex:
+    return VectorIndex(MODEL, VERSION, DIMS)
+
+
+def test_load_takes_only_compatible_live_rows(store: Store, index: VectorIndex) -> None:
+    keep, _, _ = write(store, 1)
+    other = make_record()
+    store.insert_record(other)
+    store.put_embedding(other.id, MODEL, "2", unit(2))  # another embedding version
+    gone, _, _ = write(store, 3)
+    store.set_status(gone, "deleted")
+    index.load(store)
+    assert index.ids == [keep]
+    assert index.loaded_version == store.records_version()
+
+
+def test_search_ranks_by_cosine_and_takes_the_best_of_several_queries(
+    store: Store, index: VectorIndex
+) -> None:
+    written = [write(store, seed) for seed in range(20)]
+    index.load(store)
+    eligible = {rid for rid, _, _ in written}
+    target_id, target_vec, _ = written[7]
+    hits = index.search(target_vec, eligible, 3)
+    assert hits[0][0] == target_id
+    assert hits[0][1] == pytest.approx(1.0, abs=1e-5)
+    assert [s for _, s in hits] == sorted((s for _, s in hits), reverse=True)
+    second_id, second_vec, _ = written[12]
+    both = dict(index.search(np.stack([target_vec, second_vec]), eligible, 2))
+    assert set(both) == {target_id, second_id}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(1, 300),
+    picks=st.sets(st.integers(0, 299), max_size=300),
+    dead=st.sets(st.integers(0, 299), max_size=40),
+    k=st.integers(1, 40),
+    seed=st.integers(0, 10_000),
+)
+def test_search_never_returns_ineligible_or_dead_rows_and_matches_brute_force(
+    n: int, picks: set[int], dead: set[int], k: int, seed: int
+) -> None:
+    index = VectorIndex(MODEL, VERSION, DIMS)
+    vectors = {f"r{i}": unit(seed * 1000 + i) for i in range(n)}
+    for rid, vec in vectors.items():
+        index.upsert(rid, vec)
+    for i in dead:
+        index.remove(f"r{i}")
+    eligible = {f"r{i}" for i in picks} | {"not-indexed"}
+    query = unit(seed + 7)
+    hits = index.search(query, eligible, k)
+    allowed = {rid for rid in eligible if rid in vectors and int(rid[1:]) not in dead}
+    assert {rid for rid, _ in hits} <= allowed
+    expected = sorted(allowed, key=lambda rid: -float(vectors[rid] @ query))[:k]
+    assert [rid for rid, _ in hits] == expected
+
+
+def test_matrix_grows_by_doubling_and_keeps_rows(index: VectorIndex) -> None:
+    for i in range(2500):
+        index.upsert(f"r{i}", unit(i))
+    assert index._matrix.shape[0] == 4096  # 1024 -> 2048 -> 4096
+    assert index.vector_for("r3") == pytest.approx(unit(3))
+    assert index.cosine("r3", "r3") == pytest.approx(1.0, abs=1e-5)
+    assert index.search(unit(2400), {"r2400", "r5"}, 1)[0][0] == "r2400"
+
+
+def test_removed_rows_are_hidden_from_every_read(index: VectorIndex) -> None:
+    index.upsert("a", unit(1))
+    index.upsert("b", unit(2))
+    index.remove("a")
+    assert index.search(unit(1), {"a", "b"}, 5) == [("b", pytest.approx(float(unit(2) @ unit(1))))]
+    assert index.vector_for("a") is None
+    assert np.isnan(index.cosine("a", "b"))
+    assert len(index) == 1
+
+
+def test_refresh_after_own_write_reports_current(store: Store, index: VectorIndex) -> None:
+    index.load(store)
+    rid, vec, version = write(store, 5)
+    index.upsert(rid, vec, version)  # the writer updates its own index after commit
+    assert index.refresh(store, 512) == "current"
+    assert index.loaded_version == store.records_version()
+    assert index.search(vec, {rid}, 1)[0][0] == rid
+
+
+def test_refresh_applies_a_second_store_handles_writes_as_delta(
+    store: Store, store_path: Path, index: VectorIndex
+) -> None:
+    keep, keep_vec, _ = write(store, 1)
+    doomed, doomed_vec, _ = write(store, 2)
+    index.load(store)
+    other = Store(store_path)
+    new_id_, new_vec, _ = write(other, 3)
+    other.set_status(doomed, "deleted")
+    other.close()
+    assert index.refresh(store, 512) == "delta"
+    eligible = {keep, doomed, new_id_}
+    assert index.search(new_vec, eligible, 1)[0][0] == new_id_
+    assert doomed not in {rid for rid, _ in index.search(doomed_vec, eligible, 3)}
+    assert index.refresh(store, 512) == "current"
+
+
+def test_reembedding_under_another_model_drops_the_row_on_refresh(
+    store: Store, index: VectorIndex
+) -> None:
+    rid, vec, _ = write(store, 1)
+    index.load(store)
+    store.put_embedding(rid, "another-model", "1", unit(9))
+    assert index.refresh(store, 512) == "delta"
+    assert index.search(vec, {rid}, 1) == []
+
+
+def test_refresh_reloads_past_the_incremental_limit(
+    store: Store, store_path: Path, index: VectorIndex
+) -> None:
+    index.load(store)
+    other = Store(store_path)
+    written = [write(other, seed) for seed in range(6)]
+    other.close()
+    assert index.refresh(store, 5) == "reload"
+    assert set(index.ids) == {rid for rid, _, _ in written}
+
+
+def test_local_burst_does_not_force_a_reload(store: Store, index: VectorIndex) -> None:
+    index.load(store)
+    for seed in range(10):
+        rid, vec, version = write(store, seed)
+        index.upsert(rid, vec, version)
+    assert index.refresh(store, 3) == "current"
+
+
+def _other_process_writes(path: str) -> None:
+    store = Store(path)
+    write(store, 42)
+    store.close()
+
+
+def test_refresh_sees_a_real_second_process_as_delta(
+    store: Store, store_path: Path, index: VectorIndex
+) -> None:
+    write(store, 1)
+    index.load(store)
+    proc = multiprocessing.get_context("spawn").Process(target=_other_process_writes, args=(str(store_path),))
+    proc.start()
+    proc.join(60)
+    assert proc.exitcode == 0
+    assert index.refresh(store, 512) == "delta"
+    eligible = store.eligible_ids([make_record().scope])
+    assert index.search(unit(42), eligible, 1)[0][1] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_eligible_set_from_the_store_finds_rows_upserted_without_their_seq(
+    store: Store, index: VectorIndex
+) -> None:
+    loaded, loaded_vec, _ = write(store, 1)
+    index.load(store)
+    local, local_vec, version = write(store, 2)
+    index.upsert(local, local_vec, version)  # no seq: the search must still find it
+    eligible = store.eligible_ids([make_record().scope])
+    assert {rid for rid, _ in index.search(local_vec, eligible, 5)} == {loaded, local}
+    assert index.search(local_vec, eligible, 1)[0][0] == local
+    assert index.refresh(store, 512) == "current"  # and refresh learns its seq
+    assert index.search(loaded_vec, eligible, 1)[0][0] == loaded

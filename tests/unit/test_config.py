@@ -1,0 +1,281 @@
+"""load_config: defaults, YAML file, overrides, and validation errors that name the key."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import yaml
+
+from retold.config import (
+    Config,
+    DenseFloors,
+    config_to_dict,
+    load_config,
+)
+from retold.errors import ConfigError
+
+REPO_CONFIG = Path(__file__).resolve().parents[2] / "config.yaml"
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _error(overrides: dict[str, object]) -> str:
+    with pytest.raises(ConfigError) as info:
+        load_config(overrides=overrides)
+    return str(info.value)
+
+
+# --- defaults ---------------------------------------------------------------------------
+
+
+def test_defaults_follow_the_lld_and_design() -> None:
+    cfg = load_config()
+    assert cfg == Config()
+    assert cfg.store.path == "./memory.sqlite"
+    assert cfg.store.busy_timeout_seconds == 30
+    # DESIGN.md decision 6: MiniLM (384-d), not the spec's bge-m3.
+    assert cfg.embedding.model == "sentence-transformers/all-MiniLM-L6-v2"
+    assert cfg.embedding.dims == 384
+    assert cfg.embedding.version == "1"
+    assert cfg.embedding.torch_threads is None
+    assert cfg.reranker.enabled is False and cfg.reranker.floor is None
+    assert cfg.retrieval.trigger.mode == "tool_only"
+    assert cfg.retrieval.gate.dense_floor == DenseFloors(0.45, 0.40, 0.45, 0.50)
+    assert cfg.retrieval.gate.auto.dense_floor == DenseFloors(0.55, 0.50, 0.55, 0.50)
+    assert cfg.retrieval.gate.auto.exclude_source_kinds == ("session_summary",)
+    assert cfg.ingestion.equivalence.entail_floor == 0.70
+    assert cfg.ingestion.attribute_alias_cosine == 0.75
+    assert cfg.policy.source_rank.user_statement == 4
+    assert cfg.policy.source_rank.agent_inference == 1
+    assert cfg.sessions.retain_days == 90
+    assert cfg.queue.broker_url is None
+    assert cfg.queue.extraction_queue == "extraction"
+
+
+def test_repo_config_yaml_loads_to_exactly_the_defaults() -> None:
+    assert load_config(REPO_CONFIG) == load_config()
+
+
+def test_repo_config_yaml_lists_every_key() -> None:
+    raw = yaml.safe_load(REPO_CONFIG.read_text(encoding="utf-8"))
+    assert raw == config_to_dict(Config())
+
+
+def test_empty_yaml_file_means_defaults(tmp_path: Path) -> None:
+    assert load_config(_write(tmp_path, "# nothing set\n")) == Config()
+
+
+def test_yaml_block_with_all_keys_commented_out_keeps_defaults(tmp_path: Path) -> None:
+    path = _write(tmp_path, "retrieval:\n  # rrf_k: 10\n")
+    assert load_config(path).retrieval == Config().retrieval
+
+
+# --- layering ---------------------------------------------------------------------------
+
+
+def test_overrides_deep_merge_and_keep_sibling_defaults() -> None:
+    cfg = load_config(overrides={"retrieval": {"gate": {"dense_floor": {"semantic": 0.3}}}})
+    assert cfg.retrieval.gate.dense_floor.semantic == 0.3
+    assert cfg.retrieval.gate.dense_floor.episodic == 0.40
+    assert cfg.retrieval.gate.relative_floor == 0.5
+    assert cfg.retrieval.rrf_k == 60
+
+
+def test_file_then_overrides(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        "store:\n  path: from-file.sqlite\n  busy_timeout_seconds: 5\n"
+        "retrieval:\n  default_k: 3\n  gate:\n    auto:\n"
+        "      exclude_source_kinds: [session_summary, agent_inference]\n",
+    )
+    cfg = load_config(path, overrides={"store": {"path": "override.sqlite"}})
+    assert cfg.store.path == "override.sqlite"  # overrides win over the file
+    assert cfg.store.busy_timeout_seconds == 5.0  # file wins over defaults
+    assert cfg.retrieval.default_k == 3
+    # YAML lists become tuples so the config stays frozen and hashable.
+    assert cfg.retrieval.gate.auto.exclude_source_kinds == ("session_summary", "agent_inference")
+
+
+def test_int_is_accepted_for_a_float_and_stored_as_float() -> None:
+    cfg = load_config(overrides={"retrieval": {"freshness": {"floor": 1}}})
+    assert cfg.retrieval.freshness.floor == 1.0
+    assert isinstance(cfg.retrieval.freshness.floor, float)
+
+
+def test_replace_returns_a_revalidated_copy() -> None:
+    cfg = load_config()
+    changed = cfg.replace({"embedding": {"model": "fake", "dims": 8}})
+    assert (changed.embedding.model, changed.embedding.dims) == ("fake", 8)
+    assert cfg.embedding.model == "sentence-transformers/all-MiniLM-L6-v2"
+    with pytest.raises(ConfigError, match=r"embedding\.dims"):
+        cfg.replace({"embedding": {"dims": 0}})
+
+
+def test_config_to_dict_round_trips_through_overrides() -> None:
+    cfg = load_config(overrides={"reranker": {"enabled": True, "floor": 0.2}})
+    as_dict = config_to_dict(cfg)
+    assert as_dict["reranker"] == {
+        **config_to_dict(Config().reranker),
+        "enabled": True,
+        "floor": 0.2,
+    }
+    assert load_config(overrides=as_dict) == cfg
+
+
+def test_config_is_frozen() -> None:
+    cfg = load_config()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.store.path = "elsewhere.sqlite"  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.retrieval = cfg.retrieval  # type: ignore[misc]
+
+
+# --- validation: every message names the dotted key -------------------------------------
+
+
+def test_unknown_top_level_key() -> None:
+    message = _error({"retrieve": {}})
+    assert message.startswith("retrieve: unknown key")
+    assert "'retrieval'" in message  # near-miss suggestion
+
+
+def test_unknown_nested_key() -> None:
+    message = _error({"retrieval": {"gate": {"dense_floor": {"semantics": 0.5}}}})
+    assert "retrieval.gate.dense_floor.semantics: unknown key" in message
+
+
+def test_unknown_key_in_yaml_file(tmp_path: Path) -> None:
+    path = _write(tmp_path, "ingestion:\n  evidence:\n    min_chars: 10\n")
+    with pytest.raises(ConfigError, match=r"ingestion\.evidence\.min_chars: unknown key"):
+        load_config(path)
+
+
+def test_bool_is_not_an_int() -> None:
+    message = _error({"embedding": {"dims": True}})
+    assert message.startswith("embedding.dims: expected an integer")
+
+
+def test_str_is_not_a_float() -> None:
+    message = _error({"retrieval": {"dedup_cosine": "0.9"}})
+    assert message.startswith("retrieval.dedup_cosine: expected a number")
+
+
+def test_float_is_not_an_int() -> None:
+    assert _error({"retrieval": {"rrf_k": 60.5}}).startswith("retrieval.rrf_k: expected an integer")
+
+
+def test_number_is_not_a_string(tmp_path: Path) -> None:
+    # An unquoted `version: 1` parses as an int; the message tells the user to quote it.
+    path = _write(tmp_path, "embedding:\n  version: 1\n")
+    with pytest.raises(ConfigError, match=r"embedding\.version: expected a string.*quote"):
+        load_config(path)
+
+
+def test_block_given_as_a_scalar() -> None:
+    message = _error({"retrieval": {"gate": 0.5}})
+    assert message.startswith("retrieval.gate: expected a mapping")
+
+
+def test_floor_out_of_range() -> None:
+    message = _error({"retrieval": {"gate": {"dense_floor": {"semantic": 1.5}}}})
+    assert message == "retrieval.gate.dense_floor.semantic: must be between 0 and 1, got 1.5"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        ({"embedding": {"dims": 0}}, "embedding.dims"),
+        ({"retrieval": {"default_k": -1}}, "retrieval.default_k"),
+        ({"reranker": {"timeout_ms": 0}}, "reranker.timeout_ms"),
+        ({"store": {"busy_timeout_seconds": -1}}, "store.busy_timeout_seconds"),
+        ({"policy": {"source_rank": {"system": -1}}}, "policy.source_rank.system"),
+        (
+            {"retrieval": {"freshness": {"episodic_half_life_days": 0}}},
+            "retrieval.freshness.episodic_half_life_days",
+        ),
+        ({"ingestion": {"attribute_alias_cosine": -0.1}}, "ingestion.attribute_alias_cosine"),
+        ({"store": {"busy_timeout_seconds": float("inf")}}, "store.busy_timeout_seconds"),
+    ],
+)
+def test_out_of_range_values(overrides: dict[str, object], key: str) -> None:
+    assert _error(overrides).startswith(f"{key}: must be")
+
+
+def test_zero_is_allowed_where_it_means_something() -> None:
+    cfg = load_config(
+        overrides={
+            "store": {"busy_timeout_seconds": 0},
+            "policy": {"source_rank": {"agent_inference": 0}},
+            "retrieval": {"trigger": {"auto_min_query_chars": 0}},
+            "ingestion": {"evidence": {"min_characters": 0, "min_words": 0}},
+        }
+    )
+    assert cfg.store.busy_timeout_seconds == 0.0
+    assert cfg.retrieval.trigger.auto_min_query_chars == 0
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        ({"embedding": {"device": "gpu"}}, "embedding.device"),
+        ({"reranker": {"mode": "cross_encoder"}}, "reranker.mode"),
+        ({"reranker": {"on_failure": "ignore"}}, "reranker.on_failure"),
+        ({"retrieval": {"trigger": {"mode": "always"}}}, "retrieval.trigger.mode"),
+        (
+            {"retrieval": {"gate": {"auto": {"exclude_source_kinds": ["summary"]}}}},
+            "retrieval.gate.auto.exclude_source_kinds[0]",
+        ),
+    ],
+)
+def test_bad_literal(overrides: dict[str, object], key: str) -> None:
+    message = _error(overrides)
+    assert message.startswith(f"{key}: must be one of")
+
+
+def test_reranker_enabled_without_floor_is_rejected() -> None:
+    message = _error({"reranker": {"enabled": True}})
+    assert message.startswith("reranker.floor:")
+    assert "reranker.enabled" in message
+
+
+def test_reranker_enabled_with_floor_is_accepted() -> None:
+    cfg = load_config(overrides={"reranker": {"enabled": True, "floor": 0.3}})
+    assert cfg.reranker.enabled is True
+    assert cfg.reranker.floor == 0.3
+
+
+def test_all_problems_are_reported_in_one_error() -> None:
+    message = _error({"embedding": {"dims": "wide", "device": "tpu"}, "sessions": {"days": 1}})
+    assert "embedding.dims:" in message
+    assert "embedding.device:" in message
+    assert "sessions.days: unknown key" in message
+
+
+# --- files ------------------------------------------------------------------------------
+
+
+def test_missing_file_names_the_path(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.yaml"
+    with pytest.raises(ConfigError, match="not found") as info:
+        load_config(missing)
+    assert str(missing) in str(info.value)
+
+
+def test_invalid_yaml_names_the_path(tmp_path: Path) -> None:
+    path = _write(tmp_path, "store:\n  path: [unclosed\n")
+    with pytest.raises(ConfigError, match="invalid YAML") as info:
+        load_config(path)
+    assert str(path) in str(info.value)
+
+
+def test_top_level_must_be_a_mapping(tmp_path: Path) -> None:
+    path = _write(tmp_path, "- store\n- embedding\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(str(path))
+    assert str(path) in str(info.value)

@@ -1,0 +1,91 @@
+"""build_runtime wires config, store, embedder and index; importing Retold loads no model."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import retold
+from retold import build_runtime, load_config
+from retold.errors import StoreError
+from retold.index.embedder import FakeEmbedder
+from retold.store import Store
+from tests.conftest import make_record
+
+
+def fake_config(path: Path) -> retold.Config:
+    return load_config(overrides={"store": {"path": str(path)}, "embedding": {"model": "fake"}})
+
+
+def test_runtime_writes_and_finds_a_vector_through_its_index(tmp_path: Path) -> None:
+    with build_runtime(fake_config(tmp_path / "m.sqlite")) as rt:
+        assert isinstance(rt.embedder, FakeEmbedder)
+        rec = make_record(content="Aditya prefers concise technical explanations.")
+        vec = rt.embedder.embed_documents([rec.content])[0]
+        with rt.store.atomic():
+            rt.store.insert_record(rec)
+            version = rt.store.put_embedding(rec.id, rt.embedder.name, rt.embedder.version, vec)
+        assert rt.refresh_index() == "reload"  # first refresh loads the index
+        rt.index.upsert(rec.id, vec, version)
+        assert rt.refresh_index() == "current"
+        query = rt.embedder.embed_queries(["concise technical explanations"])[0]
+        eligible = rt.store.eligible_ids([rec.scope])
+        assert rt.index.search(query, eligible, 3)[0][0] == rec.id
+
+
+def test_two_runtimes_on_one_file_see_each_others_writes(tmp_path: Path) -> None:
+    cfg = fake_config(tmp_path / "m.sqlite")
+    with build_runtime(cfg) as reader, build_runtime(cfg) as writer:
+        reader.refresh_index()
+        rec = make_record()
+        vec = writer.embedder.embed_documents([rec.content])[0]
+        with writer.store.atomic():
+            writer.store.insert_record(rec)
+            writer.store.put_embedding(rec.id, writer.embedder.name, writer.embedder.version, vec)
+        assert reader.refresh_index() == "delta"
+        assert reader.index.vector_for(rec.id) is not None
+
+
+def test_close_closes_the_store_and_is_idempotent(tmp_path: Path) -> None:
+    rt = build_runtime(fake_config(tmp_path / "m.sqlite"))
+    rt.close()
+    rt.close()
+    with pytest.raises(Exception):  # noqa: B017 - sqlite3.ProgrammingError on a closed db
+        rt.store.records_version()
+
+
+def test_default_runtime_uses_a_store_in_the_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with build_runtime() as rt:
+        assert rt.embedder.name == "sentence-transformers/all-MiniLM-L6-v2"
+        assert not rt.embedder.is_loaded  # the model loads on first use only
+    assert (tmp_path / "memory.sqlite").exists()
+
+
+def test_store_path_that_is_a_directory_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="is a directory"):
+        Store(tmp_path)
+
+
+def test_public_surface_is_complete_and_importable() -> None:
+    for name in retold.__all__:
+        assert hasattr(retold, name), name
+    public = {n for n in dir(retold) if not n.startswith("_") and n[0].isupper()}
+    assert public <= set(retold.__all__)
+
+
+def test_importing_retold_and_building_a_runtime_imports_no_torch(tmp_path: Path) -> None:
+    overrides = {"store": {"path": str(tmp_path / "x.sqlite")}}
+    code = (
+        "import sys, retold, retold.cli, workers\n"
+        f"rt = retold.build_runtime(retold.load_config(overrides={overrides!r}))\n"
+        "rt.close()\n"
+        "bad = [m for m in ('torch', 'sentence_transformers', 'transformers') if m in sys.modules]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
