@@ -1,0 +1,270 @@
+"""Records, their FTS rows and embeddings, and the vector-index projection (LLD 3.1, 3.3, 7).
+
+Every change the vector index must see (a record row, its status, its embedding) bumps
+``store_meta.records_version`` in the same transaction and stamps the row's
+``index_version`` with it, so other processes can refresh by delta (LLD 7).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from retold.errors import StoreError
+from retold.models import ACTIVE_STATUSES, RECORD_STATUSES, RECORD_TYPES, Record, Scope
+from retold.store.base import StoreBase, dt, marks, ts
+from retold.store.eligible import EligibleSet
+from retold.util import from_iso, to_iso
+
+__all__ = ["IndexChange", "RecordsMixin", "VectorSnapshot", "record_from_row"]
+
+
+@dataclass(frozen=True)
+class VectorSnapshot:
+    """Every compatible embedding, read in one snapshot with the version it reflects."""
+
+    records_version: int
+    ids: list[str]
+    seqs: np.ndarray  # (n,) int64, the records' stable integer keys
+    matrix: np.ndarray  # (n, dims) float32
+    index_versions: np.ndarray  # (n,) int64
+
+
+@dataclass(frozen=True)
+class IndexChange:
+    """The current index state of one record changed since a given version."""
+
+    record_id: str
+    seq: int
+    index_version: int
+    vector: np.ndarray | None  # None: the record must not be in the index
+
+
+class RecordsMixin(StoreBase):
+    """Record rows, FTS rows, embeddings and the eligibility filter."""
+
+    def insert_record(self, record: Record, aliases: str = "") -> int:
+        """Insert a record with its FTS row; return the index_version it committed under."""
+        with self.atomic() as conn:
+            version = self.bump_version(conn)
+            # BEGIN IMMEDIATE holds the write lock, so max(seq) + 1 cannot race.
+            seq = int(conn.execute("SELECT coalesce(max(seq), 0) + 1 FROM records").fetchone()[0])
+            conn.execute(
+                "INSERT INTO records (id, seq, type, version, content, subject, subject_entity_id,"
+                " attribute, scope_kind, scope_id, source_kind, source_ref, creator_agent_id,"
+                " evidence, created_at, event_at, expires_at, valid_from, valid_until, review_at,"
+                " review_flagged_at, confidence, status, supersedes_id, reinforcements,"
+                " last_reinforced_at, index_version, tags)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    record.id, seq, record.type, record.version, record.content, record.subject,
+                    record.subject_entity_id, record.attribute, record.scope.kind,
+                    record.scope.id, record.source_kind, record.source_ref,
+                    record.creator_agent_id, record.evidence, ts(record.created_at),
+                    ts(record.event_at), ts(record.expires_at), ts(record.valid_from),
+                    ts(record.valid_until), ts(record.review_at),
+                    ts(record.review_flagged_at), record.confidence, record.status,
+                    record.supersedes_id, record.reinforcements,
+                    ts(record.last_reinforced_at), version, json.dumps(record.tags),
+                ),
+            )
+            if record.status != "deleted":
+                conn.execute(
+                    "INSERT INTO records_fts(rowid, record_id, content, subject, aliases)"
+                    " VALUES (?, ?, ?, ?, ?)",
+                    (seq, record.id, record.content, record.subject, aliases),
+                )
+            record.index_version, record.seq = version, seq
+            return version
+
+    def set_status(self, record_id: str, status: str) -> int:
+        """Change a record's status; a deleted record also loses its FTS row (LLD 3.3)."""
+        if status not in RECORD_STATUSES:
+            raise ValueError(f"unknown status {status!r}")
+        with self.atomic() as conn:
+            version = self.bump_version(conn)
+            row = conn.execute(
+                "UPDATE records SET status = ?, index_version = ? WHERE id = ? RETURNING seq",
+                (status, version, record_id),
+            ).fetchone()
+            if row is None:
+                raise StoreError(f"no record {record_id}")
+            if status == "deleted":
+                conn.execute("DELETE FROM records_fts WHERE rowid = ?", (row[0],))
+            return version
+
+    def get_record(self, record_id: str) -> Record | None:
+        with self.snapshot() as conn:
+            row = conn.execute("SELECT * FROM records WHERE id = ?", (record_id,)).fetchone()
+            if row is None:
+                return None
+            names = [d[0] for d in conn.execute("SELECT * FROM records LIMIT 0").description]
+            entity_ids = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT entity_id FROM record_entities WHERE record_id = ?"
+                    " ORDER BY role = 'mentions', entity_id",
+                    (record_id,),
+                )
+            ]
+        return record_from_row(dict(zip(names, row, strict=True)), entity_ids)
+
+    def eligible_ids(
+        self,
+        scopes: Sequence[Scope],
+        types: Sequence[str] | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        include_history: bool = False,
+        now: datetime | None = None,
+    ) -> EligibleSet:
+        """The hard filter of LLD 10.1 step 3 as one query over a covering index.
+
+        Readable scope, lifecycle status, expiry (``expires_at < now`` is ineligible,
+        LLD 6.5), type and the ``event_at`` window. ``include_history`` admits superseded
+        and expired rows; deleted rows are never eligible.
+        """
+        if not scopes:
+            return EligibleSet([], np.empty(0, dtype=np.int64))
+        scope_sql = " OR ".join(["(scope_kind = ? AND scope_id = ?)"] * len(scopes))
+        params: list[Any] = [part for scope in scopes for part in (scope.kind, scope.id)]
+        statuses = (*ACTIVE_STATUSES, "superseded", "expired") if include_history else ACTIVE_STATUSES
+        sql = f"SELECT id, seq FROM records WHERE ({scope_sql}) AND status IN ({marks(statuses)})"
+        params += statuses
+        # Unary + keeps the planner on records_scope: scope is the selective, security
+        # relevant filter, and without ANALYZE statistics SQLite would pick records_event.
+        if not include_history:
+            sql += " AND (expires_at IS NULL OR expires_at >= ?)"
+            params.append(to_iso(now or self.clock.now()))
+        if types:
+            unknown = set(types) - set(RECORD_TYPES)
+            if unknown:
+                raise ValueError(f"unknown record types {sorted(unknown)}")
+            sql += f" AND +type IN ({marks(types)})"
+            params += list(types)
+        if since is not None:
+            sql += " AND +event_at >= ?"
+            params.append(to_iso(since))
+        if until is not None:
+            sql += " AND +event_at <= ?"
+            params.append(to_iso(until))
+        with self._lock:
+            rows = self._conn.execute(sql, params).fetchall()
+        seqs = np.fromiter((row[1] for row in rows), dtype=np.int64, count=len(rows))
+        return EligibleSet([row[0] for row in rows], seqs)
+
+    # -- embeddings and the vector-index projection (LLD 7) ------------------------------
+
+    def put_embedding(self, record_id: str, model: str, version: str, vector: np.ndarray) -> int:
+        """Store one L2-normalised float32 vector; return the committed index_version."""
+        blob = np.ascontiguousarray(vector, dtype=np.float32).tobytes()
+        with self.atomic() as conn:
+            index_version = self.bump_version(conn)
+            conn.execute(
+                "INSERT INTO embeddings(record_id, model, version, dims, vector, index_version)"
+                " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(record_id) DO UPDATE SET"
+                " model = excluded.model, version = excluded.version, dims = excluded.dims,"
+                " vector = excluded.vector, index_version = excluded.index_version",
+                (record_id, model, version, int(np.asarray(vector).shape[-1]), blob, index_version),
+            )
+            return index_version
+
+    def delete_embedding(self, record_id: str) -> int:
+        """Drop a record's vector; the record row carries the version other processes see."""
+        with self.atomic() as conn:
+            index_version = self.bump_version(conn)
+            conn.execute("DELETE FROM embeddings WHERE record_id = ?", (record_id,))
+            conn.execute(
+                "UPDATE records SET index_version = ? WHERE id = ?", (index_version, record_id)
+            )
+            return index_version
+
+    def load_vectors(self, model: str, version: str, dims: int) -> VectorSnapshot:
+        """Every live vector of this model and version, with the version read with them."""
+        with self.snapshot() as conn:
+            records_version = int(
+                conn.execute("SELECT value FROM store_meta WHERE key = 'records_version'").fetchone()[0]
+            )
+            rows = conn.execute(
+                "SELECT e.record_id, e.index_version, e.vector, r.seq FROM embeddings e"
+                " JOIN records r ON r.id = e.record_id"
+                " WHERE e.model = ? AND e.version = ? AND e.dims = ? AND r.status != 'deleted'",
+                (model, version, dims),
+            ).fetchall()
+        ids = [row[0] for row in rows]
+        # One join and one frombuffer: no per-row array objects on the cold path.
+        matrix = np.frombuffer(b"".join(row[2] for row in rows), dtype=np.float32)
+        versions = np.fromiter((row[1] for row in rows), dtype=np.int64, count=len(rows))
+        seqs = np.fromiter((row[3] for row in rows), dtype=np.int64, count=len(rows))
+        return VectorSnapshot(records_version, ids, seqs, matrix.reshape(len(rows), dims), versions)
+
+    def index_changes(
+        self, since_version: int, model: str, version: str, dims: int
+    ) -> tuple[int, list[IndexChange]]:
+        """Records whose index state changed after ``since_version``, read in one snapshot.
+
+        Both lookups use their ``index_version`` indexes (LLD 7). A change whose vector is
+        missing, of another model or version, or whose record is deleted, maps to None.
+        """
+        with self.snapshot() as conn:
+            records_version = int(
+                conn.execute("SELECT value FROM store_meta WHERE key = 'records_version'").fetchone()[0]
+            )
+            rows = conn.execute(
+                "WITH changed(id) AS ("
+                "  SELECT id FROM records WHERE index_version > ?1"
+                "  UNION SELECT record_id FROM embeddings WHERE index_version > ?1)"
+                " SELECT r.id, r.seq, max(r.index_version, coalesce(e.index_version, 0)), r.status,"
+                "        e.model, e.version, e.dims, e.vector"
+                " FROM changed c JOIN records r ON r.id = c.id"
+                " LEFT JOIN embeddings e ON e.record_id = r.id",
+                (since_version,),
+            ).fetchall()
+        changes = []
+        for record_id, seq, index_version, status, e_model, e_version, e_dims, blob in rows:
+            usable = (
+                blob is not None and status != "deleted"
+                and (e_model, e_version, e_dims) == (model, version, dims)
+            )
+            vector = np.frombuffer(blob, dtype=np.float32) if usable else None
+            changes.append(IndexChange(record_id, int(seq), int(index_version), vector))
+        return records_version, changes
+
+def record_from_row(row: dict[str, Any], entity_ids: list[str]) -> Record:
+    created = from_iso(row["created_at"])
+    return Record(
+        id=row["id"],
+        type=row["type"],
+        version=row["version"],
+        content=row["content"],
+        subject=row["subject"],
+        subject_entity_id=row["subject_entity_id"],
+        attribute=row["attribute"],
+        scope=Scope(row["scope_kind"], row["scope_id"]),
+        source_kind=row["source_kind"],
+        source_ref=row["source_ref"],
+        creator_agent_id=row["creator_agent_id"],
+        evidence=row["evidence"],
+        created_at=created,
+        event_at=from_iso(row["event_at"]),
+        expires_at=dt(row["expires_at"]),
+        valid_from=dt(row["valid_from"]),
+        valid_until=dt(row["valid_until"]),
+        review_at=dt(row["review_at"]),
+        review_flagged_at=dt(row["review_flagged_at"]),
+        confidence=row["confidence"],
+        status=row["status"],
+        supersedes_id=row["supersedes_id"],
+        reinforcements=row["reinforcements"],
+        last_reinforced_at=dt(row["last_reinforced_at"]),
+        tags=json.loads(row["tags"]),
+        entity_ids=entity_ids,
+        index_version=row["index_version"],
+        seq=row["seq"],
+    )
+
