@@ -8,7 +8,7 @@ Every change the vector index must see (a record row, its status, its embedding)
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -97,6 +97,36 @@ class RecordsMixin(StoreBase):
             if status == "deleted":
                 conn.execute("DELETE FROM records_fts WHERE rowid = ?", (row[0],))
             return version
+
+    def refresh_fts(self, record_ids: Iterable[str]) -> None:
+        """Rewrite the FTS rows of these records from their current content, subject and
+        the aliases of their linked entities (LLD 3.3: aliases are denormalised, so a new
+        link, a new alias or an entity merge must rewrite every affected row)."""
+        with self.atomic() as conn:
+            for record_id in dict.fromkeys(record_ids):
+                row = conn.execute(
+                    "SELECT seq, content, subject, status FROM records WHERE id = ?", (record_id,)
+                ).fetchone()
+                if row is None:
+                    continue
+                seq, content, subject, status = row
+                conn.execute("DELETE FROM records_fts WHERE rowid = ?", (seq,))
+                if status == "deleted":
+                    continue  # LLD 11: forgotten records have no lexical row
+                aliases = " ".join(
+                    alias
+                    for (alias,) in conn.execute(
+                        "SELECT DISTINCT a.alias_norm FROM record_entities re"
+                        " JOIN entity_aliases a ON a.entity_id = re.entity_id"
+                        " WHERE re.record_id = ? ORDER BY a.alias_norm",
+                        (record_id,),
+                    )
+                )
+                conn.execute(
+                    "INSERT INTO records_fts(rowid, record_id, content, subject, aliases)"
+                    " VALUES (?, ?, ?, ?, ?)",
+                    (seq, record_id, content, subject, aliases),
+                )
 
     def get_record(self, record_id: str) -> Record | None:
         with self.snapshot() as conn:

@@ -6,11 +6,14 @@ One class per process and file, combined from one mixin per concept; see
 
 from __future__ import annotations
 
+from retold.store.entities import EntitiesMixin
 from retold.store.events import EventsMixin
+from retold.store.grants import GrantsMixin
 from retold.store.records import RecordsMixin
+from retold.store.sessions import SessionsMixin
 
 __all__ = ["Store"]
 
 
-class Store(RecordsMixin, EventsMixin):
-    """The store: records, embeddings, events, entities, grants and sessions."""
+class Store(RecordsMixin, EntitiesMixin, SessionsMixin, GrantsMixin, EventsMixin):
+    """The store: records, embeddings, entities, sessions, grants and events."""

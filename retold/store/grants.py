@@ -1,0 +1,51 @@
+"""Scope grants (LLD 3.5). Policy decides what they mean; see retold.policy.grants."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from retold.models import Scope
+from retold.store.base import StoreBase
+
+__all__ = ["Grant", "GrantsMixin"]
+
+
+@dataclass(frozen=True)
+class Grant:
+    agent_id: str
+    scope: Scope
+    can_read: bool
+    can_write: bool
+
+
+class GrantsMixin(StoreBase):
+    """Rows of ``grants``. The implicit private scope never has one."""
+
+    def put_grant(self, agent_id: str, scope: Scope, *, read: bool, write: bool) -> None:
+        """Create or replace one agent's grant on one scope."""
+        with self.atomic() as conn:
+            conn.execute(
+                "INSERT INTO grants(agent_id, scope_kind, scope_id, can_read, can_write)"
+                " VALUES (?, ?, ?, ?, ?) ON CONFLICT(agent_id, scope_kind, scope_id)"
+                " DO UPDATE SET can_read = excluded.can_read, can_write = excluded.can_write",
+                (agent_id, scope.kind, scope.id, int(read), int(write)),
+            )
+
+    def delete_grant(self, agent_id: str, scope: Scope) -> bool:
+        """Remove a grant; True when one existed."""
+        with self.atomic() as conn:
+            cursor = conn.execute(
+                "DELETE FROM grants WHERE agent_id = ? AND scope_kind = ? AND scope_id = ?",
+                (agent_id, scope.kind, scope.id),
+            )
+            return cursor.rowcount > 0
+
+    def grants_for(self, agent_id: str) -> list[Grant]:
+        """Every grant row of one agent, in a stable order."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT scope_kind, scope_id, can_read, can_write FROM grants WHERE agent_id = ?"
+                " ORDER BY scope_kind, scope_id",
+                (agent_id,),
+            ).fetchall()
+        return [Grant(agent_id, Scope(kind, ident), bool(r), bool(w)) for kind, ident, r, w in rows]
