@@ -2,16 +2,24 @@
 
 The CLI, agent adapters, Celery workers and benchmarks each build one Runtime per
 process from one typed Config. Nothing here loads a model: the embedder loads on first
-use, and the vector index on its first refresh.
+use, the vector index on its first refresh, and the equivalence judge is chosen on the
+first write.
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
+from functools import cached_property
 from pathlib import Path
 
 from retold.config import Config, load_config
+from retold.host import MemoryHost
 from retold.index.embedder import Embedder, embedder_from_config
 from retold.index.vector import RefreshOutcome, VectorIndex
+from retold.ingest.equivalence import EquivalenceJudge, judge_from_config
+from retold.ingest.ingestor import Ingestor
+from retold.ingest.session import ExtractionScheduler, InProcessScheduler, SessionHooks
+from retold.policy.lifecycle import Lifecycle
 from retold.store import Store
 from retold.util import Clock, SystemClock
 
@@ -21,13 +29,44 @@ __all__ = ["Runtime", "build_runtime"]
 class Runtime:
     """The wired parts of one Retold process. Build it with :func:`build_runtime`."""
 
-    def __init__(self, config: Config, store: Store, embedder: Embedder, clock: Clock) -> None:
+    def __init__(
+        self,
+        config: Config,
+        store: Store,
+        embedder: Embedder,
+        clock: Clock,
+        *,
+        judge: EquivalenceJudge | None = None,
+        scheduler: ExtractionScheduler | None = None,
+    ) -> None:
         self.config = config
         self.store = store
         self.embedder = embedder
         self.clock = clock
         self.index = VectorIndex(embedder.name, embedder.version, embedder.dims)
+        self.lifecycle = Lifecycle(config.policy, config.ingestion)
+        self.host = MemoryHost(store, clock)
+        self.scheduler: ExtractionScheduler = scheduler or InProcessScheduler()
+        self.hooks = SessionHooks(
+            store, self.scheduler,
+            timedelta(minutes=config.ingestion.session_idle_timeout_minutes), clock,
+        )
+        self._judge = judge
         self._closed = False
+
+    @cached_property
+    def judge(self) -> EquivalenceJudge:
+        """The equivalence judge: the NLI model when it loads locally, else the exact judge
+        (DESIGN.md decision 6); chosen on first use and named in every write event."""
+        return self._judge or judge_from_config(self.config.ingestion.equivalence)
+
+    @cached_property
+    def ingestor(self) -> Ingestor:
+        return Ingestor(
+            self.store, self.index, self.embedder, self.judge, self.lifecycle,
+            self.config.ingestion, self.clock,
+            incremental_reload_max=self.config.embedding.incremental_reload_max,
+        )
 
     def refresh_index(self) -> RefreshOutcome:
         """Bring this process's vector index up to the store's records_version (LLD 7)."""
@@ -51,12 +90,14 @@ def build_runtime(
     *,
     clock: Clock | None = None,
     embedder: Embedder | None = None,
+    judge: EquivalenceJudge | None = None,
+    scheduler: ExtractionScheduler | None = None,
     allow_migration_issues: bool = False,
 ) -> Runtime:
-    """Open (and migrate) the configured store and wire the model-backed parts.
+    """Open (and migrate) the configured store and wire every part.
 
-    ``embedder`` replaces the configured one (tests pass a FakeEmbedder with pinned
-    vectors); ``clock`` replaces the wall clock.
+    ``embedder``, ``judge`` and ``scheduler`` replace the configured ones (tests pass
+    fakes with pinned behaviour); ``clock`` replaces the wall clock.
     """
     config = config or load_config()
     clock = clock or SystemClock()
@@ -74,4 +115,4 @@ def build_runtime(
     except BaseException:
         store.close()
         raise
-    return Runtime(config, store, chosen, clock)
+    return Runtime(config, store, chosen, clock, judge=judge, scheduler=scheduler)

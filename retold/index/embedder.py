@@ -174,7 +174,7 @@ class SentenceTransformerEmbedder(_CachedEmbedder):
             cuda, mps = torch.cuda.is_available(), torch.backends.mps.is_available()
             device = "cuda" if cuda else "mps" if mps else "cpu"
         try:
-            model = SentenceTransformer(path, device=device)
+            model = SentenceTransformer(path, device=device, local_files_only=True)
             width = int(model.encode(["probe"], convert_to_numpy=True).shape[1])
         except Exception as exc:
             first = (str(exc).strip().splitlines() or [""])[0]

@@ -171,6 +171,12 @@ class VectorIndex:
                 self._live[position] = False
             self._note(record_id, index_version)
 
+    def acknowledge(self, record_id: str, index_version: int) -> None:
+        """Record that this process committed a change (a status, a reinforcement) that
+        leaves the row as it is, so refresh does not count it as another process's."""
+        with self._lock:
+            self._note(record_id, index_version)
+
     def _note(self, record_id: str, index_version: int | None) -> None:
         if index_version is not None:
             self._applied[record_id] = max(self._applied.get(record_id, -1), index_version)

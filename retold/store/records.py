@@ -129,20 +129,102 @@ class RecordsMixin(StoreBase):
                 )
 
     def get_record(self, record_id: str) -> Record | None:
+        """One record with its entity links (about links first), or None."""
+        found = self.select_records("id = ?", (record_id,))
+        return found[0] if found else None
+
+    def select_records(
+        self, where: str, params: Sequence[Any] = (), *, order: str = "seq", limit: int | None = None
+    ) -> list[Record]:
+        """Records matching a trusted SQL condition, with their entity links, in one snapshot."""
+        sql = f"SELECT * FROM records WHERE {where} ORDER BY {order}"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
         with self.snapshot() as conn:
-            row = conn.execute("SELECT * FROM records WHERE id = ?", (record_id,)).fetchone()
+            cursor = conn.execute(sql, tuple(params))
+            names = [d[0] for d in cursor.description]
+            rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+            links: dict[str, list[str]] = {row["id"]: [] for row in rows}
+            if rows:
+                ids = list(links)
+                for record_id, entity_id in conn.execute(
+                    "SELECT record_id, entity_id FROM record_entities"
+                    f" WHERE record_id IN ({marks(ids)}) ORDER BY role = 'mentions', entity_id",
+                    ids,
+                ):
+                    links[record_id].append(entity_id)
+        return [record_from_row(row, links[row["id"]]) for row in rows]
+
+    def active_for_subject(
+        self, scope: Scope, type_: str, entity_id: str, now: datetime
+    ) -> list[Record]:
+        """Active records about one entity in one scope and type, most recently reinforced
+        first (the store order the LLD 6.3 attribute-scan cap applies to)."""
+        return self.select_records(
+            "scope_kind = ? AND scope_id = ? AND subject_entity_id = ? AND type = ?"
+            " AND status IN ('provisional', 'confirmed')"
+            " AND (expires_at IS NULL OR expires_at >= ?)",
+            (scope.kind, scope.id, entity_id, type_, to_iso(now)),
+            order="coalesce(last_reinforced_at, created_at) DESC, seq DESC",
+        )
+
+    def save_lifecycle(self, record: Record) -> int:
+        """Persist a record's lifecycle and provenance fields; return its index_version.
+
+        Used for reinforcement, supersession and status changes, which all change what
+        retrieval may return, so each bumps records_version (LLD 7).
+        """
+        with self.atomic() as conn:
+            version = self.bump_version(conn)
+            row = conn.execute(
+                "UPDATE records SET status = ?, confidence = ?, reinforcements = ?,"
+                " last_reinforced_at = ?, expires_at = ?, source_kind = ?, source_ref = ?,"
+                " evidence = ?, review_flagged_at = ?, index_version = ? WHERE id = ? RETURNING seq",
+                (
+                    record.status, record.confidence, record.reinforcements,
+                    ts(record.last_reinforced_at), ts(record.expires_at), record.source_kind,
+                    record.source_ref, record.evidence, ts(record.review_flagged_at), version,
+                    record.id,
+                ),
+            ).fetchone()
             if row is None:
-                return None
-            names = [d[0] for d in conn.execute("SELECT * FROM records LIMIT 0").description]
-            entity_ids = [
-                r[0]
-                for r in conn.execute(
-                    "SELECT entity_id FROM record_entities WHERE record_id = ?"
-                    " ORDER BY role = 'mentions', entity_id",
+                raise StoreError(f"no record {record.id}")
+            if record.status == "deleted":
+                conn.execute("DELETE FROM records_fts WHERE rowid = ?", (row[0],))
+            record.index_version = version
+            return version
+
+    def add_conflict(self, record_id: str, other_id: str) -> None:
+        """Link two incompatible claims, in both directions (LLD 3.3)."""
+        noted = to_iso(self.clock.now())
+        with self.atomic() as conn:
+            conn.executemany(
+                "INSERT OR IGNORE INTO record_conflicts(record_id, other_id, noted_at) VALUES (?, ?, ?)",
+                [(record_id, other_id, noted), (other_id, record_id, noted)],
+            )
+
+    def conflicts_of(self, record_id: str) -> list[str]:
+        with self._lock:
+            return [r[0] for r in self._conn.execute(
+                "SELECT other_id FROM record_conflicts WHERE record_id = ? ORDER BY other_id",
+                (record_id,),
+            )]
+
+    def counted_refs(self, record_id: str) -> set[str]:
+        """The source references already counted for a record: its own and every counted
+        reinforcement's (LLD 6.4 independence)."""
+        with self.snapshot() as conn:
+            row = conn.execute("SELECT source_ref FROM records WHERE id = ?", (record_id,)).fetchone()
+            refs = {row[0]} if row and row[0] else set()
+            refs.update(
+                ref for (ref,) in conn.execute(
+                    "SELECT json_extract(payload, '$.source_ref') FROM events"
+                    " WHERE record_id = ? AND kind = 'record.reinforced'"
+                    " AND json_extract(payload, '$.counted') = 1",
                     (record_id,),
-                )
-            ]
-        return record_from_row(dict(zip(names, row, strict=True)), entity_ids)
+                ) if ref
+            )
+        return refs
 
     def eligible_ids(
         self,

@@ -1,0 +1,312 @@
+"""Equivalence judges: same, contradicts or distinct for two claims (LLD 2.4, LLD 5, LLD 6.3).
+
+Three implementations (DESIGN.md decision 6): the NLI cross-encoder of the spec, loaded
+only from local files; a conservative exact judge used when no NLI model is available;
+and a table-driven fake for tests. Nothing here imports torch or sentence-transformers at
+module import time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+import unicodedata
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from retold.errors import ConfigError, ModelError
+
+if TYPE_CHECKING:
+    from retold.config import EquivalenceConfig
+
+Verdict = Literal["same", "contradicts", "distinct"]
+
+log = logging.getLogger("retold.judge")
+
+
+class EquivalenceJudge(Protocol):
+    """Compares two claims (LLD 5). ``name`` is recorded on every write event it decides."""
+
+    name: str
+
+    def judge(self, a: str, b: str) -> Verdict: ...
+    # LLD 6.3: the ingestor judges every scanned record before it decides anything, so
+    # the judge takes the whole scan in one call.
+    def judge_many(self, pairs: list[tuple[str, str]]) -> list[Verdict]: ...
+    # None means "not scored": the caller keeps the claimed source and records
+    # entailment: not_checked (LLD 6.6).
+    def entails(self, premise: str, hypothesis: str) -> float | None: ...
+
+
+# --- NLI cross-encoder -------------------------------------------------------------------
+
+_LABEL_KEYS = ("entail", "contradict", "neutral")
+
+
+def nli_label_columns(id2label: Mapping[int, str]) -> tuple[int, int]:
+    """Return the ``(entailment, contradiction)`` output columns of an NLI model.
+
+    The order differs between models, so it is read from the model config; labels that
+    are not exactly entailment/contradiction/neutral raise ``ModelError``.
+    """
+    found = {key: [i for i, label in id2label.items() if key in str(label).casefold()]
+             for key in _LABEL_KEYS}
+    if len(id2label) != 3 or any(len(ids) != 1 for ids in found.values()):
+        labels = ", ".join(repr(id2label[i]) for i in sorted(id2label))
+        raise ModelError("not an NLI model: expected labels entailment, contradiction and "
+                         f"neutral, found [{labels}]")
+    return int(found["entail"][0]), int(found["contradict"][0])
+
+
+def _softmax(logits: npt.ArrayLike) -> npt.NDArray[np.float64]:
+    z = np.asarray(logits, dtype=np.float64)
+    z = z - z.max(axis=1, keepdims=True)  # guard: exp of large logits overflows
+    e = np.exp(z)
+    out: npt.NDArray[np.float64] = e / e.sum(axis=1, keepdims=True)
+    return out
+
+
+def _resolve_device(device: str) -> str:
+    if device != "auto":
+        return device
+    import torch  # LLD 2.1: cuda when available, then mps, else cpu
+
+    if torch.cuda.is_available():
+        return "cuda"
+    return "mps" if torch.backends.mps.is_available() else "cpu"
+
+
+class NLICrossEncoderJudge:
+    """A local NLI cross-encoder that scores both directions (LLD 2.4, LLD 5).
+
+    Loaded lazily and at most once, only from local files: a fresh install must never
+    wait on a model hub (DESIGN.md decision 6).
+    """
+
+    def __init__(
+        self, model: str, entail_floor: float, contradict_floor: float,
+        batch_size: int = 32, device: str = "cpu",
+    ) -> None:
+        if batch_size < 1:
+            raise ConfigError(f"equivalence judge batch_size: must be at least 1, got {batch_size}")
+        self.model = model
+        self.name = f"nli:{model}"
+        self.entail_floor = entail_floor
+        self.contradict_floor = contradict_floor
+        self.batch_size = batch_size
+        self.device = device
+        self._model: Any = None
+        self._entail_col = 0
+        self._contradict_col = 0
+        self._load_lock = threading.Lock()
+
+    @property
+    def is_loaded(self) -> bool:
+        """Whether the model has been loaded."""
+        return self._model is not None
+
+    def load(self) -> None:
+        """Load the model now (thread-safe; later calls do nothing)."""
+        if self._model is not None:
+            return
+        with self._load_lock:
+            if self._model is None:
+                self._model = self._load()
+
+    def _load(self) -> Any:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        try:
+            from sentence_transformers import CrossEncoder
+        except ImportError as exc:
+            raise ModelError(f"NLI model {self.model} needs sentence-transformers; "
+                             f"install the `models` extra ({exc})") from exc
+        device = _resolve_device(self.device)
+        try:
+            # local_files_only as well as HF_HUB_OFFLINE: huggingface_hub reads that
+            # variable once at import, so setting it here is too late when something
+            # imported the hub earlier, and a missing model would retry for ~45 s.
+            model = CrossEncoder(self.model, device=device, local_files_only=True)
+        except Exception as exc:
+            first = (str(exc).strip().splitlines() or [""])[0]
+            if isinstance(exc, OSError) and not os.path.exists(self.model):
+                # The hub's own message talks about connecting, which we never try.
+                first = "not a local path and not in the local Hugging Face cache"
+            raise ModelError(f"cannot load NLI model {self.model} on {device}: {first}") from exc
+        try:
+            columns = nli_label_columns(dict(model.config.id2label))
+        except ModelError as exc:
+            raise ModelError(f"NLI model {self.model} is {exc}") from None
+        self._entail_col, self._contradict_col = columns
+        return model
+
+    def _probabilities(self, pairs: list[tuple[str, str]]) -> npt.NDArray[np.float64]:
+        """Softmax rows for ``pairs`` in one batched predict call."""
+        self.load()
+        import torch
+
+        try:
+            # Identity activation: a model config may carry a sigmoid, and the verdict
+            # floors are defined on softmax probabilities.
+            logits = self._model.predict(
+                pairs, batch_size=self.batch_size, show_progress_bar=False,
+                activation_fn=torch.nn.Identity(), apply_softmax=False, convert_to_numpy=True,
+            )
+        except Exception as exc:
+            raise ModelError(f"NLI model {self.model} failed: {type(exc).__name__}: {exc}") from exc
+        return _softmax(np.asarray(logits).reshape(len(pairs), -1))
+
+    def judge(self, a: str, b: str) -> Verdict:
+        """Judge one pair of claims; see ``judge_many``."""
+        return self.judge_many([(a, b)])[0]
+
+    def judge_many(self, pairs: list[tuple[str, str]]) -> list[Verdict]:
+        """Judge each ``(a, b)`` pair, scoring a->b and b->a for all pairs in one batch."""
+        if not pairs:
+            return []
+        n = len(pairs)
+        probs = self._probabilities(list(pairs) + [(b, a) for a, b in pairs])
+        forward, backward = probs[:n], probs[n:]
+        verdicts: list[Verdict] = []
+        for fwd, bwd in zip(forward, backward, strict=True):
+            # LLD 2.4: contradiction in either direction wins; "same" needs both
+            # directed entailment scores at or above the floor.
+            if max(fwd[self._contradict_col], bwd[self._contradict_col]) >= self.contradict_floor:
+                verdicts.append("contradicts")
+            elif min(fwd[self._entail_col], bwd[self._entail_col]) >= self.entail_floor:
+                verdicts.append("same")
+            else:
+                verdicts.append("distinct")
+        return verdicts
+
+    def entails(self, premise: str, hypothesis: str) -> float | None:
+        """The entailment probability of ``premise`` -> ``hypothesis`` (LLD 6.6)."""
+        return float(self._probabilities([(premise, hypothesis)])[0, self._entail_col])
+
+
+# --- exact judge -------------------------------------------------------------------------
+
+_WS = re.compile(r"\s+")
+
+
+def normalise_claim(text: str) -> str:
+    """NFKC, casefold, collapse whitespace and drop trailing ``.``/``!``: the exact judge's key."""
+    folded = _WS.sub(" ", unicodedata.normalize("NFKC", text).casefold()).strip()
+    return folded.rstrip(".! ")
+
+
+class ExactJudge:
+    """Conservative fallback: normalised text equal -> ``same``, else ``distinct``.
+
+    It never says ``contradicts`` and cannot score entailment (DESIGN.md decision 6).
+    """
+
+    name: str = "exact"
+
+    def judge(self, a: str, b: str) -> Verdict:
+        """``same`` when the normalised claims are equal, else ``distinct``."""
+        return "same" if normalise_claim(a) == normalise_claim(b) else "distinct"
+
+    def judge_many(self, pairs: list[tuple[str, str]]) -> list[Verdict]:
+        """Judge each pair independently."""
+        return [self.judge(a, b) for a, b in pairs]
+
+    def entails(self, premise: str, hypothesis: str) -> float | None:
+        """Always None: text equality says nothing about entailment (LLD 6.6 not_checked)."""
+        return None
+
+
+# --- fake judge --------------------------------------------------------------------------
+
+JudgeCall = tuple[Literal["judge", "judge_many", "entails"], str, str]
+
+
+class FakeJudge:
+    """Table-driven judge for tests (LLD 5, STYLE.md habit 3).
+
+    ``table`` gives verdicts, looked up as ``(a, b)`` then ``(b, a)``; ``entailment``
+    gives directed scores. Every call is appended to ``calls`` as ``(kind, a, b)``, one
+    entry per pair for ``judge_many``, so tests can assert what was judged and how.
+    """
+
+    name: str = "fake"
+
+    def __init__(
+        self,
+        table: Mapping[tuple[str, str], Verdict] | None = None,
+        entailment: Mapping[tuple[str, str], float] | None = None,
+        default: Verdict = "distinct",
+        default_entailment: float | None = 1.0,
+    ) -> None:
+        self.table: dict[tuple[str, str], Verdict] = dict(table or {})
+        self.entailment: dict[tuple[str, str], float] = dict(entailment or {})
+        self.default: Verdict = default
+        self.default_entailment = default_entailment
+        self.calls: list[JudgeCall] = []
+
+    def _lookup(self, a: str, b: str) -> Verdict:
+        found = self.table.get((a, b))
+        if found is None:
+            found = self.table.get((b, a))
+        return self.default if found is None else found
+
+    def judge(self, a: str, b: str) -> Verdict:
+        """The table's verdict for the pair in either order, else ``default``."""
+        self.calls.append(("judge", a, b))
+        return self._lookup(a, b)
+
+    def judge_many(self, pairs: list[tuple[str, str]]) -> list[Verdict]:
+        """``judge`` for each pair, recorded as ``judge_many`` calls."""
+        self.calls.extend(("judge_many", a, b) for a, b in pairs)
+        return [self._lookup(a, b) for a, b in pairs]
+
+    def entails(self, premise: str, hypothesis: str) -> float | None:
+        """The directed score from ``entailment``, else ``default_entailment``."""
+        self.calls.append(("entails", premise, hypothesis))
+        return self.entailment.get((premise, hypothesis), self.default_entailment)
+
+
+def judge_from_config(cfg: EquivalenceConfig, device: str = "cpu") -> EquivalenceJudge:
+    """Build the judge ``ingestion.equivalence`` names (LLD 2.4, DESIGN.md decision 6).
+
+    ``exact`` and ``fake`` select those judges. Any other name is an NLI model loaded
+    now, offline; when it cannot load, the exact judge decides instead and one warning
+    says so.
+    """
+    if cfg.model == "exact":
+        return ExactJudge()
+    if cfg.model == "fake":
+        return FakeJudge()
+    if not _locally_available(cfg.model):
+        # Decided without importing torch: commands that never judge stay fast.
+        log.warning(
+            "equivalence judge: using exact (normalised text equality) because NLI model %s"
+            " is not a local path and not in the local Hugging Face cache", cfg.model,
+        )
+        return ExactJudge()
+    nli = NLICrossEncoderJudge(cfg.model, cfg.entail_floor, cfg.contradict_floor, device=device)
+    try:
+        nli.load()
+    except ModelError as exc:
+        log.warning("equivalence judge: using exact (normalised text equality) because %s", exc)
+        return ExactJudge()
+    log.info("equivalence judge: using %s", nli.name)
+    return nli
+
+
+def _locally_available(model: str) -> bool:
+    """A local model directory, or a hub name already in the Hugging Face cache."""
+    if Path(model).expanduser().is_dir():
+        return True
+    if "/" not in model:
+        return False
+    hub = os.environ.get("HF_HUB_CACHE") or os.path.join(
+        os.environ.get("HF_HOME") or os.path.join(Path.home(), ".cache", "huggingface"), "hub"
+    )
+    return Path(hub, "models--" + model.replace("/", "--")).is_dir()

@@ -1,0 +1,478 @@
+"""The write path (LLD 8.1 with the decisions of 6.3 and 6.4).
+
+``Ingestor.write`` validates, checks evidence and entailment, embeds, then decides and
+writes inside ONE ``atomic()`` transaction: entity creation, the same-entity scan, the
+nearby search, the judge and every row (record, embedding, FTS, links, conflicts, event)
+see one locked state, so two writers cannot both supersede the same incumbent. Nothing is
+written on any error. The in-memory vector index is updated only after the commit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+import numpy as np
+
+from retold.config import IngestionConfig
+from retold.index.embedder import Embedder
+from retold.index.vector import VectorIndex
+from retold.ingest.decision import Decision, decide_nearby, decide_subject
+from retold.ingest.entities import EntityError, EntityResolver
+from retold.ingest.equivalence import EquivalenceJudge
+from retold.ingest.evidence import normalize_ws, source_ref, validate_evidence
+from retold.ingest.subject import normalize_attribute, subject_of
+from retold.models import (
+    RECORD_TYPES,
+    EntityMention,
+    Principal,
+    Record,
+    Resolution,
+    Scope,
+)
+from retold.policy import grants
+from retold.policy.lifecycle import Lifecycle
+from retold.store import Store
+from retold.util import Clock, Timer, new_id
+
+__all__ = ["Ingestor", "WriteError", "WriteRequest", "WriteResult"]
+
+Origin = Literal["tool", "extraction", "host"]
+# LLD 8.1 step 3: tools and the extractor never write system or session_summary rows.
+_ALLOWED_SOURCES: dict[str, tuple[str, ...]] = {
+    "tool": ("user_statement", "tool_result", "agent_inference"),
+    "extraction": ("user_statement", "tool_result", "agent_inference"),
+    "host": ("user_statement", "system", "tool_result", "agent_inference"),
+}
+_DIRECT = ("user_statement", "tool_result")
+# Stages whose timing the event cannot contain (LLD 8.1 "timings_pending").
+_PENDING = ["event_log", "transaction", "index_update", "total"]
+NEARBY_K = 10
+
+
+@dataclass(frozen=True)
+class WriteRequest:
+    """One memory to write. ``target`` is a symbolic label offered to the model
+    (``personal``, ``current_project``) or, from trusted host and extraction code, a
+    concrete Scope; None means ``personal``."""
+
+    type: str
+    content: str
+    attribute: str | None = None
+    target: str | Scope | None = None
+    source_kind: str = "agent_inference"
+    evidence: str | None = None
+    evidence_turn: int | None = None
+    event_at: datetime | None = None
+    valid_from: datetime | None = None
+    valid_until: datetime | None = None
+    review_at: datetime | None = None
+    entities: tuple[EntityMention, ...] = ()
+    tags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class WriteError:
+    code: str  # an LLD 8.1 error outcome
+    message: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class WriteResult:
+    """What a write did: the LLD 8.1 outcome string, or the error it returned."""
+
+    outcome: str
+    record_id: str | None
+    status: str | None
+    note: str | None
+    timings_ms: dict[str, float]
+    error: WriteError | None = None
+    event_id: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class _Refusal(Exception):
+    def __init__(self, code: str, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.error = WriteError(code, message, details)
+
+
+@dataclass
+class _Provenance:
+    source_kind: str
+    source_ref: str | None
+    evidence: str | None
+    notes: list[str]
+    entailment: float | str | None  # a score, "not_checked", or None when not scored
+
+
+class Ingestor:
+    """The explicit-write path shared by memory_write, the host and extraction."""
+
+    def __init__(
+        self,
+        store: Store,
+        index: VectorIndex,
+        embedder: Embedder,
+        judge: EquivalenceJudge,
+        lifecycle: Lifecycle,
+        config: IngestionConfig,
+        clock: Clock,
+        *,
+        incremental_reload_max: int = 512,
+    ) -> None:
+        self.store, self.index, self.embedder, self.judge = store, index, embedder, judge
+        self.lifecycle, self.config, self.clock = lifecycle, config, clock
+        self.resolver = EntityResolver(store)
+        self._reload_max = incremental_reload_max
+
+    def write(self, principal: Principal, request: WriteRequest, *, origin: Origin = "tool") -> WriteResult:
+        """Write one memory; never raises for bad input (DESIGN.md decision 8)."""
+        timer = Timer()
+        try:
+            scope, attribute = self._authorize(principal, request, origin)
+            timer.mark("permission")
+            provenance = self._provenance(principal, request)
+            timer.mark("evidence")
+            vector = self.embedder.embed_documents([request.content])[0]
+            timer.mark("embed")
+            return self._decide_and_write(principal, request, scope, attribute, provenance, vector, timer)
+        except _Refusal as refusal:
+            timer.mark("refused")
+            return WriteResult(refusal.error.code, None, None, refusal.error.message,
+                               timer.as_dict(), refusal.error)
+
+    # -- steps 1-3: request, permission, evidence ------------------------------------------
+
+    def _authorize(
+        self, principal: Principal, request: WriteRequest, origin: Origin
+    ) -> tuple[Scope, str | None]:
+        if request.type not in RECORD_TYPES:
+            raise _Refusal("invalid_input", f"type must be one of {', '.join(RECORD_TYPES)}")
+        if not request.content or not request.content.strip():
+            raise _Refusal("invalid_input", "content must not be blank")
+        if request.evidence is not None and not request.evidence.strip():
+            raise _Refusal("invalid_input", "evidence must not be blank; omit it instead")
+        if request.source_kind not in _ALLOWED_SOURCES[origin]:
+            raise _Refusal(
+                "invalid_source_kind",
+                f"source_kind {request.source_kind!r} cannot be written here; use one of "
+                + ", ".join(_ALLOWED_SOURCES[origin]),
+            )
+        if isinstance(request.target, str):  # a symbolic label the model chose
+            offered = grants.resolve_write_target(self.store, principal, request.target)
+            if offered is None:
+                raise _Refusal("invalid_write_target",
+                               f"write_target {request.target!r} is not offered in this session")
+            scope = offered
+        else:
+            scope = request.target or Scope("user", principal.user_id)
+        if not grants.can_write(self.store, principal, scope):
+            raise _Refusal("scope_not_writable", f"scope {scope} is not writable for this agent and user")
+        attribute: str | None = None
+        if request.type != "episodic":
+            if not request.attribute or not request.attribute.strip():
+                raise _Refusal("invalid_subject", "attribute required for semantic and procedural memories")
+            attribute = normalize_attribute(request.attribute)
+            if not attribute:
+                raise _Refusal("invalid_subject", "attribute normalizes to nothing")
+        return scope, attribute
+
+    def _provenance(self, principal: Principal, request: WriteRequest) -> _Provenance:
+        """LLD 6.6 and 8.1 step 3: locate the quote, settle the source kind, check entailment."""
+        if request.source_kind == "system":  # the host's own API vouches for it
+            return _Provenance("system", None, request.evidence, [], None)
+        turns = self.store.turns(principal.session_id) if principal.session_id else []
+        check = validate_evidence(
+            turns, request.evidence, request.source_kind, turn_hint=request.evidence_turn,
+            min_characters=self.config.evidence.min_characters,
+            min_words=self.config.evidence.min_words, source_rank=self.lifecycle.ranks,
+        )
+        notes = [check.note] if check.note else []
+        if not check.found or check.turn is None or principal.session_id is None:
+            return _Provenance("agent_inference", None, None, notes, None)
+        ref = source_ref(principal.session_id, check.turn)
+        quote = normalize_ws(request.evidence or "")
+        kind: str = check.source_kind
+        entailment: float | str | None = None
+        if kind in _DIRECT and check.note is None:  # only a claim still direct is scored
+            score = self.judge.entails(quote, request.content)
+            if score is None:
+                entailment = "not_checked"
+            else:
+                entailment = round(float(score), 4)
+                if score < self.config.evidence.entail_floor:
+                    kind = "agent_inference"
+                    notes.append("evidence does not support claim")
+        return _Provenance(kind, ref, quote, notes, entailment)
+
+    # -- steps 4-8 inside one transaction ------------------------------------------------------
+
+    def _decide_and_write(
+        self,
+        principal: Principal,
+        request: WriteRequest,
+        scope: Scope,
+        attribute: str | None,
+        prov: _Provenance,
+        vector: np.ndarray,
+        timer: Timer,
+    ) -> WriteResult:
+        now = self.clock.now()
+        payload: dict[str, Any] = {"judge": self.judge.name, "origin_scope": str(scope),
+                                   "requested_source_kind": request.source_kind}
+        with self.store.atomic():
+            primary, links, ambiguous = self._entities(principal, request, scope, prov.notes)
+            timer.mark("entities")
+            status = self.lifecycle.initial_status(prov.source_kind)
+            candidate = Record(
+                id=new_id(), type=request.type, version=1,  # type: ignore[arg-type]
+                content=request.content.strip(), subject=subject_of(primary, attribute),
+                subject_entity_id=primary, attribute=attribute, scope=scope,
+                source_kind=prov.source_kind,  # type: ignore[arg-type]
+                source_ref=prov.source_ref, creator_agent_id=principal.agent_id,
+                evidence=prov.evidence, created_at=now, event_at=request.event_at or now,
+                expires_at=self.lifecycle.initial_expiry(prov.source_kind, now),
+                valid_from=request.valid_from, valid_until=request.valid_until,
+                review_at=request.review_at, review_flagged_at=None,
+                confidence=self.lifecycle.initial_confidence(prov.source_kind), status=status,
+                supersedes_id=None, reinforcements=0, last_reinforced_at=None,
+                tags=list(request.tags), entity_ids=[e for e, _ in links],
+            )
+            decision = self._decide(candidate, vector, now, payload, timer)
+            timer.mark("supersession")
+            outcome, record_id, changes = self._apply(candidate, decision, vector, links, now, payload)
+            timer.mark("persistence")
+            payload.update(
+                source_kind=prov.source_kind, source_ref=prov.source_ref, notes=prov.notes,
+                entailment=prov.entailment, outcome=outcome, ambiguous_mention=ambiguous,
+                timings_ms={k: v for k, v in timer.as_dict().items() if k != "total"},
+                timings_pending=_PENDING,
+            )
+            kind = "record.reinforced" if decision.action == "reinforce" else "record.created"
+            if decision.action == "reinforce":
+                payload["source_ref"] = prov.source_ref
+            event_id = self.store.append_event(kind, principal.agent_id, payload, record_id=record_id)
+            timer.mark("event_log")
+        timer.mark("transaction")
+        for changed_id, version, new_vector, seq in changes:
+            if new_vector is None:
+                self.index.acknowledge(changed_id, version)
+            else:
+                self.index.upsert(changed_id, new_vector, version, seq)
+        timer.mark("index_update")
+        final = self.store.get_record(record_id)
+        return WriteResult(outcome, record_id, final.status if final else None,
+                           "; ".join(prov.notes) or None, timer.as_dict(), None, event_id)
+
+    def _entities(
+        self, principal: Principal, request: WriteRequest, scope: Scope, notes: list[str]
+    ) -> tuple[str | None, list[tuple[str, str]], list[dict[str, Any]]]:
+        """Resolve mentions (LLD 9); return the primary entity, the links and ambiguities."""
+        try:
+            resolutions = self.resolver.resolve(list(request.entities), scope, principal)
+        except EntityError as exc:
+            # LLD 11: a missing and an unreadable entity id answer alike, as not_found.
+            code = {"entity_not_readable": "not_found", "entity_kind_mismatch": "invalid_input"}
+            raise _Refusal(code.get(exc.code, exc.code), str(exc)) from None
+        links: list[tuple[str, str]] = []
+        ambiguous: list[dict[str, Any]] = []
+        primary: str | None = None
+        for res in resolutions:
+            if res.outcome == "ambiguous":
+                if res.mention.role == "about":
+                    raise _Refusal(
+                        "entity_ambiguous",
+                        f"{res.mention.text!r} names several entities; pass one entity_id",
+                        candidates=self.resolver.describe_candidates(res.candidates),
+                    )
+                ambiguous.append({"text": res.mention.text, "candidates": res.candidates})
+                notes.append(f"ambiguous mention {res.mention.text!r} not linked")
+                continue
+            assert res.entity is not None
+            if res.mention.role == "about" and primary is None:
+                primary = res.entity.id
+            if all(res.entity.id != e for e, _ in links):
+                links.append((res.entity.id, res.mention.role))
+        if primary is None:
+            primary = self._principal_subject(principal, request, scope)
+            if primary is not None:
+                links.insert(0, (primary, "about"))
+        return primary, links, ambiguous
+
+    def _principal_subject(self, principal: Principal, request: WriteRequest, scope: Scope) -> str | None:
+        """LLD 8.1 step 5 and 9: a subject-less write is about the principal's person entity."""
+        own_scope = scope == Scope("user", principal.user_id)
+        if request.type != "episodic" and not own_scope:
+            raise _Refusal("invalid_subject", "about entity required")
+        if request.type == "episodic" and not grants.can_read(
+            self.store, principal, Scope("user", principal.user_id)
+        ):
+            return None
+        res: Resolution = self.resolver.principal_entity(principal)
+        if res.outcome == "ambiguous":
+            raise _Refusal(
+                "entity_ambiguous",
+                f"several person entities carry the alias of user {principal.user_id!r}",
+                candidates=self.resolver.describe_candidates(res.candidates),
+            )
+        return res.entity.id if res.entity else None
+
+    def _decide(
+        self, candidate: Record, vector: np.ndarray, now: datetime, payload: dict[str, Any], timer: Timer
+    ) -> Decision:
+        """LLD 6.3 rules 1-4 (episodic records skip the subject rules: they never supersede)."""
+        self.index.refresh(self.store, self._reload_max)
+        scanned: list[Record] = []
+        if candidate.type != "episodic" and candidate.subject_entity_id:
+            scanned = self._scan(candidate, now, payload)
+        eligible = self.store.eligible_ids([candidate.scope], [candidate.type], now=now)
+        nearby_ids = [
+            (rid, cos) for rid, cos in self.index.search(vector, eligible, NEARBY_K)
+            if cos >= self.config.dedup_candidate_cosine
+        ]
+        scanned_ids = {r.id for r in scanned}
+        nearby_records = {r.id: r for r in self.store.select_records(
+            "id IN (" + ",".join("?" * len(nearby_ids)) + ")", [rid for rid, _ in nearby_ids]
+        )} if nearby_ids else {}
+        nearby = [(nearby_records[rid], cos) for rid, cos in nearby_ids
+                  if rid in nearby_records and rid not in scanned_ids
+                  and (candidate.type == "episodic"
+                       or nearby_records[rid].subject_entity_id != candidate.subject_entity_id)]
+        cosines = {r.id: self._cosine(vector, r.id) for r in scanned}
+        timer.mark("dedup_search")
+        verdicts = self._judge(candidate, [*scanned, *(r for r, _ in nearby)])
+        timer.mark("judge")
+        payload["verdicts"] = verdicts
+        decision = None
+        if scanned:
+            decision = decide_subject(candidate, scanned, verdicts, cosines, self.lifecycle,
+                                      self.config.attribute_alias_cosine)
+        return decision or decide_nearby(candidate, nearby, verdicts)
+
+    def _scan(self, candidate: Record, now: datetime, payload: dict[str, Any]) -> list[Record]:
+        """Active records about the same entity, capped in reinforced-first order with the
+        same-attribute authority incumbent always kept (LLD 6.3)."""
+        assert candidate.subject_entity_id is not None
+        active = self.store.active_for_subject(candidate.scope, candidate.type,
+                                               candidate.subject_entity_id, now)
+        cap = self.config.max_entity_attributes
+        scanned = active[:cap]
+        if len(active) > cap:
+            payload["attribute_scan_truncated"] = True
+            same = [r for r in active if r.attribute == candidate.attribute]
+            if same:
+                incumbent = max(same, key=self.lifecycle.authority_key)
+                if incumbent not in scanned:
+                    scanned.append(incumbent)
+        return scanned
+
+    def _judge(self, candidate: Record, records: list[Record]) -> dict[str, str]:
+        """Every scanned record is judged before anything is decided (LLD 6.3). Identical
+        text is the same claim without asking the judge."""
+        verdicts: dict[str, str] = {}
+        pending: list[Record] = []
+        mine = normalize_ws(candidate.content).casefold()
+        for record in records:
+            if normalize_ws(record.content).casefold() == mine:
+                verdicts[record.id] = "same"
+            else:
+                pending.append(record)
+        if pending:
+            judged = self.judge.judge_many([(r.content, candidate.content) for r in pending])
+            verdicts.update({r.id: v for r, v in zip(pending, judged, strict=True)})
+        return verdicts
+
+    def _cosine(self, vector: np.ndarray, record_id: str) -> float:
+        other = self.index.vector_for(record_id)
+        return float(other @ vector) if other is not None else 0.0
+
+    # -- persistence --------------------------------------------------------------------------
+
+    def _apply(
+        self,
+        candidate: Record,
+        decision: Decision,
+        vector: np.ndarray,
+        links: list[tuple[str, str]],
+        now: datetime,
+        payload: dict[str, Any],
+    ) -> tuple[str, str, list[tuple[str, int, np.ndarray | None, int | None]]]:
+        """Write the decision; return the outcome, the record id and the index changes."""
+        store = self.store
+        changes: list[tuple[str, int, np.ndarray | None, int | None]] = []
+        if decision.attribute_aliased_from:
+            payload["attribute_aliased_from"] = decision.attribute_aliased_from
+        if decision.action == "reinforce":
+            assert decision.target is not None
+            return self._reinforce(candidate, decision.target, payload, changes)
+        target = decision.target
+        if decision.attribute != candidate.attribute:
+            candidate.attribute = decision.attribute
+            candidate.subject = subject_of(candidate.subject_entity_id, decision.attribute)
+        if decision.action == "supersede":
+            assert target is not None
+            candidate.supersedes_id, candidate.version = target.id, target.version + 1
+            outcome = f"superseded:{target.id}"
+        elif decision.action == "superseded_on_arrival":
+            assert target is not None
+            candidate.status = "superseded"
+            payload["superseded_on_arrival_by"] = target.id
+            outcome = f"superseded_on_arrival:{target.id}"
+        elif decision.action == "conflict":
+            assert target is not None
+            candidate.status = "provisional"
+            candidate.expires_at = self.lifecycle.provisional_expiry(now)
+            outcome = f"conflict:{target.id}"
+        else:
+            outcome = "created"
+        # A superseded incumbent must leave the live-summary and active sets before its
+        # successor arrives, so retire it first.
+        if decision.action == "supersede":
+            assert target is not None
+            retired = [target, *decision.also_superseded]
+            for old in retired:
+                old.status = "superseded"
+                version = store.save_lifecycle(old)
+                changes.append((old.id, version, None, None))
+                store.append_event("record.superseded", candidate.creator_agent_id,
+                                   {"by": candidate.id}, record_id=old.id)
+            payload["also_superseded"] = [r.id for r in decision.also_superseded]
+        store.insert_record(candidate)
+        store.link_record(candidate.id, links)
+        store.refresh_fts([candidate.id])
+        version = store.put_embedding(candidate.id, self.embedder.name, self.embedder.version, vector)
+        changes.append((candidate.id, version, vector, candidate.seq))
+        if decision.action == "conflict":
+            assert target is not None
+            store.add_conflict(candidate.id, target.id)
+            payload["conflict_with"] = target.id
+        return outcome, candidate.id, changes
+
+    def _reinforce(
+        self,
+        candidate: Record,
+        target: Record,
+        payload: dict[str, Any],
+        changes: list[tuple[str, int, np.ndarray | None, int | None]],
+    ) -> tuple[str, str, list[tuple[str, int, np.ndarray | None, int | None]]]:
+        """LLD 6.4: only an independent source reference counts."""
+        ref = candidate.source_ref
+        independent = ref is not None and ref not in self.store.counted_refs(target.id)
+        payload.update(counted=independent, incoming_evidence=candidate.evidence,
+                       incoming_source_kind=candidate.source_kind)
+        if not independent:
+            payload["reason"] = ("source reference already counted" if ref
+                                 else "an observation without a source reference is not independent")
+            return "already_reinforced", target.id, changes
+        result = self.lifecycle.reinforce(target, candidate.created_at, source_kind=candidate.source_kind,
+                                          source_ref=ref, evidence=candidate.evidence)
+        payload.update(confirmed=result.confirmed, provenance_upgraded=result.provenance_upgraded)
+        version = self.store.save_lifecycle(result.record)
+        changes.append((target.id, version, None, None))
+        return "reinforced", target.id, changes

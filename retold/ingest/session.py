@@ -1,0 +1,180 @@
+"""The session buffer and the adapter's ingestion hooks (LLD 12).
+
+The adapter stores every turn as it arrives, so ``memory_write`` and the extractor see
+the same transcript. Ending a session schedules extraction through an
+:class:`ExtractionScheduler`; the queue only ever carries the session id (DESIGN.md
+decision 1), and a queue failure never fails the agent: a beat task re-enqueues ended
+sessions that were never extracted.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Protocol, get_args
+
+from retold.models import Principal, Role, Turn
+from retold.store import Store
+from retold.util import Clock
+
+__all__ = ["ExtractionScheduler", "InProcessScheduler", "SessionBuffer", "SessionHooks"]
+
+log = logging.getLogger("retold.session")
+
+_ROLES: tuple[str, ...] = get_args(Role)
+
+# A derived session id ends in ``~<n>`` (LLD 12: <session_id>~2, ~3, ...).
+_SUFFIX = re.compile(r"^(?P<base>.+)~(?P<n>\d+)$")
+
+
+class ExtractionScheduler(Protocol):
+    """Where ended sessions go to be extracted in the background (LLD 8.2, 12)."""
+
+    def schedule(self, session_id: str) -> None:
+        """Enqueue extraction of one ended session; may raise if the queue is down."""
+        ...
+
+
+class InProcessScheduler:
+    """A scheduler with no queue: records each id and optionally runs it right away.
+
+    Tests use it, and so does any runtime without a Celery scheduler.
+    """
+
+    def __init__(self, run: Callable[[str], None] | None = None) -> None:
+        self.scheduled: list[str] = []
+        self._run = run
+
+    def schedule(self, session_id: str) -> None:
+        """Record ``session_id`` and call the injected ``run`` with it, if any."""
+        self.scheduled.append(session_id)
+        if self._run is not None:
+            self._run(session_id)
+
+
+class SessionBuffer:
+    """The short-term transcript read by evidence validation and extraction (LLD 12).
+
+    It is not the retrieval index: it reads the ``session_turns`` rows of the store.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def turns(self, session_id: str) -> list[Turn]:
+        """Every turn of the session in order (empty for an unknown session)."""
+        return self._store.turns(session_id)
+
+
+def _session_id(principal: Principal) -> str:
+    if not principal.session_id:
+        raise ValueError("principal.session_id is required for session hooks")
+    return principal.session_id
+
+
+class SessionHooks:
+    """``on_session_start`` / ``on_turn`` / ``on_session_end`` for adapters (LLD 12)."""
+
+    def __init__(
+        self,
+        store: Store,
+        scheduler: ExtractionScheduler,
+        idle_timeout: timedelta,
+        clock: Clock | None = None,
+    ) -> None:
+        if idle_timeout <= timedelta(0):
+            raise ValueError("idle_timeout must be positive")
+        self.store = store
+        self.scheduler = scheduler
+        self.idle_timeout = idle_timeout
+        self.clock: Clock = clock or store.clock
+
+    def on_session_start(self, principal: Principal) -> None:
+        """Create the session tied to this principal; calling it again changes nothing."""
+        self._start(principal, _session_id(principal), self.clock.now())
+
+    def on_turn(self, principal: Principal, role: str, content: str) -> Principal:
+        """Append one numbered turn and return the principal to keep using.
+
+        Tool turns carry the tool's result text, stored as given. An unknown session is
+        started implicitly. When the session has been idle longer than ``idle_timeout``
+        (or was already ended), the turn goes to a derived session ``<base>~n`` instead
+        and the returned principal names it (LLD 12).
+        """
+        session_id = _session_id(principal)
+        if role not in _ROLES:
+            raise ValueError(f"role must be one of {', '.join(_ROLES)}, got {role!r}")
+        now = self.clock.now()
+        # The split decision and the new session's first turn are one transaction, so a
+        # second writer on the same file sees either the old session open or the split.
+        with self.store.atomic():
+            session = self.store.get_session(session_id)
+            if session is None:
+                self._start(principal, session_id, now)
+                self.store.append_turn(session_id, role, content, now)
+                return principal
+            last = self.store.last_turn_at(session_id) or session.started_at
+            idle = now - last
+            if session.ended_at is None and idle <= self.idle_timeout:
+                self.store.append_turn(session_id, role, content, now)
+                return principal
+            ended_here = self.store.end_session(session_id, now)
+            new_id = self._next_session_id(session_id)
+            self.store.create_session(
+                new_id, principal.agent_id, principal.user_id, principal.project_id, now
+            )
+            self.store.append_event(
+                "session.split",
+                principal.agent_id,
+                {
+                    "from": session_id,
+                    "to": new_id,
+                    "idle_minutes": round(idle.total_seconds() / 60, 2),
+                    "reason": "idle" if ended_here else "already_ended",
+                },
+            )
+            self.store.append_turn(new_id, role, content, now)
+        # Scheduling happens after the commit: the queue is never called inside a
+        # transaction, and a session ended earlier was scheduled by whoever ended it.
+        if ended_here:
+            self._schedule(session_id)
+        return replace(principal, session_id=new_id)
+
+    def on_session_end(self, principal: Principal) -> None:
+        """Mark the session ended and schedule its extraction, once.
+
+        A second call, or a call for a session already ended by an idle split, schedules
+        nothing. A scheduler failure is logged, never raised (DESIGN.md decision 1).
+        """
+        session_id = _session_id(principal)
+        if self.store.end_session(session_id, self.clock.now()):
+            self._schedule(session_id)
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _start(self, principal: Principal, session_id: str, at: datetime) -> None:
+        self.store.create_session(
+            session_id, principal.agent_id, principal.user_id, principal.project_id, at
+        )
+
+    def _next_session_id(self, session_id: str) -> str:
+        """``<base>~(n+1)`` for ``<base>~n`` (``~2`` for an unsuffixed id), skipping ids
+        whose session row already exists."""
+        match = _SUFFIX.match(session_id)
+        base, number = (match["base"], int(match["n"]) + 1) if match else (session_id, 2)
+        while self.store.get_session(f"{base}~{number}") is not None:
+            number += 1
+        return f"{base}~{number}"
+
+    def _schedule(self, session_id: str) -> None:
+        try:
+            self.scheduler.schedule(session_id)
+        except Exception as exc:  # the agent is never failed by the queue (LLD 12)
+            log.warning(
+                "could not schedule extraction of session %s (%s: %s); the maintenance"
+                " task will re-enqueue it",
+                session_id, type(exc).__name__, exc,
+            )
