@@ -28,6 +28,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/index_bench.py
+	$(BIN)/python benchmarks/write_bench.py
 
 clean:
 	rm -rf .demo .pytest_cache .mypy_cache .ruff_cache

@@ -359,16 +359,16 @@ class Ingestor:
         """Active records about the same entity, capped in reinforced-first order with the
         same-attribute authority incumbent always kept (LLD 6.3)."""
         assert candidate.subject_entity_id is not None
-        active = self.store.active_for_subject(candidate.scope, candidate.type,
-                                               candidate.subject_entity_id, now)
         cap = self.config.max_entity_attributes
-        scanned = active[:cap]
-        if len(active) > cap:
+        args = (candidate.scope, candidate.type, candidate.subject_entity_id, now)
+        scanned = self.store.active_for_subject(*args, limit=cap + 1)
+        if len(scanned) > cap:
+            scanned = scanned[:cap]
             payload["attribute_scan_truncated"] = True
-            same = [r for r in active if r.attribute == candidate.attribute]
+            same = self.store.active_for_subject(*args, attribute=candidate.attribute)
             if same:
                 incumbent = max(same, key=self.lifecycle.authority_key)
-                if incumbent not in scanned:
+                if all(r.id != incumbent.id for r in scanned):
                     scanned.append(incumbent)
         return scanned
 

@@ -156,16 +156,27 @@ class RecordsMixin(StoreBase):
         return [record_from_row(row, links[row["id"]]) for row in rows]
 
     def active_for_subject(
-        self, scope: Scope, type_: str, entity_id: str, now: datetime
+        self,
+        scope: Scope,
+        type_: str,
+        entity_id: str,
+        now: datetime,
+        *,
+        attribute: str | None = None,
+        limit: int | None = None,
     ) -> list[Record]:
-        """Active records about one entity in one scope and type, most recently reinforced
-        first (the store order the LLD 6.3 attribute-scan cap applies to)."""
-        return self.select_records(
+        """Active records about one entity in one scope and type (optionally one attribute),
+        most recently reinforced first: the store order the LLD 6.3 scan cap applies to."""
+        where = (
             "scope_kind = ? AND scope_id = ? AND subject_entity_id = ? AND type = ?"
-            " AND status IN ('provisional', 'confirmed')"
-            " AND (expires_at IS NULL OR expires_at >= ?)",
-            (scope.kind, scope.id, entity_id, type_, to_iso(now)),
-            order="coalesce(last_reinforced_at, created_at) DESC, seq DESC",
+            " AND status IN ('provisional', 'confirmed') AND (expires_at IS NULL OR expires_at >= ?)"
+        )
+        params: list[Any] = [scope.kind, scope.id, entity_id, type_, to_iso(now)]
+        if attribute is not None:
+            where += " AND attribute = ?"
+            params.append(attribute)
+        return self.select_records(
+            where, params, order="coalesce(last_reinforced_at, created_at) DESC, seq DESC", limit=limit
         )
 
     def save_lifecycle(self, record: Record) -> int:
