@@ -230,3 +230,19 @@ def test_eligible_ids_is_one_indexed_query(store: Store) -> None:
         plan = " ".join(str(r) for r in conn.execute("EXPLAIN QUERY PLAN " + sql.replace("?", "NULL")))
     assert "records_scope" in plan
     assert "SCAN records" not in plan
+
+
+def test_store_with_unresolved_migration_issues_refuses_to_open(store_path: Path) -> None:
+    from retold.errors import MigrationIssuesError
+
+    store = Store(store_path)
+    rec = make_record()
+    store.insert_record(rec)
+    with store.atomic() as conn:
+        conn.execute("INSERT INTO migration_issues VALUES (2, ?, 'zero about links')", (rec.id,))
+    store.close()
+    with pytest.raises(MigrationIssuesError, match="1 legacy records"):
+        Store(store_path)
+    opened = Store(store_path, allow_migration_issues=True)
+    assert opened.migration_report is not None and opened.migration_report.unresolved == 1
+    opened.close()
