@@ -10,10 +10,14 @@ from retold.store.entities import EntitiesMixin
 from retold.store.events import EventsMixin
 from retold.store.grants import GrantsMixin
 from retold.store.records import RecordsMixin
+from retold.store.search import SearchMixin
+from retold.store.search_log import SearchLogMixin
 from retold.store.sessions import SessionsMixin
 
 __all__ = ["Store"]
 
 
-class Store(RecordsMixin, EntitiesMixin, SessionsMixin, GrantsMixin, EventsMixin):
-    """The store: records, embeddings, entities, sessions, grants and events."""
+class Store(
+    RecordsMixin, EntitiesMixin, SessionsMixin, GrantsMixin, EventsMixin, SearchMixin, SearchLogMixin
+):
+    """The store: records, embeddings, entities, sessions, grants, events and search logs."""
