@@ -15,11 +15,14 @@ from pathlib import Path
 from retold.config import Config, load_config
 from retold.host import MemoryHost
 from retold.index.embedder import Embedder, embedder_from_config
+from retold.index.reranker import Reranker, reranker_from_config
 from retold.index.vector import RefreshOutcome, VectorIndex
 from retold.ingest.equivalence import EquivalenceJudge, judge_from_config
 from retold.ingest.ingestor import Ingestor
 from retold.ingest.session import ExtractionScheduler, InProcessScheduler, SessionHooks
 from retold.policy.lifecycle import Lifecycle
+from retold.retrieve.retriever import Retriever
+from retold.retrieve.rewrite import NoRewriter, QueryRewriter
 from retold.store import Store
 from retold.util import Clock, SystemClock
 
@@ -38,6 +41,8 @@ class Runtime:
         *,
         judge: EquivalenceJudge | None = None,
         scheduler: ExtractionScheduler | None = None,
+        rewriter: QueryRewriter | None = None,
+        reranker: Reranker | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -52,6 +57,8 @@ class Runtime:
             timedelta(minutes=config.ingestion.session_idle_timeout_minutes), clock,
         )
         self._judge = judge
+        self._rewriter = rewriter
+        self._reranker = reranker
         self._closed = False
 
     @cached_property
@@ -66,6 +73,16 @@ class Runtime:
             self.store, self.index, self.embedder, self.judge, self.lifecycle,
             self.config.ingestion, self.clock,
             incremental_reload_max=self.config.embedding.incremental_reload_max,
+        )
+
+    @cached_property
+    def retriever(self) -> Retriever:
+        """The LLD 10 pipeline. The hosted rewriter arrives with the extraction work; until
+        then rewriting uses an injected rewriter or none."""
+        return Retriever(
+            self.store, self.index, self.embedder, self._rewriter or NoRewriter(),
+            self._reranker or reranker_from_config(self.config.reranker), self.config,
+            self.lifecycle, self.clock,
         )
 
     def refresh_index(self) -> RefreshOutcome:
@@ -92,12 +109,15 @@ def build_runtime(
     embedder: Embedder | None = None,
     judge: EquivalenceJudge | None = None,
     scheduler: ExtractionScheduler | None = None,
+    rewriter: QueryRewriter | None = None,
+    reranker: Reranker | None = None,
     allow_migration_issues: bool = False,
 ) -> Runtime:
     """Open (and migrate) the configured store and wire every part.
 
-    ``embedder``, ``judge`` and ``scheduler`` replace the configured ones (tests pass
-    fakes with pinned behaviour); ``clock`` replaces the wall clock.
+    ``embedder``, ``judge``, ``scheduler``, ``rewriter`` and ``reranker`` replace the
+    configured ones (tests pass fakes with pinned behaviour); ``clock`` replaces the wall
+    clock.
     """
     config = config or load_config()
     clock = clock or SystemClock()
@@ -115,4 +135,5 @@ def build_runtime(
     except BaseException:
         store.close()
         raise
-    return Runtime(config, store, chosen, clock, judge=judge, scheduler=scheduler)
+    return Runtime(config, store, chosen, clock, judge=judge, scheduler=scheduler,
+                   rewriter=rewriter, reranker=reranker)

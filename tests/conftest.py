@@ -105,3 +105,15 @@ def make_record(**fields: Any) -> Record:
 @pytest.fixture
 def record_factory() -> Callable[..., Record]:
     return make_record
+
+
+from tests.world import World, make_world  # noqa: E402  (tests.world imports T0 from here)
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    """A real store with grants, a provisioned user and an open session; fakes at the
+    model boundaries (see tests/world.py)."""
+    made = make_world(tmp_path)
+    yield made
+    made.rt.close()

@@ -8,7 +8,7 @@ import pytest
 
 from retold.models import Principal, Scope
 from retold.policy.grants import readable_scopes
-from tests.unit.ingest.world import ADITYA, AGENT, World, make_world
+from tests.world import ADITYA, AGENT, World, make_world
 
 CONCISE = "Keep answers concise and technical."
 

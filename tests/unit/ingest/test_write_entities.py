@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from retold.ingest.entities import normalize_alias
 from retold.models import EntityMention, Scope
-from tests.unit.ingest.world import ADITYA, AGENT, World
+from tests.world import ADITYA, AGENT, World
 
 
 def _two_projects_named_atlas(world: World) -> list[str]:

@@ -10,7 +10,7 @@ from datetime import timedelta
 
 from retold.ingest.evidence import EVIDENCE_NOT_FOUND, EVIDENCE_NOT_PROVIDED
 from tests.conftest import T0
-from tests.unit.ingest.world import World
+from tests.world import World
 
 USER_SAYS = "Please keep every answer short and technical."
 ASSISTANT_SAYS = "I think you prefer short technical answers overall."

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from retold.models import Principal
 from tests.conftest import T0
-from tests.unit.ingest.world import ADITYA, World, make_world
+from tests.world import ADITYA, World, make_world
 
 CONCISE = "Aditya prefers concise technical explanations."
 DETAILED = "Aditya prefers detailed architecture explanations."

@@ -1,0 +1,92 @@
+"""Budget fill with conflict-authority pairs (LLD 10.5 last paragraph, 10.8, 10.9).
+
+Walks ranked survivors and admits whole records until ``k`` primary results or the token
+budget. A provisional record with an eligible authority counterpart (a confirmed record,
+or one with more authority, that it conflicts with) is admitted or rejected together with
+it, so the caller never sees one half of a disagreement. A counterpart that already ranks
+above keeps its own position; one that ranks below (or did not survive) is pulled forward
+to sit immediately before the provisional record and does not take a primary slot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from retold.models import Candidate, Record
+
+__all__ = ["BudgetResult", "Placement", "fill_budget", "record_tokens"]
+
+ENVELOPE_TOKENS = 30  # one rendered header line per result (LLD 10.8)
+
+
+def record_tokens(record: Record) -> int:
+    """LLD 10.8: len(content) // 4 plus the envelope line."""
+    return len(record.content) // 4 + ENVELOPE_TOKENS
+
+
+@dataclass
+class Placement:
+    candidate: Candidate
+    primary: bool  # False for a counterpart pulled in beside its provisional conflict
+    tokens_used: int  # running total after this record
+    position: int  # 1-based position in the response
+
+
+@dataclass
+class BudgetResult:
+    chosen: list[Placement]
+    budget_out: list[str]
+
+
+def fill_budget(
+    ranked: Sequence[Candidate],
+    records: Mapping[str, Record],
+    k: int,
+    token_budget: int,
+    counterpart_of: Callable[[Record], Record | None],
+) -> BudgetResult:
+    """Choose the response records; ``counterpart_of`` returns a provisional record's
+    eligible authority counterpart (or None). Content is never truncated (LLD 10.8)."""
+    by_id = {c.record_id: c for c in ranked}
+    records = dict(records)  # counterparts that were not candidates join it below
+    chosen: list[Placement] = []
+    placed: set[str] = set()
+    rejected: set[str] = set()
+    budget_out: list[str] = []
+    used = primaries = 0
+
+    def admit(unit: list[tuple[Candidate, bool]]) -> None:
+        nonlocal used, primaries
+        for candidate, primary in unit:
+            used += record_tokens(records[candidate.record_id])
+            primaries += primary
+            placed.add(candidate.record_id)
+            chosen.append(Placement(candidate, primary, used, len(chosen) + 1))
+
+    for candidate in ranked:
+        if primaries >= k:
+            if candidate.record_id not in placed:
+                budget_out.append(candidate.record_id)
+            continue
+        if candidate.record_id in placed or candidate.record_id in rejected:
+            continue
+        record = records[candidate.record_id]
+        unit: list[tuple[Candidate, bool]] = [(candidate, True)]
+        counterpart = counterpart_of(record) if record.status == "provisional" else None
+        if counterpart is not None and counterpart.id not in placed:
+            if counterpart.id in rejected:  # its authority half did not fit: neither shows
+                rejected.add(candidate.record_id)
+                budget_out.append(candidate.record_id)
+                continue
+            records[counterpart.id] = counterpart
+            partner = by_id.get(counterpart.id) or Candidate(record_id=counterpart.id)
+            unit.insert(0, (partner, False))
+        cost = sum(record_tokens(records[c.record_id]) for c, _ in unit)
+        if used + cost > token_budget:
+            for c, _ in unit:
+                rejected.add(c.record_id)
+                budget_out.append(c.record_id)
+            continue
+        admit(unit)
+    return BudgetResult(chosen, list(dict.fromkeys(budget_out)))

@@ -1,0 +1,98 @@
+"""Per-result explanations and the rendered tool text (LLD 10.9)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Literal
+
+from retold.models import Candidate, Explanation, Record, RewriteStatus
+
+__all__ = ["explain", "render", "short_id"]
+
+Channel = Literal["dense", "lexical", "entity"]
+
+
+def short_id(record_id: str) -> str:
+    """The id shown to the model: the last eight hex digits of the UUIDv7.
+
+    The leading digits of a UUIDv7 are a timestamp shared by records written close
+    together; the trailing ones are random, so they tell records apart.
+    """
+    return record_id.replace("-", "")[-8:]
+
+
+def _matched(c: Candidate) -> tuple[list[Channel], str]:
+    channels: list[Channel] = []
+    parts = []
+    if c.dense is not None:
+        channels.append("dense")
+        parts.append(f"dense {c.dense.score:.2f} (rank {c.dense.rank})")
+    if c.lexical is not None:
+        channels.append("lexical")
+        terms = c.lexical_terms
+        fraction = f"{len(terms.terms)}/{terms.total_terms}" if terms else "?"
+        parts.append(f"lexical {fraction} (rank {c.lexical.rank})")
+    if c.entity is not None:
+        channels.append("entity")
+        parts.append(f"entity (rank {c.entity.rank})")
+    return channels, ", ".join(parts) or "authority counterpart of a provisional conflict"
+
+
+def explain(
+    placements: Sequence[tuple[Candidate, Record, str, str]],
+    raw_queries: list[str],
+    rewritten: list[str] | None,
+    rewrite_status: RewriteStatus,
+    conflicts: Mapping[str, list[str]],
+) -> list[Explanation]:
+    """One Explanation per returned record; ``placements`` carry (candidate, record,
+    dedup note, budget note) in response order, ``conflicts`` the eligible conflicting
+    ids of each record."""
+    out = []
+    for candidate, record, dedup, budget in placements:
+        channels, matched = _matched(candidate)
+        gate = candidate.gate_reason or "admitted as the authority counterpart of a conflict"
+        rerank = None
+        if candidate.rerank_score is not None and candidate.rank_after_rerank is not None:
+            rerank = (candidate.fused_rank, candidate.rank_after_rerank, candidate.rerank_score)
+        conflicts_with = list(conflicts.get(record.id, []))
+        summary = f"matched: {matched}"
+        if candidate.fused_rank:
+            summary += f"; fused rank {candidate.fused_rank}"
+        summary += f"; {gate}"
+        if conflicts_with:
+            summary += "; conflicts with " + ", ".join(short_id(i) for i in conflicts_with)
+        out.append(Explanation(
+            raw_queries=raw_queries, rewritten_queries=rewritten, rewrite_status=rewrite_status,
+            matched_by=channels, dense=candidate.dense, lexical=candidate.lexical,
+            lexical_terms=candidate.lexical_terms, entity=candidate.entity,
+            fused_rank=candidate.fused_rank, freshness_multiplier=candidate.freshness_multiplier,
+            rerank=rerank, gate=gate, dedup=dedup, budget=budget,
+            source_kind=record.source_kind, status=record.status, created_at=record.created_at,
+            event_at=record.event_at, entity_ids=list(record.entity_ids),
+            conflicts_with=conflicts_with, summary=summary,
+        ))
+    return out
+
+
+def render(
+    results: Sequence[tuple[Record, Explanation]],
+    raw_queries: list[str],
+    rewritten: list[str] | None,
+    empty_reason: str | None,
+) -> str:
+    """The text the model sees: a header, then one block per result (LLD 10.9)."""
+    searched = ", ".join(f'"{q}"' for q in (rewritten or raw_queries))
+    header = f"searched for: {searched}"
+    if rewritten:
+        header += " (rewritten from " + ", ".join(f'"{q}"' for q in raw_queries) + ")"
+    if not results:
+        return f"{header}\nno memory found: {empty_reason or 'nothing relevant is stored'}"
+    blocks = [header]
+    for record, explanation in results:
+        blocks.append(
+            f"[{short_id(record.id)}] {record.type} · {record.status} · {record.source_kind}"
+            f" · event {record.event_at.date().isoformat()} · scope {record.scope}\n"
+            f"{record.content}\n{explanation.summary}"
+        )
+    return "\n\n".join(blocks)

@@ -1,0 +1,55 @@
+"""Freshness: episodic scores decay with event age after fusion (LLD 10.4)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+
+from retold.config import FreshnessConfig
+from retold.models import Candidate, Record
+
+__all__ = ["apply_freshness", "freshness_multiplier"]
+
+
+def freshness_multiplier(record: Record, now: datetime, cfg: FreshnessConfig) -> float:
+    """``max(floor, 0.5 ** (age_days / half_life))`` for one record (LLD 10.4).
+
+    Age counts whole days of ``now - event_at``; a future ``event_at`` counts as age 0,
+    so a record can never be boosted above its fused score.
+    """
+    age_days = max((now - record.event_at).days, 0)
+    decay: float = 0.5 ** (age_days / cfg.episodic_half_life_days)
+    return max(cfg.floor, decay)
+
+
+def apply_freshness(
+    candidates: list[Candidate],
+    records: Mapping[str, Record],
+    now: datetime,
+    cfg: FreshnessConfig,
+    *,
+    time_window: bool,
+) -> list[tuple[str, float]]:
+    """Set ``freshness_multiplier`` and ``score`` on each candidate, then re-sort (LLD 10.4).
+
+    Episodic records get ``score = rrf_score * multiplier``. Semantic and procedural
+    records keep their fused score, because supersession already retires stale facts;
+    so does every record when ``time_window`` is set (the request had ``since`` or
+    ``until``), because the caller chose the time range. A candidate whose record is
+    missing from ``records`` is left undecayed. ``candidates`` is sorted by the new score
+    in place (stable, so equal scores keep fused order); the return value lists
+    ``(record_id, multiplier)`` for every candidate that received a multiplier.
+    """
+    adjusted: list[tuple[str, float]] = []
+    for candidate in candidates:
+        candidate.freshness_multiplier = None
+        candidate.score = candidate.rrf_score
+        record = records.get(candidate.record_id)
+        if time_window or record is None or record.type != "episodic":
+            continue
+        multiplier = freshness_multiplier(record, now, cfg)
+        candidate.freshness_multiplier = multiplier
+        candidate.score = candidate.rrf_score * multiplier
+        adjusted.append((candidate.record_id, multiplier))
+    candidates.sort(key=lambda c: -c.score)
+    return adjusted

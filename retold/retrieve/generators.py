@@ -1,0 +1,206 @@
+"""The three candidate generators of LLD 10.1 stage 4: dense, lexical and entity.
+
+Each generator is restricted to the eligible set before it applies its limit, and each
+returns a ranking that fusion (LLD 10.3) reads by position only. The SQL lives in
+:mod:`retold.store.search`; this module turns queries into terms, n-grams and vectors
+and scores what the store returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from retold.index.vector import VectorIndex
+from retold.ingest.entities import normalize_alias
+from retold.models import ACTIVE_STATUSES, LexicalMatch, LexicalTerm, Scope
+from retold.retrieve.terms import QueryTerm, alias_ngrams, fts_tokens, query_terms
+from retold.store import EligibleSet, Store
+
+__all__ = [
+    "LexicalHit",
+    "dense_candidates",
+    "entity_candidates",
+    "fts_match_expression",
+    "lexical_candidates",
+    "resolve_entity_aliases",
+]
+
+
+# -- dense (LLD 10.1) --------------------------------------------------------------------
+
+
+def dense_candidates(
+    index: VectorIndex, qvecs: np.ndarray, eligible: EligibleSet, k: int
+) -> list[tuple[str, float]]:
+    """``(record_id, cosine)`` of the ``k`` best eligible records over all queries.
+
+    The query vectors go to the index as one (q, dims) matrix: each record keeps its best
+    cosine over the queries and the cap applies to that union, not to each query's own
+    list (LLD 10.1: "cap the post-union list, not each query alone").
+    """
+    queries = np.asarray(qvecs, dtype=np.float32)
+    if queries.ndim == 1:
+        queries = queries[None, :]
+    if k <= 0 or queries.shape[0] == 0 or len(eligible) == 0:
+        return []
+    return index.search(queries, eligible, k)
+
+
+# -- lexical (LLD 10.2) ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LexicalHit:
+    """One lexical candidate: 1-based rank in bm25 order, SQLite's bm25 (lower is
+    better) and the matched terms of the query that covered it best."""
+
+    record_id: str
+    rank: int
+    bm25: float
+    match: LexicalMatch
+
+
+def fts_match_expression(terms: Sequence[QueryTerm]) -> str:
+    """An FTS5 expression OR-ing ``terms``; every term is a quoted phrase.
+
+    Term tokens hold only letters and digits, so quoting makes every one a literal:
+    FTS5 syntax in user text (``"``, ``*``, ``(``, ``NEAR``, ``-``, ``:``) can never
+    reach the parser as an operator. A multi-token term (``"bge m3"``) is a phrase,
+    matching only where its tokens are adjacent in one column.
+    """
+    values = dict.fromkeys(term.value for term in terms if term.tokens)
+    return " OR ".join(f'"{value}"' for value in values)
+
+
+def lexical_candidates(
+    store: Store,
+    queries: list[str],
+    eligible: EligibleSet,
+    k: int,
+    entity_aliases: frozenset[str] = frozenset(),
+) -> list[LexicalHit]:
+    """The ``k`` best eligible FTS matches for all queries, with per-query coverage.
+
+    LLD 10.2: the distinct terms of every query are OR-ed into one bm25-ranked FTS query
+    (weights content 1, subject 2, aliases 3) restricted to ``eligible`` before the
+    limit. Each returned record then gets its term coverage computed separately for every
+    query, and keeps the query with the best fraction: its matched terms, flagged as
+    identifiers and as entity aliases (``entity_aliases`` are alias norms), and that
+    query's total term count for the gate. A query without surviving terms contributes
+    nothing; when no query has one, FTS is never touched.
+    """
+    per_query = [terms for terms in (query_terms(query) for query in queries) if terms]
+    if not per_query or k <= 0:
+        return []
+    match = fts_match_expression([term for terms in per_query for term in terms])
+    alias_norms = {normalize_alias(alias) for alias in entity_aliases}
+    alias_tokens = {tuple(fts_tokens(alias, reduce_contractions=False)) for alias in entity_aliases}
+
+    def flagged(term: QueryTerm) -> LexicalTerm:
+        is_alias = term.tokens in alias_tokens or normalize_alias(term.value) in alias_norms
+        return LexicalTerm(term.value, term.is_identifier, is_alias)
+
+    hits: list[LexicalHit] = []
+    for rank, row in enumerate(store.fts_candidates(match, eligible, k), start=1):
+        fields = _FieldTokens((row.content, row.subject, row.aliases))
+        best: tuple[float, int] = (-1.0, 0)
+        best_terms: list[QueryTerm] = []
+        best_total = len(per_query[0])
+        for terms in per_query:
+            matched = [term for term in terms if fields.contains(term.tokens)]
+            # Best fraction first; on a tie, the query that matched more terms.
+            key = (len(matched) / len(terms), len(matched))
+            if key > best:
+                best, best_terms, best_total = key, matched, len(terms)
+        found = LexicalMatch(tuple(flagged(term) for term in best_terms), best_total)
+        hits.append(LexicalHit(row.record_id, rank, row.bm25, found))
+    return hits
+
+
+class _FieldTokens:
+    """The token sequences of one row's indexed fields, for term coverage (LLD 10.2 step 5).
+
+    Each field is kept both as FTS5 indexed it and with contractions reduced as query
+    terms are, so "aditya's" in a record covers the term "aditya" either way.
+    """
+
+    def __init__(self, fields: Sequence[str]) -> None:
+        self.sequences: list[list[str]] = []
+        for text in fields:
+            raw = fts_tokens(text, reduce_contractions=False)
+            reduced = fts_tokens(text)
+            self.sequences.append(raw)
+            if reduced != raw:
+                self.sequences.append(reduced)
+        self.words = {token for sequence in self.sequences for token in sequence}
+
+    def contains(self, tokens: tuple[str, ...]) -> bool:
+        """A single token anywhere; several only contiguous within one field."""
+        if len(tokens) == 1:
+            return tokens[0] in self.words
+        if not tokens or not all(token in self.words for token in tokens):
+            return False
+        width = len(tokens)
+        for sequence in self.sequences:
+            for start in range(len(sequence) - width + 1):
+                if tuple(sequence[start : start + width]) == tokens:
+                    return True
+        return False
+
+
+# -- entities (LLD 10.2, entity generator paragraph) -------------------------------------
+
+
+def resolve_entity_aliases(
+    store: Store,
+    entities: list[str] | None,
+    queries: list[str],
+    scopes: Sequence[Scope],
+    max_alias_tokens: int,
+) -> dict[str, list[str]]:
+    """``{alias_norm: [entity_id, ...]}`` for every alias the request names.
+
+    The explicit ``entities`` strings are normalised whole; query text contributes every
+    n-gram of up to ``max_alias_tokens`` words (possessives and contractions removed).
+    All candidates go to the store in ONE batched lookup (LLD 17.4). Only entities in
+    ``scopes`` count; a merged entity is followed to its survivor, and only active
+    survivors in a readable scope are returned, each id once per alias.
+    """
+    candidates: dict[str, None] = {}
+    for name in entities or []:
+        alias = normalize_alias(name)
+        if alias:
+            candidates[alias] = None
+    for query in queries:
+        candidates.update(dict.fromkeys(alias_ngrams(query, max_alias_tokens)))
+    if not candidates or not scopes:
+        return {}
+    readable = set(scopes)
+    found = store.entities_by_aliases(
+        list(candidates), scopes=scopes, statuses=(*ACTIVE_STATUSES, "merged")
+    )
+    out: dict[str, list[str]] = {}
+    for alias, hits in found.items():
+        ids: dict[str, None] = {}
+        for entity in hits:
+            survivor = store.follow_merges(entity) if entity.merged_into else entity
+            if survivor.status in ACTIVE_STATUSES and survivor.scope in readable:
+                ids[survivor.id] = None
+        if ids:
+            out[alias] = list(ids)
+    return out
+
+
+def entity_candidates(
+    store: Store, alias_matches: dict[str, list[str]], eligible: EligibleSet, k: int
+) -> list[tuple[str, str]]:
+    """``(record_id, entity_id)`` of the ``k`` best eligible records linked to the
+    resolved entities: ``about`` before ``mentions``, then most recent first; the
+    eligible restriction applies before the limit (LLD 10.2)."""
+    entity_ids = list(dict.fromkeys(eid for ids in alias_matches.values() for eid in ids))
+    if not entity_ids or k <= 0:
+        return []
+    return store.records_for_entities(entity_ids, eligible, k)

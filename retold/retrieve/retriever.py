@@ -1,0 +1,273 @@
+"""The retrieval pipeline of LLD 10.1: one search, eleven stages, one search_log row.
+
+Every stage runs in order with a Timer mark after it. The eligible set is computed
+before any candidate is generated, every generator is restricted to it, and the fused
+list is filtered against it again before records are loaded (the hard isolation
+invariant of LLD 10.1), so no stage can surface a record the caller may not read.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
+
+from retold.config import Config, DenseFloors
+from retold.index.embedder import Embedder
+from retold.index.reranker import Reranker, apply_reranker_floor, rerank_with_timeout
+from retold.index.vector import VectorIndex
+from retold.models import (
+    Candidate,
+    Principal,
+    Record,
+    SearchRequest,
+    SearchResponse,
+    SearchResult,
+)
+from retold.policy.grants import readable_scopes
+from retold.policy.lifecycle import Lifecycle
+from retold.retrieve.budget import fill_budget
+from retold.retrieve.dedup import collapse_duplicates
+from retold.retrieve.explain import explain, render
+from retold.retrieve.freshness import apply_freshness
+from retold.retrieve.fusion import fuse
+from retold.retrieve.gate import GateFloors, RecordKind, floors_for, gate
+from retold.retrieve.generators import (
+    dense_candidates,
+    entity_candidates,
+    lexical_candidates,
+    resolve_entity_aliases,
+)
+from retold.retrieve.rewrite import QueryRewriter, rewrite_stage
+from retold.store import EligibleSet, Store
+from retold.util import Clock, Timer, new_id, to_iso
+
+__all__ = ["Retriever", "SearchOutcome"]
+
+
+@dataclass
+class SearchOutcome:
+    """The response plus the text rendered for the model (LLD 10.9)."""
+
+    response: SearchResponse
+    rendered: str
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, default=lambda v: to_iso(v) if isinstance(v, datetime) else str(v))
+
+
+class Retriever:
+    """``memory_search`` for one process: the store, its RAM index and the models."""
+
+    def __init__(
+        self,
+        store: Store,
+        index: VectorIndex,
+        embedder: Embedder,
+        rewriter: QueryRewriter,
+        reranker: Reranker,
+        config: Config,
+        lifecycle: Lifecycle,
+        clock: Clock,
+    ) -> None:
+        self.store, self.index, self.embedder = store, index, embedder
+        self.rewriter, self.reranker = rewriter, reranker
+        self.config, self.lifecycle, self.clock = config, lifecycle, clock
+
+    def memory_search(self, principal: Principal, request: SearchRequest) -> SearchResponse:
+        """Run one search and log it (LLD 10.1)."""
+        return self.search(principal, request).response
+
+    def search(self, principal: Principal, request: SearchRequest) -> SearchOutcome:
+        """Run one search; return the response and its rendered text."""
+        cfg = self.config.retrieval
+        timer = Timer()
+        warm = self.embedder.is_loaded and self.index.is_loaded
+        search_id = new_id()  # first: the log's key, and part of the response
+        started = self.clock.now()
+        k = request.k or (cfg.trigger.auto_k if request.trigger == "auto" else cfg.default_k)
+
+        queries, rewrite_status = rewrite_stage(self.rewriter, list(request.queries), request.context,
+                                                cfg.rewrite)
+        timer.mark("rewrite")
+        scopes = readable_scopes(self.store, principal)
+        timer.mark("scopes")
+        eligible = self.store.eligible_ids(scopes, request.types, request.since, request.until,
+                                           request.include_history, started)
+        timer.mark("filter")
+        refresh = self.index.refresh(self.store, self.config.embedding.incremental_reload_max)
+        timer.mark("index_refresh")
+        qvecs = self.embedder.embed_queries(queries)
+        timer.mark("embed")
+        dense = dense_candidates(self.index, qvecs, eligible, cfg.per_generator_k)
+        timer.mark("dense")
+        aliases = resolve_entity_aliases(self.store, request.entities, queries, scopes,
+                                         cfg.max_alias_tokens)
+        lexical = lexical_candidates(self.store, queries, eligible, cfg.per_generator_k,
+                                     frozenset(aliases))
+        timer.mark("lexical")
+        entity = entity_candidates(self.store, aliases, eligible, cfg.per_generator_k)
+        timer.mark("entity")
+        candidates = [c for c in fuse(dense, lexical, entity, cfg.rrf_k) if c.record_id in eligible]
+        timer.mark("fuse")
+
+        records = {r.id: r for r in self._records([c.record_id for c in candidates])}
+        fused_log = [[c.record_id, c.fused_rank, c.rrf_score, records[c.record_id].type,
+                      records[c.record_id].source_kind] for c in candidates]
+        freshness_log = apply_freshness(candidates, records, started, cfg.freshness,
+                                        time_window=request.since is not None or request.until is not None)
+        timer.mark("freshness")
+
+        floors = floors_for(cfg.gate, request.trigger)
+        kinds = {rid: RecordKind(r.type, r.source_kind) for rid, r in records.items()}
+        cross_only = self.config.reranker.enabled and self.config.reranker.mode == "cross_encoder_only"
+        gated = gate(candidates, kinds, _policy_only(floors) if cross_only else floors)
+        timer.mark("gate")
+        kept, deduped_out = collapse_duplicates(gated.kept, self.index, cfg.dedup_cosine)
+        timer.mark("dedup")
+        kept, rerank = self._rerank(kept, records, queries, kinds, floors, cross_only)
+        timer.mark("rerank")
+
+        counterparts: dict[str, Record] = {}
+        budget = fill_budget(kept, records, k, cfg.token_budget,
+                             lambda r: self._counterpart(r, eligible, counterparts))
+        records.update(counterparts)
+        timer.mark("budget")
+
+        conflicts = {p.candidate.record_id: [o for o in self.store.conflicts_of(p.candidate.record_id)
+                                             if o in eligible] for p in budget.chosen}
+        dedup_notes = {kept_id: f"kept over {dropped} at cosine {cos:.2f}"
+                       for dropped, kept_id, cos in deduped_out}
+        placements = [
+            (p.candidate, records[p.candidate.record_id],
+             dedup_notes.get(p.candidate.record_id, "kept"),
+             f"fit at position {p.position} of {k}, {p.tokens_used} tokens used"
+             + ("" if p.primary else " (authority counterpart, no primary slot)"))
+            for p in budget.chosen
+        ]
+        rewritten = queries if rewrite_status == "applied" else None
+        explanations = explain(placements, list(request.queries), rewritten, rewrite_status, conflicts)
+        results = [SearchResult(record, candidate.score, ex)
+                   for (candidate, record, _, _), ex in zip(placements, explanations, strict=True)]
+        empty_reason = None
+        if not results and not gated.kept:
+            empty_reason = gated.empty_reason
+        elif not results:
+            empty_reason = self._later_empty_reason(rerank, budget.budget_out)
+        rendered = render([(r.record, r.explanation) for r in results], list(request.queries),
+                          rewritten, empty_reason)
+        timer.mark("explain")
+
+        self.store.insert_search_log({
+            "id": search_id, "at": to_iso(started), "agent_id": principal.agent_id,
+            "user_id": principal.user_id, "session_id": principal.session_id,
+            "trigger": request.trigger,
+            "request": _json({"queries": request.queries, "types": request.types,
+                              "entities": request.entities, "since": request.since,
+                              "until": request.until, "k": request.k,
+                              "include_history": request.include_history}),
+            "context": request.context, "rewrite_status": rewrite_status,
+            "rewritten_queries": _json(rewritten) if rewritten is not None else None,
+            "readable_scopes": _json([str(s) for s in scopes]),
+            "dense": _json([[rid, rank, round(cos, 6)] for rank, (rid, cos) in enumerate(dense, 1)]),
+            "lexical": _json([[h.record_id, h.rank, h.bm25,
+                               [[t.value, t.is_identifier, t.is_entity_alias] for t in h.match.terms],
+                               h.match.total_terms] for h in lexical]),
+            "entity": _json([[rid, rank, eid] for rank, (rid, eid) in enumerate(entity, 1)]),
+            "fused": _json(fused_log), "freshness": _json(freshness_log),
+            "gated_out": _json(gated.gated_out), "deduped_out": _json(deduped_out),
+            "reranked": _json(rerank.logged) if rerank.logged is not None else None,
+            "reranked_out": _json(rerank.omitted), "rerank_status": rerank.status,
+            "rerank_error": rerank.error, "budget_out": _json(budget.budget_out),
+            "returned": _json([r.record.id for r in results]),
+            "explanations": _json([asdict(r.explanation) | {"record_id": r.record.id} for r in results]
+                                  or [{"empty_reason": empty_reason}]),
+            "config_flags": _json(self._flags(floors, refresh, k)), "warm": int(warm),
+            "timings_ms": _json(timer.as_dict()),
+        })
+        timer.mark("log")
+        response = SearchResponse(search_id, list(request.queries), rewritten, rewrite_status,
+                                  results, empty_reason, timer.as_dict())
+        return SearchOutcome(response, rendered)
+
+    # -- stages ---------------------------------------------------------------------------
+
+    def _records(self, ids: list[str]) -> list[Record]:
+        if not ids:
+            return []
+        return self.store.select_records(f"id IN ({', '.join('?' * len(ids))})", ids)
+
+    def _rerank(
+        self,
+        kept: list[Candidate],
+        records: dict[str, Record],
+        queries: list[str],
+        kinds: dict[str, RecordKind],
+        floors: GateFloors,
+        cross_only: bool,
+    ) -> tuple[list[Candidate], _Rerank]:
+        """LLD 10.7: the optional cross-encoder over the shortlist, with its fallback."""
+        rcfg = self.config.reranker
+        if not rcfg.enabled or not kept:
+            return kept, _Rerank("disabled" if not rcfg.enabled else "applied", None, [], None)
+        shortlist, rest = kept[: rcfg.candidates], kept[rcfg.candidates:]
+        outcome = rerank_with_timeout(
+            self.reranker, shortlist, {rid: r.content for rid, r in records.items()}, queries,
+            timeout_ms=rcfg.timeout_ms, on_failure=rcfg.on_failure,
+        )
+        if outcome.status != "applied":
+            # Fallback serves the RRF order with nothing removed; with the cross-encoder as
+            # the only relevance decision, the floors it replaced must run first.
+            if cross_only:
+                kept = gate(kept, kinds, floors).kept
+            return kept, _Rerank(outcome.status, None, [], outcome.error)
+        omitted: list[list[Any]] = [[c.record_id, "outside reranker shortlist", None] for c in rest]
+        assert rcfg.floor is not None  # load_config refuses an enabled reranker without one
+        survivors, below = apply_reranker_floor(outcome.candidates, rcfg.floor)
+        omitted += [list(row) for row in below]
+        return survivors, _Rerank("applied", outcome.logged, omitted, None)
+
+    def _counterpart(self, record: Record, eligible: EligibleSet, cache: dict[str, Record]) -> Record | None:
+        """The eligible authority counterpart of a provisional conflict (LLD 10.5, 10.9)."""
+        others = [o for o in self.store.conflicts_of(record.id) if o in eligible]
+        options = [o for o in self._records(others)
+                   if o.status == "confirmed" or self.lifecycle.has_authority(o, record)]
+        if not options:
+            return None
+        best = max(options, key=self.lifecycle.authority_key)
+        cache[best.id] = best
+        return best
+
+    @staticmethod
+    def _later_empty_reason(rerank: _Rerank, budget_out: list[str]) -> str:
+        if rerank.omitted and rerank.status == "applied":
+            return "every gate survivor fell below the reranker floor or outside its shortlist"
+        if budget_out:
+            return "no survivor fit the token budget"
+        return "no survivor remained after duplicate collapse"
+
+    def _flags(self, floors: GateFloors, refresh: str, k: int) -> dict[str, Any]:
+        return {
+            "embedding_model": self.embedder.name, "embedding_version": self.embedder.version,
+            "rewrite_enabled": self.config.retrieval.rewrite.enabled,
+            "reranker_enabled": self.config.reranker.enabled,
+            "reranker_mode": self.config.reranker.mode, "gate": floors.as_dict(),
+            "index_refresh": refresh, "k": k, "token_budget": self.config.retrieval.token_budget,
+            "ranking": "rrf_cross_encoder" if self.config.reranker.enabled else "rrf_only",
+        }
+
+
+@dataclass
+class _Rerank:
+    status: str
+    logged: list[Any] | None
+    omitted: list[list[Any]]
+    error: str | None
+
+
+def _policy_only(floors: GateFloors) -> GateFloors:
+    """cross_encoder_only: only the source-kind policy gates before the reranker (LLD 2.2)."""
+    open_floor = DenseFloors(semantic=-1.0, episodic=-1.0, procedural=-1.0, session_summary=-1.0)
+    return GateFloors(open_floor, 0.0, 0, 0.0, floors.exclude_source_kinds)

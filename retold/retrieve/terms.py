@@ -1,0 +1,195 @@
+"""Query terms for the lexical and entity generators (LLD 10.2 steps 1-2, LLD 10.5).
+
+A query is split on whitespace first, so identifier detection sees ``bge-m3`` and
+``deploy.yml`` whole; each raw token then becomes one term whose tokens follow the FTS5
+``unicode61 remove_diacritics 2`` rules of ``records_fts``, so a term and the index
+agree on what a word is.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass, replace
+
+from retold.ingest.entities import normalize_alias
+from retold.retrieve.stopwords import STOPWORDS
+
+__all__ = ["QueryTerm", "alias_ngrams", "fts_tokens", "is_identifier", "query_terms"]
+
+# Typographic apostrophes fold to ASCII before contractions are reduced (LLD 10.2 step 2).
+_APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'"})
+# Quotes, brackets and sentence punctuation around a raw token are not part of it.
+_EDGE = "\"'`()[]{}<>,;:!?*\u201c\u201d\u00ab\u00bb"
+# Irregular negative contractions; every other "n't" is simply removed ("don't" -> "do").
+_IRREGULAR = {"can't": "can", "won't": "will", "shan't": "shall", "ain't": "is"}
+# "'s" is a possessive or "is", the rest are auxiliaries; all reduce to the stem.
+_CONTRACTION = re.compile(r"^(?P<stem>.+?)(?:n't|'s|'m|'re|'ve|'d|'ll|')$", re.IGNORECASE)
+_SENTENCE_END = (".", "!", "?")
+_ASCII_TOKEN = re.compile(r"[a-z0-9]+")
+_CLOSERS = "\"')]}>`*\u201d\u00bb"
+
+
+def _strip_edges(raw: str) -> str:
+    """Drop surrounding quotes, brackets and punctuation, and any trailing dots."""
+    return raw.strip(_EDGE).rstrip(".").strip(_EDGE)
+
+
+def _reduce(word: str) -> tuple[str, bool]:
+    """``word`` with a possessive or contraction ending removed, and whether one was."""
+    lowered = word.lower()
+    if lowered in _IRREGULAR:
+        stem = _IRREGULAR[lowered]
+        # Keep the writer's capital so sentence-initial detection still works.
+        return (stem.capitalize() if word[:1].isupper() else stem), True
+    found = _CONTRACTION.match(word)
+    if found is None or "'" in found.group("stem"):
+        return word, False
+    return found.group("stem"), True
+
+
+def _raw_words(text: str) -> list[tuple[str, bool, bool]]:
+    """``(word, reduced, ends_sentence)`` per whitespace token, edges stripped."""
+    out = []
+    for raw in text.translate(_APOSTROPHES).split():
+        word, reduced = _reduce(_strip_edges(raw))
+        out.append((word, reduced, raw.rstrip(_CLOSERS).endswith(_SENTENCE_END)))
+    return out
+
+
+def fts_tokens(text: str, *, reduce_contractions: bool = True) -> list[str]:
+    """Tokens of ``text`` as ``unicode61 remove_diacritics 2`` would index them.
+
+    Letters and digits (Unicode categories L*, N* and private use) are token characters,
+    everything else separates; diacritics are removed and tokens lowercased. Diacritics
+    go through NFD rather than NFKD because unicode61 keeps compatibility forms
+    (ligatures, superscripts, full-width letters) as they are, and a query term must
+    spell a word as the index does. With ``reduce_contractions`` (the default) each
+    whitespace word first loses a possessive or contraction ending, so "aditya's" gives
+    "aditya" and "don't" gives "do" rather than the index's extra "s" and "t" tokens.
+    """
+    words = text.translate(_APOSTROPHES).split()
+    if reduce_contractions:
+        words = [_reduce(_strip_edges(word))[0] for word in words]
+    joined = " ".join(words)
+    if joined.isascii():  # the common case, in C: ASCII letters and digits are the tokens
+        return _ASCII_TOKEN.findall(joined.lower())
+    decomposed = unicodedata.normalize("NFD", joined)
+    tokens: list[str] = []
+    current: list[str] = []
+    for ch in decomposed:
+        if unicodedata.combining(ch):
+            continue  # remove_diacritics: the mark vanishes, the base letter stays
+        category = unicodedata.category(ch)
+        if category[0] in "LN" or category == "Co":
+            current.append(ch)
+        elif current:
+            tokens.append("".join(current).lower())
+            current = []
+    if current:
+        tokens.append("".join(current).lower())
+    return tokens
+
+
+def _mixed_case(word: str) -> bool:
+    """A lowercase letter followed later by an uppercase one: camelCase, iPhone."""
+    seen_lower = False
+    for ch in word:
+        if ch.islower():
+            seen_lower = True
+        elif ch.isupper() and seen_lower:
+            return True
+    return False
+
+
+def is_identifier(raw: str) -> bool:
+    """Whether a raw whitespace token is an identifier token (LLD 10.5).
+
+    It contains a digit, an underscore, a dot or a slash, or mixes case inside the token
+    (ERR42, snake_case, bge-m3, deploy.yml, path/to, camelCase). A hyphen alone does not
+    qualify (follow-up, e-mail), a capitalised word or an acronym is not mixed case
+    (Aditya, API), and a dot or slash between trivial parts - stopwords or single
+    letters - does not either, so "and/or", "e.g." and "U.S." stay plain words.
+    """
+    word = _strip_edges(raw.translate(_APOSTROPHES))
+    if any(ch.isdigit() or ch == "_" for ch in word) or _mixed_case(word):
+        return True
+    if "." in word or "/" in word:
+        return any(len(part) > 1 and part not in STOPWORDS for part in fts_tokens(word))
+    return False
+
+
+@dataclass(frozen=True)
+class QueryTerm:
+    """One search term: the FTS tokens of one raw whitespace token of a query."""
+
+    value: str  # the tokens joined by a single space; a phrase when there are several
+    tokens: tuple[str, ...]
+    is_identifier: bool
+    is_proper: bool
+
+
+def query_terms(query: str) -> list[QueryTerm]:
+    """The lexical terms of one query, in order and de-duplicated (LLD 10.2 steps 1-2).
+
+    Terms shorter than two characters are dropped, and so are terms made only of
+    stopwords, unless the term is an identifier or a proper noun: a capitalised word
+    that does not start a sentence, or an all-caps word of two or more letters ("US",
+    "IT"); capitals count for nothing when the whole query is in capitals. A
+    contraction never counts as a proper noun, so "I'm", "What's" and "Don't" never
+    survive.
+    """
+    words = _raw_words(query)
+    cased = [w for w, _, _ in words if any(ch.isalpha() for ch in w)]
+    shouting = bool(cased) and all(w.upper() == w for w in cased)
+    found: dict[str, QueryTerm] = {}
+    sentence_start = True
+    for word, reduced, ends_sentence in words:
+        tokens = tuple(fts_tokens(word, reduce_contractions=False))
+        starts, sentence_start = sentence_start, ends_sentence
+        value = " ".join(tokens)
+        if len(value) < 2:
+            continue
+        identifier = is_identifier(word)
+        letters = [ch for ch in word if ch.isalpha()]
+        capitalised = word[:1].isupper() and not starts
+        all_caps = len(letters) >= 2 and all(ch.isupper() for ch in letters)
+        # Only stopwords and single letters: "the", "and/or", "e.g.".
+        plain = all(token in STOPWORDS or len(token) < 2 for token in tokens)
+        # Capitals carry no signal in a shouted query, and a reduced stopword
+        # ("Don't" -> "Do") is a contraction, not a name.
+        proper = (capitalised or all_caps) and not shouting and not (reduced and plain)
+        if plain and not (identifier or proper):
+            continue
+        term = QueryTerm(value, tokens, identifier, proper)
+        earlier = found.get(value)
+        if earlier is not None:
+            term = replace(
+                earlier,
+                is_identifier=earlier.is_identifier or identifier,
+                is_proper=earlier.is_proper or proper,
+            )
+        found[value] = term
+    return list(found.values())
+
+
+def alias_ngrams(text: str, max_tokens: int) -> list[str]:
+    """Every run of 1..``max_tokens`` words of ``text`` in alias form (LLD 10.2).
+
+    Apostrophes are folded and possessive or contraction endings removed ("Aditya's"
+    looks up "aditya"), surrounding punctuation is stripped from each word, and each
+    n-gram goes through ``normalize_alias`` as stored aliases did. A word that is only
+    punctuation breaks the run. The result is de-duplicated and holds at most
+    ``len(words) * max_tokens`` candidates, so a long pasted query stays bounded.
+    """
+    # A word without letters or digits ("-", "...") is punctuation and breaks the run.
+    words = [word if any(ch.isalnum() for ch in word) else "" for word, _, _ in _raw_words(text)]
+    out: dict[str, None] = {}
+    for start in range(len(words)):
+        for end in range(start + 1, min(start + max_tokens, len(words)) + 1):
+            if not words[end - 1]:
+                break
+            alias = normalize_alias(" ".join(words[start:end]))
+            if alias:
+                out[alias] = None
+    return list(out)

@@ -1,0 +1,308 @@
+"""The dense, lexical and entity candidate generators over real store files (LLD 10.1, 10.2, 17.4)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from retold.index.vector import VectorIndex
+from retold.models import Scope
+from retold.policy.grants import readable_scopes
+from retold.retrieve.generators import (
+    dense_candidates,
+    entity_candidates,
+    lexical_candidates,
+    resolve_entity_aliases,
+)
+from retold.store import EligibleSet, Store
+from retold.store import search as search_module
+from tests.conftest import T0, make_record
+from tests.world import ADITYA, World, make_world
+
+OTHER = Scope("user", "someone-else")
+K = 30  # retrieval.per_generator_k
+BIG, SMALL = 10**9, 0  # temp_table_max forcing the TEMP-table plan or the streaming plan
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    made = make_world(tmp_path)
+    yield made
+    made.rt.close()
+
+
+def eligible_for(store: Store, *scopes: Scope) -> EligibleSet:
+    return store.eligible_ids(list(scopes))
+
+
+def remember(world: World, content: str, **fields: Any) -> str:
+    """Write one semantic memory through the real ingestor; its own attribute keeps it
+    from reinforcing or superseding the others."""
+    fields.setdefault("attribute", f"note_{len(world.results)}")
+    result = world.write(content=content, **fields)
+    assert result.record_id is not None, result
+    return result.record_id
+
+
+# -- dense ---------------------------------------------------------------------------------
+
+
+def test_dense_union_keeps_best_cosine_and_caps_after_the_union(store: Store) -> None:
+    dims = 16
+    basis = np.eye(dims, dtype=np.float32)
+
+    def toward(axis: int, cos: float, noise_axis: int) -> np.ndarray:
+        vector: np.ndarray = cos * basis[axis] + np.sqrt(1 - cos**2) * basis[noise_axis]
+        return vector.astype(np.float32)
+
+    # Query 1 points along axis 0, query 2 along axis 1; each has its own top two.
+    vectors = {
+        "a": toward(0, 0.90, 2), "b": toward(0, 0.80, 3),  # query 1's top two
+        "c": toward(1, 0.95, 4), "d": toward(1, 0.70, 5),  # query 2's top two
+        "e": toward(0, 0.10, 6),
+    }
+    ids = {}
+    for name, vector in vectors.items():
+        record = make_record(content=f"record {name}")
+        with store.atomic():
+            store.insert_record(record)
+            store.put_embedding(record.id, "m", "1", vector)
+        ids[record.id] = name
+    index = VectorIndex("m", "1", dims)
+    index.load(store)
+    eligible = eligible_for(store, ADITYA)
+    qvecs = np.stack([basis[0], basis[1]])
+
+    separate = [[ids[rid] for rid, _ in index.search(q, eligible, 2)] for q in qvecs]
+    assert separate == [["a", "b"], ["c", "d"]]
+    hits = dense_candidates(index, qvecs, eligible, 2)
+    assert [ids[rid] for rid, _ in hits] == ["c", "a"]  # the union, capped at k afterwards
+    assert [round(cos, 2) for _, cos in hits] == [0.95, 0.90]
+    assert dense_candidates(index, np.zeros((0, dims), dtype=np.float32), eligible, 2) == []
+
+
+# -- lexical: eligibility before the limit ---------------------------------------------------
+
+
+@dataclass
+class Crowded:
+    store: Store
+    target: str
+    outranking: int
+
+
+@pytest.fixture(scope="module")
+def crowded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Crowded]:
+    """5,000 records: 200 ineligible ERR42 matches outrank the single eligible one."""
+    store = Store(tmp_path_factory.mktemp("crowded") / "memory.sqlite")
+    target = make_record(
+        content="A long note about the nightly batch, retries, dashboards, paging rules, owners, "
+        "escalation, runbooks and, once, the ERR42 code seen during the spring migration."
+    )
+    with store.atomic():
+        for i in range(200):
+            store.insert_record(make_record(content=f"ERR42 ERR42 crash {i}", subject="ERR42/crash",
+                                            scope=OTHER))
+        store.insert_record(target)
+        for i in range(4_799):
+            store.insert_record(make_record(content=f"filler note {i} about lunch and weather",
+                                            scope=ADITYA if i % 2 else OTHER))
+    with store.snapshot() as conn:
+        ranked = [rid for (rid,) in conn.execute(
+            "SELECT record_id FROM records_fts WHERE records_fts MATCH '\"err42\"'"
+            " ORDER BY bm25(records_fts, 0.0, 1.0, 2.0, 3.0)")]
+    yield Crowded(store, target.id, ranked.index(target.id))
+    store.close()
+
+
+@pytest.mark.parametrize("temp_table_max", [BIG, SMALL], ids=["temp-table", "streaming"])
+def test_an_eligible_match_survives_more_than_3k_better_ineligible_matches(
+    crowded: Crowded, temp_table_max: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = crowded.store
+    assert crowded.outranking > 3 * K  # the precondition of LLD 17.4
+    eligible = eligible_for(store, ADITYA)
+    assert len(eligible) > 2_000
+
+    rows = store.fts_candidates('"err42"', eligible, K, temp_table_max=temp_table_max)
+    assert [row.record_id for row in rows] == [crowded.target]
+    assert rows[0].bm25 < 0  # SQLite's bm25, lower is better, as given
+
+    monkeypatch.setattr(search_module, "ELIGIBLE_TEMP_TABLE_MAX", temp_table_max)
+    hits = lexical_candidates(store, ["what does ERR42 mean?"], eligible, K)
+    assert [(hit.record_id, hit.rank) for hit in hits] == [(crowded.target, 1)]
+    assert [(t.value, t.is_identifier) for t in hits[0].match.terms] == [("err42", True)]
+
+
+@pytest.mark.parametrize("temp_table_max", [BIG, SMALL], ids=["temp-table", "streaming"])
+def test_both_plans_rank_identically(crowded: Crowded, temp_table_max: int) -> None:
+    store = crowded.store
+    eligible = eligible_for(store, ADITYA, OTHER)
+    rows = store.fts_candidates('"err42" OR "lunch"', eligible, 50, temp_table_max=temp_table_max)
+    reference = store.fts_candidates('"err42" OR "lunch"', eligible, 50, temp_table_max=BIG)
+    assert [r.record_id for r in rows] == [r.record_id for r in reference]
+    assert [r.bm25 for r in rows] == sorted(r.bm25 for r in rows)
+    assert len(rows) == 50 and all(row.content for row in rows)
+
+
+# -- lexical: coverage -----------------------------------------------------------------------
+
+
+def test_lexical_match_keeps_the_best_query_and_flags_identifiers_and_aliases(world: World) -> None:
+    store = world.rt.store
+    written = remember(world, "Deploy ERR42 fix to the Atlas cluster.",
+                          entities=[("project", "Atlas", "about")])
+    queries = ["ERR42 Atlas x", "deploy pipeline rollback staging"]
+    scopes = readable_scopes(store, world.p)
+    aliases = resolve_entity_aliases(store, None, queries, scopes, 4)
+    assert "atlas" in aliases
+
+    hits = lexical_candidates(store, queries, eligible_for(store, *scopes), K, frozenset(aliases))
+
+    assert [hit.record_id for hit in hits] == [written]
+    match = hits[0].match
+    # Query 1 covers 2 of 2 terms ("x" is one character and dropped); query 2 covers 1 of 4.
+    assert match.total_terms == 2
+    assert [(t.value, t.is_identifier, t.is_entity_alias) for t in match.terms] == [
+        ("err42", True, False), ("atlas", False, True),
+    ]
+
+
+def test_a_multi_token_term_matches_only_where_its_tokens_are_adjacent(world: World) -> None:
+    store = world.rt.store
+    apart = remember(world, "Follow the release process, then wrap up the week.")
+    together = remember(world, "Schedule a follow-up call about the process.")
+    eligible = eligible_for(store, *readable_scopes(store, world.p))
+
+    hits = {hit.record_id: hit.match for hit in lexical_candidates(store, ["follow-up process"], eligible, K)}
+
+    assert [t.value for t in hits[apart].terms] == ["process"]
+    assert [t.value for t in hits[together].terms] == ["follow up", "process"]
+    assert hits[apart].total_terms == hits[together].total_terms == 2
+    only_phrase = lexical_candidates(store, ["follow-up"], eligible, K)
+    assert [hit.record_id for hit in only_phrase] == [together]
+
+
+@pytest.mark.parametrize(
+    "query",
+    ['"unbalanced', "deploy*", "(open", "NEAR(a b)", "-excluded", "content:secret", "a AND OR NOT",
+     "^start {x} + ' \" : *", "ERR42\"); DROP TABLE records; --"],
+)
+def test_fts_syntax_in_queries_never_raises(world: World, query: str) -> None:
+    store = world.rt.store
+    remember(world, "The content secret is excluded from deploy notes, ERR42 start.")
+    eligible = eligible_for(store, *readable_scopes(store, world.p))
+    hits = lexical_candidates(store, [query, "deploy"], eligible, K)
+    assert isinstance(hits, list) and hits
+
+
+def test_queries_without_terms_never_touch_fts(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = world.rt.store
+    remember(world, "It is what it is.")
+    eligible = eligible_for(store, *readable_scopes(store, world.p))
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("FTS must not run without terms")
+
+    monkeypatch.setattr(store, "fts_candidates", refuse)
+    assert lexical_candidates(store, ["what is it?", "I'm a"], eligible, K) == []
+
+
+def test_an_empty_match_returns_nothing(store: Store) -> None:
+    store.insert_record(make_record(content="anything"))
+    eligible = eligible_for(store, ADITYA)
+    assert store.fts_candidates("", eligible, K) == []
+    assert store.fts_candidates("   ", eligible, K) == []
+
+
+# -- entities ----------------------------------------------------------------------------------
+
+
+def test_entity_alias_lookup_batches_every_ngram_into_one_store_call(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = world.rt.store
+    remember(world, "Atlas ships on Fridays.", entities=[("project", "Project Atlas", "about")])
+    calls: list[list[str]] = []
+    real = store.entities_by_aliases
+
+    def spy(alias_norms: list[str], **kwargs: Any) -> Any:
+        calls.append(list(alias_norms))
+        return real(alias_norms, **kwargs)
+
+    monkeypatch.setattr(store, "entities_by_aliases", spy)
+    long_query = " ".join(f"word{i}" for i in range(300))
+    queries = ["When does Project Atlas ship?", "Aditya's plans for it", long_query]
+
+    found = resolve_entity_aliases(store, ["  ADITYA "], queries, readable_scopes(store, world.p), 4)
+
+    assert len(calls) == 1
+    assert {"project atlas", "aditya", "word0 word1 word2 word3"} <= set(calls[0])
+    assert len(calls[0]) <= 4 * (300 + 9) + 1
+    assert set(found) == {"project atlas", "aditya"}
+
+
+def test_entity_aliases_follow_merges_and_stay_in_readable_scopes(world: World) -> None:
+    store = world.rt.store
+    hidden = store.create_entity("project", "Hidden", OTHER)
+    store.add_alias(hidden.id, "hidden")
+    old = store.create_entity("project", "Atlas", ADITYA)
+    new = store.create_entity("project", "Atlas Two", ADITYA)
+    store.add_alias(old.id, "atlas")
+    store.merge_entities(old.id, new.id, "test", "same project")
+    scopes = readable_scopes(store, world.p)
+
+    found = resolve_entity_aliases(store, ["Hidden"], ["tell me about Atlas"], scopes, 4)
+
+    assert found == {"atlas": [new.id]}
+
+
+@pytest.mark.parametrize("temp_table_max", [BIG, SMALL], ids=["temp-table", "streaming"])
+def test_records_for_entities_applies_eligibility_before_the_limit(
+    store: Store, temp_table_max: int
+) -> None:
+    entity = store.create_entity("project", "Atlas", ADITYA)
+    other = store.create_entity("project", "Orion", ADITYA)
+    # 50 newer links in an unreadable scope would fill any limit taken first.
+    for day in range(50):
+        hidden = make_record(content=f"hidden {day}", scope=OTHER, event_at=T0 + timedelta(days=day + 10))
+        store.insert_record(hidden)
+        store.link_record(hidden.id, [(entity.id, "about")])
+    old_about = make_record(content="old about", event_at=T0)
+    new_mention = make_record(content="new mention", event_at=T0 + timedelta(days=5))
+    both = make_record(content="linked to both", event_at=T0 + timedelta(days=1))
+    newer_about = make_record(content="newer about", event_at=T0 + timedelta(days=3))
+    for record in (old_about, new_mention, both, newer_about):
+        store.insert_record(record)
+    store.link_record(old_about.id, [(entity.id, "about")])
+    store.link_record(new_mention.id, [(entity.id, "mentions")])
+    store.link_record(both.id, [(entity.id, "mentions"), (other.id, "about")])
+    store.link_record(newer_about.id, [(entity.id, "about")])
+    eligible = eligible_for(store, ADITYA)
+
+    ranked = store.records_for_entities([entity.id, other.id], eligible, 3, temp_table_max=temp_table_max)
+
+    # about before mentions, newest first; "both" appears once, through its about link.
+    assert ranked == [(newer_about.id, entity.id), (both.id, other.id), (old_about.id, entity.id)]
+    everything = store.records_for_entities(
+        [entity.id, other.id], eligible, 10, temp_table_max=temp_table_max
+    )
+    assert everything[-1] == (new_mention.id, entity.id) and len(everything) == 4
+
+
+def test_entity_candidates_use_the_resolved_aliases(world: World) -> None:
+    store = world.rt.store
+    written = remember(world, "Atlas ships on Fridays.", entities=[("project", "Atlas", "about")])
+    scopes = readable_scopes(store, world.p)
+    aliases = resolve_entity_aliases(store, None, ["When does Atlas ship?"], scopes, 4)
+
+    hits = entity_candidates(store, aliases, eligible_for(store, *scopes), K)
+
+    assert [record_id for record_id, _ in hits] == [written]
+    assert entity_candidates(store, {}, eligible_for(store, *scopes), K) == []

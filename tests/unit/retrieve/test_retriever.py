@@ -1,0 +1,299 @@
+"""LLD 17.4 through the whole retrieval pipeline on a real store (fakes at model edges)."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from retold.index.reranker import FakeReranker
+from retold.models import Principal, Scope, SearchRequest
+from retold.retrieve.gate import floors_for, replay_gate
+from retold.retrieve.retriever import SearchOutcome
+from retold.retrieve.rewrite import FakeRewriter
+from retold.util import new_id
+from tests.conftest import T0, make_record
+from tests.world import AGENT, World, make_world
+
+
+def search(world: World, *queries: str, principal: Principal | None = None, **fields: Any) -> SearchOutcome:
+    return world.rt.retriever.search(principal or world.p, SearchRequest(queries=list(queries), **fields))
+
+
+def ids(outcome: SearchOutcome) -> list[str]:
+    return [r.record.id for r in outcome.response.results]
+
+
+def log(world: World, outcome: SearchOutcome) -> dict[str, Any]:
+    row = world.rt.store.search_log_row(outcome.response.search_id)
+    assert row is not None
+    return row
+
+
+def fact(world: World, content: str, attribute: str, **fields: Any) -> str:
+    world.say("user", content)
+    result = world.write(content=content, attribute=attribute, source_kind="user_statement",
+                         evidence=content, **fields)
+    assert result.ok, result.note
+    assert result.record_id is not None
+    return result.record_id
+
+
+CONCISE = "Aditya prefers concise technical explanations."
+DETAILED = "Aditya prefers detailed architecture explanations."
+
+
+# -- core retrieval -----------------------------------------------------------------------
+
+
+def test_default_search_excludes_superseded_and_history_includes_them(world: World) -> None:
+    old = fact(world, CONCISE, "explanation_style")
+    world.judge.table[(CONCISE, DETAILED)] = "contradicts"
+    world.clock.advance(days=1)
+    new = fact(world, DETAILED, "explanation_style")
+    query = "prefers explanations"
+    assert ids(search(world, query)) == [new]
+    assert set(ids(search(world, query, include_history=True))) == {old, new}
+
+
+def test_expired_records_are_excluded(world: World) -> None:
+    guess = world.write(content="Aditya probably likes green tea.", attribute="drink").record_id
+    assert ids(search(world, "green tea")) == [guess]
+    world.clock.advance(days=31)
+    outcome = search(world, "green tea")
+    assert outcome.response.results == [] and outcome.response.empty_reason
+
+
+def test_another_users_record_never_appears_through_any_channel(world: World) -> None:
+    text = "Aditya's deploy key lives in vault path kv/aditya-deploy."
+    mine = fact(world, text, "deploy_key", entities=[("person", "Aditya", "about")])
+    vera = Principal(AGENT, "vera", "s9", None)
+    for queries in ([text], ["kv/aditya-deploy vault"], ["deploy key"]):
+        outcome = search(world, *queries, principal=vera, entities=["Aditya"])
+        assert mine not in ids(outcome)
+        row = log(world, outcome)
+        for column in ("dense", "lexical", "entity", "fused"):
+            assert mine not in row[column], column
+    assert mine in ids(search(world, text))
+
+
+def test_eligible_lexical_match_survives_many_stronger_ineligible_ones(tmp_path: Path) -> None:
+    world = make_world(tmp_path)
+    store = world.rt.store
+    with store.atomic():
+        for i in range(5000):  # 5,000 records in other users' scopes, all matching harder
+            store.insert_record(make_record(
+                id=new_id(), scope=Scope("user", f"other{i % 7}"),
+                content=f"flaky ERR_CONN_RESET ERR_CONN_RESET retry storm {i}",
+            ))
+    text = "Saw ERR_CONN_RESET once on the staging proxy."
+    mine = world.write(content=text, attribute="incident").record_id
+    world.embedder.make_similar("ERR_CONN_RESET", text, 0.0)
+    outcome = search(world, "ERR_CONN_RESET")
+    assert ids(outcome) == [mine]
+    assert len(json.loads(log(world, outcome)["lexical"])) == 1
+    world.rt.close()
+
+
+def test_gate_returns_nothing_with_a_reason_when_no_candidate_passes(world: World) -> None:
+    fact(world, CONCISE, "explanation_style")
+    outcome = search(world, "weather forecast in Lisbon tomorrow")
+    assert outcome.response.results == []
+    reason = outcome.response.empty_reason or ""
+    assert "dense" in reason and "(semantic)" in reason and "no entity match" in reason
+    assert "no memory found" in outcome.rendered
+
+
+def test_duplicate_collapse_keeps_the_higher_ranked_record(world: World) -> None:
+    a = fact(world, "Releases go out on Tuesdays after standup.", "release_day")
+    twin = "Release day is Tuesday, right after standup."
+    world.embedder.make_similar(twin, "Releases go out on Tuesdays after standup.", 0.97)
+    b = world.write(content=twin, attribute="release_day", target=world.p.private_scope,
+                    entities=[("person", "Aditya", "about")]).record_id
+    outcome = search(world, "Releases go out on Tuesdays after standup.")
+    assert ids(outcome) == [a]
+    deduped = json.loads(log(world, outcome)["deduped_out"])
+    assert deduped[0][:2] == [b, a]
+
+
+def test_budget_fill_never_truncates_content(tmp_path: Path) -> None:
+    world = make_world(tmp_path, max_entity_attributes=64)
+    long_text = "Aditya keeps a long checklist for releases: " + "verify the changelog, " * 60
+    short = "Aditya keeps a short checklist for releases."
+    first = world.write(content=long_text, attribute="release_checklist_long").record_id
+    second = world.write(content=short, attribute="release_checklist_short").record_id
+    world.embedder.make_similar("release checklist", long_text, 0.9)
+    from dataclasses import replace
+
+    cfg = world.rt.config
+    world.rt.retriever.config = replace(cfg, retrieval=replace(cfg.retrieval, token_budget=200))
+    outcome = search(world, "release checklist")
+    returned = {r.record.id: r.record.content for r in outcome.response.results}
+    assert first not in returned and returned.get(second) == short
+    assert first in json.loads(log(world, outcome)["budget_out"])
+    world.rt.close()
+
+
+def test_freshness_decays_episodes_but_not_facts(world: World) -> None:
+    old_episode = world.write(type="episodic", content="Deploy rollback drill happened on staging.",
+                              event_at=T0 - timedelta(days=90)).record_id
+    outcome = search(world, "deploy rollback drill staging")
+    (result,) = outcome.response.results
+    assert result.record.id == old_episode
+    assert result.explanation.freshness_multiplier == 0.5  # floored
+    windowed = search(world, "deploy rollback drill staging", since=T0 - timedelta(days=365))
+    assert windowed.response.results[0].explanation.freshness_multiplier is None
+
+
+# -- rewrite ----------------------------------------------------------------------------
+
+
+def test_rewrite_disabled_keeps_queries_and_logs_disabled(world: World) -> None:
+    fact(world, CONCISE, "explanation_style")
+    row = log(world, search(world, "concise explanations"))
+    assert row["rewrite_status"] == "disabled" and row["rewritten_queries"] is None
+
+
+def test_rewritten_queries_drive_retrieval_and_both_are_logged(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    world = make_world(tmp_path)
+    rid = fact(world, CONCISE, "explanation_style")
+    rewriter = FakeRewriter(["concise technical explanations"])
+    cfg = world.rt.config
+    rewrite = replace(cfg.retrieval.rewrite, enabled=True)
+    enabled = replace(cfg, retrieval=replace(cfg.retrieval, rewrite=rewrite))
+    world.rt.retriever.config, world.rt.retriever.rewriter = enabled, rewriter
+    outcome = world.rt.retriever.search(world.p, SearchRequest(queries=["what does he prefer?"],
+                                                               context="We talked about Aditya."))
+    assert ids(outcome) == [rid]
+    assert rewriter.calls == [(["what does he prefer?"], "We talked about Aditya.")]
+    row = log(world, outcome)
+    assert row["rewrite_status"] == "applied"
+    assert json.loads(row["rewritten_queries"]) == ["concise technical explanations"]
+    assert json.loads(row["request"])["queries"] == ["what does he prefer?"]
+    assert outcome.response.results[0].explanation.raw_queries == ["what does he prefer?"]
+    assert 'rewritten from "what does he prefer?"' in outcome.rendered
+    rewriter.fail = TimeoutError("slow")
+    failed = world.rt.retriever.search(world.p, SearchRequest(queries=["what does he prefer?"]))
+    assert log(world, failed)["rewrite_status"] == "failed"
+    world.rt.close()
+
+
+# -- reranking, explanations and logs ------------------------------------------------------
+
+
+def test_reranker_sees_only_gate_and_dedup_survivors_capped_and_logs_ranks(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    world = make_world(tmp_path)
+    contents = [f"Aditya's build step {i} uses cache layer {i}." for i in range(4)]
+    for i, content in enumerate(contents):
+        fact(world, content, f"build_step_{i}")
+    noise = fact(world, "Aditya enjoys sailing.", "hobby")
+    cfg = world.rt.config
+    world.rt.retriever.config = replace(cfg, reranker=replace(cfg.reranker, enabled=True, floor=0.1,
+                                                              candidates=2))
+    reranker = FakeReranker({("build step cache layer", contents[1]): 0.9}, default=0.5)
+    world.rt.retriever.reranker = reranker
+    outcome = search(world, "build step cache layer")
+    scored = {doc for _, doc in reranker.calls}
+    assert len(scored) == 2 and "Aditya enjoys sailing." not in scored
+    row = log(world, outcome)
+    assert row["rerank_status"] == "applied"
+    reranked = json.loads(row["reranked"])
+    assert reranked[0][2] == 1 and reranked[0][3] == 0.9
+    assert any(reason == "outside reranker shortlist" for _, reason, _ in json.loads(row["reranked_out"]))
+    assert noise not in ids(outcome)
+    world.rt.close()
+
+
+def test_explanations_match_the_logged_generator_ranks_and_scores(world: World) -> None:
+    fact(world, CONCISE, "explanation_style")
+    fact(world, "Aditya reads release notes every Friday.", "reading_habit")
+    outcome = search(world, "concise explanations", "release notes Friday")
+    row = log(world, outcome)
+    dense = {rid: (rank, cos) for rid, rank, cos in json.loads(row["dense"])}
+    lexical = {r[0]: (r[1], r[2]) for r in json.loads(row["lexical"])}
+    assert outcome.response.results
+    for result in outcome.response.results:
+        ex = result.explanation
+        if ex.dense:
+            assert dense[result.record.id] == (ex.dense.rank, round(ex.dense.score, 6))
+        if ex.lexical:
+            assert lexical[result.record.id] == (ex.lexical.rank, ex.lexical.score)
+    assert json.loads(row["returned"]) == ids(outcome)
+
+
+def test_one_log_row_reconstructs_every_stage(world: World) -> None:
+    fact(world, CONCISE, "explanation_style")
+    world.write(type="episodic", content="Explanation style review meeting happened.",
+                event_at=T0 - timedelta(days=30))
+    outcome = search(world, "explanation style", k=1)
+    row = log(world, outcome)
+    for column in ("dense", "lexical", "entity", "fused", "freshness", "gated_out", "deduped_out",
+                   "budget_out", "returned", "explanations", "config_flags", "timings_ms"):
+        json.loads(row[column])
+    assert json.loads(row["freshness"])  # the episode's multiplier is logged
+    assert len(json.loads(row["budget_out"])) >= 1  # k = 1 left a survivor out
+    assert row["warm"] in (0, 1) and row["trigger"] == "tool"
+    timings = json.loads(row["timings_ms"])
+    assert {"rewrite", "filter", "embed", "dense", "lexical", "entity", "fuse", "gate",
+            "dedup", "budget", "explain"} <= set(timings)
+    assert "log" in outcome.response.timings_ms
+
+
+def test_replaying_a_logged_search_reproduces_the_gate(world: World) -> None:
+    fact(world, CONCISE, "explanation_style")
+    fact(world, "Aditya reviews pull requests before lunch.", "review_habit")
+    outcome = search(world, "concise technical explanations", "pull requests")
+    row = log(world, outcome)
+    floors = floors_for(world.rt.config.retrieval.gate, "tool")
+    replayed = replay_gate(row, floors)
+    assert {c.record_id for c in replayed.kept} == set(ids(outcome))
+    assert [g[0] for g in replayed.gated_out] == [g[0] for g in json.loads(row["gated_out"])]
+    strict = floors_for(world.rt.config.retrieval.gate, "tool")
+    from dataclasses import replace
+
+    from retold.config import DenseFloors
+
+    impossible = replace(strict, dense_floor=DenseFloors(1.0, 1.0, 1.0, 1.0),
+                         lexical_min_term_fraction=1.0, lexical_min_matched_terms=99)
+    assert replay_gate(row, impossible).kept == []
+
+
+def test_authority_counterpart_that_outranks_its_conflict_survives_k1(world: World) -> None:
+    user = fact(world, CONCISE, "explanation_style")
+    world.judge.table[(CONCISE, DETAILED)] = "contradicts"
+    guess = world.write(content=DETAILED, attribute="explanation_style").record_id
+    world.embedder.make_similar("explanation preference", CONCISE, 0.9)
+    outcome = search(world, "explanation preference", k=1)
+    assert ids(outcome) == [user]
+    both = search(world, "explanation preference", k=2)
+    assert ids(both) == [user, guess]
+    assert both.response.results[1].explanation.conflicts_with == [user]
+    assert "conflicts with" in both.rendered
+
+
+def test_provisional_conflict_pulls_its_counterpart_forward_as_a_pair(world: World) -> None:
+    user = fact(world, CONCISE, "explanation_style")
+    world.judge.table[(CONCISE, DETAILED)] = "contradicts"
+    guess = world.write(content=DETAILED, attribute="explanation_style").record_id
+    world.embedder.pin("detailed architecture", world.embedder.vector(DETAILED))
+    outcome = search(world, "detailed architecture", k=1)
+    assert ids(outcome) == [user, guess]  # the counterpart sits right before, without a k slot
+    assert "no primary slot" in outcome.response.results[0].explanation.budget
+
+
+def test_host_issued_search_uses_auto_floors_and_excludes_summaries(world: World) -> None:
+    fact(world, CONCISE, "explanation_style")
+    outcome = search(world, "concise technical explanations", trigger="auto")
+    row = log(world, outcome)
+    assert row["trigger"] == "auto"
+    flags = json.loads(row["config_flags"])
+    assert flags["gate"]["exclude_source_kinds"] == ["session_summary"]
+    assert flags["k"] == world.rt.config.retrieval.trigger.auto_k
+    assert np.isclose(flags["gate"]["relative_floor"], 0.6)
