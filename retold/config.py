@@ -127,12 +127,16 @@ class TriggerConfig:
 
 @dataclass(frozen=True, slots=True)
 class DenseFloors:
-    """Lowest cosine a dense-only candidate of each record type may have (LLD 10.5)."""
+    """Lowest cosine a dense-only candidate of each record type may have (LLD 10.5).
 
-    semantic: float = 0.45
-    episodic: float = 0.40
-    procedural: float = 0.45
-    session_summary: float = 0.50
+    Calibrated for all-MiniLM-L6-v2, embedding.version "1" (benchmarks/calibrate_gate.py);
+    the spec's bge-m3 values are in docs/decisions.md.
+    """
+
+    semantic: float = 0.70
+    episodic: float = 0.55
+    procedural: float = 0.60
+    session_summary: float = 0.60
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,12 +145,12 @@ class AutoGateConfig:
 
     dense_floor: DenseFloors = dataclasses.field(
         default_factory=lambda: DenseFloors(
-            semantic=0.55, episodic=0.50, procedural=0.55, session_summary=0.50
+            semantic=0.75, episodic=0.60, procedural=0.65, session_summary=0.65
         )
     )
     lexical_min_term_fraction: float = 0.6
     lexical_min_matched_terms: int = 2
-    relative_floor: float = 0.6
+    relative_floor: float = 0.95
     exclude_source_kinds: tuple[SourceKind, ...] = ("session_summary",)
 
 
@@ -157,7 +161,7 @@ class GateConfig:
     dense_floor: DenseFloors = field(default_factory=DenseFloors)
     lexical_min_term_fraction: float = 0.5
     lexical_min_matched_terms: int = 2
-    relative_floor: float = 0.5
+    relative_floor: float = 0.95
     auto: AutoGateConfig = field(default_factory=AutoGateConfig)
 
 
@@ -177,6 +181,7 @@ class RetrievalConfig:
     trigger: TriggerConfig = field(default_factory=TriggerConfig)
     per_generator_k: int = 30
     max_alias_tokens: int = 4
+    entity_max_links: int = 5  # a query-text entity linking more records is not a match
     rrf_k: int = 60
     default_k: int = 8
     token_budget: int = 1500

@@ -61,11 +61,19 @@ class World:
         return self.rt.store.events(kind=kind)
 
 
+# Unit tests state the floors they rely on instead of inheriting the calibrated defaults.
+TEST_GATE = {
+    "dense_floor": {"semantic": 0.45, "episodic": 0.40, "procedural": 0.45, "session_summary": 0.50},
+    "relative_floor": 0.5,
+}
+
+
 def make_world(tmp_path: Path, *, grant_personal: bool = True, **ingestion: Any) -> World:
     config = load_config(overrides={
         "store": {"path": str(tmp_path / "memory.sqlite")},
         "embedding": {"model": "fake"},
         "ingestion": ingestion,
+        "retrieval": {"gate": TEST_GATE},
     })
     clock = ManualClock(T0)
     judge = FakeJudge()

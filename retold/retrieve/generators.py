@@ -160,8 +160,14 @@ def resolve_entity_aliases(
     queries: list[str],
     scopes: Sequence[Scope],
     max_alias_tokens: int,
+    broad_links: int | None = None,
 ) -> dict[str, list[str]]:
     """``{alias_norm: [entity_id, ...]}`` for every alias the request names.
+
+    ``broad_links``: an entity found only in the query text that links more records than
+    this is not a discriminating mention (the user's own person entity is the subject of
+    nearly every personal memory) and is left out; an entity named in ``entities`` always
+    counts. See docs/decisions.md "Broad entities in query text".
 
     The explicit ``entities`` strings are normalised whole; query text contributes every
     n-gram of up to ``max_alias_tokens`` words (possessives and contractions removed).
@@ -170,10 +176,12 @@ def resolve_entity_aliases(
     survivors in a readable scope are returned, each id once per alias.
     """
     candidates: dict[str, None] = {}
+    explicit: set[str] = set()
     for name in entities or []:
         alias = normalize_alias(name)
         if alias:
             candidates[alias] = None
+            explicit.add(alias)
     for query in queries:
         candidates.update(dict.fromkeys(alias_ngrams(query, max_alias_tokens)))
     if not candidates or not scopes:
@@ -191,6 +199,11 @@ def resolve_entity_aliases(
                 ids[survivor.id] = None
         if ids:
             out[alias] = list(ids)
+    if broad_links is not None:
+        implicit = [eid for alias, ids in out.items() if alias not in explicit for eid in ids]
+        counts = store.link_counts(implicit, broad_links) if implicit else {}
+        out = {alias: kept for alias, ids in out.items()
+               if (kept := [e for e in ids if alias in explicit or counts.get(e, 0) <= broad_links])}
     return out
 
 

@@ -104,7 +104,7 @@ class Retriever:
         dense = dense_candidates(self.index, qvecs, eligible, cfg.per_generator_k)
         timer.mark("dense")
         aliases = resolve_entity_aliases(self.store, request.entities, queries, scopes,
-                                         cfg.max_alias_tokens)
+                                         cfg.max_alias_tokens, broad_links=cfg.entity_max_links)
         lexical = lexical_candidates(self.store, queries, eligible, cfg.per_generator_k,
                                      frozenset(aliases))
         timer.mark("lexical")

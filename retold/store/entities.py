@@ -259,6 +259,18 @@ class EntitiesMixin(StoreBase):
             ).fetchall()
         return [(entity_id, role) for entity_id, role in rows]
 
+    def link_counts(self, entity_ids: Sequence[str], cap: int) -> dict[str, int]:
+        """How many records link each entity, counted up to ``cap + 1`` (an index range
+        scan on record_entities_by_entity, so a broad entity costs no more than cap rows)."""
+        with self._lock:
+            return {
+                eid: int(self._conn.execute(
+                    "SELECT count(*) FROM (SELECT 1 FROM record_entities WHERE entity_id = ?"
+                    " LIMIT ?)", (eid, cap + 1),
+                ).fetchone()[0])
+                for eid in dict.fromkeys(entity_ids)
+            }
+
     def records_linked_to(self, entity_id: str) -> list[str]:
         """Ids of every record linked to this entity, in either role."""
         with self._lock:

@@ -296,4 +296,6 @@ def test_host_issued_search_uses_auto_floors_and_excludes_summaries(world: World
     flags = json.loads(row["config_flags"])
     assert flags["gate"]["exclude_source_kinds"] == ["session_summary"]
     assert flags["k"] == world.rt.config.retrieval.trigger.auto_k
-    assert np.isclose(flags["gate"]["relative_floor"], 0.6)
+    auto = world.rt.config.retrieval.gate.auto
+    assert np.isclose(flags["gate"]["relative_floor"], auto.relative_floor)
+    assert flags["gate"]["dense_floor"]["semantic"] == auto.dense_floor.semantic
