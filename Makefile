@@ -29,6 +29,8 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/index_bench.py
 	$(BIN)/python benchmarks/write_bench.py
+	$(BIN)/python benchmarks/search_bench.py
+	$(BIN)/python benchmarks/calibrate_gate.py
 
 clean:
 	rm -rf .demo .pytest_cache .mypy_cache .ruff_cache
