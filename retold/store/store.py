@@ -9,6 +9,8 @@ from __future__ import annotations
 from retold.store.entities import EntitiesMixin
 from retold.store.events import EventsMixin
 from retold.store.grants import GrantsMixin
+from retold.store.lifecycle import LifecycleMixin
+from retold.store.maintenance import MaintenanceMixin
 from retold.store.records import RecordsMixin
 from retold.store.search import SearchMixin
 from retold.store.search_log import SearchLogMixin
@@ -18,6 +20,14 @@ __all__ = ["Store"]
 
 
 class Store(
-    RecordsMixin, EntitiesMixin, SessionsMixin, GrantsMixin, EventsMixin, SearchMixin, SearchLogMixin
+    RecordsMixin,
+    EntitiesMixin,
+    SessionsMixin,
+    GrantsMixin,
+    EventsMixin,
+    SearchMixin,
+    SearchLogMixin,
+    LifecycleMixin,
+    MaintenanceMixin,
 ):
     """The store: records, embeddings, entities, sessions, grants, events and search logs."""

@@ -65,6 +65,7 @@ def test_expired_records_are_excluded(world: World) -> None:
     world.clock.advance(days=31)
     outcome = search(world, "green tea")
     assert outcome.response.results == [] and outcome.response.empty_reason
+    assert ids(search(world, "green tea", include_history=True)) == [guess]
 
 
 def test_another_users_record_never_appears_through_any_channel(world: World) -> None:

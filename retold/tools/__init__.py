@@ -1,0 +1,1 @@
+"""The five framework-neutral memory tools: JSON schemas and handlers (LLD 11)."""
