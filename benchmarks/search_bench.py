@@ -33,9 +33,11 @@ import random
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -48,6 +50,7 @@ pin_threads()
 import numpy as np  # noqa: E402
 
 from retold import build_runtime, load_config  # noqa: E402
+from retold.config import Config  # noqa: E402
 from retold.index.embedder import (  # noqa: E402
     _TOKEN,
     DEFAULT_MODEL,
@@ -151,7 +154,6 @@ def _version(r: random.Random) -> str:
     return f"v{r.randrange(1, 6)}.{r.randrange(0, 30)}.{r.randrange(0, 10)}"
 
 
-# (kind, type, source_kind, template); ``kind`` says which scope family a template writes to.
 def _user_record(r: random.Random, name: str) -> tuple[str, str, str, str]:
     """(type, source_kind, attribute, content) of one memory in a user's own scope."""
     d = _date(r)
@@ -231,7 +233,7 @@ def _project_record(r: random.Random, project: str) -> tuple[str, str, str, str]
         f"{r.choice(COLLEAGUES)} reviews changes to it."
 
 
-def generate(n: int, seed: int = 11) -> list[dict[str, object]]:
+def generate(n: int, seed: int = 11) -> list[dict[str, Any]]:
     """``n`` records; the first ``m`` of a larger run are exactly a run of ``m``."""
     r = random.Random(seed)
     out = []
@@ -254,7 +256,7 @@ def generate(n: int, seed: int = 11) -> list[dict[str, object]]:
 # -- queries -------------------------------------------------------------------------------
 
 
-def make_queries(records: list[dict[str, object]], count: int, seed: int = 5) -> list[list[str]]:
+def make_queries(records: list[dict[str, Any]], count: int, seed: int = 5) -> list[list[str]]:
     """``count`` searches of one or two queries: paraphrases, identifiers and names.
 
     Identifiers come from records the principal can read among the first 1,000, so they
@@ -269,9 +271,13 @@ def make_queries(records: list[dict[str, object]], count: int, seed: int = 5) ->
     tickets = [w for ws in words for w in ws if w[:4] in ("ATL-", "HER-")]
     versions = [w for ws in words for w in ws if w.startswith("v") and w.count(".") == 2]
     files = [f for f in FILES if any(f in str(rec["content"]) for rec in mine)]
-    proj = lambda: r.choice(PROJECTS).capitalize()  # noqa: E731
-    first_name = lambda: r.choice(COLLEAGUES).split()[0]  # noqa: E731
-    paraphrase = [
+    def proj() -> str:
+        return r.choice(PROJECTS).capitalize()
+
+    def first_name() -> str:
+        return r.choice(COLLEAGUES).split()[0]
+
+    paraphrase: list[Callable[[], str]] = [
         lambda: f"which tool does Priya use for {r.choice(TASKS)}?",
         lambda: f"what do I prefer for {r.choice(TASKS)}",
         lambda: f"my favourite setup for {r.choice(TASKS)}?",
@@ -293,7 +299,7 @@ def make_queries(records: list[dict[str, object]], count: int, seed: int = 5) ->
         lambda: f"why was I paged about {r.choice(SERVICES)}?",
         lambda: f"which {proj()} config file controls {r.choice(TASKS)}?",
     ]
-    keyword = [
+    keyword: list[Callable[[], str]] = [
         lambda: r.choice(errs),
         lambda: f"{r.choice(errs)} {r.choice(SERVICES)}",
         lambda: r.choice(files),
@@ -304,7 +310,7 @@ def make_queries(records: list[dict[str, object]], count: int, seed: int = 5) ->
         lambda: f"{r.choice(SERVICES)} {r.choice(FILES)}",
         lambda: f"{r.choice(STATUSES)} {r.choice(SERVICES)}",
     ]
-    names = [
+    names: list[Callable[[], str]] = [
         lambda: r.choice(["Priya", "Priya's preferences", "about Priya", "Priya notes"]),
         lambda: r.choice([proj(), f"{proj()} project", f"{proj()} owner", f"{proj()} incidents"]),
         lambda: r.choice(COLLEAGUES),
@@ -314,7 +320,7 @@ def make_queries(records: list[dict[str, object]], count: int, seed: int = 5) ->
     ]
     seen: set[str] = set()
 
-    def draw(family: list) -> str:  # type: ignore[type-arg]
+    def draw(family: list[Callable[[], str]]) -> str:
         for _ in range(1000):  # distinct texts: every real-model search misses the cache
             text = str(r.choice(family)())
             if text not in seen:
@@ -336,7 +342,7 @@ def make_queries(records: list[dict[str, object]], count: int, seed: int = 5) ->
 # -- stores --------------------------------------------------------------------------------
 
 
-@lru_cache(maxsize=None)
+@cache
 def _cached_token_vector(token: str, dims: int) -> np.ndarray:
     return _token_vector(token, dims)
 
@@ -353,7 +359,7 @@ def fake_vectors(contents: list[str], embedder: FakeEmbedder) -> np.ndarray:
     return out
 
 
-def populate(rt: Runtime, records: list[dict[str, object]], vectors: np.ndarray) -> None:
+def populate(rt: Runtime, records: list[dict[str, Any]], vectors: np.ndarray) -> None:
     """Users, projects, grants, then every record with its vector and its ``about`` link."""
     about: dict[Scope, str] = {}
     for user in USERS:
@@ -383,7 +389,7 @@ def populate(rt: Runtime, records: list[dict[str, object]], vectors: np.ndarray)
                     creator_agent_id=AGENT,
                 )
                 rt.store.insert_record(rec)
-                rt.store.put_embedding(rec.id, name, version, vectors[int(spec["i"])])  # type: ignore[call-overload]
+                rt.store.put_embedding(rec.id, name, version, vectors[int(spec["i"])])
                 rt.store.link_record(rec.id, [(entity_id, "about")])
 
 
@@ -395,7 +401,7 @@ class SleepyFakeEmbedder(FakeEmbedder):
         return super().embed_queries(texts)
 
 
-def _config(path: Path, **embedding: object) -> object:
+def _config(path: Path, **embedding: object) -> Config:
     return load_config(overrides={"store": {"path": str(path)}, "embedding": dict(embedding)})
 
 
@@ -435,13 +441,14 @@ def match_fraction(rt: Runtime, searches: list[list[str]], rows: int) -> dict[st
             "max_pct": round(ordered[-1], 3)}
 
 
-def run_stages(tmp: Path, n: int, records: list[dict[str, object]],
-               searches: list[list[str]]) -> dict[str, object]:
+def run_stages(tmp: Path, n: int, records: list[dict[str, Any]],
+               searches: list[list[str]]) -> dict[str, Any]:
     """Mode A: fixed 25 ms embedding, every stage, cold and warm."""
     path = tmp / f"stages_{n}.sqlite"
     started = time.perf_counter()
-    rt = build_runtime(_config(path), embedder=SleepyFakeEmbedder(), judge=ExactJudge())
-    vectors = fake_vectors([str(r["content"]) for r in records], rt.embedder)  # type: ignore[arg-type]
+    embedder = SleepyFakeEmbedder()
+    rt = build_runtime(_config(path), embedder=embedder, judge=ExactJudge())
+    vectors = fake_vectors([str(r["content"]) for r in records], embedder)
     populate(rt, records, vectors)
     eligible = len(rt.store.eligible_ids([Scope("user", USER), *(Scope("project", p) for p in PROJECTS)]))
     shares = match_fraction(rt, searches, n)
@@ -459,7 +466,7 @@ def run_stages(tmp: Path, n: int, records: list[dict[str, object]],
             rt.close()
     warm_samples: list[dict[str, float]] = []
     warm_flags: list[int] = []
-    counts = {"dense": [], "lexical": [], "entity": [], "returned": []}  # type: dict[str, list[int]]
+    counts: dict[str, list[int]] = {"dense": [], "lexical": [], "entity": [], "returned": []}
     for queries in searches:
         timings, _, warm = _search(rt, queries)
         warm_samples.append(timings)
@@ -486,8 +493,8 @@ def run_stages(tmp: Path, n: int, records: list[dict[str, object]],
     }
 
 
-def run_real(tmp: Path, n: int, records: list[dict[str, object]], vectors: np.ndarray,
-             searches: list[list[str]], baseline: SentenceTransformerEmbedder) -> dict[str, object]:
+def run_real(tmp: Path, n: int, records: list[dict[str, Any]], vectors: np.ndarray,
+             searches: list[list[str]], baseline: SentenceTransformerEmbedder) -> dict[str, Any]:
     """Mode B: the real model on one torch thread, against embed + one dot product."""
     path = tmp / f"real_{n}.sqlite"
     rt = build_runtime(_config(path, torch_threads=1), judge=ExactJudge())
@@ -499,7 +506,7 @@ def run_real(tmp: Path, n: int, records: list[dict[str, object]], vectors: np.nd
     matrix = np.ascontiguousarray(vectors[:n], dtype=np.float32)
     e2e, e2e_total, bare, embeds = [], [], [], []
     for i, queries in enumerate(searches):
-        def bare_call() -> None:
+        def bare_call(queries: list[str] = queries) -> None:
             started = time.perf_counter()
             qvecs = baseline.embed_queries(list(queries))
             scores = matrix @ qvecs.T
@@ -554,7 +561,7 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     all_records = generate(max(sizes))
     searches = make_queries(all_records, args.queries)
-    results: dict[str, object] = {
+    results: dict[str, Any] = {
         "machine": machine(), "embed_sleep_ms": EMBED_SLEEP_S * 1000, "model": DEFAULT_MODEL,
         "principal": {"agent": AGENT, "user": USER,
                       "reads": [f"user:{USER}", *(f"project:{p}" for p in PROJECTS)]},
@@ -568,47 +575,50 @@ def main() -> None:
     baseline: SentenceTransformerEmbedder | None = None
     vectors: np.ndarray | None = None
     if real_sizes:
-        baseline = SentenceTransformerEmbedder(torch_threads=1)
+        # No query cache: the same searches run at every size, and the baseline must encode
+        # each time, as the runtime's fresh embedder does on a distinct query.
+        baseline = SentenceTransformerEmbedder(torch_threads=1, query_cache_entries=0)
         vectors = real_vectors(baseline, [str(r["content"]) for r in all_records[:max(real_sizes)]])
         baseline.embed_queries(["warm the baseline up"])
     with tempfile.TemporaryDirectory() as tmp:
         for n in sizes:
             records = all_records[:n]
-            row: dict[str, object] = {"stages": run_stages(Path(tmp), n, records, searches)}
+            row: dict[str, Any] = {"stages": run_stages(Path(tmp), n, records, searches)}
             stages = row["stages"]
-            print(f"{n:,}: stages mode done (store built in {stages['build_s']} s)", flush=True)  # type: ignore[index]
+            print(f"{n:,}: stages mode done (store built in {stages['build_s']} s)", flush=True)
             if n in real_sizes:
                 assert baseline is not None and vectors is not None
                 row["real"] = run_real(Path(tmp), n, records, vectors, searches, baseline)
-            results["sizes"][str(n)] = row  # type: ignore[index]
-            w, ne = stages["warm_ms"], stages["warm_non_embedding_ms"]  # type: ignore[index]
+            results["sizes"][str(n)] = row
+            w, ne = stages["warm_ms"], stages["warm_non_embedding_ms"]
             real = row.get("real")
             table.append([
-                f"{n:,}", f"{stages['eligible']:,} ({stages['eligible_pct']}%)",  # type: ignore[index]
+                f"{n:,}", f"{stages['eligible']:,} ({stages['eligible_pct']}%)",
                 f"{w['total']['p50']:.1f} / {w['total']['p95']:.1f}",
                 f"{ne['p50']:.2f} / {ne['p95']:.2f}",
                 f"{w['lexical']['p50']:.2f} / {w['lexical']['p95']:.2f}",
                 f"{w['dense']['p50']:.2f} / {w['entity']['p50']:.2f} / {w['log']['p50']:.2f}",
-                f"{stages['cold_ms']['total']['p50']:.1f}",  # type: ignore[index]
+                f"{stages['cold_ms']['total']['p50']:.1f}",
                 *(["-", "-", "-", "-"] if real is None else [
-                    f"{real['end_to_end_ms']['p50']:.1f} / {real['end_to_end_ms']['p95']:.1f}",  # type: ignore[index]
-                    f"{real['bare_embed_plus_dot_ms']['p50']:.1f}",  # type: ignore[index]
-                    f"{real['ratio_p50']:.2f}",  # type: ignore[index]
-                    f"{real['cache_hit_ms']['p50']:.2f}"]),  # type: ignore[index]
+                    f"{real['end_to_end_ms']['p50']:.1f} / {real['end_to_end_ms']['p95']:.1f}",
+                    f"{real['bare_embed_plus_dot_ms']['p50']:.1f}",
+                    f"{real['ratio_p50']:.2f}",
+                    f"{real['cache_hit_ms']['p50']:.2f}"]),
             ])
             print(" | ".join(table[-1]), flush=True)
 
-    by_size = results["sizes"]  # type: ignore[assignment]
-    big = by_size.get("50000", {}).get("stages")  # type: ignore[union-attr]
-    ten = by_size.get("10000", {}).get("real")  # type: ignore[union-attr]
-    values = {
+    by_size = results["sizes"]
+    big = by_size.get("50000", {}).get("stages")
+    ten = by_size.get("10000", {}).get("real")
+    values: dict[str, float | None] = {
         "non_embedding_p50_50k_ms": big["warm_non_embedding_ms"]["p50"] if big else None,
         "lexical_p50_50k_ms": big["warm_ms"]["lexical"]["p50"] if big else None,
         "real_to_baseline_p50_10k": ten["ratio_p50"] if ten else None,
         "cache_hit_p50_10k_ms": ten["cache_hit_ms"]["p50"] if ten else None,
     }
-    results["targets"] = {key: {"value": values[key], "limit": limit, "met": None if values[key] is None
-                                else values[key] <= limit} for key, limit in TARGETS.items()}
+    results["targets"] = {key: {"value": value, "limit": TARGETS[key],
+                                "met": None if value is None else value <= TARGETS[key]}
+                          for key, value in values.items()}
     labels = {"non_embedding_p50_50k_ms": "non-embedding stages (total - embed) p50 at 50K <= 10 ms",
               "lexical_p50_50k_ms": "lexical p50 at 50K <= 4 ms",
               "real_to_baseline_p50_10k": "real-model end-to-end p50 <= 1.2x bare baseline at 10K",
@@ -616,13 +626,13 @@ def main() -> None:
     target_lines = [f"- {labels[k]}: {'-' if values[k] is None else values[k]} -> "
                     f"**{_met(values[k], TARGETS[k])}**" for k in TARGETS]
     stage_rows = ["| records | " + " | ".join(STAGES) + " |", "|---|" + "---|" * len(STAGES)]
-    for n, row in by_size.items():  # type: ignore[union-attr]
+    for n, row in by_size.items():
         w = row["stages"]["warm_ms"]
         stage_rows.append(f"| {int(n):,} | " + " | ".join(f"{w[s]['p50']:.2f}" for s in STAGES) + " |")
-    for n, row in by_size.items():  # type: ignore[union-attr]
+    for n, row in by_size.items():
         c = row["stages"]["cold_ms"]
         stage_rows.append(f"| {int(n):,} cold | " + " | ".join(f"{c[s]['p50']:.2f}" for s in STAGES) + " |")
-    for key, line in zip(TARGETS, target_lines, strict=True):
+    for line in target_lines:
         print(line.replace("**", ""), flush=True)
     notes = (
         "Targets (LLD 15, 17.5):\n\n" + "\n".join(target_lines) + "\n\n"
@@ -634,7 +644,8 @@ def main() -> None:
         "Mode B (B columns): all-MiniLM-L6-v2 on one torch thread, distinct queries, wall clock; "
         "bare = `embed_queries` of the same texts + one numpy dot product over every stored vector, "
         f"interleaved in the same run; cache hit = one repeated search, {CACHE_HIT_RUNS} runs. "
-        "All times in ms.\n\nPer-stage p50 (ms), mode A, warm rows then cold rows:\n\n" + "\n".join(stage_rows)
+        "All times in ms.\n\nPer-stage p50 (ms), mode A, warm rows then cold rows:\n\n"
+        + "\n".join(stage_rows)
     )
     write_report("search", results, table, notes=notes)
 

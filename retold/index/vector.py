@@ -242,7 +242,8 @@ class VectorIndex:
             if positions.size == 0:
                 return []
             if positions.size < n * _GATHER_FRACTION:
-                positions = np.unique(positions)  # eligible may repeat an id
+                if not isinstance(eligible_ids, EligibleSet):  # the store's set is unique
+                    positions = np.unique(positions)
                 scores = self._matrix[positions] @ queries.T
             else:
                 mask = np.zeros(n, dtype=bool)

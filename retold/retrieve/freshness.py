@@ -4,14 +4,24 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
+from typing import Protocol
 
 from retold.config import FreshnessConfig
-from retold.models import Candidate, Record
+from retold.models import Candidate
 
-__all__ = ["apply_freshness", "freshness_multiplier"]
+__all__ = ["Dated", "apply_freshness", "freshness_multiplier"]
 
 
-def freshness_multiplier(record: Record, now: datetime, cfg: FreshnessConfig) -> float:
+class Dated(Protocol):
+    """What freshness reads of a record: a full Record or the store's RecordMeta."""
+
+    @property
+    def type(self) -> str: ...
+    @property
+    def event_at(self) -> datetime: ...
+
+
+def freshness_multiplier(record: Dated, now: datetime, cfg: FreshnessConfig) -> float:
     """``max(floor, 0.5 ** (age_days / half_life))`` for one record (LLD 10.4).
 
     Age counts whole days of ``now - event_at``; a future ``event_at`` counts as age 0,
@@ -24,7 +34,7 @@ def freshness_multiplier(record: Record, now: datetime, cfg: FreshnessConfig) ->
 
 def apply_freshness(
     candidates: list[Candidate],
-    records: Mapping[str, Record],
+    records: Mapping[str, Dated],
     now: datetime,
     cfg: FreshnessConfig,
     *,

@@ -9,6 +9,7 @@ invariant of LLD 10.1), so no stage can surface a record the caller may not read
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
@@ -21,6 +22,7 @@ from retold.models import (
     Candidate,
     Principal,
     Record,
+    Scope,
     SearchRequest,
     SearchResponse,
     SearchResult,
@@ -44,6 +46,8 @@ from retold.store import EligibleSet, Store
 from retold.util import Clock, Timer, new_id, to_iso
 
 __all__ = ["Retriever", "SearchOutcome"]
+
+_ELIGIBLE_CACHE_ENTRIES = 64
 
 
 @dataclass
@@ -75,6 +79,7 @@ class Retriever:
         self.store, self.index, self.embedder = store, index, embedder
         self.rewriter, self.reranker = rewriter, reranker
         self.config, self.lifecycle, self.clock = config, lifecycle, clock
+        self._eligible_cache: OrderedDict[tuple[Any, ...], EligibleSet] = OrderedDict()
 
     def memory_search(self, principal: Principal, request: SearchRequest) -> SearchResponse:
         """Run one search and log it (LLD 10.1)."""
@@ -94,8 +99,7 @@ class Retriever:
         timer.mark("rewrite")
         scopes = readable_scopes(self.store, principal)
         timer.mark("scopes")
-        eligible = self.store.eligible_ids(scopes, request.types, request.since, request.until,
-                                           request.include_history, started)
+        eligible = self._eligible(scopes, request, started)
         timer.mark("filter")
         refresh = self.index.refresh(self.store, self.config.embedding.incremental_reload_max)
         timer.mark("index_refresh")
@@ -113,19 +117,21 @@ class Retriever:
         candidates = [c for c in fuse(dense, lexical, entity, cfg.rrf_k) if c.record_id in eligible]
         timer.mark("fuse")
 
-        records = {r.id: r for r in self._records([c.record_id for c in candidates])}
-        fused_log = [[c.record_id, c.fused_rank, c.rrf_score, records[c.record_id].type,
-                      records[c.record_id].source_kind] for c in candidates]
-        freshness_log = apply_freshness(candidates, records, started, cfg.freshness,
+        meta = self.store.record_meta([c.record_id for c in candidates])
+        fused_log = [[c.record_id, c.fused_rank, c.rrf_score, meta[c.record_id].type,
+                      meta[c.record_id].source_kind] for c in candidates]
+        freshness_log = apply_freshness(candidates, meta, started, cfg.freshness,
                                         time_window=request.since is not None or request.until is not None)
         timer.mark("freshness")
 
         floors = floors_for(cfg.gate, request.trigger)
-        kinds = {rid: RecordKind(r.type, r.source_kind) for rid, r in records.items()}
+        kinds = {rid: RecordKind(m.type, m.source_kind) for rid, m in meta.items()}
         cross_only = self.config.reranker.enabled and self.config.reranker.mode == "cross_encoder_only"
         gated = gate(candidates, kinds, _policy_only(floors) if cross_only else floors)
         timer.mark("gate")
         kept, deduped_out = collapse_duplicates(gated.kept, self.index, cfg.dedup_cosine)
+        # Full records only for the survivors: the earlier stages needed four columns.
+        records = {r.id: r for r in self._records([c.record_id for c in kept])}
         timer.mark("dedup")
         kept, rerank = self._rerank(kept, records, queries, kinds, floors, cross_only)
         timer.mark("rerank")
@@ -193,6 +199,28 @@ class Retriever:
         return SearchOutcome(response, rendered)
 
     # -- stages ---------------------------------------------------------------------------
+
+    def _eligible(self, scopes: list[Scope], request: SearchRequest, now: datetime) -> EligibleSet:
+        """The hard filter, reused while nothing it depends on changed.
+
+        A set is exact while ``records_version`` is unchanged and no record in it reached
+        its expiry (``valid_until``); grants are part of the key through ``scopes``. Agents
+        search many times between writes, and at 50K records this saves the filter query
+        and lets the lexical generator keep its eligible temp table.
+        """
+        key = (tuple(scopes), tuple(request.types or ()), request.since, request.until,
+               request.include_history)
+        cached = self._eligible_cache.get(key)
+        if (cached is not None and cached.records_version == self.store.records_version()
+                and (cached.valid_until is None or now <= cached.valid_until)):
+            self._eligible_cache.move_to_end(key)
+            return cached
+        eligible = self.store.eligible_ids(scopes, request.types, request.since, request.until,
+                                           request.include_history, now)
+        self._eligible_cache[key] = eligible
+        if len(self._eligible_cache) > _ELIGIBLE_CACHE_ENTRIES:
+            self._eligible_cache.popitem(last=False)
+        return eligible
 
     def _records(self, ids: list[str]) -> list[Record]:
         if not ids:

@@ -145,8 +145,8 @@ class StoreBase:
     def snapshot(self) -> Iterator[sqlite3.Connection]:
         """A consistent read: several statements see one WAL snapshot."""
         with self._lock:
-            if self._depth:
-                yield self._conn  # already inside a transaction
+            if self._depth or self._conn.in_transaction:
+                yield self._conn  # already inside a transaction or another snapshot
                 return
             self._conn.execute("BEGIN")
             try:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Sequence
+from datetime import datetime
 
 import numpy as np
 
@@ -18,14 +20,28 @@ class EligibleSet:
     lookups, and the lexical generator can join FTS rowids directly.
     """
 
-    __slots__ = ("_set", "ids", "seqs")
+    __slots__ = ("_set", "ids", "records_version", "seqs", "token", "valid_until")
+    _tokens = itertools.count(1)
 
-    def __init__(self, ids: Sequence[str], seqs: np.ndarray) -> None:
+    def __init__(
+        self,
+        ids: Sequence[str],
+        seqs: np.ndarray,
+        *,
+        records_version: int = -1,
+        valid_until: datetime | None = None,
+    ) -> None:
         if len(ids) != len(seqs):
             raise ValueError("ids and seqs must align")
         self.ids = list(ids)
         self.seqs = np.asarray(seqs, dtype=np.int64)
         self._set: frozenset[str] | None = None
+        # Identity for caches of derived structures (the lexical temp table).
+        self.token = next(self._tokens)
+        # The store state it reflects, and the earliest expiry that would change it: the
+        # set stays exact while records_version is unchanged and now <= valid_until.
+        self.records_version = records_version
+        self.valid_until = valid_until
 
     def as_set(self) -> frozenset[str]:
         if self._set is None:

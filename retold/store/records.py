@@ -21,7 +21,7 @@ from retold.store.base import StoreBase, dt, marks, ts
 from retold.store.eligible import EligibleSet
 from retold.util import from_iso, to_iso
 
-__all__ = ["IndexChange", "RecordsMixin", "VectorSnapshot", "record_from_row"]
+__all__ = ["IndexChange", "RecordMeta", "RecordsMixin", "VectorSnapshot", "record_from_row"]
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,17 @@ class IndexChange:
     seq: int
     index_version: int
     vector: np.ndarray | None  # None: the record must not be in the index
+
+
+@dataclass(frozen=True)
+class RecordMeta:
+    """The few columns the early search stages need (freshness, gate, the log)."""
+
+    id: str
+    type: str
+    source_kind: str
+    status: str
+    event_at: datetime
 
 
 class RecordsMixin(StoreBase):
@@ -132,6 +143,19 @@ class RecordsMixin(StoreBase):
         """One record with its entity links (about links first), or None."""
         found = self.select_records("id = ?", (record_id,))
         return found[0] if found else None
+
+    def record_meta(self, ids: Sequence[str]) -> dict[str, RecordMeta]:
+        """Type, source kind, status and event time of each record, by id."""
+        out: dict[str, RecordMeta] = {}
+        with self._lock:
+            for start in range(0, len(ids), 500):
+                chunk = list(ids[start : start + 500])
+                for rid, type_, source, status, event_at in self._conn.execute(
+                    "SELECT id, type, source_kind, status, event_at FROM records"
+                    f" WHERE id IN ({marks(chunk)})", chunk,
+                ):
+                    out[rid] = RecordMeta(rid, type_, source, status, from_iso(event_at))
+        return out
 
     def select_records(
         self, where: str, params: Sequence[Any] = (), *, order: str = "seq", limit: int | None = None
@@ -253,33 +277,42 @@ class RecordsMixin(StoreBase):
         and expired rows; deleted rows are never eligible.
         """
         if not scopes:
-            return EligibleSet([], np.empty(0, dtype=np.int64))
-        scope_sql = " OR ".join(["(scope_kind = ? AND scope_id = ?)"] * len(scopes))
-        params: list[Any] = [part for scope in scopes for part in (scope.kind, scope.id)]
+            return EligibleSet([], np.empty(0, dtype=np.int64), records_version=self.records_version())
         statuses = (*ACTIVE_STATUSES, "superseded", "expired") if include_history else ACTIVE_STATUSES
-        sql = f"SELECT id, seq FROM records WHERE ({scope_sql}) AND status IN ({marks(statuses)})"
-        params += statuses
+        where = f"scope_kind = ? AND scope_id = ? AND status IN ({marks(statuses)})"
+        tail: list[Any] = list(statuses)
         # Unary + keeps the planner on records_scope: scope is the selective, security
         # relevant filter, and without ANALYZE statistics SQLite would pick records_event.
         if not include_history:
-            sql += " AND (expires_at IS NULL OR expires_at >= ?)"
-            params.append(to_iso(now or self.clock.now()))
+            where += " AND (expires_at IS NULL OR expires_at >= ?)"
+            tail.append(to_iso(now or self.clock.now()))
         if types:
             unknown = set(types) - set(RECORD_TYPES)
             if unknown:
                 raise ValueError(f"unknown record types {sorted(unknown)}")
-            sql += f" AND +type IN ({marks(types)})"
-            params += list(types)
+            where += f" AND +type IN ({marks(types)})"
+            tail += list(types)
         if since is not None:
-            sql += " AND +event_at >= ?"
-            params.append(to_iso(since))
+            where += " AND +event_at >= ?"
+            tail.append(to_iso(since))
         if until is not None:
-            sql += " AND +event_at <= ?"
-            params.append(to_iso(until))
-        with self._lock:
-            rows = self._conn.execute(sql, params).fetchall()
+            where += " AND +event_at <= ?"
+            tail.append(to_iso(until))
+        # One branch per scope, each a range of the covering records_scope index; UNION ALL
+        # is cheaper than SQLite's multi-index OR plan and scopes never overlap.
+        sql = " UNION ALL ".join([f"SELECT id, seq, expires_at FROM records WHERE {where}"] * len(scopes))
+        params: list[Any] = []
+        for scope in scopes:
+            params += [scope.kind, scope.id, *tail]
+        with self.snapshot() as conn:
+            version = int(conn.execute(
+                "SELECT value FROM store_meta WHERE key = 'records_version'").fetchone()[0])
+            rows = conn.execute(sql, params).fetchall()
         seqs = np.fromiter((row[1] for row in rows), dtype=np.int64, count=len(rows))
-        return EligibleSet([row[0] for row in rows], seqs)
+        expiries = [row[2] for row in rows if row[2] is not None]
+        valid_until = from_iso(min(expiries)) if expiries and not include_history else None
+        return EligibleSet([row[0] for row in rows], seqs, records_version=version,
+                           valid_until=valid_until)
 
     # -- embeddings and the vector-index projection (LLD 7) ------------------------------
 

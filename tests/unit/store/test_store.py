@@ -226,7 +226,7 @@ def test_eligible_ids_is_one_indexed_query(store: Store) -> None:
         conn.set_trace_callback(captured.append)
         store.eligible_ids([ADITYA, PROJECT], types=["semantic"], now=T0)
         conn.set_trace_callback(None)
-        (sql,) = [s for s in captured if s.startswith("SELECT")]
+        (sql,) = [s for s in captured if s.startswith("SELECT id")]
         plan = " ".join(str(r) for r in conn.execute("EXPLAIN QUERY PLAN " + sql.replace("?", "NULL")))
     assert "records_scope" in plan
     assert "SCAN records" not in plan
