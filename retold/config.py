@@ -1,8 +1,8 @@
 """Typed configuration: the blocks of LLD section 2 plus ``queue:``, and ``load_config``.
 
 Every tunable lives in one frozen dataclass tree rooted at :class:`Config`. The defaults
-below are the LLD 2.1-2.6 values except where DESIGN.md departs from the spec (the
-embedding model, decision 6). ``load_config`` layers defaults, a YAML file and a nested
+are the LLD 2.1-2.6 values except the embedding model (DESIGN.md decision 6) and the gate
+floors calibrated for it (docs/decisions.md). ``load_config`` layers defaults, a YAML file and a nested
 overrides mapping, then validates the result by walking the dataclass type hints, so a
 new key needs only a field here (and, if its range is unusual, one row in ``_RANGES``).
 
@@ -55,8 +55,6 @@ RerankMode = Literal["rrf_cross_encoder", "cross_encoder_only"]
 RerankOnFailure = Literal["fallback", "fail"]
 TriggerMode = Literal["tool_only", "auto", "hybrid"]
 
-# --- 2.1 Store and embedding -------------------------------------------------------------
-
 
 @dataclass(frozen=True, slots=True)
 class StoreConfig:
@@ -84,8 +82,6 @@ class EmbeddingConfig:
     torch_threads: int | None = None  # None leaves torch's own thread count alone
 
 
-# --- 2.2 Reranker ------------------------------------------------------------------------
-
 
 @dataclass(frozen=True, slots=True)
 class RerankerConfig:
@@ -101,8 +97,6 @@ class RerankerConfig:
     timeout_ms: int = 2000
     on_failure: RerankOnFailure = "fallback"
 
-
-# --- 2.3 Retrieval -----------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,11 +121,8 @@ class TriggerConfig:
 
 @dataclass(frozen=True, slots=True)
 class DenseFloors:
-    """Lowest cosine a dense-only candidate of each record type may have (LLD 10.5).
-
-    Calibrated for all-MiniLM-L6-v2, embedding.version "1" (benchmarks/calibrate_gate.py);
-    the spec's bge-m3 values are in docs/decisions.md.
-    """
+    """Lowest cosine a dense-only candidate may have, per record type (LLD 10.5); calibrated
+    for all-MiniLM-L6-v2 v1 by benchmarks/calibrate_gate.py (bge-m3's: docs/decisions.md)."""
 
     semantic: float = 0.70
     episodic: float = 0.55
@@ -190,8 +181,6 @@ class RetrievalConfig:
     freshness: FreshnessConfig = field(default_factory=FreshnessConfig)
 
 
-# --- 2.4 Ingestion -----------------------------------------------------------------------
-
 
 @dataclass(frozen=True, slots=True)
 class EquivalenceConfig:
@@ -237,8 +226,6 @@ class IngestionConfig:
     # LLD 6.3 rule 2 reads this key but LLD 2.4 does not list it; 0.75 is our default.
     attribute_alias_cosine: float = 0.75
 
-
-# --- 2.5 Policy, 2.6 Sessions, queue -----------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)

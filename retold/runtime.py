@@ -24,6 +24,7 @@ from retold.policy.lifecycle import Lifecycle
 from retold.retrieve.retriever import Retriever
 from retold.retrieve.rewrite import NoRewriter, QueryRewriter
 from retold.store import Store
+from retold.tools.handlers import ToolHandlers
 from retold.util import Clock, SystemClock
 
 __all__ = ["Runtime", "build_runtime"]
@@ -84,6 +85,12 @@ class Runtime:
             self._reranker or reranker_from_config(self.config.reranker), self.config,
             self.lifecycle, self.clock,
         )
+
+    @cached_property
+    def tools(self) -> ToolHandlers:
+        """The five tools: ``rt.tools.call(name, principal, payload)`` never raises for bad
+        input; ``rt.tools.schemas(principal)`` gives the per-session schemas (LLD 11)."""
+        return ToolHandlers(self)
 
     def refresh_index(self) -> RefreshOutcome:
         """Bring this process's vector index up to the store's records_version (LLD 7)."""

@@ -36,7 +36,7 @@ from retold.policy.lifecycle import Lifecycle
 from retold.store import Store
 from retold.util import Clock, Timer, new_id
 
-__all__ = ["Ingestor", "WriteError", "WriteRequest", "WriteResult"]
+__all__ = ["Ingestor", "Provenance", "WriteError", "WriteRequest", "WriteResult"]
 
 Origin = Literal["tool", "extraction", "host"]
 # LLD 8.1 step 3: tools and the extractor never write system or session_summary rows.
@@ -103,7 +103,7 @@ class _Refusal(Exception):
 
 
 @dataclass
-class _Provenance:
+class Provenance:
     source_kind: str
     source_ref: str | None
     evidence: str | None
@@ -137,7 +137,7 @@ class Ingestor:
         try:
             scope, attribute = self._authorize(principal, request, origin)
             timer.mark("permission")
-            provenance = self._provenance(principal, request)
+            provenance = self.provenance(principal, request)
             timer.mark("evidence")
             vector = self.embedder.embed_documents([request.content])[0]
             timer.mark("embed")
@@ -183,10 +183,10 @@ class Ingestor:
                 raise _Refusal("invalid_subject", "attribute normalizes to nothing")
         return scope, attribute
 
-    def _provenance(self, principal: Principal, request: WriteRequest) -> _Provenance:
+    def provenance(self, principal: Principal, request: WriteRequest) -> Provenance:
         """LLD 6.6 and 8.1 step 3: locate the quote, settle the source kind, check entailment."""
         if request.source_kind == "system":  # the host's own API vouches for it
-            return _Provenance("system", None, request.evidence, [], None)
+            return Provenance("system", None, request.evidence, [], None)
         turns = self.store.turns(principal.session_id) if principal.session_id else []
         check = validate_evidence(
             turns, request.evidence, request.source_kind, turn_hint=request.evidence_turn,
@@ -195,7 +195,7 @@ class Ingestor:
         )
         notes = [check.note] if check.note else []
         if not check.found or check.turn is None or principal.session_id is None:
-            return _Provenance("agent_inference", None, None, notes, None)
+            return Provenance("agent_inference", None, None, notes, None)
         ref = source_ref(principal.session_id, check.turn)
         quote = normalize_ws(request.evidence or "")
         kind: str = check.source_kind
@@ -209,7 +209,7 @@ class Ingestor:
                 if score < self.config.evidence.entail_floor:
                     kind = "agent_inference"
                     notes.append("evidence does not support claim")
-        return _Provenance(kind, ref, quote, notes, entailment)
+        return Provenance(kind, ref, quote, notes, entailment)
 
     # -- steps 4-8 inside one transaction ------------------------------------------------------
 
@@ -219,7 +219,7 @@ class Ingestor:
         request: WriteRequest,
         scope: Scope,
         attribute: str | None,
-        prov: _Provenance,
+        prov: Provenance,
         vector: np.ndarray,
         timer: Timer,
     ) -> WriteResult:

@@ -7,16 +7,18 @@ through :meth:`StoreBase.atomic` (``BEGIN IMMEDIATE``; a SAVEPOINT when nested).
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from retold.errors import MigrationIssuesError, NotADatabaseError, StoreError
 from retold.store.migrations import MigrationReport, check_not_newer, migrate
-from retold.util import Clock, SystemClock, from_iso, to_iso
+from retold.util import Clock, SystemClock, from_iso, new_id, to_iso
 
 __all__ = ["StoreBase", "dt", "marks", "ts"]
 
@@ -177,6 +179,25 @@ class StoreBase:
             ).fetchone()
             return int(row[0])
 
+
+    def insert_event(
+        self,
+        conn: sqlite3.Connection,
+        kind: str,
+        actor: str,
+        payload: dict[str, Any],
+        record_id: str | None = None,
+        entity_id: str | None = None,
+    ) -> str:
+        """Append one audit event inside the caller's transaction (LLD 3.6)."""
+        event_id = new_id()
+        conn.execute(
+            "INSERT INTO events(id, at, kind, actor, record_id, entity_id, payload)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (event_id, to_iso(self.clock.now()), kind, actor, record_id, entity_id,
+             json.dumps(payload, sort_keys=True, default=str)),
+        )
+        return event_id
 
     def bump_version(self, conn: sqlite3.Connection) -> int:
         """Increment records_version inside the current transaction and return it (LLD 7)."""

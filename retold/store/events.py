@@ -6,7 +6,6 @@ import json
 from typing import Any
 
 from retold.store.base import StoreBase
-from retold.util import new_id, to_iso
 
 __all__ = ["EventsMixin"]
 
@@ -23,16 +22,9 @@ class EventsMixin(StoreBase):
         record_id: str | None = None,
         entity_id: str | None = None,
     ) -> str:
-        """Append one audit event (LLD 3.6); returns its id."""
-        event_id = new_id()
+        """Append one audit event (LLD 3.6) in its own transaction, or the caller's."""
         with self.atomic() as conn:
-            conn.execute(
-                "INSERT INTO events(id, at, kind, actor, record_id, entity_id, payload)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (event_id, to_iso(self.clock.now()), kind, actor, record_id, entity_id,
-                 json.dumps(payload or {}, sort_keys=True, default=str)),
-            )
-        return event_id
+            return self.insert_event(conn, kind, actor, payload or {}, record_id, entity_id)
 
     def events(self, record_id: str | None = None, kind: str | None = None) -> list[dict[str, Any]]:
         """Events in order, optionally for one record or of one kind."""

@@ -1,12 +1,301 @@
-"""Maintenance the runtime never does on its own: expiry, retention, erasure, re-embedding,
-snapshots (LLD 16)."""
+"""Maintenance the runtime never does on its own: expiry, retention, re-embedding,
+snapshots, due-review claims and unmapped legacy rows (LLD 16); erasure is in erasure.py.
+
+Every write runs in one :meth:`StoreBase.atomic` transaction together with the audit
+events it owes, and every change the vector index must see bumps ``records_version``
+once per transaction and stamps the touched rows' ``index_version`` with it (LLD 7).
+:mod:`retold.operations` wraps these methods for the CLI and the workers.
+"""
 
 from __future__ import annotations
 
-from retold.store.base import StoreBase
+import json
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["MaintenanceMixin"]
+import numpy as np
+
+from retold.errors import StoreError
+from retold.models import ACTIVE_STATUSES
+from retold.store.base import StoreBase, marks
+from retold.store.migrations import check_not_newer
+from retold.util import to_iso
+
+__all__ = ["ChangedRow", "MaintenanceMixin", "MigrationIssue", "chunks"]
+
+_CHUNK = 500  # ids per IN list: far below SQLite's bound-parameter limit
+_ACTIVE_SQL = "('provisional', 'confirmed')"
+def chunks(values: Sequence[str]) -> Iterator[list[str]]:
+    for start in range(0, len(values), _CHUNK):
+        yield list(values[start : start + _CHUNK])
+
+
+@dataclass(frozen=True)
+class ChangedRow:
+    """One record a sweep changed, with the records_version it committed under (LLD 7)."""
+
+    record_id: str
+    index_version: int
+
+
+@dataclass(frozen=True)
+class MigrationIssue:
+    """One row of ``migration_issues`` (LLD 3.2)."""
+
+    migration_version: int
+    record_id: str
+    issue: str
 
 
 class MaintenanceMixin(StoreBase):
-    """Bulk operations over the store."""
+    """Bulk operations over the store (LLD 16)."""
+
+    if TYPE_CHECKING:
+        # Provided by RecordsMixin on the combined Store (retold.store.store).
+        def refresh_fts(self, record_ids: Iterable[str]) -> None: ...
+
+    # -- expiry (LLD 6.5, 16) --------------------------------------------------------------
+
+    def expire_past(self, now: datetime, actor: str) -> list[ChangedRow]:
+        """Set every active record with ``expires_at < now`` to expired, one
+        ``record.status`` event each, in one transaction."""
+        with self.atomic() as conn:
+            due = conn.execute(
+                f"SELECT id, status, expires_at FROM records WHERE status IN {_ACTIVE_SQL}"
+                " AND expires_at IS NOT NULL AND expires_at < ? ORDER BY seq",
+                (to_iso(now),),
+            ).fetchall()
+            if not due:
+                return []
+            version = self.bump_version(conn)
+            out = []
+            for record_id, status, expires_at in due:
+                conn.execute(
+                    "UPDATE records SET status = 'expired', index_version = ? WHERE id = ?",
+                    (version, record_id),
+                )
+                self.insert_event(conn, "record.status", actor,
+                            {"from": status, "to": "expired", "reason": "expires_at passed",
+                             "expires_at": expires_at}, record_id)
+                out.append(ChangedRow(record_id, version))
+            return out
+
+    # -- transcript retention (LLD 2.6, 3.5) -------------------------------------------------
+
+    def blank_retained_sessions(
+        self, ended_before: datetime, actor: str, retain_days: int
+    ) -> list[tuple[str, int]]:
+        """Blank the turns of extracted sessions that ended before ``ended_before``.
+
+        Turn rows stay so source references still resolve (LLD 3.5); a session without
+        ``extracted_at`` is never touched (LLD 2.6). Sessions already blank are skipped,
+        so a re-run logs nothing. Returns ``(session_id, turns_blanked)`` pairs.
+        """
+        with self.atomic() as conn:
+            sessions = conn.execute(
+                "SELECT s.id FROM sessions s WHERE s.extracted_at IS NOT NULL"
+                " AND s.ended_at IS NOT NULL AND s.ended_at < ?"
+                " AND EXISTS (SELECT 1 FROM session_turns t WHERE t.session_id = s.id"
+                "             AND t.content != '') ORDER BY s.id",
+                (to_iso(ended_before),),
+            ).fetchall()
+            out = []
+            for (session_id,) in sessions:
+                turns = conn.execute(
+                    "UPDATE session_turns SET content = '' WHERE session_id = ? AND content != ''",
+                    (session_id,),
+                ).rowcount
+                self.insert_event(conn, "session.transcript_blanked", actor,
+                            {"session_id": session_id, "turns": turns, "reason": "retention",
+                             "retain_days": retain_days})
+                out.append((session_id, turns))
+            return out
+
+    # -- due review (LLD 8.4) -------------------------------------------------------------
+
+    def claim_due_reviews(self, now: datetime, limit: int, actor: str) -> list[ChangedRow]:
+        """Flag at most ``limit`` due active records, one ``record.review_due`` each.
+
+        The claim is one conditional UPDATE ... RETURNING under the write lock, so two
+        callers (threads or processes) never flag, or log, the same row twice (LLD 8.4).
+        """
+        stamp = to_iso(now)
+        with self.atomic() as conn:
+            due = conn.execute(
+                "SELECT 1 FROM records WHERE review_at <= ? AND review_flagged_at IS NULL"
+                f" AND status IN {_ACTIVE_SQL} LIMIT 1", (stamp,)).fetchone()
+            if due is None:
+                return []
+            version = self.bump_version(conn)
+            rows = conn.execute(
+                "UPDATE records SET review_flagged_at = ?1, index_version = ?2 WHERE id IN ("
+                "  SELECT id FROM records WHERE review_at <= ?1 AND review_flagged_at IS NULL"
+                f"  AND status IN {_ACTIVE_SQL} ORDER BY review_at, seq LIMIT ?3)"
+                " AND review_flagged_at IS NULL RETURNING id, review_at, valid_from, valid_until",
+                (stamp, version, limit)).fetchall()
+            claims = []
+            for record_id, review_at, valid_from, valid_until in sorted(rows, key=lambda r: (r[1], r[0])):
+                self.insert_event(conn, "record.review_due", actor,
+                            {"record_id": record_id, "review_at": review_at,
+                             "valid_from": valid_from, "valid_until": valid_until}, record_id)
+                claims.append(ChangedRow(record_id, version))
+            return claims
+
+    # -- re-embedding (LLD 2.1, 16) ------------------------------------------------------------
+
+    def count_embeddable(self) -> int:
+        """Records that have text to embed (erased tombstones have none)."""
+        with self._lock:
+            return int(self._conn.execute("SELECT count(*) FROM records WHERE content != ''").fetchone()[0])
+
+    def embeddable_after(self, seq: int, limit: int) -> list[tuple[int, str, str]]:
+        """``(seq, id, content)`` of the next ``limit`` records with text after ``seq``."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT seq, id, content FROM records WHERE seq > ? AND content != ''"
+                " ORDER BY seq LIMIT ?", (seq, limit)).fetchall()
+        return [(int(s), str(i), str(c)) for s, i, c in rows]
+
+    def put_embeddings(self, rows: Sequence[tuple[str, np.ndarray]], model: str, version: str) -> int:
+        """Store one batch of vectors under one records_version bump; return it."""
+        with self.atomic() as conn:
+            index_version = self.bump_version(conn)
+            conn.executemany(
+                "INSERT INTO embeddings(record_id, model, version, dims, vector, index_version)"
+                " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(record_id) DO UPDATE SET"
+                " model = excluded.model, version = excluded.version, dims = excluded.dims,"
+                " vector = excluded.vector, index_version = excluded.index_version",
+                [(rid, model, version, int(vec.shape[-1]),
+                  np.ascontiguousarray(vec, dtype=np.float32).tobytes(), index_version)
+                 for rid, vec in rows])
+            return index_version
+
+    def embedding_versions(self) -> list[tuple[str, str, int]]:
+        """``(model, version, count)`` of every stored vector family."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT model, version, count(*) FROM embeddings GROUP BY model, version"
+                " ORDER BY model, version").fetchall()
+        return [(str(m), str(v), int(n)) for m, v, n in rows]
+
+    def drop_other_embeddings(self, model: str, version: str) -> int:
+        """Delete every vector not of ``model``/``version``; the records carry the bump."""
+        with self.atomic() as conn:
+            gone = [r[0] for r in conn.execute(
+                "DELETE FROM embeddings WHERE NOT (model = ? AND version = ?) RETURNING record_id",
+                (model, version))]
+            if gone:
+                index_version = self.bump_version(conn)
+                for chunk in chunks(gone):
+                    conn.execute(
+                        f"UPDATE records SET index_version = ? WHERE id IN ({marks(chunk)})",
+                        [index_version, *chunk])
+            return len(gone)
+
+    def latest_search_flags(self) -> tuple[str, dict[str, Any]] | None:
+        """``(trigger, config_flags)`` of the most recent logged search, or None."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT trigger, config_flags FROM search_log ORDER BY at DESC, id DESC LIMIT 1"
+            ).fetchone()
+        if row is None:
+            return None
+        flags = json.loads(row[1]) if row[1] and row[1].startswith("{") else {}
+        return str(row[0]), flags
+
+    # -- snapshots (LLD 16) ------------------------------------------------------------------
+
+    def backup_to(self, path: str | Path) -> None:
+        """Copy the whole database to a new file with SQLite's online backup API."""
+        with self._lock:
+            if self._depth:
+                raise StoreError("a snapshot cannot be taken inside a transaction")
+            target = sqlite3.connect(str(path))
+            try:
+                self._conn.backup(target)
+            finally:
+                target.close()
+
+    def restore_from(self, path: str | Path) -> None:
+        """Replace this database's content with a Retold store file's (read-only source).
+
+        Raises StoreError when the source is not a Retold store or is newer than this code.
+        """
+        source = Path(path).resolve()
+        try:
+            reader = sqlite3.connect(f"{source.as_uri()}?mode=ro", uri=True)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open snapshot {path}: {exc}") from exc
+        try:
+            try:
+                known = reader.execute(
+                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'"
+                ).fetchone()
+            except sqlite3.DatabaseError as exc:
+                raise StoreError(f"{path} is not a Retold store: {exc}") from exc
+            if known is None:
+                raise StoreError(f"{path} is not a Retold store (no schema_migrations table)")
+            check_not_newer(reader, str(path))
+            with self._lock:
+                if self._depth:
+                    raise StoreError("a snapshot cannot be loaded inside a transaction")
+                reader.backup(self._conn)
+                if self.path != ":memory:":
+                    self._conn.execute("PRAGMA journal_mode = WAL")
+        finally:
+            reader.close()
+        self.migrate()
+
+    # -- unmapped legacy rows (LLD 3.2) -------------------------------------------------------
+
+    def migration_issues(self) -> list[MigrationIssue]:
+        """Every unresolved row of ``migration_issues``."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT migration_version, record_id, issue FROM migration_issues"
+                " ORDER BY migration_version, record_id").fetchall()
+        return [MigrationIssue(int(v), str(r), str(i)) for v, r, i in rows]
+
+    def expire_unmapped(self, actor: str) -> list[ChangedRow]:
+        """Retire every record listed in ``migration_issues``: status expired, one
+        ``record.status`` event each, and the issue rows cleared (LLD 3.2)."""
+        with self.atomic() as conn:
+            rows = conn.execute(
+                "SELECT DISTINCT m.record_id, r.status FROM migration_issues m"
+                " JOIN records r ON r.id = m.record_id ORDER BY m.record_id").fetchall()
+            out: list[ChangedRow] = []
+            if rows:
+                version = self.bump_version(conn)
+                for record_id, status in rows:
+                    if status in ACTIVE_STATUSES:
+                        conn.execute(
+                            "UPDATE records SET status = 'expired', index_version = ? WHERE id = ?",
+                            (version, record_id))
+                        self.insert_event(conn, "record.status", actor,
+                                    {"from": status, "to": "expired",
+                                     "reason": "unmapped legacy record retired by migrate"}, record_id)
+                    out.append(ChangedRow(record_id, version))
+            conn.execute("DELETE FROM migration_issues")
+            return out
+
+    # -- reads for get ---------------------------------------------------------------------------
+
+    def lineage_ids(self, record_id: str) -> list[str]:
+        """The supersession chain through ``record_id``, oldest first (LLD 6.3)."""
+        # Both walks are bounded, so a corrupt cycle cannot loop forever.
+        with self._lock:
+            rows = self._conn.execute(
+                "WITH RECURSIVE"
+                " back(id, sup, d) AS (SELECT id, supersedes_id, 0 FROM records WHERE id = ?1"
+                "   UNION ALL SELECT r.id, r.supersedes_id, b.d - 1 FROM records r"
+                "   JOIN back b ON r.id = b.sup WHERE b.d > -1000),"
+                " fwd(id, d) AS (SELECT id, 0 FROM records WHERE id = ?1"
+                "   UNION ALL SELECT r.id, f.d + 1 FROM records r"
+                "   JOIN fwd f ON r.supersedes_id = f.id WHERE f.d < 1000)"
+                " SELECT id, d FROM back UNION ALL SELECT id, d FROM fwd ORDER BY d",
+                (record_id,)).fetchall()
+        return list(dict.fromkeys(str(r[0]) for r in rows))

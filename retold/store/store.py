@@ -7,6 +7,7 @@ One class per process and file, combined from one mixin per concept; see
 from __future__ import annotations
 
 from retold.store.entities import EntitiesMixin
+from retold.store.erasure import ErasureMixin
 from retold.store.events import EventsMixin
 from retold.store.grants import GrantsMixin
 from retold.store.lifecycle import LifecycleMixin
@@ -29,5 +30,6 @@ class Store(
     SearchLogMixin,
     LifecycleMixin,
     MaintenanceMixin,
+    ErasureMixin,
 ):
     """The store: records, embeddings, entities, sessions, grants, events and search logs."""

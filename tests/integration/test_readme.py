@@ -28,3 +28,4 @@ def test_readme_python_example_runs_and_finds_the_memory(tmp_path: Path) -> None
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("created ")
     assert "['Aditya prefers concise answers.'] None" in result.stdout
+    assert "semantic · confirmed · user_statement" in result.stdout

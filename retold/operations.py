@@ -1,0 +1,369 @@
+"""Operations: the maintenance the runtime never does on its own (LLD 16, component guide 1).
+
+Plain functions over one :class:`~retold.runtime.Runtime` that the ``retold`` CLI and the
+Celery maintenance tasks call: expiry, transcript retention, erasure with compaction,
+re-embedding with the floor-recalibration refusal, snapshots, due-review flagging,
+unmapped legacy rows, and the debugging reads ``search``, ``get`` and ``dump``. Each
+returns a small typed result. Nothing here imports torch: a model loads only when
+``reembed`` or ``search`` embeds text.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from retold.errors import RetoldError, StoreError
+from retold.models import Principal, Record, Scope, SearchRequest
+from retold.store.erasure import Erasure
+from retold.store.maintenance import MigrationIssue
+
+if TYPE_CHECKING:
+    from retold.index.embedder import Embedder
+    from retold.retrieve.retriever import SearchOutcome
+    from retold.runtime import Runtime
+
+__all__ = [
+    "EraseResult",
+    "MigrateResult",
+    "OperationError",
+    "Operations",
+    "RecordDetail",
+    "ReembedResult",
+    "SearchReport",
+    "SnapshotResult",
+]
+
+TEMPORAL_REVIEWER = "temporal_reviewer"  # LLD 8.4: the actor of record.review_due
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+class OperationError(RetoldError):
+    """A maintenance operation was refused or its target does not exist; nothing changed."""
+
+
+@dataclass(frozen=True)
+class EraseResult:
+    """What one ``erase`` removed: ids and counts, never the erased text (LLD 16)."""
+
+    target: str  # record | session | user
+    target_id: str
+    record_ids: list[str]
+    counts: dict[str, int]
+    event_id: str
+    compacted: bool  # False: another connection kept the WAL from being truncated
+
+
+@dataclass(frozen=True)
+class ReembedResult:
+    """One ``reembed`` run (LLD 16): counts and timing, as logged in ``store.reembedded``."""
+
+    model: str
+    version: str
+    embedded: int
+    dropped: int
+    batches: int
+    seconds: float
+    records_per_second: float
+    event_id: str
+
+
+@dataclass(frozen=True)
+class SnapshotResult:
+    """A saved or loaded snapshot: its path, size and the records it holds."""
+
+    path: str
+    bytes: int
+    records: int
+
+
+@dataclass(frozen=True)
+class MigrateResult:
+    """``retold migrate`` (LLD 3.2): the schema state and the legacy rows needing review."""
+
+    version: int
+    applied: tuple[int, ...]
+    issues: list[MigrationIssue]  # as found, before any --expire-unmapped
+    expired: list[str]
+    unresolved: int
+    acknowledged: bool
+
+
+@dataclass(frozen=True)
+class RecordDetail:
+    """``retold get``: a record with its supersession lineage, conflicts and events."""
+
+    record: Record
+    lineage: list[Record]  # the supersession chain through the record, oldest first
+    conflicts: list[str]
+    events: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class SearchReport:
+    """``retold search``: the retrieval outcome and the search_log row it wrote."""
+
+    outcome: SearchOutcome
+    log: dict[str, Any] = field(default_factory=dict)
+
+
+def _same_floors(logged: object, current: dict[str, float]) -> bool:
+    if not isinstance(logged, dict) or set(logged) != set(current):
+        return False
+    return all(
+        isinstance(logged[k], int | float) and math.isclose(float(logged[k]), v, abs_tol=1e-9)
+        for k, v in current.items()
+    )
+
+
+class Operations:
+    """Maintenance over one runtime's store, index and configuration (LLD 16)."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.rt = runtime
+        self.store = runtime.store
+
+    # -- lifecycle sweeps -------------------------------------------------------------------
+
+    def expire(self, actor: str = "admin") -> int:
+        """Mark every active record past ``expires_at`` expired, one ``record.status``
+        event each (LLD 6.5, 16); returns how many changed."""
+        rows = self.store.expire_past(self.rt.clock.now(), actor)
+        for row in rows:
+            # Expired rows keep their vectors for include_history; this process already
+            # holds the change, so refresh must not count it as another process's.
+            self.rt.index.acknowledge(row.record_id, row.index_version)
+        return len(rows)
+
+    def retain(self, actor: str = "admin") -> int:
+        """Blank the transcripts of extracted sessions that ended more than
+        ``sessions.retain_days`` ago, one event per session (LLD 2.6, 3.5); returns how
+        many sessions were blanked. An unextracted session is never blanked."""
+        days = self.rt.config.sessions.retain_days
+        cutoff = self.rt.clock.now() - timedelta(days=days)
+        return len(self.store.blank_retained_sessions(cutoff, actor, days))
+
+    def review_due(self, actor: str = TEMPORAL_REVIEWER) -> int:
+        """Flag one bounded batch of records whose ``review_at`` has arrived (LLD 8.4);
+        returns how many this caller claimed."""
+        limit = self.rt.config.ingestion.temporal_review_batch_size
+        return len(self.store.claim_due_reviews(self.rt.clock.now(), limit, actor))
+
+    # -- erasure (LLD 16 erase) ------------------------------------------------------------------
+
+    def erase_record(self, record_id: str, reason: str, actor: str = "admin") -> EraseResult:
+        """Irreversibly erase one record's text, evidence, tags, vector, FTS row and
+        links; the tombstone row stays."""
+        return self._erase(lambda: self.store.erase_record(record_id, actor, _reason(reason)))
+
+    def erase_session(self, session_id: str, reason: str, actor: str = "admin") -> EraseResult:
+        """Irreversibly blank one session's transcript (turn rows stay) and the evidence
+        quotes taken from it."""
+        return self._erase(lambda: self.store.erase_session(session_id, actor, _reason(reason)))
+
+    def erase_user(self, user_id: str, reason: str, actor: str = "admin") -> EraseResult:
+        """Irreversibly erase every place a user's text can reach (LLD 16)."""
+        return self._erase(lambda: self.store.erase_user(user_id, actor, _reason(reason)))
+
+    def _erase(self, run: Callable[[], Erasure]) -> EraseResult:
+        # secure_delete zeroes freed cells as the erase writes; VACUUM afterwards rebuilds
+        # the file and the truncating checkpoint empties the WAL (LLD 16: no residue).
+        self.store.set_secure_delete(True)
+        try:
+            try:
+                erasure = run()
+            except StoreError as exc:
+                raise OperationError(str(exc)) from exc
+            for record_id in erasure.record_ids:
+                self.rt.index.remove(record_id, erasure.index_version)
+            for record_id in erasure.evidence_cleared:  # vector unchanged; already applied here
+                if erasure.index_version is not None:
+                    self.rt.index.acknowledge(record_id, erasure.index_version)
+            compacted = self.store.compact()
+        finally:
+            self.store.set_secure_delete(False)
+        return EraseResult(erasure.target, erasure.target_id, list(erasure.record_ids),
+                           dict(erasure.counts), erasure.event_id, compacted)
+
+    # -- re-embedding (LLD 2.1, 16) -----------------------------------------------------------------
+
+    def check_reembed(self, model: str, version: str) -> None:
+        """Raise OperationError when the latest logged search ran under another embedding
+        with the dense floors the configuration still carries: nobody recalibrated the
+        floors for the new model (LLD 16). No logged search: allowed."""
+        latest = self.store.latest_search_flags()
+        if latest is None:
+            return
+        trigger, flags = latest
+        logged_model, logged_version = flags.get("embedding_model"), flags.get("embedding_version")
+        if (logged_model, logged_version) == (model, version):
+            return
+        gate = self.rt.config.retrieval.gate
+        floors = dataclasses.asdict(gate.auto.dense_floor if trigger == "auto" else gate.dense_floor)
+        logged_gate = flags.get("gate")
+        logged_floors = logged_gate.get("dense_floor") if isinstance(logged_gate, dict) else None
+        if _same_floors(logged_floors, floors):
+            raise OperationError(
+                f"refusing to re-embed with {model} version {version}: the latest search ran under "
+                f"{logged_model} version {logged_version} with the dense floors the config still "
+                "carries; recalibrate retrieval.gate.dense_floor for the new model first"
+            )
+
+    def reembed(
+        self,
+        model: str,
+        version: str,
+        *,
+        dims: int | None = None,
+        progress: Callable[[int, int], None] | None = None,
+        actor: str = "admin",
+    ) -> ReembedResult:
+        """Embed every record with text under ``model``/``version`` in batches of
+        ``embedding.reembed_batch_size``, drop every other vector, and append one
+        ``store.reembedded`` event. ``progress(done, total)`` is called after each batch."""
+        if not model.strip() or not version.strip():
+            raise OperationError("reembed needs a non-empty model and version")
+        self.check_reembed(model, version)
+        embedder = self._embedder(model, version, dims)
+        batch_size = self.rt.config.embedding.reembed_batch_size
+        total = self.store.count_embeddable()
+        before = self.store.embedding_versions()
+        started = time.perf_counter()
+        done = batches = 0
+        last_seq = 0
+        if progress:
+            progress(0, total)
+        while True:
+            rows = self.store.embeddable_after(last_seq, batch_size)
+            if not rows:
+                break
+            # DESIGN.md decision 2: the model runs outside any transaction.
+            vectors = embedder.embed_documents([content for _, _, content in rows])
+            self.store.put_embeddings(
+                [(rid, vectors[i]) for i, (_, rid, _) in enumerate(rows)], embedder.name, embedder.version)
+            last_seq = rows[-1][0]
+            done += len(rows)
+            batches += 1
+            if progress:
+                progress(min(done, max(total, done)), max(total, done))
+        dropped = self.store.drop_other_embeddings(embedder.name, embedder.version)
+        seconds = time.perf_counter() - started
+        rate = done / seconds if seconds > 0 else 0.0
+        event_id = self.store.append_event("store.reembedded", actor, {
+            "model": embedder.name, "version": embedder.version, "dims": embedder.dims,
+            "embedded": done, "dropped": dropped, "batches": batches, "batch_size": batch_size,
+            "seconds": round(seconds, 3), "records_per_second": round(rate, 1),
+            "before": [{"model": m, "version": v, "vectors": n} for m, v, n in before],
+        })
+        return ReembedResult(embedder.name, embedder.version, done, dropped, batches,
+                             seconds, rate, event_id)
+
+    def _embedder(self, model: str, version: str, dims: int | None) -> Embedder:
+        current = self.rt.embedder
+        if (current.name, current.version) == (model, version) and dims in (None, current.dims):
+            return current  # the runtime's own embedder: load the model once
+        from retold.index.embedder import embedder_from_config
+
+        cfg = dataclasses.replace(self.rt.config.embedding, model=model, version=version,
+                                  dims=dims or self.rt.config.embedding.dims)
+        return embedder_from_config(cfg)
+
+    # -- snapshots (LLD 16) ---------------------------------------------------------------------------
+
+    def snapshot_save(self, path: str | Path) -> SnapshotResult:
+        """Copy the whole store to a new file (SQLite backup API); refuses an existing file."""
+        target = Path(path)
+        if target.exists():
+            raise OperationError(f"{target} already exists; choose a new snapshot path")
+        if not target.parent.is_dir():
+            raise OperationError(f"no directory {target.parent} for the snapshot")
+        self.store.backup_to(target)
+        return SnapshotResult(str(target), target.stat().st_size, self._count_records())
+
+    def snapshot_load(self, path: str | Path) -> SnapshotResult:
+        """Replace the store's content with a snapshot. The host must be stopped: the
+        file changes under every other open connection (LLD 16)."""
+        source = Path(path)
+        if not source.is_file():
+            raise OperationError(f"no snapshot file {source}")
+        if Path(self.store.path) != Path(":memory:") and source.resolve() == Path(self.store.path).resolve():
+            raise OperationError(f"{source} is the store itself")
+        with source.open("rb") as handle:
+            if handle.read(16) != _SQLITE_MAGIC:
+                raise OperationError(f"{source} is not a SQLite database")
+        try:
+            self.store.restore_from(source)
+        except StoreError as exc:
+            raise OperationError(str(exc)) from exc
+        if self.rt.index.is_loaded:  # the projection described the replaced content
+            self.rt.index.load(self.store)
+        return SnapshotResult(str(source), source.stat().st_size, self._count_records())
+
+    def _count_records(self) -> int:
+        with self.store.snapshot() as conn:
+            return int(conn.execute("SELECT count(*) FROM records").fetchone()[0])
+
+    # -- migrations (LLD 3.2) ---------------------------------------------------------------------------
+
+    def migrate(
+        self, *, expire_unmapped: bool = False, allow_unmapped: bool = False, actor: str = "admin"
+    ) -> MigrateResult:
+        """Report the schema state and the unmapped legacy rows; ``expire_unmapped``
+        retires them (status expired, one ``record.status`` event each) and
+        ``allow_unmapped`` acknowledges the rest with one audit event."""
+        report = self.store.migration_report or self.store.migrate()
+        issues = self.store.migration_issues()
+        expired = []
+        if expire_unmapped and issues:
+            expired = [row.record_id for row in self.store.expire_unmapped(actor)]
+        unresolved = len(self.store.migration_issues())
+        acknowledged = allow_unmapped and unresolved > 0
+        if acknowledged:
+            self.store.append_event("migration.acknowledged", actor, {
+                "unresolved": unresolved, "record_ids": [i.record_id for i in issues]})
+        return MigrateResult(report.version, report.applied, issues, expired, unresolved, acknowledged)
+
+    # -- debugging reads --------------------------------------------------------------------------------
+
+    def dump(self, scope: Scope) -> list[Record]:
+        """Active (provisional or confirmed) records in one scope, oldest first."""
+        return self.store.select_records(
+            "scope_kind = ? AND scope_id = ? AND status IN ('provisional', 'confirmed')",
+            (scope.kind, scope.id))
+
+    def get(self, record_id: str) -> RecordDetail:
+        """A full record with lineage, conflicts and events; OperationError when missing."""
+        record = self.store.get_record(record_id)
+        if record is None:
+            raise OperationError(f"no record {record_id}")
+        chain = self.store.lineage_ids(record_id)
+        by_id = {r.id: r for r in self.store.select_records(
+            f"id IN ({', '.join('?' * len(chain))})", chain)}
+        return RecordDetail(record, [by_id[i] for i in chain if i in by_id],
+                            self.store.conflicts_of(record_id), self.store.events(record_id=record_id))
+
+    def search(
+        self, agent_id: str, user_id: str, query: str, *, project_id: str | None = None,
+        k: int | None = None,
+    ) -> SearchReport:
+        """Run retrieval as ``agent_id`` for ``user_id`` and return it with its log row."""
+        if not query.strip():
+            raise OperationError("the search query is empty")
+        try:
+            principal = Principal(agent_id, user_id, None, project_id)
+        except ValueError as exc:
+            raise OperationError(str(exc)) from exc
+        outcome = self.rt.retriever.search(principal, SearchRequest(queries=[query], k=k))
+        return SearchReport(outcome, self.store.search_log_row(outcome.response.search_id) or {})
+
+
+def _reason(reason: str) -> str:
+    if not reason or not reason.strip():
+        raise OperationError("an erase needs a reason (--reason)")
+    return reason.strip()

@@ -1,0 +1,223 @@
+"""Irreversible erasure of a record, a session or a user, with compaction (LLD 16 ``erase``).
+
+Ids, kinds and timestamps remain; every place the erased text can reach is blanked, and
+the file is compacted afterwards (secure_delete, WAL checkpoint, VACUUM) so freed pages
+and the WAL hold no residue.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from retold.errors import StoreError
+from retold.store.base import StoreBase, marks
+from retold.store.maintenance import chunks
+
+__all__ = ["Erasure", "ErasureMixin"]
+
+# The private scopes of user U are agent:<agent>/<U>; agent ids never contain '/' (LLD 6.1),
+# so the text after the first '/' is the user.
+_USER_SCOPES = (
+    "((scope_kind = 'user' AND scope_id = ?1) OR (scope_kind = 'agent'"
+    " AND instr(scope_id, '/') > 0 AND substr(scope_id, instr(scope_id, '/') + 1) = ?1))"
+)
+_BLANK = "UPDATE events SET payload = '{}' WHERE payload != '{}' AND "
+# The session a 'session:<id>' or 'session:<id><turn:n>' reference names (LLD 3.1).
+_REF_SESSION = (
+    "CASE WHEN instr({ref}, '<') > 0 THEN substr({ref}, 9, instr({ref}, '<') - 9)"
+    " ELSE substr({ref}, 9) END"
+)
+
+
+
+@dataclass
+class Erasure:
+    """What one erase changed (LLD 16 ``erase``): ids and counts, never the erased text."""
+
+    target: str  # record | session | user
+    target_id: str
+    record_ids: list[str] = field(default_factory=list)  # tombstoned and blanked
+    evidence_cleared: list[str] = field(default_factory=list)  # content kept, quote removed
+    index_version: int | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+    event_id: str = ""
+
+
+class ErasureMixin(StoreBase):
+    """The three erase operations and the compaction that follows them."""
+
+    if TYPE_CHECKING:
+        # Provided by RecordsMixin on the combined Store (retold.store.store).
+        def refresh_fts(self, record_ids: Iterable[str]) -> None: ...
+
+
+    # -- erasure (LLD 16 erase) -----------------------------------------------------------------
+
+    def erase_record(self, record_id: str, actor: str, reason: str) -> Erasure:
+        """Tombstone one record and remove its text, evidence, tags, embedding, FTS row,
+        entity links and its events' payloads; one ``record.erased`` event."""
+        with self.atomic() as conn:
+            if conn.execute("SELECT 1 FROM records WHERE id = ?", (record_id,)).fetchone() is None:
+                raise StoreError(f"no record {record_id}")
+            result = Erasure("record", record_id)
+            self._erase_records(conn, [record_id], result)
+            result.event_id = self.insert_event(conn, "record.erased", actor, {
+                "record_id": record_id, "reason": reason, "counts": result.counts}, record_id)
+            return result
+
+    def erase_session(self, session_id: str, actor: str, reason: str) -> Erasure:
+        """Blank a session's turns (rows kept), the evidence quotes of records sourced from
+        it, its search logs and the payloads of events about it; one ``session.erased``."""
+        with self.atomic() as conn:
+            if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
+                raise StoreError(f"no session {session_id}")
+            result = Erasure("session", session_id)
+            sourced = self._erase_sessions(conn, [session_id], result)
+            if sourced:
+                # The quote is transcript text; the claim itself stays (erase it with --record).
+                version = self.bump_version(conn)
+                result.index_version = version
+                for chunk in chunks(sourced):
+                    conn.execute(f"UPDATE records SET evidence = NULL, index_version = ? WHERE id IN"
+                                 f" ({marks(chunk)})", [version, *chunk])
+                result.evidence_cleared = sourced
+            result.counts["evidence_cleared"] = len(sourced)
+            result.event_id = self.insert_event(conn, "session.erased", actor, {
+                "session_id": session_id, "reason": reason, "counts": result.counts})
+            return result
+
+    def erase_user(self, user_id: str, actor: str, reason: str) -> Erasure:
+        """Erase every place a user's text can reach (LLD 16): their sessions, the records
+        of ``user:<U>`` and every ``agent:*/<U>`` scope, records in any scope sourced from
+        their sessions, their search logs, the payloads of events about all of these, and
+        the entities and aliases of their scopes. One ``user.erased`` event."""
+        with self.atomic() as conn:
+            known = conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM sessions WHERE user_id = ?1)"
+                " OR EXISTS (SELECT 1 FROM search_log WHERE user_id = ?1)"
+                f" OR EXISTS (SELECT 1 FROM records WHERE {_USER_SCOPES})"
+                f" OR EXISTS (SELECT 1 FROM entities WHERE {_USER_SCOPES})",
+                (user_id,)).fetchone()[0]
+            if not known:
+                raise StoreError(f"no user {user_id} in this store")
+            result = Erasure("user", user_id)
+            sessions = [r[0] for r in conn.execute(
+                "SELECT id FROM sessions WHERE user_id = ? ORDER BY id", (user_id,))]
+            sourced = self._erase_sessions(conn, sessions, result)
+            owned = [r[0] for r in conn.execute(
+                f"SELECT id FROM records WHERE {_USER_SCOPES} ORDER BY seq", (user_id,))]
+            self._erase_records(conn, list(dict.fromkeys([*owned, *sourced])), result)
+            result.counts["search_logs"] += conn.execute(
+                "DELETE FROM search_log WHERE user_id = ?", (user_id,)).rowcount
+            result.counts["events_blanked"] += conn.execute(
+                _BLANK + "json_extract(payload, '$.user_id') = ?", (user_id,)).rowcount
+            self._erase_entities(conn, user_id, result)
+            result.event_id = self.insert_event(
+                conn, "user.erased", actor,
+                {"user_id": user_id, "reason": reason, "sessions": sessions,
+                 "records": result.record_ids, "counts": result.counts})
+            return result
+
+    def _erase_records(self, conn: sqlite3.Connection, record_ids: list[str], result: Erasure) -> None:
+        counts = result.counts
+        for key in ("records", "embeddings", "entity_links", "events_blanked"):
+            counts.setdefault(key, 0)
+        if not record_ids:
+            return
+        version = self.bump_version(conn)
+        result.index_version = version
+        for chunk in chunks(record_ids):
+            # The attribute is a slug of the writer's words, so it goes with the content;
+            # subject keeps only the entity id (LLD 3.1 derived form with '-').
+            seqs = [row[0] for row in conn.execute(
+                "UPDATE records SET content = '', evidence = NULL, tags = '[]', attribute = NULL,"
+                " subject = coalesce(subject_entity_id, '-') || '/-', status = 'deleted',"
+                f" index_version = ? WHERE id IN ({marks(chunk)}) RETURNING seq",
+                [version, *chunk])]
+            conn.execute(f"DELETE FROM records_fts WHERE rowid IN ({marks(seqs)})", seqs)
+            counts["records"] += len(seqs)
+            counts["embeddings"] += conn.execute(
+                f"DELETE FROM embeddings WHERE record_id IN ({marks(chunk)})", chunk).rowcount
+            counts["entity_links"] += conn.execute(
+                f"DELETE FROM record_entities WHERE record_id IN ({marks(chunk)})", chunk).rowcount
+            # LLD 16: erasure is the one documented exception to append-only events.
+            counts["events_blanked"] += conn.execute(
+                _BLANK + f"record_id IN ({marks(chunk)})", chunk).rowcount
+        result.record_ids.extend(record_ids)
+
+    def _erase_sessions(self, conn: sqlite3.Connection, session_ids: list[str], result: Erasure) -> list[str]:
+        """Blank the turns, search logs and event payloads of these sessions; return the
+        ids of records (any scope) whose source_ref points into them."""
+        counts = result.counts
+        for key in ("sessions", "turns", "search_logs", "events_blanked"):
+            counts.setdefault(key, 0)
+        if not session_ids:
+            return []
+        conn.execute("CREATE TEMP TABLE IF NOT EXISTS retold_erase_sessions(id TEXT PRIMARY KEY)")
+        conn.execute("DELETE FROM temp.retold_erase_sessions")
+        picked = "(SELECT id FROM temp.retold_erase_sessions)"
+        try:
+            conn.executemany("INSERT OR IGNORE INTO temp.retold_erase_sessions(id) VALUES (?)",
+                             [(s,) for s in session_ids])
+            counts["sessions"] += len(session_ids)
+            counts["turns"] += conn.execute(
+                f"UPDATE session_turns SET content = '' WHERE session_id IN {picked}").rowcount
+            counts["search_logs"] += conn.execute(
+                f"DELETE FROM search_log WHERE session_id IN {picked}").rowcount
+            ref = _REF_SESSION.format(ref="json_extract(payload, '$.source_ref')")
+            counts["events_blanked"] += conn.execute(
+                _BLANK + f"(json_extract(payload, '$.session_id') IN {picked}"
+                f" OR (kind = 'session.split' AND (json_extract(payload, '$.from') IN {picked}"
+                f"     OR json_extract(payload, '$.to') IN {picked}))"
+                f" OR (json_extract(payload, '$.source_ref') LIKE 'session:%' AND {ref} IN {picked}))"
+            ).rowcount
+            return [r[0] for r in conn.execute(
+                "SELECT id FROM records WHERE source_ref LIKE 'session:%'"
+                f" AND {_REF_SESSION.format(ref='source_ref')} IN {picked} ORDER BY seq")]
+        finally:
+            conn.execute("DELETE FROM temp.retold_erase_sessions")
+
+    def _erase_entities(self, conn: sqlite3.Connection, user_id: str, result: Erasure) -> None:
+        entity_ids = [r[0] for r in conn.execute(
+            f"SELECT id FROM entities WHERE {_USER_SCOPES} ORDER BY id", (user_id,))]
+        result.counts["entities"] = len(entity_ids)
+        result.counts["aliases"] = 0
+        relinked: list[str] = []
+        for chunk in chunks(entity_ids):
+            result.counts["aliases"] += conn.execute(
+                f"DELETE FROM entity_aliases WHERE entity_id IN ({marks(chunk)})", chunk).rowcount
+            conn.execute(
+                f"UPDATE entities SET canonical = '', status = 'deleted' WHERE id IN ({marks(chunk)})",
+                chunk)
+            result.counts["events_blanked"] += conn.execute(
+                _BLANK + f"entity_id IN ({marks(chunk)})", chunk).rowcount
+            relinked += [r[0] for r in conn.execute(
+                f"SELECT DISTINCT record_id FROM record_entities WHERE entity_id IN ({marks(chunk)})", chunk)]
+        # Records elsewhere that still link these entities carried their aliases in FTS.
+        self.refresh_fts(relinked)
+
+    def compact(self) -> bool:
+        """Make freed pages and the WAL hold no residue after an erase (LLD 16).
+
+        Merges the FTS segments (so deleted terms leave the inverted index), then
+        checkpoints, VACUUMs and truncates the WAL, outside any transaction. Returns False
+        when another connection kept the final checkpoint from completing.
+        """
+        with self._lock:
+            if self._depth:
+                raise StoreError("compact() cannot run inside a transaction")
+            with self.atomic() as conn:
+                conn.execute("INSERT INTO records_fts(records_fts) VALUES ('optimize')")
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            conn.execute("VACUUM")  # rebuilds every page: no freed page keeps old cells
+            busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+            return int(busy) == 0
+
+    def set_secure_delete(self, on: bool) -> None:
+        """Zero deleted content in place (``PRAGMA secure_delete``) on this connection."""
+        with self._lock:
+            self._conn.execute(f"PRAGMA secure_delete = {'ON' if on else 'OFF'}")
+

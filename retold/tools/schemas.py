@@ -1,0 +1,257 @@
+"""The five memory tools as plain JSON Schema, Draft 2020-12 (LLD 11).
+
+Every adapter registers the same contract: ``{"name", "description", "input_schema"}``
+per tool. The schemas are data, built fresh on each call so no caller can mutate a shared
+copy. No ``$schema`` key is published (some model providers refuse it); validate with
+``jsonschema.Draft202012Validator``. ``memory_write``'s ``write_target`` enum is per
+session: the handler passes the labels this principal can write (LLD 8.1 step 2), and
+omits the tool when there are none.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+from retold.models import ENTITY_KINDS, RECORD_TYPES
+from retold.policy.grants import DEFAULT_TARGETS
+
+__all__ = [
+    "EVIDENCE_SOURCE_KINDS",
+    "REVISE_ACTIONS",
+    "REVISE_MERGE_FIELDS",
+    "REVISE_RECORD_FIELDS",
+    "SUPERSEDE_ONLY_FIELDS",
+    "TOOL_NAMES",
+    "ToolSchema",
+    "tool_schema",
+    "tool_schemas",
+]
+
+ToolSchema = dict[str, Any]
+"""One tool as registered with a model: ``name``, ``description`` and ``input_schema``."""
+
+TOOL_NAMES: tuple[str, ...] = (
+    "memory_search", "memory_get", "memory_write", "memory_revise", "memory_forget",
+)
+# LLD 8.1 step 3: the model may claim only these; the host owns system and the extractor
+# owns session_summary, so the input enum excludes them.
+EVIDENCE_SOURCE_KINDS: tuple[str, ...] = ("user_statement", "tool_result", "agent_inference")
+REVISE_ACTIONS: tuple[str, ...] = ("confirm", "supersede", "expire")
+REVISE_RECORD_FIELDS: tuple[str, ...] = (
+    "id", "action", "reason", "content", "source_kind", "evidence", "evidence_turn",
+)
+REVISE_MERGE_FIELDS: tuple[str, ...] = ("entity_id", "merge_into", "reason")
+SUPERSEDE_ONLY_FIELDS: tuple[str, ...] = ("content", "source_kind", "evidence", "evidence_turn")
+_CONTENT_MAX = 1000
+
+_SEARCH: ToolSchema = {
+    "name": "memory_search",
+    "description": (
+        "Search long-term memory for facts, past decisions, and procedures relevant to the "
+        "current task. Call this before acting on anything that may depend on the user's "
+        "preferences, prior decisions, or earlier sessions. Returns nothing when nothing "
+        "relevant is stored; treat an empty result as 'no memory', not as an error."
+    ),
+    # LLD 11: no ``context`` property. The adapter attaches current-turn context itself;
+    # letting the model supply it would invite transcript-sized search calls.
+    "input_schema": {
+        "type": "object",
+        "properties": {
+            "queries": {
+                "type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 3,
+                "description": "One to three standalone search phrases. Write them as if to a "
+                               "colleague: name the subject, not the pronoun.",
+            },
+            "types": {"type": "array", "items": {"enum": list(RECORD_TYPES)}},
+            "entities": {
+                "type": "array", "items": {"type": "string"},
+                "description": "Names of people, projects, or repos the task is about.",
+            },
+            "since": {"type": "string", "format": "date-time"},
+            "until": {"type": "string", "format": "date-time"},
+            "k": {"type": "integer", "minimum": 1, "maximum": 20, "default": 8},
+            "include_history": {"type": "boolean", "default": False},
+        },
+        "required": ["queries"],
+        "additionalProperties": False,
+    },
+}
+
+_GET: ToolSchema = {
+    "name": "memory_get",
+    "description": (
+        "Read full memory records by id: content, source, evidence, status, conflicts, and "
+        "superseded lineage. Use it to inspect where a memory came from before trusting it, or "
+        "to show a disagreement to the user. Call it only with ids you already know from "
+        "memory_search or an earlier tool result; an id that is unknown to you answers "
+        "not_found."
+    ),
+    "input_schema": {
+        "type": "object",
+        "properties": {
+            "ids": {
+                "type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 20,
+                "description": "Record ids, full or the short form shown in search results.",
+            },
+        },
+        "required": ["ids"],
+        "additionalProperties": False,
+    },
+}
+
+_ENTITY: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "kind": {"enum": list(ENTITY_KINDS)},
+        "name": {"type": "string", "description": "The name as it appears in the conversation."},
+        "role": {"enum": ["about", "mentions"],
+                 "description": "about: the memory is about this entity; mentions: it only names it."},
+        "entity_id": {
+            "type": "string",
+            "description": "Pass this when a previous call returned entity_ambiguous, or when "
+                           "memory_get showed you the exact entity.",
+        },
+    },
+    "required": ["kind", "name", "role"],
+    "additionalProperties": False,
+}
+
+_WRITE: ToolSchema = {
+    "name": "memory_write",
+    "description": (
+        "Save one durable fact, preference, decision, or procedure from this session to "
+        "long-term memory. Write one fact per call, and only information that would change a "
+        "future action. Quote the supporting words verbatim from this session as evidence; a "
+        "user_statement needs the user's own words. Never save secrets such as passwords, API "
+        "keys, or tokens. Do not save guesses as facts."
+    ),
+    "input_schema": {
+        "type": "object",
+        "properties": {
+            "type": {"enum": list(RECORD_TYPES),
+                     "description": "semantic: a current fact or preference; episodic: something "
+                                    "that happened or was decided; procedural: how to do something."},
+            "content": {"type": "string", "maxLength": _CONTENT_MAX,
+                        "description": "The memory as one standalone sentence."},
+            "attribute": {
+                "type": "string",
+                "description": "Current-fact attribute such as 'timezone'. Required for semantic "
+                               "and procedural memories. Any entity prefix is ignored.",
+            },
+            "write_target": {
+                "type": "string", "enum": list(DEFAULT_TARGETS),
+                "description": "Optional symbolic destination. The handler creates this enum for "
+                               "the current session and omits targets that the principal cannot "
+                               "write. Omit this field to use personal memory.",
+            },
+            "source_kind": {"enum": list(EVIDENCE_SOURCE_KINDS)},
+            "evidence": {"type": "string",
+                         "description": "Verbatim quote from this session. Required for user_statement."},
+            "event_at": {"type": "string", "format": "date-time"},
+            "entities": {"type": "array", "items": _ENTITY},
+            "tags": {"type": "array", "items": {"type": "string"}},
+        },
+        "required": ["type", "content"],
+        "additionalProperties": False,
+    },
+}
+
+_REVISE: ToolSchema = {
+    "name": "memory_revise",
+    "description": (
+        "Change a memory you already know by id: confirm a provisional record, expire one that "
+        "no longer holds, or supersede it with corrected content (content, source_kind, "
+        "evidence, and evidence_turn are valid only with supersede, and evidence must be a "
+        "verbatim quote from this session). Superseded, expired, and forgotten records are "
+        "history and cannot be revised. With {entity_id, merge_into, reason} instead, it "
+        "merges two entities of the same kind that name one person, project, or thing. Every "
+        "change is audited with your reason."
+    ),
+    "input_schema": {
+        "type": "object",
+        # LLD 11: every property of both shapes is declared here, because
+        # additionalProperties: false cannot see inside a oneOf branch.
+        "properties": {
+            "id": {"type": "string", "description": "The record to revise."},
+            "action": {"enum": list(REVISE_ACTIONS)},
+            "reason": {"type": "string", "description": "Why, in a sentence; kept in the audit log."},
+            "content": {"type": "string", "maxLength": _CONTENT_MAX,
+                        "description": "supersede only: the replacing memory."},
+            "source_kind": {"enum": list(EVIDENCE_SOURCE_KINDS),
+                            "description": "supersede only: the source of the new content."},
+            "evidence": {"type": "string",
+                         "description": "supersede only: verbatim quote from this session."},
+            "evidence_turn": {"type": "integer", "minimum": 1,
+                              "description": "supersede only: the turn number the quote is from."},
+            "entity_id": {"type": "string", "description": "Entity merge: the entity to merge away."},
+            "merge_into": {"type": "string", "description": "Entity merge: the surviving entity."},
+        },
+        "oneOf": [
+            {
+                "required": ["id", "action", "reason"],
+                "not": {"anyOf": [{"required": ["entity_id"]}, {"required": ["merge_into"]}]},
+            },
+            {
+                "required": ["entity_id", "merge_into", "reason"],
+                "not": {"anyOf": [{"required": [name]} for name in REVISE_RECORD_FIELDS
+                                  if name != "reason"]},
+            },
+        ],
+        "additionalProperties": False,
+    },
+}
+
+_FORGET: ToolSchema = {
+    "name": "memory_forget",
+    "description": (
+        "Remove a known memory from normal use when the user asks you to forget it. The record "
+        "becomes a tombstone that no tool returns and an audit event records your reason. This "
+        "is not erasure: the content stays in the store until an administrator erases it with "
+        "the admin command `retold erase`; tell the user so if they need it gone for good."
+    ),
+    "input_schema": {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string", "description": "The record to forget."},
+            "reason": {"type": "string", "description": "Why, in a sentence; kept in the audit log."},
+        },
+        "required": ["id", "reason"],
+        "additionalProperties": False,
+    },
+}
+
+_BY_NAME: dict[str, ToolSchema] = {
+    s["name"]: s for s in (_SEARCH, _GET, _WRITE, _REVISE, _FORGET)
+}
+
+
+def tool_schema(name: str, write_targets: Sequence[str] | None = None) -> ToolSchema:
+    """One tool's schema; raises KeyError for an unknown name.
+
+    For ``memory_write``, ``write_targets`` replaces the ``write_target`` enum (None keeps
+    the full static enum). An empty list still returns the schema; :func:`tool_schemas`
+    is where an unwritable session loses the tool.
+    """
+    # A deep copy: callers (adapters, tests) may edit what they get.
+    out = copy.deepcopy(_BY_NAME[name])
+    if name == "memory_write" and write_targets is not None:
+        out["input_schema"]["properties"]["write_target"]["enum"] = list(write_targets)
+    return out
+
+
+def tool_schemas(principal_targets: list[str] | None) -> list[ToolSchema]:
+    """All tool schemas in LLD order, with ``memory_write``'s enum set to the labels the
+    principal can write (LLD 8.1 step 2).
+
+    ``None`` is the static contract with the full enum (documentation, adapters that
+    register before a principal exists). An empty list means nothing is writable, so
+    ``memory_write`` is not registered at all.
+    """
+    out: list[ToolSchema] = []
+    for name in TOOL_NAMES:
+        if name == "memory_write" and principal_targets is not None and not principal_targets:
+            continue
+        out.append(tool_schema(name, principal_targets))
+    return out

@@ -1,0 +1,212 @@
+"""Every LLD 16 command through the real entry point (``python -m retold.cli``), with
+``embedding.model: fake`` so no model loads: the happy path, one bad argument each (one
+line on stderr, a non-zero exit, no traceback), help text, and no torch on model-free
+commands."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from retold import build_runtime, load_config
+from retold.cli import build_parser
+from retold.models import Principal, Scope
+from retold.util import SystemClock
+from tests.conftest import make_record
+
+AGENT, USER = "cli-agent", "cleo"
+SCOPE = Scope("user", USER)
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "retold.cli", *args], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> tuple[str, str]:
+    """A store with a grant, one session and three records; returns (--store, --config)."""
+    config = tmp_path / "config.yaml"
+    config.write_text("embedding:\n  model: fake\n")
+    path = tmp_path / "mem.sqlite"
+    now = SystemClock().now()
+    rt = build_runtime(load_config(config, overrides={"store": {"path": str(path)}}))
+    with rt:
+        rt.host.grant(AGENT, SCOPE, read=True, write=True)
+        principal = Principal(AGENT, USER, "sess-1", None)
+        rt.hooks.on_session_start(principal)
+        rt.hooks.on_turn(principal, "user", "I like long walks along the river.")
+        for rid, extra in (("rec-live", {}),
+                           ("rec-old", {"expires_at": now - timedelta(days=1), "status": "provisional"}),
+                           ("rec-due", {"review_at": now - timedelta(hours=1)})):
+            record = make_record(id=rid, scope=SCOPE, content=f"Cleo likes river walks ({rid}).",
+                                 source_ref="session:sess-1<turn:1>", **extra)
+            rt.store.insert_record(record)
+            rt.store.put_embedding(rid, rt.embedder.name, rt.embedder.version,
+                                   rt.embedder.embed_documents([record.content])[0])
+    return str(path), str(config)
+
+
+def _ok(*args: str) -> subprocess.CompletedProcess[str]:
+    result = run_cli(*args)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    return result
+
+
+def _fails(code: int, needle: str, *args: str) -> None:
+    result = run_cli(*args)
+    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_every_command_has_help_and_description() -> None:
+    parser = build_parser()
+    commands = next(a for a in parser._actions if a.dest == "command")
+    names = set(commands.choices)  # type: ignore[arg-type]
+    assert names >= {"migrate", "demo", "search", "get", "dump", "expire", "retain", "erase", "reembed",
+                     "snapshot", "grant", "revoke", "review-due", "extract"}
+    helps = {a.dest: a.help for a in commands._get_subactions()}  # type: ignore[attr-defined]
+    for name, sub in commands.choices.items():  # type: ignore[union-attr]
+        assert sub.description and helps.get(name), name
+        for action in sub._actions:
+            assert action.help, (name, action.dest)
+    for name in ("dump", "erase", "reembed"):
+        assert "usage: retold " + name in _ok(name, "--help").stdout
+
+
+def test_dump_runs_without_importing_torch(store: tuple[str, str]) -> None:
+    path, config = store
+    code = (
+        "import sys\nfrom retold.cli import main\n"
+        f"rc = main(['dump', '--scope', 'user:{USER}', '--store', {path!r}, '--config', {config!r}])\n"
+        "assert rc == 0, rc\n"
+        "assert 'torch' not in sys.modules and 'sentence_transformers' not in sys.modules\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "rec-live" in result.stdout
+
+
+def test_search_prints_results_and_the_log_row(store: tuple[str, str]) -> None:
+    path, config = store
+    common = ("--store", path, "--config", config)
+    out = _ok("search", "--agent", AGENT, "--user", USER, "--k", "3", *common, "river", "walks").stdout
+    assert "rec-live" in out or "river walks" in out
+    assert "search_log row" in out and '"agent_id": "cli-agent"' in out
+    data = json.loads(_ok("search", "--agent", AGENT, "--user", USER, "--json", *common, "river").stdout)
+    assert data["log"]["id"] == data["search_id"] and data["log"]["request"]["queries"] == ["river"]
+    _fails(2, "--k", "search", "--agent", AGENT, "--user", USER, "--k", "0", *common, "river")
+    _fails(1, "must not contain '/'", "search", "--agent", AGENT, "--user", "a/b", *common, "river")
+
+
+def test_get_and_dump(store: tuple[str, str], tmp_path: Path) -> None:
+    path, config = store
+    common = ("--store", path, "--config", config)
+    detail = json.loads(_ok("get", "rec-live", *common).stdout)
+    assert detail["record"]["id"] == "rec-live" and detail["record"]["scope"] == f"user:{USER}"
+    assert [r["id"] for r in detail["lineage"]] == ["rec-live"]
+    _fails(1, "no record missing", "get", "missing", *common)
+    lines = _ok("dump", "--scope", f"user:{USER}", "--json", *common).stdout.splitlines()
+    assert {json.loads(line)["id"] for line in lines} == {"rec-live", "rec-old", "rec-due"}
+    _fails(2, "kind:id", "dump", "--scope", "nonsense", *common)
+    _fails(1, "no store at", "dump", "--scope", "user:x", "--store", str(tmp_path / "nope.sqlite"))
+
+
+def test_maintenance_sweeps(store: tuple[str, str]) -> None:
+    path, config = store
+    common = ("--store", path, "--config", config)
+    assert "expired 1 records" in _ok("expire", "--as", "ops", *common).stdout
+    assert "expired 0 records" in _ok("expire", *common).stdout
+    assert "blanked the transcripts of 0 sessions" in _ok("retain", *common).stdout
+    assert "flagged 1 records" in _ok("review-due", *common).stdout
+    assert "flagged 0 records" in _ok("review-due", *common).stdout
+    for command in ("expire", "retain", "review-due"):
+        _fails(1, "not a SQLite database", command, "--store", config)
+
+
+def test_erase_requires_yes_and_a_known_target(store: tuple[str, str]) -> None:
+    path, config = store
+    common = ("--store", path, "--config", config)
+    _fails(2, "--yes", "erase", "--record", "rec-live", "--reason", "asked", *common)
+    _fails(2, "not allowed with", "erase", "--record", "a", "--user", "b", "--reason", "r", *common)
+    _fails(1, "no record ghost", "erase", "--record", "ghost", "--reason", "r", "--yes", *common)
+    _fails(1, "no session ghost", "erase", "--session", "ghost", "--reason", "r", "--yes", *common)
+    _fails(1, "no user ghost", "erase", "--user", "ghost", "--reason", "r", "--yes", *common)
+    assert "erased record rec-live" in _ok("erase", "--record", "rec-live", "--reason", "asked",
+                                           "--yes", *common).stdout
+    assert "erased session sess-1" in _ok("erase", "--session", "sess-1", "--reason", "asked",
+                                          "--yes", *common).stdout
+    out = _ok("erase", "--user", USER, "--reason", "asked", "--yes", *common).stdout
+    assert "erased user cleo" in out and "records 3" in out
+
+
+def test_reembed_shows_progress_and_refuses_bad_input(store: tuple[str, str]) -> None:
+    path, config = store
+    common = ("--store", path, "--config", config)
+    result = _ok("reembed", "--model", "fake", "--version", "2", *common)
+    assert "re-embedded 3 records with fake version 2" in result.stdout
+    assert "reembed [" in result.stderr and "3/3" in result.stderr
+    _fails(2, "--dims", "reembed", "--model", "fake", "--version", "3", "--dims", "zero", *common)
+    _fails(2, "required", "reembed", "--model", "fake", *common)
+
+
+def test_snapshot_save_and_load(store: tuple[str, str], tmp_path: Path) -> None:
+    path, config = store
+    common = ("--store", path, "--config", config)
+    snap = str(tmp_path / "snap.sqlite")
+    assert "saved 3 records" in _ok("snapshot", "save", snap, *common).stdout
+    _fails(1, "already exists", "snapshot", "save", snap, *common)
+    _fails(2, "--yes", "snapshot", "load", snap, "--store", str(tmp_path / "copy.sqlite"))
+    assert "loaded 3 records" in _ok("snapshot", "load", snap, "--yes", "--store",
+                                     str(tmp_path / "copy.sqlite"), "--config", config).stdout
+    _fails(1, "not a SQLite database", "snapshot", "load", config, "--yes", *common)
+    _fails(2, "invalid choice", "snapshot", "copy", snap, *common)
+
+
+def test_grant_and_revoke(store: tuple[str, str]) -> None:
+    path, config = store
+    common = ("--store", path, "--config", config)
+    assert "read=yes write=yes" in _ok("grant", "other", "project:p1", "--read", "--write", *common).stdout
+    assert "read=yes write=no" in _ok("grant", "other", "org:acme", *common).stdout
+    assert "revoked other on project:p1" in _ok("revoke", "other", "project:p1", *common).stdout
+    assert "nothing changed" in _ok("revoke", "other", "project:p1", *common).stdout
+    _fails(1, "private agent scope", "grant", "other", "agent:x/y", *common)
+    _fails(2, "scope kind", "revoke", "other", "team:x", *common)
+
+
+def test_extract_says_it_is_not_built(store: tuple[str, str]) -> None:
+    path, config = store
+    common = ("--store", path, "--config", config)
+    _fails(3, "extraction is not built yet: sess-1 stays pending for the extraction pipeline",
+           "extract", "sess-1", *common)
+    _fails(1, "no session ghost", "extract", "ghost", *common)
+
+
+def test_migrate_exits_2_until_unmapped_rows_are_retired_or_acknowledged(store: tuple[str, str]) -> None:
+    path, config = store
+    common = ("--store", path, "--config", config)
+    assert "none pending" in _ok("migrate", *common).stdout
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("INSERT INTO migration_issues VALUES (2, 'rec-live', 'two about links')")
+    conn.close()
+    _fails(1, "run `retold migrate`", "dump", "--scope", f"user:{USER}", *common)
+    listed = run_cli("migrate", *common)
+    assert listed.returncode == 2 and "rec-live" in listed.stdout and "[unresolved]" in listed.stdout
+    assert "Traceback" not in listed.stderr and len(listed.stderr.strip().splitlines()) == 1
+    assert "rec-live" in _ok("migrate", "--allow-unmapped", *common).stdout
+    assert "[expired]" in _ok("migrate", "--expire-unmapped", "--as", "ops", *common).stdout
+    assert _ok("migrate", *common).stdout.count("rec-") == 0
+    _fails(2, "unrecognized arguments", "migrate", "--expire-all", *common)

@@ -1,0 +1,105 @@
+"""LLD 16 ``retold erase --user``: a canary written everywhere a user's text can reach must
+be gone from the raw bytes of the store file and its WAL, while another user's survives."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+from retold.ingest.ingestor import WriteRequest
+from retold.models import EntityMention, Principal, Scope, SearchRequest
+from retold.store import Store
+from tests.world import AGENT, World, make_world
+
+U_CANARY = "zq-canary-7f3a"
+V_CANARY = "zq-canary-v9b2"
+SHARED = Scope("project", "shared")
+
+
+def _plant(world: World, user: str, canary: str) -> list[str]:
+    """Put ``canary`` in a turn, records (own, private and shared scopes), evidence, an
+    entity alias and canonical, a search query and an event payload; return record ids."""
+    rt = world.rt
+    rt.host.grant(AGENT, Scope("user", user), read=True, write=True)
+    rt.host.provision_user(user, aliases=[f"{canary} display"])
+    p = Principal(AGENT, user, f"sess-{user}", "shared")
+    rt.hooks.on_session_start(p)
+    said = f"My secret codename is {canary} and I drink green tea daily."
+    p = rt.hooks.on_turn(p, "user", said)
+    ids = []
+    for target in (None, Scope("agent", f"{AGENT}/{user}"), SHARED):
+        result = rt.ingestor.write(p, WriteRequest(
+            type="semantic", content=f"{user} uses the codename {canary} ({target}).",
+            attribute="codename", target=target, source_kind="user_statement",
+            evidence=f"codename is {canary} and I drink green tea",
+            # LLD 16 erases the entities of the user's own scopes; a shared scope's entity
+            # is not the user's, so the shared record names a neutral one.
+            entities=(EntityMention("person", "Shared Topic" if target == SHARED else f"{canary} Friend",
+                                    "about"),),
+            tags=(canary,),
+        ), origin="tool")
+        assert result.ok and result.record_id, result.note
+        ids.append(result.record_id)
+    rt.retriever.search(p, SearchRequest(queries=[f"what is the codename {canary}"]))
+    rt.store.append_event("test.note", "tester", {"quote": canary}, record_id=ids[0])
+    rt.hooks.on_session_end(p)
+    return ids
+
+
+def _raw(path: Path) -> bytes:
+    return b"".join(
+        Path(f"{path}{suffix}").read_bytes() for suffix in ("", "-wal", "-shm")
+        if Path(f"{path}{suffix}").exists()
+    ).lower()
+
+
+def test_erase_user_leaves_no_canary_in_the_file_or_wal(tmp_path: Path) -> None:
+    world = make_world(tmp_path)
+    world.rt.host.grant(AGENT, SHARED, read=True, write=True)
+    u_ids = _plant(world, "uzz", U_CANARY)
+    v_ids = _plant(world, "vyy", V_CANARY)
+    store_path = Path(world.rt.store.path)
+    world.rt.close()
+    assert U_CANARY.encode() in _raw(store_path)  # the plant reached the file
+
+    config = tmp_path / "config.yaml"
+    config.write_text("embedding:\n  model: fake\n")
+    idle = Store(store_path)  # an open, idle connection must not keep the WAL alive
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "retold.cli", "erase", "--user", "uzz", "--reason", "test", "--yes",
+             "--store", str(store_path), "--config", str(config)],
+            capture_output=True, text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        )
+        assert result.returncode == 0, result.stderr
+        assert "erased user uzz" in result.stdout
+        raw = _raw(store_path)
+    finally:
+        idle.close()
+
+    assert U_CANARY.encode() not in raw
+    assert V_CANARY.encode() in raw
+    conn = sqlite3.connect(store_path)
+    try:
+        rows = conn.execute(
+            f"SELECT id, status, content, evidence, tags FROM records WHERE id IN ({','.join('?' * 6)})",
+            [*u_ids, *v_ids]).fetchall()
+        by_id = {row[0]: row[1:] for row in rows}
+        for rid in u_ids:  # ids survive as tombstones
+            assert by_id[rid] == ("deleted", "", None, "[]")
+        for rid in v_ids:
+            assert by_id[rid][0] != "deleted" and V_CANARY in by_id[rid][1]
+        assert conn.execute("SELECT count(*) FROM records_fts WHERE records_fts MATCH '\"7f3a\"'"
+                            ).fetchone()[0] == 0
+        assert conn.execute("SELECT count(*) FROM records_fts WHERE records_fts MATCH '\"v9b2\"'"
+                            ).fetchone()[0] == len(v_ids)
+        assert conn.execute("SELECT count(*) FROM session_turns WHERE session_id = 'sess-uzz'"
+                            ).fetchone()[0] == 1  # the turn row stays, blank
+        assert conn.execute("SELECT count(*) FROM search_log WHERE user_id = 'uzz'").fetchone()[0] == 0
+        kinds = [r[0] for r in conn.execute("SELECT kind FROM events WHERE kind = 'user.erased'")]
+        assert kinds == ["user.erased"]
+    finally:
+        conn.close()
