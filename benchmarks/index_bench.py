@@ -30,7 +30,7 @@ from retold.index.vector import VectorIndex  # noqa: E402
 from retold.models import Scope  # noqa: E402
 from retold.store import Store  # noqa: E402
 from retold.util import new_id  # noqa: E402
-from tests.conftest import make_record  # noqa: E402
+from tests.factories import make_record  # noqa: E402
 
 DIMS, MODEL, VERSION = 384, "bench-model", "1"
 SCOPES = [Scope("user", f"user{i}") for i in range(10)]

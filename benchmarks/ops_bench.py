@@ -35,7 +35,7 @@ from retold import build_runtime, load_config  # noqa: E402
 from retold.models import Scope  # noqa: E402
 from retold.operations import Operations  # noqa: E402
 from retold.util import new_id  # noqa: E402
-from tests.conftest import make_record  # noqa: E402
+from tests.factories import make_record  # noqa: E402
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 TOPICS = ["deploy", "billing", "editor", "timezone", "review", "testing", "release", "oncall",

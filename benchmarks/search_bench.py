@@ -65,7 +65,7 @@ from retold.retrieve.generators import fts_match_expression  # noqa: E402
 from retold.retrieve.terms import query_terms  # noqa: E402
 from retold.runtime import Runtime  # noqa: E402
 from retold.util import new_id  # noqa: E402
-from tests.conftest import make_record  # noqa: E402
+from tests.factories import make_record  # noqa: E402
 
 AGENT, USER = "bench-agent", "priya"
 EMBED_SLEEP_S = 0.025  # LLD 17.5: a fixed stand-in for the model's forward pass

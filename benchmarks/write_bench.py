@@ -34,7 +34,7 @@ from retold.ingest.ingestor import WriteRequest  # noqa: E402
 from retold.models import Principal, Scope  # noqa: E402
 from retold.runtime import Runtime  # noqa: E402
 from retold.util import new_id  # noqa: E402
-from tests.conftest import make_record  # noqa: E402
+from tests.factories import make_record  # noqa: E402
 
 AGENT, USER = "bench-agent", "aditya"
 STAGES = ["permission", "evidence", "embed", "entities", "dedup_search", "judge", "supersession",

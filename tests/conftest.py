@@ -5,18 +5,15 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Callable, Iterator
-from dataclasses import replace
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from retold.models import Record, Scope
+from retold.models import Record
 from retold.store import Store
-from retold.util import ManualClock, new_id
+from retold.util import ManualClock
+from tests.factories import T0, make_record
 
-T0 = datetime(2026, 9, 3, 12, 0, tzinfo=UTC)
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
@@ -69,37 +66,6 @@ def store(store_path: Path, clock: ManualClock) -> Iterator[Store]:
     opened = Store(store_path, clock=clock)
     yield opened
     opened.close()
-
-
-def make_record(**fields: Any) -> Record:
-    """A valid confirmed semantic record in user:aditya, overridable field by field."""
-    base = Record(
-        id=new_id(),
-        type="semantic",
-        version=1,
-        content="Aditya prefers concise technical explanations.",
-        subject="ent_aditya/explanation_style",
-        subject_entity_id=None,
-        attribute="explanation_style",
-        scope=Scope("user", "aditya"),
-        source_kind="user_statement",
-        source_ref="session:s1<turn:1>",
-        creator_agent_id="research-agent",
-        evidence="Keep answers concise.",
-        created_at=T0,
-        event_at=T0,
-        expires_at=None,
-        valid_from=None,
-        valid_until=None,
-        review_at=None,
-        review_flagged_at=None,
-        confidence=0.95,
-        status="confirmed",
-        supersedes_id=None,
-        reinforcements=0,
-        last_reinforced_at=None,
-    )
-    return replace(base, **fields)
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from retold.ingest.ingestor import WriteRequest, WriteResult
 from retold.models import EntityMention, Principal, Record, Scope
 from retold.runtime import Runtime
 from retold.util import ManualClock
-from tests.conftest import T0
+from tests.factories import T0
 
 AGENT = "research-agent"
 ADITYA = Scope("user", "aditya")

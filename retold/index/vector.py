@@ -10,7 +10,7 @@ matrix product.
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from itertools import repeat
 from typing import TYPE_CHECKING, Literal
 
@@ -266,6 +266,21 @@ class VectorIndex:
                 return None
             row: np.ndarray = self._matrix[position].copy()
             return row
+
+    def cosine_matrix(self, record_ids: Sequence[str]) -> np.ndarray:
+        """Pairwise cosines of these records, read under one lock hold; a row or column is
+        nan where a record has no live vector. Copies len(ids) rows, never the matrix."""
+        with self._lock:
+            positions = np.fromiter((self._pos.get(rid, -1) for rid in record_ids), dtype=np.int64,
+                                    count=len(record_ids))
+            present = positions >= 0
+            present[present] = self._live[positions[present]]
+            rows = np.zeros((len(record_ids), self.dims), dtype=np.float32)
+            rows[present] = self._matrix[positions[present]]
+        gram = (rows @ rows.T).astype(np.float64)
+        gram[~present, :] = np.nan
+        gram[:, ~present] = np.nan
+        return gram
 
     def cosine(self, first_id: str, second_id: str) -> float:
         """Cosine of two indexed records, read under the lock; nan when either is absent."""

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Protocol
+
+import numpy as np
 
 from retold.models import Candidate
 
@@ -12,10 +13,10 @@ __all__ = ["PairwiseCosine", "collapse_duplicates"]
 
 
 class PairwiseCosine(Protocol):
-    """What duplicate collapse needs from the vector index (``VectorIndex.cosine``)."""
+    """What duplicate collapse needs from the vector index (``VectorIndex.cosine_matrix``)."""
 
-    def cosine(self, first_id: str, second_id: str) -> float:
-        """Cosine of two indexed records; nan when either has no vector."""
+    def cosine_matrix(self, record_ids: Sequence[str]) -> np.ndarray:
+        """Pairwise cosines of these records; nan where one has no vector."""
         ...
 
 
@@ -26,20 +27,20 @@ def collapse_duplicates(
 
     Returns the kept candidates and one ``(dropped_id, kept_id, cosine)`` entry per drop,
     cosine rounded to 4 places, naming the highest-ranked kept record that matched.
-    Pairs are read one at a time through the index (under its lock) rather than copying
-    the matrix (LLD 10.6). A pair without vectors (nan) is never a duplicate.
+    The candidates' rows are read once under the index lock as one small Gram matrix,
+    never the whole index matrix (LLD 10.6). A pair without vectors (nan) is never a
+    duplicate.
     """
-    kept: list[Candidate] = []
+    if not candidates:
+        return [], []
+    gram = index.cosine_matrix([c.record_id for c in candidates])
+    kept: list[int] = []
     dropped: list[tuple[str, str, float]] = []
-    for candidate in candidates:
-        duplicate_of: tuple[str, float] | None = None
-        for earlier in kept:
-            cosine = index.cosine(candidate.record_id, earlier.record_id)
-            if not math.isnan(cosine) and cosine >= threshold:
-                duplicate_of = (earlier.record_id, cosine)
-                break
-        if duplicate_of is None:
-            kept.append(candidate)
+    for i, candidate in enumerate(candidates):
+        hits = [j for j in kept if gram[i, j] >= threshold]  # nan compares False
+        if hits:
+            dropped.append((candidate.record_id, candidates[hits[0]].record_id,
+                            round(float(gram[i, hits[0]]), 4)))
         else:
-            dropped.append((candidate.record_id, duplicate_of[0], round(duplicate_of[1], 4)))
-    return kept, dropped
+            kept.append(i)
+    return [candidates[i] for i in kept], dropped

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from retold.models import Candidate, Explanation, Record, RewriteStatus
 
-__all__ = ["explain", "render", "short_id"]
+__all__ = ["explain", "explanation_dict", "render", "short_id"]
 
 Channel = Literal["dense", "lexical", "entity"]
 
@@ -96,3 +96,24 @@ def render(
             f"{record.content}\n{explanation.summary}"
         )
     return "\n\n".join(blocks)
+
+
+def explanation_dict(ex: Explanation) -> dict[str, Any]:
+    """An Explanation as plain JSON-ready data (``dataclasses.asdict`` deep-copies and
+    was the costliest part of writing the search log)."""
+    out = dict(vars(ex))
+    for name in ("dense", "lexical", "entity"):
+        hit = out[name]
+        out[name] = None if hit is None else {"rank": hit.rank, "score": hit.score}
+    terms = ex.lexical_terms
+    out["lexical_terms"] = None if terms is None else {
+        "terms": [{"value": t.value, "is_identifier": t.is_identifier,
+                   "is_entity_alias": t.is_entity_alias} for t in terms.terms],
+        "total_terms": terms.total_terms,
+    }
+    out["created_at"], out["event_at"] = ex.created_at.isoformat(), ex.event_at.isoformat()
+    for name in ("raw_queries", "rewritten_queries", "matched_by", "entity_ids", "conflicts_with"):
+        value = out[name]
+        out[name] = None if value is None else list(value)
+    out["rerank"] = None if ex.rerank is None else list(ex.rerank)
+    return out

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -31,7 +31,7 @@ from retold.policy.grants import readable_scopes
 from retold.policy.lifecycle import Lifecycle
 from retold.retrieve.budget import fill_budget
 from retold.retrieve.dedup import collapse_duplicates
-from retold.retrieve.explain import explain, render
+from retold.retrieve.explain import explain, explanation_dict, render
 from retold.retrieve.freshness import apply_freshness
 from retold.retrieve.fusion import fuse
 from retold.retrieve.gate import GateFloors, RecordKind, floors_for, gate
@@ -188,8 +188,8 @@ class Retriever:
             "reranked_out": _json(rerank.omitted), "rerank_status": rerank.status,
             "rerank_error": rerank.error, "budget_out": _json(budget.budget_out),
             "returned": _json([r.record.id for r in results]),
-            "explanations": _json([asdict(r.explanation) | {"record_id": r.record.id} for r in results]
-                                  or [{"empty_reason": empty_reason}]),
+            "explanations": _json([explanation_dict(r.explanation) | {"record_id": r.record.id}
+                                   for r in results] or [{"empty_reason": empty_reason}]),
             "config_flags": _json(self._flags(floors, refresh, k)), "warm": int(warm),
             "timings_ms": _json(timer.as_dict()),
         })
