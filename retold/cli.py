@@ -306,11 +306,21 @@ def _cmd_review_due(args: argparse.Namespace) -> int:
 
 
 def _cmd_extract(args: argparse.Namespace) -> int:
+    from retold.ingest.extraction import extract_session
+
     with _runtime(args) as rt:
         if rt.store.get_session(args.session_id) is None:
             raise _Refused(f"no session {args.session_id}")
-    raise _Refused(f"extraction is not built yet: {args.session_id} stays pending for the"
-                   " extraction pipeline", EXIT_NOT_BUILT)
+        result = extract_session(rt, args.session_id, force=True)
+    if result.outcome == "not_configured":
+        raise _Refused(f"extraction is not configured (no hosted model key): {args.session_id}"
+                       " stays pending", EXIT_NOT_BUILT)
+    if result.outcome == "not_ended":
+        raise _Refused(f"session {args.session_id} has not ended; extraction runs after it ends")
+    if result.outcome in ("failed", "busy", "missing"):
+        raise _Refused(f"extraction {result.outcome}: {result.reason or args.session_id}")
+    print(f"{args.session_id}: {result.outcome} {json.dumps(result.counts, sort_keys=True)}")
+    return 0
 
 
 # -- the parser ----------------------------------------------------------------------------------

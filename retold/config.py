@@ -36,6 +36,7 @@ __all__ = [
     "EvidenceConfig",
     "FreshnessConfig",
     "GateConfig",
+    "HostedConfig",
     "IngestionConfig",
     "PolicyConfig",
     "QueueConfig",
@@ -66,10 +67,7 @@ class StoreConfig:
 
 @dataclass(frozen=True, slots=True)
 class EmbeddingConfig:
-    """``embedding:`` - the dense embedder (LLD 2.1; default model per DESIGN.md decision 6).
-
-    ``model: fake`` selects the in-package FakeEmbedder.
-    """
+    """``embedding:`` - the dense embedder (LLD 2.1, DESIGN.md decision 6); ``fake`` = FakeEmbedder."""
 
     model: str = "sentence-transformers/all-MiniLM-L6-v2"
     version: str = "1"
@@ -80,7 +78,6 @@ class EmbeddingConfig:
     incremental_reload_max: int = 512
     reembed_batch_size: int = 64
     torch_threads: int | None = None  # None leaves torch's own thread count alone
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +93,6 @@ class RerankerConfig:
     mode: RerankMode = "rrf_cross_encoder"
     timeout_ms: int = 2000
     on_failure: RerankOnFailure = "fallback"
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +177,6 @@ class RetrievalConfig:
     freshness: FreshnessConfig = field(default_factory=FreshnessConfig)
 
 
-
 @dataclass(frozen=True, slots=True)
 class EquivalenceConfig:
     """``ingestion.equivalence:`` - the same/contradict/distinct judge (LLD 2.4)."""
@@ -226,6 +221,14 @@ class IngestionConfig:
     # LLD 6.3 rule 2 reads this key but LLD 2.4 does not list it; 0.75 is our default.
     attribute_alias_cosine: float = 0.75
 
+
+@dataclass(frozen=True, slots=True)
+class HostedConfig:
+    """``hosted:`` - the hosted-model provider (DESIGN.md decision 7; not in the LLD)."""
+
+    base_url: str | None = None  # None = the provider's own endpoint
+    api_key_env: str = "ANTHROPIC_API_KEY"  # no key there = hosted models not configured
+    max_retries: int = 2  # retries of a timeout, 429 or 5xx; 0 = none
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,6 +275,7 @@ class Config:
     reranker: RerankerConfig = field(default_factory=RerankerConfig)
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     ingestion: IngestionConfig = field(default_factory=IngestionConfig)
+    hosted: HostedConfig = field(default_factory=HostedConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     sessions: SessionsConfig = field(default_factory=SessionsConfig)
     queue: QueueConfig = field(default_factory=QueueConfig)
@@ -297,6 +301,7 @@ _RANGES: tuple[tuple[str, tuple[float, float, bool]], ...] = (
     ("policy.source_rank.*", _NON_NEGATIVE),
     ("ingestion.evidence.min_*", _NON_NEGATIVE),  # 0 = no minimum
     ("retrieval.trigger.auto_min_query_chars", _NON_NEGATIVE),  # 0 = never skip a turn
+    ("hosted.max_retries", _NON_NEGATIVE),  # 0 = one attempt only
 )
 # Accepted Python types per scalar hint; bool is excluded from the numbers because it is
 # an int subclass and `dims: true` is a mistake, not 1. An int is fine for a float.

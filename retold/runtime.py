@@ -8,26 +8,35 @@ first write.
 
 from __future__ import annotations
 
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import replace
 from datetime import timedelta
 from functools import cached_property
 from pathlib import Path
 
 from retold.config import Config, load_config
 from retold.host import MemoryHost
+from retold.hosted import CompletionClient, HostedError, client_from_config
 from retold.index.embedder import Embedder, embedder_from_config
 from retold.index.reranker import Reranker, reranker_from_config
 from retold.index.vector import RefreshOutcome, VectorIndex
 from retold.ingest.equivalence import EquivalenceJudge, judge_from_config
+from retold.ingest.extractor import Extractor, StructuredLLMExtractor
 from retold.ingest.ingestor import Ingestor
+from retold.ingest.reviewer import CandidateReviewer, StructuredLLMReviewer
 from retold.ingest.session import ExtractionScheduler, InProcessScheduler, SessionHooks
 from retold.policy.lifecycle import Lifecycle
 from retold.retrieve.retriever import Retriever
-from retold.retrieve.rewrite import NoRewriter, QueryRewriter
+from retold.retrieve.rewrite import QueryRewriter, rewriter_from_config
 from retold.store import Store
 from retold.tools.handlers import ToolHandlers
 from retold.util import Clock, SystemClock
 
 __all__ = ["Runtime", "build_runtime"]
+
+log = logging.getLogger("retold.runtime")
 
 
 class Runtime:
@@ -44,6 +53,9 @@ class Runtime:
         scheduler: ExtractionScheduler | None = None,
         rewriter: QueryRewriter | None = None,
         reranker: Reranker | None = None,
+        extractor: Extractor | None = None,
+        reviewer: CandidateReviewer | None = None,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -60,6 +72,9 @@ class Runtime:
         self._judge = judge
         self._rewriter = rewriter
         self._reranker = reranker
+        self._extractor = extractor
+        self._reviewer = reviewer
+        self._environ: Mapping[str, str] = environ if environ is not None else {}
         self._closed = False
 
     @cached_property
@@ -76,12 +91,45 @@ class Runtime:
             incremental_reload_max=self.config.embedding.incremental_reload_max,
         )
 
+    def hosted_client(self, model: str, *, max_retries: int | None = None) -> CompletionClient | None:
+        """A hosted client for ``model``, or None when no API key is configured (the product
+        still runs: extraction then reports ``not_configured``, DESIGN.md decision 7)."""
+        hosted = self.config.hosted
+        if max_retries is not None:
+            hosted = replace(hosted, max_retries=max_retries)
+        try:
+            return client_from_config(model, hosted, self._environ)
+        except HostedError as exc:
+            log.warning("hosted model %s not available: %s", model, exc)
+            return None
+
+    @cached_property
+    def extractor(self) -> Extractor | None:
+        """The session extractor: the injected one, else the hosted model when configured."""
+        if self._extractor is not None:
+            return self._extractor
+        client = self.hosted_client(self.config.ingestion.extraction_model)
+        return StructuredLLMExtractor(client, self.config.ingestion) if client else None
+
+    @cached_property
+    def reviewer(self) -> CandidateReviewer | None:
+        """The candidate reviewer: the injected one, else the hosted model when configured."""
+        if self._reviewer is not None:
+            return self._reviewer
+        client = self.hosted_client(self.config.ingestion.review_model)
+        return StructuredLLMReviewer(client, self.config.ingestion) if client else None
+
     @cached_property
     def retriever(self) -> Retriever:
-        """The LLD 10 pipeline. The hosted rewriter arrives with the extraction work; until
-        then rewriting uses an injected rewriter or none."""
+        """The LLD 10 pipeline, with the hosted rewriter only when rewriting is enabled."""
+        rewriter = self._rewriter
+        if rewriter is None:
+            rewrite = self.config.retrieval.rewrite
+            # No retries: the rewrite stage's own deadline is shorter than one retry.
+            client = self.hosted_client(rewrite.model, max_retries=0) if rewrite.enabled else None
+            rewriter = rewriter_from_config(self.config.retrieval, client)
         return Retriever(
-            self.store, self.index, self.embedder, self._rewriter or NoRewriter(),
+            self.store, self.index, self.embedder, rewriter,
             self._reranker or reranker_from_config(self.config.reranker), self.config,
             self.lifecycle, self.clock,
         )
@@ -118,13 +166,17 @@ def build_runtime(
     scheduler: ExtractionScheduler | None = None,
     rewriter: QueryRewriter | None = None,
     reranker: Reranker | None = None,
+    extractor: Extractor | None = None,
+    reviewer: CandidateReviewer | None = None,
+    environ: Mapping[str, str] | None = None,
     allow_migration_issues: bool = False,
 ) -> Runtime:
     """Open (and migrate) the configured store and wire every part.
 
-    ``embedder``, ``judge``, ``scheduler``, ``rewriter`` and ``reranker`` replace the
-    configured ones (tests pass fakes with pinned behaviour); ``clock`` replaces the wall
-    clock.
+    ``embedder``, ``judge``, ``scheduler``, ``rewriter``, ``reranker``, ``extractor`` and
+    ``reviewer`` replace the configured ones (tests pass fakes); ``clock`` replaces the
+    wall clock. ``environ`` is where hosted API keys are looked up: the process environment
+    by default, read here in the composition root and nowhere else.
     """
     config = config or load_config()
     clock = clock or SystemClock()
@@ -143,4 +195,5 @@ def build_runtime(
         store.close()
         raise
     return Runtime(config, store, chosen, clock, judge=judge, scheduler=scheduler,
-                   rewriter=rewriter, reranker=reranker)
+                   rewriter=rewriter, reranker=reranker, extractor=extractor, reviewer=reviewer,
+                   environ=os.environ if environ is None else environ)

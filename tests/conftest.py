@@ -83,3 +83,14 @@ def world(tmp_path: Path) -> Iterator[World]:
     made = make_world(tmp_path)
     yield made
     made.rt.close()
+
+
+from tests.stub_anthropic import AnthropicStub, serve_anthropic_stub  # noqa: E402
+
+
+@pytest.fixture
+def anthropic_stub() -> Iterator[AnthropicStub]:
+    """A scripted Anthropic Messages API on a loopback port, for driving the real SDK
+    (DESIGN.md decision 7): ``.base_url``, ``.script(...)``, ``.requests``."""
+    with serve_anthropic_stub() as stub:
+        yield stub

@@ -5,26 +5,40 @@ queries and the host-supplied current-turn context: it never sees candidates, th
 or earlier results. :func:`rewrite_stage` wraps any rewriter so that a disabled, slow,
 failing or misbehaving rewriter can only ever cost the rewrite, never the search: the
 raw queries proceed and the status says why.
+
+:class:`HostedLLMQueryRewriter` is the real rewriter: one structured call through the
+provider-neutral CompletionClient with the versioned prompt ``prompts/rewrite_v1.md``,
+whose no-invention rule is also enforced in code.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 import threading
 import time
 from concurrent.futures import Future
-from typing import Protocol
+from functools import cache
+from importlib.resources import files
+from typing import Any, Protocol
 
-from retold.config import RewriteConfig
+from retold.config import RetrievalConfig, RewriteConfig
 from retold.errors import RetoldError
+from retold.hosted import CompletionClient, CompletionRequest, HostedError, Message
 from retold.models import RewriteResult, RewriteStatus
 
 __all__ = [
+    "REWRITE_PROMPT_VERSION",
+    "REWRITE_SCHEMA",
     "FakeRewriter",
+    "HostedLLMQueryRewriter",
     "NoRewriter",
     "QueryRewriter",
     "RewriteError",
+    "load_rewrite_prompt",
     "rewrite_stage",
+    "rewriter_from_config",
 ]
 
 log = logging.getLogger("retold.retrieve")
@@ -80,6 +94,104 @@ class FakeRewriter:
         if self.output is None:
             return RewriteResult(list(queries), "unchanged")
         return RewriteResult(list(self.output), "applied")
+
+
+REWRITE_PROMPT_VERSION = "rewrite_v1"
+# The answer the prompt asks for; the query count is checked in code, where a mismatch
+# can be reported as such rather than as a schema failure.
+REWRITE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"queries": {"type": "array", "items": {"type": "string", "minLength": 1}}},
+    "required": ["queries"],
+    "additionalProperties": False,
+}
+_SCHEMA_NAME = "rewritten_queries"
+_WORD = re.compile(r"[^\W_]+")  # runs of letters or digits: "Aditya's" -> "Aditya", "s"
+
+
+@cache
+def load_rewrite_prompt() -> str:
+    """The system prompt of :data:`REWRITE_PROMPT_VERSION`, read from the package data."""
+    path = files("retold.retrieve").joinpath("prompts").joinpath(f"{REWRITE_PROMPT_VERSION}.md")
+    return path.read_text(encoding="utf-8")
+
+
+class HostedLLMQueryRewriter:
+    """Rewrites queries with one structured hosted call (LLD 10.0).
+
+    The model sees only the raw queries and the current-turn context, capped at
+    ``cfg.max_context_chars``. Any hosted failure, a different number of queries, a blank
+    query or an invented name raises :class:`RewriteError`, so :func:`rewrite_stage`
+    searches on the raw queries and records ``failed``.
+    """
+
+    prompt_version = REWRITE_PROMPT_VERSION
+
+    def __init__(self, client: CompletionClient, cfg: RewriteConfig) -> None:
+        self.client = client
+        self.cfg = cfg
+        self._prompt = load_rewrite_prompt()
+
+    def rewrite(self, queries: list[str], context: str | None) -> RewriteResult:
+        """Return one rewritten query per raw query, or raise RewriteError."""
+        raw = list(queries)
+        ctx = context[: self.cfg.max_context_chars] if context else ""
+        try:
+            answer = self.client.complete(self._request(raw, ctx))
+        except HostedError as exc:
+            raise RewriteError(f"hosted rewrite failed ({exc.kind}): {exc}") from exc
+        out = answer.get("queries")
+        if not isinstance(out, list) or not all(isinstance(q, str) and q.strip() for q in out):
+            raise RewriteError("the rewrite is not a list of non-blank queries")
+        rewritten = [q.strip() for q in out]
+        if len(rewritten) != len(raw):
+            raise RewriteError(f"the rewrite has {len(rewritten)} queries for {len(raw)}")
+        # LLD 10.0: the no-invention rule is enforced, not only prompted.
+        invented = _invented_names(rewritten, raw, ctx)
+        if invented:
+            raise RewriteError(f"the rewrite names what the turn does not: {', '.join(invented)}")
+        return RewriteResult(rewritten, "unchanged" if rewritten == raw else "applied")
+
+    def _request(self, queries: list[str], context: str) -> CompletionRequest:
+        # JSON keeps the query boundaries unambiguous whatever the queries contain.
+        turn = json.dumps({"queries": queries, "context": context}, ensure_ascii=False)
+        return CompletionRequest(
+            system=self._prompt,
+            messages=(Message("user", turn),),
+            schema=REWRITE_SCHEMA,
+            schema_name=_SCHEMA_NAME,
+            max_output_tokens=self.cfg.max_output_tokens,
+            timeout_ms=self.cfg.timeout_ms,
+        )
+
+
+def _invented_names(rewritten: list[str], raw: list[str], context: str) -> list[str]:
+    """Capitalised words of ``rewritten`` (each query's first word excepted, LLD 10.0) that
+    occur, in any case, in neither the raw queries nor the context."""
+    known = {w.casefold() for text in (*raw, context) for w in _WORD.findall(text)}
+    invented: list[str] = []
+    for query in rewritten:
+        for word in _WORD.findall(query)[1:]:
+            if word[0].isupper() and word.casefold() not in known and word not in invented:
+                invented.append(word)
+    return invented
+
+
+def rewriter_from_config(cfg: RetrievalConfig, client: CompletionClient | None) -> QueryRewriter:
+    """HostedLLMQueryRewriter when ``retrieval.rewrite.enabled`` and a client is configured
+    (built for ``retrieval.rewrite.model``), else NoRewriter."""
+    if not cfg.rewrite.enabled:
+        return NoRewriter()
+    if client is None:
+        log.warning("retrieval.rewrite.enabled but no hosted model is configured; queries stay raw")
+        return NoRewriter()
+    try:
+        # The rewrite sits on the search path with an 800 ms budget: import the SDK now,
+        # not during the first search.
+        client.prepare()
+    except HostedError as exc:
+        log.warning("query rewriter cannot use %s (%s); every rewrite will fail", client.model, exc)
+    return HostedLLMQueryRewriter(client, cfg.rewrite)
 
 
 def rewrite_stage(

@@ -167,6 +167,9 @@ class ErasureMixin(StoreBase):
                 f"UPDATE session_turns SET content = '' WHERE session_id IN {picked}").rowcount
             counts["search_logs"] += conn.execute(
                 f"DELETE FROM search_log WHERE session_id IN {picked}").rowcount
+            # Persisted extraction stages quote the transcript (DESIGN.md decision 2).
+            counts["extraction_stages"] = counts.get("extraction_stages", 0) + conn.execute(
+                f"DELETE FROM extraction_stages WHERE session_id IN {picked}").rowcount
             ref = _REF_SESSION.format(ref="json_extract(payload, '$.source_ref')")
             counts["events_blanked"] += conn.execute(
                 _BLANK + f"(json_extract(payload, '$.session_id') IN {picked}"

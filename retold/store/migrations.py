@@ -57,7 +57,25 @@ def _initial_schema(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
-MIGRATIONS: tuple[Migration, ...] = (Migration(1, "initial schema", _initial_schema),)
+def _extraction_stages(conn: sqlite3.Connection) -> None:
+    """Persisted outputs of the extraction stages (DESIGN.md decision 2): a crash after a
+    hosted call resumes from the saved output instead of paying for the call again."""
+    conn.execute(
+        "CREATE TABLE extraction_stages ("
+        " session_id TEXT NOT NULL REFERENCES sessions(id),"
+        " stage TEXT NOT NULL CHECK (stage IN ('extract','review')),"
+        " output TEXT NOT NULL,"
+        " model TEXT NOT NULL,"
+        " prompt_version TEXT NOT NULL,"
+        " at TEXT NOT NULL,"
+        " PRIMARY KEY (session_id, stage))"
+    )
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "initial schema", _initial_schema),
+    Migration(2, "extraction stages", _extraction_stages),
+)
 LATEST = MIGRATIONS[-1].version
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from retold.store.entities import EntitiesMixin
 from retold.store.erasure import ErasureMixin
 from retold.store.events import EventsMixin
+from retold.store.extraction import ExtractionMixin
 from retold.store.grants import GrantsMixin
 from retold.store.lifecycle import LifecycleMixin
 from retold.store.maintenance import MaintenanceMixin
@@ -31,5 +32,6 @@ class Store(
     LifecycleMixin,
     MaintenanceMixin,
     ErasureMixin,
+    ExtractionMixin,
 ):
     """The store: records, embeddings, entities, sessions, grants, events and search logs."""

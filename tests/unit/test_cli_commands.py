@@ -28,7 +28,8 @@ SCOPE = Scope("user", USER)
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "retold.cli", *args], capture_output=True, text=True, timeout=120,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        env={**{k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"},
+             "HF_HUB_OFFLINE": "1"},
     )
 
 
@@ -186,10 +187,13 @@ def test_grant_and_revoke(store: tuple[str, str]) -> None:
     _fails(2, "scope kind", "revoke", "other", "team:x", *common)
 
 
-def test_extract_says_it_is_not_built(store: tuple[str, str]) -> None:
+def test_extract_without_a_hosted_model_says_it_is_not_configured(store: tuple[str, str]) -> None:
     path, config = store
     common = ("--store", path, "--config", config)
-    _fails(3, "extraction is not built yet: sess-1 stays pending for the extraction pipeline",
+    _fails(1, "session sess-1 has not ended", "extract", "sess-1", *common)
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE sessions SET ended_at = '2026-09-03T13:00:00.000000Z' WHERE id = 'sess-1'")
+    _fails(3, "extraction is not configured (no hosted model key): sess-1 stays pending",
            "extract", "sess-1", *common)
     _fails(1, "no session ghost", "extract", "ghost", *common)
 

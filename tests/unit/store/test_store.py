@@ -32,14 +32,14 @@ def _digest(path: Path) -> str:
 def test_new_store_records_each_migration_once(store_path: Path) -> None:
     first = Store(store_path)
     assert first.migration_report is not None
-    assert first.migration_report.applied == (1,)
+    assert first.migration_report.applied == (1, 2)
     first.close()
     again = Store(store_path)
     assert again.migration_report is not None
     assert again.migration_report.applied == ()
     assert again.migrate().applied == ()
     rows = sqlite3.connect(store_path).execute("SELECT version, name FROM schema_migrations").fetchall()
-    assert rows == [(1, "initial schema")]
+    assert rows == [(1, "initial schema"), (2, "extraction stages")]
     again.close()
 
 
@@ -51,10 +51,10 @@ def test_failed_migration_leaves_neither_schema_nor_record(store_path: Path) -> 
     Store(store_path).close()
     conn = sqlite3.connect(store_path, isolation_level=None)
     with pytest.raises(sqlite3.OperationalError):
-        migrate(conn, str(store_path), (*MIGRATIONS, Migration(2, "broken", half_applied)))
+        migrate(conn, str(store_path), (*MIGRATIONS, Migration(3, "broken", half_applied)))
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert "doomed" not in tables
-    assert conn.execute("SELECT max(version) FROM schema_migrations").fetchone()[0] == 1
+    assert conn.execute("SELECT max(version) FROM schema_migrations").fetchone()[0] == 2
 
 
 def test_store_written_by_newer_schema_is_refused_untouched(store_path: Path) -> None:
