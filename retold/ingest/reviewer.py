@@ -187,8 +187,27 @@ class StructuredLLMReviewer:
 
     def build_request(self, items: list[tuple[CandidateRecord, ReviewContext]]) -> CompletionRequest:
         """The one completion request for these items (exposed for tests and audits)."""
-        blocks = [_render_item(i, candidate, context) for i, (candidate, context) in enumerate(items)]
-        text = f"{len(items)} candidates to review.\n\n" + "\n\n".join(blocks)
+        # Live records are shown once per (scope, entity) group, not once per candidate:
+        # candidates of one session are mostly about the same person, and repeating up to
+        # max_entity_attributes records per candidate made the prompt grow quadratically.
+        groups: dict[tuple[str, str], str] = {}
+        sections: list[str] = []
+        for _candidate, context in items:
+            key = (str(context.destination_scope), context.primary_entity_id)
+            if key not in groups:
+                groups[key] = f"G{len(groups) + 1}"
+                live = [_render_record(r) for r in context.live_records]
+                sections.append("\n".join([
+                    f"### Live records {groups[key]}: entity {key[1]} in scope {key[0]}",
+                    *(live or ["(none)"]),
+                ]))
+        blocks = [
+            _render_item(i, candidate, context,
+                         groups[(str(context.destination_scope), context.primary_entity_id)])
+            for i, (candidate, context) in enumerate(items)
+        ]
+        text = (f"{len(items)} candidates to review.\n\n" + "\n\n".join(sections)
+                + "\n\n" + "\n\n".join(blocks))
         return CompletionRequest(
             system=load_prompt(self.prompt_version),
             messages=(Message("user", text),),
@@ -248,7 +267,7 @@ def _decide(candidate: CandidateRecord, item: Mapping[str, Any]) -> ReviewDecisi
     return ReviewDecision("revise", revised, reason)
 
 
-def _render_item(index: int, candidate: CandidateRecord, context: ReviewContext) -> str:
+def _render_item(index: int, candidate: CandidateRecord, context: ReviewContext, group: str) -> str:
     # LLD 8.2 step 5: the evidence turn plus adjacent turns only, even when the caller
     # passed a wider window, so the reviewer sees no more of the transcript than needed.
     window = [
@@ -256,7 +275,6 @@ def _render_item(index: int, candidate: CandidateRecord, context: ReviewContext)
         for t in sorted(context.transcript_window, key=lambda t: t.turn)
         if abs(t.turn - candidate.evidence_turn) <= 1
     ]
-    live = [_render_record(r) for r in context.live_records]
     return "\n".join(
         [
             f"### Candidate {index}",
@@ -265,8 +283,7 @@ def _render_item(index: int, candidate: CandidateRecord, context: ReviewContext)
             f"primary entity: {context.primary_entity_id}",
             "transcript window:",
             *(window or ["(evidence turn not available)"]),
-            "live records for this entity in this scope:",
-            *(live or ["(none)"]),
+            f"live records for this entity in this scope: see {group}",
         ]
     )
 

@@ -229,3 +229,15 @@ def test_table_reviewer_still_decides_by_content() -> None:
     assert [d.action for d in got] == ["accept", "reject", "revise"]
     assert got[2].candidate is not None and got[2].candidate.confidence == 0.1
     assert reviewer.batches == [items]
+
+
+def test_live_records_of_one_entity_are_shown_once_for_the_whole_batch() -> None:
+    live = [make_record(content="Aditya works from Lisbon."), make_record(content="Aditya uses vim.")]
+    client = FakeCompletionClient([{"decisions": [decision(i) for i in range(3)]}])
+    reviewer = StructuredLLMReviewer(client, IngestionConfig())
+    items = [(cand(f"Aditya prefers option {i}.", evidence_turn=1), ctx(live)) for i in range(3)]
+    reviewer.review_batch(items)
+    (request,) = client.calls
+    text = request.messages[0].content
+    assert text.count("Aditya works from Lisbon.") == 1
+    assert text.count("see G1") == 3
