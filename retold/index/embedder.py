@@ -7,7 +7,6 @@ seconds and the fake (unit tests, ``embedding.model: fake``) needs neither.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import threading
 from collections import OrderedDict
@@ -17,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from retold.errors import ConfigError, ModelError
+from retold.index.local_models import LazyModel, load_local
 
 if TYPE_CHECKING:
     from retold.config import EmbeddingConfig
@@ -127,7 +127,7 @@ class _CachedEmbedder:
         return np.stack([found[t] for t in texts]).astype(np.float32, copy=False)
 
 
-class SentenceTransformerEmbedder(_CachedEmbedder):
+class SentenceTransformerEmbedder(_CachedEmbedder, LazyModel):
     """A sentence-transformers model, loaded lazily and at most once (LLD 2.1, LLD 5)."""
 
     def __init__(
@@ -135,51 +135,25 @@ class SentenceTransformerEmbedder(_CachedEmbedder):
         device: str = "auto", max_chars: int = 2000, query_cache_entries: int = 4096,
         torch_threads: int | None = None,
     ) -> None:
-        super().__init__(dims, max_chars, query_cache_entries)
+        _CachedEmbedder.__init__(self, dims, max_chars, query_cache_entries)
+        LazyModel.__init__(self)
         self.name = model
         self.version = version
         self.device = device
         self.torch_threads = torch_threads
-        self._model: Any = None
-        self._load_lock = threading.Lock()
-
-    @property
-    def is_loaded(self) -> bool:
-        """Whether the model has been loaded."""
-        return self._model is not None
-
-    def load(self) -> None:
-        """Load the model now (thread-safe; later calls do nothing)."""
-        if self._model is not None:
-            return
-        with self._load_lock:
-            if self._model is None:
-                self._model = self._load()
 
     def _load(self) -> Any:
-        # DESIGN.md decision 6: a fresh install works offline; never wait on a model hub.
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         path = resolve_model_path(self.name)
-        try:
-            import torch
-            from sentence_transformers import SentenceTransformer
-        except ImportError as exc:
-            raise ModelError(f"embedding model {self.name} needs sentence-transformers; "
-                             f"install the `models` extra ({exc})") from exc
-        if self.torch_threads is not None:
-            torch.set_num_threads(self.torch_threads)
-        device = self.device
-        if device == "auto":  # LLD 2.1: cuda when available, then mps, else cpu
-            cuda, mps = torch.cuda.is_available(), torch.backends.mps.is_available()
-            device = "cuda" if cuda else "mps" if mps else "cpu"
-        try:
-            model = SentenceTransformer(path, device=device, local_files_only=True)
-            width = int(model.encode(["probe"], convert_to_numpy=True).shape[1])
-        except Exception as exc:
-            first = (str(exc).strip().splitlines() or [""])[0]
-            raise ModelError(f"cannot load embedding model {self.name} on {device}: "
-                             f"{type(exc).__name__}: {first}") from exc
+
+        def build(st: Any, device: str) -> tuple[Any, int]:
+            if self.torch_threads is not None:
+                import torch
+
+                torch.set_num_threads(self.torch_threads)
+            model = st.SentenceTransformer(path, device=device, local_files_only=True)
+            return model, int(model.encode(["probe"], convert_to_numpy=True).shape[1])
+
+        model, width = load_local("embedding", path, self.name, self.device, build)
         if width != self.dims:  # LLD 2.1: dims must match the model's output
             raise ConfigError(f"embedding.dims: is {self.dims} but model {self.name} "
                               f"produces {width}-dimensional vectors")

@@ -8,7 +8,6 @@ the test double. ``rerank_with_timeout`` runs one search's pass in a thread it c
 from __future__ import annotations
 
 import math
-import os
 import threading
 import time
 from collections.abc import Mapping
@@ -18,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import numpy as np
 
 from retold.errors import ConfigError, ModelError, RetoldError
+from retold.index.local_models import LazyModel, load_local, predict_logits
 
 if TYPE_CHECKING:
     from retold.config import RerankerConfig
@@ -59,7 +59,7 @@ def _sigmoid(logits: Any) -> list[float]:
     return [float(v) for v in 0.5 * (1.0 + np.tanh(0.5 * x))]
 
 
-class BgeReranker(_ScoresPairs):
+class BgeReranker(_ScoresPairs, LazyModel):
     """A single-label sentence-transformers ``CrossEncoder`` (LLD 2.2, LLD 10.7).
 
     Loaded lazily and at most once, only from local files (DESIGN.md decision 6). Scores
@@ -70,52 +70,21 @@ class BgeReranker(_ScoresPairs):
     def __init__(self, model: str, batch_size: int = 32, device: str = "cpu") -> None:
         if batch_size < 1:
             raise ConfigError(f"reranker.batch_size: must be at least 1, got {batch_size}")
+        LazyModel.__init__(self)
         self.model = model
         self.name = model
         self.batch_size = batch_size
         self.device = device
-        self._model: Any = None
-        self._load_lock = threading.Lock()
-
-    @property
-    def is_loaded(self) -> bool:
-        """Whether the model has been loaded."""
-        return self._model is not None
-
-    def load(self) -> None:
-        """Load the model now (thread-safe; later calls do nothing)."""
-        if self._model is not None:
-            return
-        with self._load_lock:
-            if self._model is None:
-                self._model = self._load()
 
     def warm(self) -> None:
         """Load and score one tiny pair, so the first search does not pay for it (LLD 2.2)."""
         self.score_pairs([("warm up", "warm up")])
 
     def _load(self) -> Any:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-        try:
-            import torch
-            from sentence_transformers import CrossEncoder
-        except ImportError as exc:
-            raise ModelError(f"reranker model {self.model} needs sentence-transformers; "
-                             f"install the `models` extra ({exc})") from exc
-        device = self.device
-        if device == "auto":  # LLD 2.1: cuda when available, then mps, else cpu
-            cuda, mps = torch.cuda.is_available(), torch.backends.mps.is_available()
-            device = "cuda" if cuda else "mps" if mps else "cpu"
-        try:
-            # local_files_only as well as HF_HUB_OFFLINE: the hub reads that variable at
-            # its own import, which may have happened before this line.
-            model = CrossEncoder(self.model, device=device, local_files_only=True)
-        except Exception as exc:
-            first = (str(exc).strip().splitlines() or [""])[0]
-            if isinstance(exc, OSError) and not os.path.exists(self.model):
-                first = "not a local path and not in the local Hugging Face cache"
-            raise ModelError(f"cannot load reranker model {self.model} on {device}: {first}") from exc
+        model = load_local(
+            "reranker", self.model, self.model, self.device,
+            lambda st, device: st.CrossEncoder(self.model, device=device, local_files_only=True),
+        )
         labels = int(getattr(model.config, "num_labels", 0))
         if labels != 1:  # LLD 10.7: the floor assumes one relevance logit per pair
             raise ModelError(f"reranker model {self.model} has {labels} output labels, not 1")
@@ -126,18 +95,8 @@ class BgeReranker(_ScoresPairs):
         if not pairs:
             return []
         self.load()
-        import torch
-
-        try:
-            # Identity activation: the sigmoid is applied below, so a model config that
-            # names another activation cannot move the floor's scale.
-            logits = self._model.predict(
-                list(pairs), batch_size=self.batch_size, show_progress_bar=False,
-                activation_fn=torch.nn.Identity(), apply_softmax=False, convert_to_numpy=True,
-            )
-        except Exception as exc:
-            first = (str(exc).strip().splitlines() or [""])[0]
-            raise ModelError(f"reranker model {self.model} failed: {type(exc).__name__}: {first}") from exc
+        # The sigmoid is applied below, on the raw logit, so the floor's scale is fixed.
+        logits = predict_logits("reranker", self.model, self._model, pairs, self.batch_size)
         return _sigmoid(logits)
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import threading
 import unicodedata
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from retold.errors import ConfigError, ModelError
+from retold.index.local_models import LazyModel, load_local, predict_logits
 
 if TYPE_CHECKING:
     from retold.config import EquivalenceConfig
@@ -72,17 +72,7 @@ def _softmax(logits: npt.ArrayLike) -> npt.NDArray[np.float64]:
     return out
 
 
-def _resolve_device(device: str) -> str:
-    if device != "auto":
-        return device
-    import torch  # LLD 2.1: cuda when available, then mps, else cpu
-
-    if torch.cuda.is_available():
-        return "cuda"
-    return "mps" if torch.backends.mps.is_available() else "cpu"
-
-
-class NLICrossEncoderJudge:
+class NLICrossEncoderJudge(LazyModel):
     """A local NLI cross-encoder that scores both directions (LLD 2.4, LLD 5).
 
     Loaded lazily and at most once, only from local files: a fresh install must never
@@ -101,44 +91,15 @@ class NLICrossEncoderJudge:
         self.contradict_floor = contradict_floor
         self.batch_size = batch_size
         self.device = device
-        self._model: Any = None
+        LazyModel.__init__(self)
         self._entail_col = 0
         self._contradict_col = 0
-        self._load_lock = threading.Lock()
-
-    @property
-    def is_loaded(self) -> bool:
-        """Whether the model has been loaded."""
-        return self._model is not None
-
-    def load(self) -> None:
-        """Load the model now (thread-safe; later calls do nothing)."""
-        if self._model is not None:
-            return
-        with self._load_lock:
-            if self._model is None:
-                self._model = self._load()
 
     def _load(self) -> Any:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-        try:
-            from sentence_transformers import CrossEncoder
-        except ImportError as exc:
-            raise ModelError(f"NLI model {self.model} needs sentence-transformers; "
-                             f"install the `models` extra ({exc})") from exc
-        device = _resolve_device(self.device)
-        try:
-            # local_files_only as well as HF_HUB_OFFLINE: huggingface_hub reads that
-            # variable once at import, so setting it here is too late when something
-            # imported the hub earlier, and a missing model would retry for ~45 s.
-            model = CrossEncoder(self.model, device=device, local_files_only=True)
-        except Exception as exc:
-            first = (str(exc).strip().splitlines() or [""])[0]
-            if isinstance(exc, OSError) and not os.path.exists(self.model):
-                # The hub's own message talks about connecting, which we never try.
-                first = "not a local path and not in the local Hugging Face cache"
-            raise ModelError(f"cannot load NLI model {self.model} on {device}: {first}") from exc
+        model = load_local(
+            "NLI", self.model, self.model, self.device,
+            lambda st, device: st.CrossEncoder(self.model, device=device, local_files_only=True),
+        )
         try:
             columns = nli_label_columns(dict(model.config.id2label))
         except ModelError as exc:
@@ -149,17 +110,8 @@ class NLICrossEncoderJudge:
     def _probabilities(self, pairs: list[tuple[str, str]]) -> npt.NDArray[np.float64]:
         """Softmax rows for ``pairs`` in one batched predict call."""
         self.load()
-        import torch
-
-        try:
-            # Identity activation: a model config may carry a sigmoid, and the verdict
-            # floors are defined on softmax probabilities.
-            logits = self._model.predict(
-                pairs, batch_size=self.batch_size, show_progress_bar=False,
-                activation_fn=torch.nn.Identity(), apply_softmax=False, convert_to_numpy=True,
-            )
-        except Exception as exc:
-            raise ModelError(f"NLI model {self.model} failed: {type(exc).__name__}: {exc}") from exc
+        # The verdict floors are defined on softmax probabilities, computed here.
+        logits = predict_logits("NLI", self.model, self._model, pairs, self.batch_size)
         return _softmax(np.asarray(logits).reshape(len(pairs), -1))
 
     def judge(self, a: str, b: str) -> Verdict:
