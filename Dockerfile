@@ -12,4 +12,4 @@ COPY workers ./workers
 RUN pip install --no-cache-dir '.[models,hosted,monitor]'
 VOLUME ["/data"]
 ENV RETOLD_CONFIG=/app/config.yaml
-CMD ["celery", "-A", "workers", "worker", "--loglevel=INFO"]
+CMD ["celery", "-A", "workers", "worker", "--loglevel=INFO", "-Q", "extraction,maintenance"]

@@ -1,10 +1,48 @@
 """The periodic maintenance schedule, as plain data (DESIGN.md top-level table).
 
-Maps a beat entry name to the task it runs and its interval in seconds. The workers
-issue fills it (recover, temporal review, expiry, retention, queue maintenance); the
-Celery app turns it into ``beat_schedule`` entries.
+Maps a beat entry name to the task it runs, its interval in seconds and, for entries that
+only make sense with one kind of broker, ``"brokers"``. The Celery app
+(:func:`workers.app.create_app`) turns :func:`schedule_for` into ``beat_schedule``.
+
+- ``recover`` re-enqueues ended sessions that were never extracted or whose claim expired
+  (DESIGN.md decision 1), so a lost message costs at most a minute.
+- ``temporal_review`` flags records whose ``review_at`` arrived (LLD 8.4).
+- ``expire`` and ``retain`` are the lifecycle sweeps (LLD 6.5, 2.6).
+- ``queue_maintenance`` deletes consumed messages from the embedded broker's file, which
+  kombu's SQLAlchemy transport never deletes; a Redis broker needs no such sweep.
 """
 
 from __future__ import annotations
 
-SCHEDULE: dict[str, dict[str, object]] = {}
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from retold.config import Config
+
+__all__ = ["EMBEDDED", "SCHEDULE", "schedule_for"]
+
+EMBEDDED = "embedded"
+"""The ``brokers`` tag of entries that run only with the embedded (file) broker."""
+
+SCHEDULE: dict[str, dict[str, Any]] = {
+    "recover": {"task": "retold.recover", "seconds": 60},
+    "temporal_review": {"task": "retold.temporal_review", "seconds": 600},
+    "expire": {"task": "retold.expire", "seconds": 3600},
+    "retain": {"task": "retold.retain", "seconds": 86400},
+    "queue_maintenance": {"task": "retold.queue_maintenance", "seconds": 3600, "brokers": [EMBEDDED]},
+}
+
+
+def schedule_for(
+    config: Config, schedule: dict[str, dict[str, Any]] | None = None
+) -> dict[str, dict[str, Any]]:
+    """The entries of ``schedule`` (default :data:`SCHEDULE`) that apply to ``config``'s
+    broker: embedded-only entries are dropped unless ``queue.broker_url`` is unset (the
+    embedded file broker) or an explicit ``sqla+`` URL."""
+    url = config.queue.broker_url
+    embedded = url is None or url.startswith("sqla+")
+    return {
+        name: dict(entry)
+        for name, entry in (SCHEDULE if schedule is None else schedule).items()
+        if embedded or EMBEDDED not in entry.get("brokers", ())
+    }

@@ -149,13 +149,14 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from retold.demo import run_smoke
-    from retold.runtime import build_runtime
+    from retold.demo import run_demo
+    from retold.util import Timer
 
-    print("retold demo: foundation smoke (the worker pipeline demo arrives with the workers)")
-    with build_runtime(_config(args)) as rt:
-        result = run_smoke(rt)
-    print(f"done in {result.timings_ms['total']:.0f} ms")
+    timer = Timer()
+    store = Path(args.store or ".demo/memory.sqlite").resolve()
+    result = run_demo(store.parent, store_name=store.name)
+    timer.mark("demo")
+    print(f"\ndone in {timer.as_dict()['total'] / 1000:.1f} s; store: {result.store_path}")
     return 0
 
 

@@ -1,70 +1,284 @@
-"""The foundation smoke behind ``retold demo``.
+"""``retold demo``: the two-session Acme North story, end to end (the README's main job).
 
-Until the worker pipeline exists, the demo shows what the foundation does end to end:
-migrate a fresh store, embed a few memories with the configured model, store their
-vectors, load the vector index from SQLite and answer two dense queries with it.
+Session 1: the account manager says the billing contact for Acme North is Dana Reyes and
+the agent writes that down with ``memory_write``. Session 2: Dana left in March and Marcus
+Chen took over billing. Each session runs through ``rt.hooks``; ending it enqueues its
+extraction. A real Celery worker (a subprocess on the embedded broker) consumes the
+extraction task when the ``workers`` package provides one; otherwise extraction runs in
+this process and the output says so. Without ``ANTHROPIC_API_KEY`` the extractor replays
+the recordings shipped in ``retold/demo_data`` (the output says "replayed"). Then the
+demo searches: the current contact with its explanation, Dana's superseded record via
+``include_history``, the session summaries and the event trail.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import importlib.util
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
 
-from retold.models import Record, Scope
-from retold.runtime import Runtime
-from retold.util import Timer, new_id
+import yaml
 
-__all__ = ["SMOKE_MEMORIES", "SmokeResult", "run_smoke"]
+from retold.config import Config, load_config
+from retold.ingest.extraction import extract_session
+from retold.ingest.extractor import ReplayExtractor
+from retold.ingest.reviewer import TableReviewer
+from retold.ingest.session import ExtractionScheduler
+from retold.models import Principal, Scope
+from retold.runtime import Runtime, build_runtime
 
-SMOKE_MEMORIES = (
-    "Aditya prefers concise technical explanations.",
-    "The project uses Conventional Commits for every commit message.",
-    "Run the benchmark with a warm embedder, then record per-stage timings.",
-    "On 2026-08-12 vector-only retrieval missed exact error messages.",
+__all__ = ["AGENT", "QUESTION", "SESSIONS", "USER", "DemoResult", "run_demo"]
+
+AGENT, USER = "ops-copilot", "am-jordan"
+QUESTION = "Who is the billing contact for Acme North?"
+API_KEY_ENV = "ANTHROPIC_API_KEY"
+WAIT_SECONDS = 30.0
+
+# (session id, recording, turns). The evidence quotes in the recordings are verbatim
+# from these user turns, and their evidence_turn numbers match.
+SESSIONS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
+    ("acme-north-1", "acme_session1.json", (
+        ("user", "Renewal prep for Acme North. The billing contact for Acme North is Dana Reyes."),
+        ("assistant", "Noted: the Acme North renewal goes to Dana Reyes, their billing contact."),
+    )),
+    ("acme-north-2", "acme_session2.json", (
+        ("user", "An update on Acme North: Dana Reyes left Acme North in March."),
+        ("assistant", "Thanks for the update. Who handles billing at Acme North now?"),
+        ("user", "Marcus Chen took over billing for Acme North."),
+        ("assistant", "Got it: Marcus Chen is now the billing contact for Acme North."),
+    )),
 )
-SMOKE_QUERIES = ("how should answers to Aditya be written", "commit message format")
+
+# Session 1's explicit write: the agent records what the user just said.
+EXPLICIT_WRITE: dict[str, Any] = {
+    "type": "semantic", "content": "Billing contact for Acme North is Dana Reyes.",
+    "attribute": "billing_contact", "source_kind": "user_statement",
+    "evidence": "The billing contact for Acme North is Dana Reyes.",
+    "entities": [{"kind": "org", "name": "Acme North", "role": "about"},
+                 {"kind": "person", "name": "Dana Reyes", "role": "mentions"}],
+}
 
 
-@dataclass(frozen=True)
-class SmokeResult:
-    answers: dict[str, list[tuple[str, float]]]  # query -> [(content, cosine), ...]
-    index_rows: int
-    timings_ms: dict[str, float]
+@dataclass
+class DemoResult:
+    store_path: Path
+    extraction: str  # "worker" or "in-process"
+    extractor: str  # "replayed" or "hosted"
+    outcomes: dict[str, str] = field(default_factory=dict)  # session id -> extraction outcome
+    current: str | None = None  # content of the top current result for QUESTION
+    superseded: list[str] = field(default_factory=list)  # superseded contents via include_history
+    summaries: list[str] = field(default_factory=list)
+    event_kinds: list[str] = field(default_factory=list)
+    worker_exit_codes: list[int] = field(default_factory=list)
 
 
-def run_smoke(rt: Runtime, say: Callable[[str], None] = print) -> SmokeResult:
-    """Write the smoke memories into ``rt``'s store and read them back by meaning."""
-    timer = Timer()
-    scope = Scope("user", "demo")
-    report = rt.store.migrate()
-    say(f"store {rt.store.path}: schema version {report.version}")
-    vectors = rt.embedder.embed_documents(list(SMOKE_MEMORIES))
-    timer.mark("embed")
-    now = rt.clock.now()
-    contents: dict[str, str] = {}
-    with rt.store.atomic():
-        for content, vec in zip(SMOKE_MEMORIES, vectors, strict=True):
-            record = Record(
-                id=new_id(), type="semantic", version=1, content=content, subject="-",
-                subject_entity_id=None, attribute=None, scope=scope, source_kind="system",
-                source_ref="demo", creator_agent_id="demo", evidence=None, created_at=now,
-                event_at=now, expires_at=None, valid_from=None, valid_until=None,
-                review_at=None, review_flagged_at=None, confidence=0.9, status="confirmed",
-                supersedes_id=None, reinforcements=0, last_reinforced_at=None,
-            )
-            rt.store.insert_record(record)
-            rt.store.put_embedding(record.id, rt.embedder.name, rt.embedder.version, vec)
-            contents[record.id] = content
-    timer.mark("write")
-    outcome = rt.refresh_index()
-    timer.mark("index")
-    say(f"wrote {len(contents)} memories; vector index {outcome}: {len(rt.index)} rows")
-    eligible = set(rt.store.eligible_ids([scope]))
-    answers: dict[str, list[tuple[str, float]]] = {}
-    for query in SMOKE_QUERIES:
-        hits = rt.index.search(rt.embedder.embed_queries([query])[0], eligible, 1)
-        answers[query] = [(contents.get(rid, rid), score) for rid, score in hits]
-        for content, score in answers[query]:
-            say(f"  {query!r} -> {content!r} (cosine {score:.2f})")
-    timer.mark("search")
-    return SmokeResult(answers, len(rt.index), timer.as_dict())
+def run_demo(store_dir: Path, say: Callable[[str], None] = print, *, use_worker: bool = True,
+             store_name: str = "memory.sqlite", environ: dict[str, str] | None = None) -> DemoResult:
+    """Run the story on a fresh store in ``store_dir`` and print what it shows. When a
+    store already exists there, a new numbered subdirectory is used instead: the demo
+    never touches an existing store."""
+    env = dict(os.environ if environ is None else environ)
+    store_dir = base = Path(store_dir).resolve()
+    run = 1
+    while (store_dir / store_name).exists():
+        run += 1
+        store_dir = base / f"run-{run}"
+    store_dir.mkdir(parents=True, exist_ok=True)
+    store_path = store_dir / store_name
+    config_path = store_dir / "retold-demo.yaml"
+    config_path.write_text(yaml.safe_dump({"store": {"path": str(store_path)}}), "utf-8")
+    config = load_config(config_path)
+    hosted = bool(env.get(API_KEY_ENV))
+    recordings = _copy_recordings(store_dir)
+    worker = use_worker and _worker_supported()
+    scheduler = _celery_scheduler(config) if worker else None
+    result = DemoResult(store_path, "worker" if worker else "in-process",
+                        "hosted" if hosted else "replayed")
+    say(f"retold demo: fresh store in {store_dir}")
+    if worker:
+        say("extraction: a Celery worker subprocess on the embedded broker "
+            f"({store_path.with_name('queue.sqlite')})")
+    else:
+        say(f"extraction ran in-process (worker {'unavailable' if use_worker else 'disabled'})")
+    say(f"extractor: {'hosted model (' + API_KEY_ENV + ' is set)' if hosted else 'replayed recording'}")
+    with build_runtime(config, scheduler=scheduler, environ=env) as rt:
+        rt.host.grant(AGENT, Scope("user", USER), read=True, write=True)
+        rt.host.provision_user(USER, aliases=["Jordan"])
+        for index, (session_id, _name, turns) in enumerate(SESSIONS):
+            say(f"\n== session {index + 1} ({session_id})")
+            principal = _run_session(rt, Principal(AGENT, USER, session_id), turns, index, say)
+            recording = None if hosted else recordings[index]
+            if worker:
+                outcome, code = _extract_with_worker(rt, principal, config_path, recording, env, say)
+                result.worker_exit_codes.append(code)
+            else:
+                outcome = _extract_in_process(rt, principal, recording)
+            result.outcomes[session_id] = outcome
+            say(f"extraction of {session_id}: {outcome}"
+                + (" (replayed)" if recording is not None else ""))
+        _report(rt, Principal(AGENT, USER, "acme-north-review"), result, say)
+    return result
+
+
+def _run_session(rt: Runtime, principal: Principal, turns: Sequence[tuple[str, str]], index: int,
+                 say: Callable[[str], None]) -> Principal:
+    rt.hooks.on_session_start(principal)
+    for role, text in turns:
+        principal = rt.hooks.on_turn(principal, role, text)
+        say(f"  {role}: {text}")
+        if index == 0 and role == "user":
+            out = rt.tools.call("memory_write", principal, EXPLICIT_WRITE)
+            say(f"  [memory_write] {EXPLICIT_WRITE['content']!r} -> "
+                f"{out.get('outcome', out.get('error'))} ({out.get('status', '-')})")
+    rt.hooks.on_session_end(principal)
+    say(f"  session ended; extraction of {principal.session_id} enqueued")
+    return principal
+
+
+# -- extraction ---------------------------------------------------------------------------
+
+
+def _copy_recordings(store_dir: Path) -> list[Path]:
+    """The shipped recordings as plain files next to the store (a worker reads a path)."""
+    paths = []
+    for _sid, name, _turns in SESSIONS:
+        target = store_dir / name
+        with resources.as_file(resources.files("retold.demo_data") / name) as source:
+            shutil.copyfile(source, target)
+        paths.append(target)
+    return paths
+
+
+def _worker_supported() -> bool:
+    """True when the ``workers`` package has the scheduler, the app factory and the replay
+    switch this demo drives (it is built separately and may not be there yet)."""
+    try:
+        spec = importlib.util.find_spec("workers.runtime")
+        if spec is None or spec.origin is None or importlib.util.find_spec("workers.scheduler") is None:
+            return False
+        if "RETOLD_REPLAY_EXTRACTION" not in Path(spec.origin).read_text("utf-8"):
+            return False
+        from workers.app import create_app  # noqa: F401
+        from workers.scheduler import CeleryScheduler  # noqa: F401
+    except Exception:  # an unfinished workers package means: run in-process
+        return False
+    return importlib.util.find_spec("celery") is not None
+
+
+def _celery_scheduler(config: Config) -> ExtractionScheduler:
+    from workers.app import create_app
+    from workers.scheduler import CeleryScheduler
+
+    scheduler: ExtractionScheduler = CeleryScheduler(create_app(config), config.queue.extraction_queue)
+    return scheduler
+
+
+def _extract_in_process(rt: Runtime, principal: Principal, recording: Path | None) -> str:
+    assert principal.session_id is not None
+    if recording is None:  # hosted: the runtime's extractor and reviewer
+        return extract_session(rt, principal.session_id).outcome
+    return extract_session(rt, principal.session_id, extractor=ReplayExtractor(recording),
+                           reviewer=TableReviewer()).outcome
+
+
+def _extract_with_worker(rt: Runtime, principal: Principal, config_path: Path, recording: Path | None,
+                         env: dict[str, str], say: Callable[[str], None]) -> tuple[str, int]:
+    """Start ``celery -A workers worker`` for this session's task, wait (bounded) until the
+    session is extracted, then stop the worker, always. One worker per session because the
+    replay switch names one recording."""
+    assert principal.session_id is not None
+    child_env = {**env, "RETOLD_CONFIG": str(config_path)}
+    child_env.pop("RETOLD_STORE", None)
+    child_env.pop("RETOLD_BROKER_URL", None)
+    if recording is not None:
+        child_env["RETOLD_REPLAY_EXTRACTION"] = str(recording)
+    else:
+        child_env.pop("RETOLD_REPLAY_EXTRACTION", None)
+    log_path = config_path.with_name(f"worker-{principal.session_id}.log")
+    queues = rt.config.queue
+    cmd = [sys.executable, "-m", "celery", "-A", "workers", "worker", "-P", "solo",
+           "-Q", f"{queues.extraction_queue},{queues.maintenance_queue}", "--loglevel=INFO",
+           "--without-gossip", "--without-mingle", "--without-heartbeat",
+           "-n", f"retold-demo-{principal.session_id}@%h"]
+    outcome = "timeout"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, env=child_env, stdout=log, stderr=subprocess.STDOUT,
+                                cwd=str(Path(__file__).resolve().parent.parent))
+        say(f"  worker pid {proc.pid} started (log {log_path.name})")
+        try:
+            deadline = time.monotonic() + WAIT_SECONDS
+            while time.monotonic() < deadline:
+                row = rt.store.get_session(principal.session_id)
+                if row is not None and row.extracted_at is not None:
+                    outcome = "extracted"
+                    break
+                failed = rt.store.events(kind="extraction.failed")
+                if any(e["payload"].get("session_id") == principal.session_id for e in failed):
+                    outcome = "failed"
+                    break
+                if proc.poll() is not None:
+                    outcome = "worker exited early"
+                    break
+                time.sleep(0.2)
+        finally:
+            code = _stop(proc)
+    say(f"  worker pid {proc.pid} exited with code {code}")
+    return outcome, code
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> int:
+    """Warm shutdown (SIGTERM), then SIGKILL after a grace period; returns the exit code."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+    return int(proc.returncode)
+
+
+# -- what the demo shows --------------------------------------------------------------------
+
+
+def _report(rt: Runtime, principal: Principal, result: DemoResult, say: Callable[[str], None]) -> None:
+    rt.refresh_index()
+    say(f"\n== search: {QUESTION}")
+    now = rt.tools.call("memory_search", principal, {"queries": [QUESTION], "k": 3})
+    current = [r for r in now.get("results", []) if r["type"] == "semantic"]
+    if current:
+        result.current = current[0]["content"]
+        say(f"current billing contact: {result.current} "
+            f"(status {current[0]['status']}, id {current[0]['short_id']})")
+    else:
+        say(f"no current billing contact found ({now.get('empty_reason') or now.get('error')})")
+    say("explanation (what the model sees):")
+    for line in str(now.get("rendered", "")).splitlines():
+        say(f"  {line}")
+    say("\n== with include_history")
+    past = rt.tools.call("memory_search", principal,
+                         {"queries": [QUESTION], "k": 5, "include_history": True})
+    for hit in past.get("results", []):
+        say(f"  [{hit['status']}] {hit['content']}")
+        if hit["status"] == "superseded":
+            result.superseded.append(hit["content"])
+    say("\n== session summaries")
+    for record in rt.store.select_records("source_kind = 'session_summary'"):
+        result.summaries.append(record.content)
+        say(f"  {record.source_ref}: {record.content}")
+    say("\n== event trail")
+    for event in rt.store.events():
+        result.event_kinds.append(event["kind"])
+        payload = event["payload"]
+        extra = " replayed" if payload.get("replayed") else ""
+        target = event["record_id"] or payload.get("session_id") or ""
+        say(f"  {event['at']}  {event['kind']:<24} {event['actor']:<12} {target}{extra}")

@@ -1,9 +1,13 @@
-"""Retold's Celery workers: ``celery -A workers worker``.
+"""Retold's Celery workers: ``celery -A workers worker -Q extraction,maintenance``.
 
-Each task module is a thin wrapper over a plain function in ``retold/`` (STYLE.md
-habit 4). The app is built from the runtime's config loader; see :mod:`workers.app`.
+Each task (:mod:`workers.tasks`) is a thin wrapper over a plain function in ``retold/``
+(STYLE.md habit 4). The app is built from the runtime's config loader
+(:mod:`workers.app`); each worker process builds one runtime (:mod:`workers.runtime`);
+agent processes enqueue extraction with :class:`workers.scheduler.CeleryScheduler`.
 """
 
+from workers import tasks  # registers the tasks on ``app``
 from workers.app import app, create_app
+from workers.scheduler import CeleryScheduler
 
-__all__ = ["app", "create_app"]
+__all__ = ["CeleryScheduler", "app", "create_app", "tasks"]

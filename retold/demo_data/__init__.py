@@ -1,0 +1,1 @@
+"""Recorded extraction outputs for the ``retold demo`` transcript."""
