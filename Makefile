@@ -33,6 +33,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/calibrate_gate.py
 	$(BIN)/python benchmarks/ops_bench.py
 	$(BIN)/python benchmarks/extraction_bench.py
+	$(BIN)/python benchmarks/pipeline_bench.py
 
 clean:
 	rm -rf .demo .pytest_cache .mypy_cache .ruff_cache
