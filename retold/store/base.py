@@ -174,11 +174,13 @@ class StoreBase:
 
     def records_version(self) -> int:
         with self._lock:
-            row = self._conn.execute(
-                "SELECT value FROM store_meta WHERE key = 'records_version'"
-            ).fetchone()
-            return int(row[0])
+            return self.read_version(self._conn)
 
+    @staticmethod
+    def read_version(conn: sqlite3.Connection) -> int:
+        """``store_meta.records_version`` as seen by ``conn``'s current snapshot (LLD 7)."""
+        row = conn.execute("SELECT value FROM store_meta WHERE key = 'records_version'").fetchone()
+        return int(row[0])
 
     def insert_event(
         self,

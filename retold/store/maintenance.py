@@ -17,8 +17,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from retold.errors import StoreError
 from retold.models import ACTIVE_STATUSES
 from retold.store.base import StoreBase, marks
@@ -159,20 +157,6 @@ class MaintenanceMixin(StoreBase):
                 "SELECT seq, id, content FROM records WHERE seq > ? AND content != ''"
                 " ORDER BY seq LIMIT ?", (seq, limit)).fetchall()
         return [(int(s), str(i), str(c)) for s, i, c in rows]
-
-    def put_embeddings(self, rows: Sequence[tuple[str, np.ndarray]], model: str, version: str) -> int:
-        """Store one batch of vectors under one records_version bump; return it."""
-        with self.atomic() as conn:
-            index_version = self.bump_version(conn)
-            conn.executemany(
-                "INSERT INTO embeddings(record_id, model, version, dims, vector, index_version)"
-                " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(record_id) DO UPDATE SET"
-                " model = excluded.model, version = excluded.version, dims = excluded.dims,"
-                " vector = excluded.vector, index_version = excluded.index_version",
-                [(rid, model, version, int(vec.shape[-1]),
-                  np.ascontiguousarray(vec, dtype=np.float32).tobytes(), index_version)
-                 for rid, vec in rows])
-            return index_version
 
     def embedding_versions(self) -> list[tuple[str, str, int]]:
         """``(model, version, count)`` of every stored vector family."""

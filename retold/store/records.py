@@ -305,8 +305,7 @@ class RecordsMixin(StoreBase):
         for scope in scopes:
             params += [scope.kind, scope.id, *tail]
         with self.snapshot() as conn:
-            version = int(conn.execute(
-                "SELECT value FROM store_meta WHERE key = 'records_version'").fetchone()[0])
+            version = self.read_version(conn)
             rows = conn.execute(sql, params).fetchall()
         seqs = np.fromiter((row[1] for row in rows), dtype=np.int64, count=len(rows))
         expiries = [row[2] for row in rows if row[2] is not None]
@@ -318,15 +317,20 @@ class RecordsMixin(StoreBase):
 
     def put_embedding(self, record_id: str, model: str, version: str, vector: np.ndarray) -> int:
         """Store one L2-normalised float32 vector; return the committed index_version."""
-        blob = np.ascontiguousarray(vector, dtype=np.float32).tobytes()
+        return self.put_embeddings([(record_id, vector)], model, version)
+
+    def put_embeddings(self, rows: Sequence[tuple[str, np.ndarray]], model: str, version: str) -> int:
+        """Store a batch of vectors under one records_version bump; return that version."""
         with self.atomic() as conn:
             index_version = self.bump_version(conn)
-            conn.execute(
+            conn.executemany(
                 "INSERT INTO embeddings(record_id, model, version, dims, vector, index_version)"
                 " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(record_id) DO UPDATE SET"
                 " model = excluded.model, version = excluded.version, dims = excluded.dims,"
                 " vector = excluded.vector, index_version = excluded.index_version",
-                (record_id, model, version, int(np.asarray(vector).shape[-1]), blob, index_version),
+                [(rid, model, version, int(np.asarray(vec).shape[-1]),
+                  np.ascontiguousarray(vec, dtype=np.float32).tobytes(), index_version)
+                 for rid, vec in rows],
             )
             return index_version
 
@@ -343,9 +347,7 @@ class RecordsMixin(StoreBase):
     def load_vectors(self, model: str, version: str, dims: int) -> VectorSnapshot:
         """Every live vector of this model and version, with the version read with them."""
         with self.snapshot() as conn:
-            records_version = int(
-                conn.execute("SELECT value FROM store_meta WHERE key = 'records_version'").fetchone()[0]
-            )
+            records_version = self.read_version(conn)
             rows = conn.execute(
                 "SELECT e.record_id, e.index_version, e.vector, r.seq FROM embeddings e"
                 " JOIN records r ON r.id = e.record_id"
@@ -368,9 +370,7 @@ class RecordsMixin(StoreBase):
         missing, of another model or version, or whose record is deleted, maps to None.
         """
         with self.snapshot() as conn:
-            records_version = int(
-                conn.execute("SELECT value FROM store_meta WHERE key = 'records_version'").fetchone()[0]
-            )
+            records_version = self.read_version(conn)
             rows = conn.execute(
                 "WITH changed(id) AS ("
                 "  SELECT id FROM records WHERE index_version > ?1"
