@@ -17,14 +17,12 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 from retold import build_runtime, load_config
 from retold.config import Config
@@ -32,6 +30,8 @@ from retold.ingest.extractor import output_to_json
 from retold.models import CandidateRecord, ExtractionOutput, Principal, Scope, SessionSummary
 from retold.runtime import Runtime
 from retold.util import to_iso
+from tests.celery_support import flushed_redis as flushed
+from tests.celery_support import wait_for as shared_wait_for
 from tests.stub_anthropic import AnthropicStub, serve_anthropic_stub, tool_use
 from workers.app import create_app
 from workers.scheduler import CeleryScheduler
@@ -75,11 +75,8 @@ def stub() -> Iterator[AnthropicStub]:
 
 @pytest.fixture
 def flushed_redis() -> Iterator[None]:
-    client = redis.Redis.from_url(REDIS_URL)
-    client.flushdb()
-    yield
-    client.flushdb()
-    client.close()
+    with flushed(REDIS_URL):
+        yield
 
 
 @pytest.fixture
@@ -124,13 +121,7 @@ def workers(tmp_path: Path, config_path: Path) -> Iterator[StartWorker]:
 
 
 def wait_for(predicate: Callable[[], bool], what: str, logs: list[Path], timeout: float = DEADLINE_S) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    tails = "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in logs if p.exists())
-    pytest.fail(f"timed out waiting for {what}\n{tails}")
+    shared_wait_for(predicate, what, logs, timeout, poll_s=0.05)
 
 
 def ready(log: Path) -> Callable[[], bool]:

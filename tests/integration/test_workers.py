@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 from retold import build_runtime, load_config
 from retold.config import Config
@@ -29,6 +28,8 @@ from retold.ingest.extractor import output_to_json
 from retold.ingest.session import ExtractionScheduler, InProcessScheduler
 from retold.models import CandidateRecord, ExtractionOutput, Principal, Scope, SessionSummary
 from retold.runtime import Runtime
+from tests.celery_support import flushed_redis as flushed
+from tests.celery_support import wait_for as shared_wait_for
 from tests.factories import make_record
 from workers.app import create_app
 from workers.scheduler import CeleryScheduler
@@ -95,11 +96,8 @@ def setup(tmp_path: Path) -> Setup:
 
 @pytest.fixture
 def flushed_redis() -> Iterator[None]:
-    client = redis.Redis.from_url(REDIS_URL)
-    client.flushdb()
-    yield
-    client.flushdb()
-    client.close()
+    with flushed(REDIS_URL):
+        yield
 
 
 @pytest.fixture
@@ -133,13 +131,7 @@ def worker_args(name: str) -> list[str]:
 
 
 def wait_for(predicate: Callable[[], bool], what: str, logs: list[Path], timeout: float = DEADLINE_S) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    tails = "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in logs if p.exists())
-    pytest.fail(f"timed out waiting for {what}\n{tails}")
+    shared_wait_for(predicate, what, logs, timeout, poll_s=0.2)
 
 
 def open_runtime(config: Config, scheduler: ExtractionScheduler) -> Runtime:
