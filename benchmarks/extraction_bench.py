@@ -45,7 +45,7 @@ from retold.ingest.extractor import StructuredLLMExtractor, output_to_json  # no
 from retold.ingest.reviewer import StructuredLLMReviewer  # noqa: E402
 from retold.models import CandidateRecord, ExtractionOutput, Principal, Scope, SessionSummary  # noqa: E402
 from retold.runtime import Runtime  # noqa: E402
-from tests.stub_anthropic import AnthropicStub, serve_anthropic_stub, tool_use  # noqa: E402
+from retold.testing.anthropic_stub import AnthropicStub, serve_anthropic_stub, tool_use  # noqa: E402
 
 AGENT, USER = "bench-agent", "aditya"
 SHAPES = [(20, 5), (20, 20), (100, 5), (100, 20)]  # (turns, candidates)
@@ -165,7 +165,7 @@ def run_shape(tmp: Path, stub: AnthropicStub, turns: int, candidates: int, sessi
             stages[stage].append(float(timings.get(stage, 0.0)))
         for key, value in result.counts.items():
             outcomes[key] = outcomes.get(key, 0) + value
-    records = rt.store.select_records("source_kind != 'session_summary'", ())
+    records = [r for r in rt.store.find_records() if r.source_kind != "session_summary"]
     rt.close()
     return {
         "turns": turns, "candidates": candidates, "sessions": sessions, "warmup": warmup,

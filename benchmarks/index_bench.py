@@ -29,8 +29,8 @@ import numpy as np  # noqa: E402
 from retold.index.vector import VectorIndex  # noqa: E402
 from retold.models import Scope  # noqa: E402
 from retold.store import Store  # noqa: E402
+from retold.testing import make_record  # noqa: E402
 from retold.util import new_id  # noqa: E402
-from tests.factories import make_record  # noqa: E402
 
 DIMS, MODEL, VERSION = 384, "bench-model", "1"
 SCOPES = [Scope("user", f"user{i}") for i in range(10)]
@@ -44,7 +44,7 @@ def build(path: Path, n: int, rng: np.random.Generator) -> None:
         with store.atomic():
             for i in range(start, min(n, start + 2000)):
                 rec = make_record(id=new_id(), scope=SCOPES[i % len(SCOPES)], content=f"memory {i}")
-                store.insert_record(rec)
+                store.write_record(rec)
                 store.put_embedding(rec.id, MODEL, VERSION, vectors[i])
     store.close()
 

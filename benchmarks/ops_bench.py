@@ -34,8 +34,8 @@ import numpy as np  # noqa: E402
 from retold import build_runtime, load_config  # noqa: E402
 from retold.models import Scope  # noqa: E402
 from retold.operations import Operations  # noqa: E402
+from retold.testing import make_record  # noqa: E402
 from retold.util import new_id  # noqa: E402
-from tests.factories import make_record  # noqa: E402
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 TOPICS = ["deploy", "billing", "editor", "timezone", "review", "testing", "release", "oncall",
@@ -59,7 +59,7 @@ def populate(path: Path, n: int) -> None:
                         content=f"User {i % 20} said that the {topic} work item {i} should wait until "
                                 f"the {TOPICS[(i * 7) % len(TOPICS)]} review is finished next week.",
                     )
-                    rt.store.insert_record(rec)
+                    rt.store.write_record(rec)
                     rt.store.put_embedding(rec.id, MODEL, "1", vectors[i])
 
 

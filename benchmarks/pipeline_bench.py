@@ -57,7 +57,7 @@ from benchmarks.extraction_bench import review_answer, session_script  # noqa: E
 from retold import build_runtime, load_config  # noqa: E402
 from retold.models import Principal, Scope  # noqa: E402
 from retold.runtime import Runtime  # noqa: E402
-from tests.stub_anthropic import AnthropicStub, Behaviour, tool_use  # noqa: E402
+from retold.testing.anthropic_stub import AnthropicStub, Behaviour, tool_use  # noqa: E402
 from workers.app import create_app  # noqa: E402
 from workers.scheduler import CeleryScheduler  # noqa: E402
 
@@ -223,7 +223,7 @@ def run_config(tmp: Path, stub: LatencyStub, broker: str, latency_ms: int, proce
 
         total = made.count
         runs = rt.store.events(kind="extraction.run")
-        written = len(rt.store.select_records("source_kind != 'session_summary'", ()))
+        written = sum(r.source_kind != "session_summary" for r in rt.store.find_records())
         calls = len(stub.requests) - requests_before
         assert len(runs) == total, (len(runs), total)
         assert written == total * CANDIDATES, (written, total)

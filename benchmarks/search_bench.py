@@ -64,8 +64,8 @@ from retold.models import Principal, Scope, SearchRequest  # noqa: E402
 from retold.retrieve.generators import fts_match_expression  # noqa: E402
 from retold.retrieve.terms import query_terms  # noqa: E402
 from retold.runtime import Runtime  # noqa: E402
+from retold.testing import make_record  # noqa: E402
 from retold.util import new_id  # noqa: E402
-from tests.factories import make_record  # noqa: E402
 
 AGENT, USER = "bench-agent", "priya"
 EMBED_SLEEP_S = 0.025  # LLD 17.5: a fixed stand-in for the model's forward pass
@@ -388,7 +388,7 @@ def populate(rt: Runtime, records: list[dict[str, Any]], vectors: np.ndarray) ->
                     created_at=at, event_at=at, status=spec["status"], confidence=0.9,
                     creator_agent_id=AGENT,
                 )
-                rt.store.insert_record(rec)
+                rt.store.write_record(rec)
                 rt.store.put_embedding(rec.id, name, version, vectors[int(spec["i"])])
                 rt.store.link_record(rec.id, [(entity_id, "about")])
 
@@ -471,7 +471,7 @@ def run_stages(tmp: Path, n: int, records: list[dict[str, Any]],
         timings, _, warm = _search(rt, queries)
         warm_samples.append(timings)
         warm_flags.append(warm)
-    for row in rt.store.search_log_rows(limit=None)[-len(searches):]:
+    for row in rt.store.search_log_rows()[-len(searches):]:
         for key in counts:
             counts[key].append(len(json.loads(row[key])))
     rt.close()

@@ -33,8 +33,8 @@ from retold.ingest.equivalence import ExactJudge  # noqa: E402
 from retold.ingest.ingestor import WriteRequest  # noqa: E402
 from retold.models import Principal, Scope  # noqa: E402
 from retold.runtime import Runtime  # noqa: E402
+from retold.testing import make_record  # noqa: E402
 from retold.util import new_id  # noqa: E402
-from tests.factories import make_record  # noqa: E402
 
 AGENT, USER = "bench-agent", "aditya"
 STAGES = ["permission", "evidence", "embed", "entities", "dedup_search", "judge", "supersession",
@@ -58,7 +58,7 @@ def populate(rt: Runtime, n: int, rng: np.random.Generator) -> None:
                     subject_entity_id=me.id if mine else None, attribute=f"attr_{i}",
                     subject=f"{me.id if mine else '-'}/attr_{i}",
                 )
-                rt.store.insert_record(rec)
+                rt.store.write_record(rec)
                 rt.store.put_embedding(rec.id, rt.embedder.name, rt.embedder.version, vectors[i])
 
 

@@ -12,18 +12,16 @@ import json
 import sqlite3
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from retold.config import Config, load_config
 from retold.errors import RetoldError
 from retold.models import Scope
+from retold.util import to_plain
 
 if TYPE_CHECKING:
     from retold.models import Record
-    from retold.operations import Operations
     from retold.runtime import Runtime
 
 __all__ = ["build_parser", "main"]
@@ -81,12 +79,6 @@ def _runtime(args: argparse.Namespace, *, existing: bool = True) -> Runtime:
     return build_runtime(config)
 
 
-def _ops(rt: Runtime) -> Operations:
-    from retold.operations import Operations
-
-    return Operations(rt)
-
-
 def _scope(text: str) -> Scope:
     try:
         return Scope.parse(text)
@@ -104,26 +96,13 @@ def _positive(text: str) -> int:
     return value
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, Scope):
-        return str(value)
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
-
-
 def _record_json(record: Record) -> dict[str, Any]:
-    data = {k: _plain(v) for k, v in asdict(record).items()}
-    data["scope"] = str(record.scope)
+    data: dict[str, Any] = to_plain(record)
     return data
 
 
 def _print_json(value: Any) -> None:
-    print(json.dumps(_plain(value), indent=2, ensure_ascii=False, default=str))
+    print(json.dumps(to_plain(value), indent=2, ensure_ascii=False, default=str))
 
 
 # -- commands ----------------------------------------------------------------------------------
@@ -134,7 +113,7 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
 
     with build_runtime(_config(args), allow_migration_issues=True) as rt:
         # Opening the store already applied pending migrations; report what it did.
-        result = _ops(rt).migrate(expire_unmapped=args.expire_unmapped,
+        result = rt.operations.migrate(expire_unmapped=args.expire_unmapped,
                                   allow_unmapped=args.allow_unmapped, actor=_actor(args))
         applied = ", ".join(map(str, result.applied)) or "none pending"
         print(f"{rt.store.path}: schema version {result.version} (applied: {applied})")
@@ -163,7 +142,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def _cmd_search(args: argparse.Namespace) -> int:
     query = " ".join(args.query).strip()
     with _runtime(args) as rt:
-        report = _ops(rt).search(args.agent, args.user, query, project_id=args.project, k=args.k)
+        report = rt.operations.search(args.agent, args.user, query, project_id=args.project, k=args.k)
     response = report.outcome.response
     log = {key: _maybe_json(value) for key, value in report.log.items()}
     if args.json:
@@ -193,7 +172,7 @@ def _maybe_json(value: Any) -> Any:
 
 def _cmd_get(args: argparse.Namespace) -> int:
     with _runtime(args) as rt:
-        detail = _ops(rt).get(args.id)
+        detail = rt.operations.get(args.id)
     _print_json({"record": _record_json(detail.record),
                  "lineage": [{"id": r.id, "version": r.version, "status": r.status,
                               "created_at": r.created_at} for r in detail.lineage],
@@ -203,7 +182,7 @@ def _cmd_get(args: argparse.Namespace) -> int:
 
 def _cmd_dump(args: argparse.Namespace) -> int:
     with _runtime(args) as rt:
-        records = _ops(rt).dump(args.scope)
+        records = rt.operations.dump(args.scope)
     for record in records:
         if args.json:
             print(json.dumps(_record_json(record), ensure_ascii=False))
@@ -216,14 +195,14 @@ def _cmd_dump(args: argparse.Namespace) -> int:
 
 def _cmd_expire(args: argparse.Namespace) -> int:
     with _runtime(args) as rt:
-        count = _ops(rt).expire(_actor(args))
+        count = rt.operations.expire(_actor(args))
     print(f"expired {count} records")
     return 0
 
 
 def _cmd_retain(args: argparse.Namespace) -> int:
     with _runtime(args) as rt:
-        count = _ops(rt).retain(_actor(args))
+        count = rt.operations.retain(_actor(args))
         days = rt.config.sessions.retain_days
     print(f"blanked the transcripts of {count} sessions (extracted, ended more than {days} days ago)")
     return 0
@@ -235,7 +214,7 @@ def _cmd_erase(args: argparse.Namespace) -> int:
     if not args.yes:
         raise _Refused(f"erasing {kind} {target} is irreversible; add --yes to confirm", EXIT_REFUSED)
     with _runtime(args) as rt:
-        ops = _ops(rt)
+        ops = rt.operations
         erase: dict[str, Callable[[str, str, str], Any]] = {
             "record": ops.erase_record, "session": ops.erase_session, "user": ops.erase_user}
         result = erase[kind](target, args.reason, _actor(args))
@@ -255,7 +234,7 @@ def _cmd_reembed(args: argparse.Namespace) -> int:
         sys.stderr.flush()
 
     with _runtime(args) as rt:
-        result = _ops(rt).reembed(args.model, args.version, dims=args.dims, progress=bar,
+        result = rt.operations.reembed(args.model, args.version, dims=args.dims, progress=bar,
                                   actor=_actor(args))
     sys.stderr.write("\n")
     print(f"re-embedded {result.embedded} records with {result.model} version {result.version} "
@@ -267,14 +246,14 @@ def _cmd_reembed(args: argparse.Namespace) -> int:
 def _cmd_snapshot(args: argparse.Namespace) -> int:
     if args.action == "save":
         with _runtime(args) as rt:
-            result = _ops(rt).snapshot_save(args.path)
+            result = rt.operations.snapshot_save(args.path)
         print(f"saved {result.records} records ({result.bytes} bytes) to {result.path}")
         return 0
     if not args.yes:
         raise _Refused("snapshot load replaces the store file under any open connection; stop the"
                        " host and add --yes to confirm", EXIT_REFUSED)
     with _runtime(args, existing=False) as rt:
-        result = _ops(rt).snapshot_load(args.path)
+        result = rt.operations.snapshot_load(args.path)
         target = rt.store.path
     print(f"loaded {result.records} records from {result.path} into {target}")
     return 0
@@ -301,18 +280,16 @@ def _cmd_review_due(args: argparse.Namespace) -> int:
     from retold.operations import TEMPORAL_REVIEWER
 
     with _runtime(args) as rt:
-        count = _ops(rt).review_due(_actor(args, TEMPORAL_REVIEWER))
+        count = rt.operations.review_due(_actor(args, TEMPORAL_REVIEWER))
     print(f"flagged {count} records due for review")
     return 0
 
 
 def _cmd_extract(args: argparse.Namespace) -> int:
-    from retold.ingest.extraction import extract_session
-
     with _runtime(args) as rt:
         if rt.store.get_session(args.session_id) is None:
             raise _Refused(f"no session {args.session_id}")
-        result = extract_session(rt, args.session_id, force=True)
+        result = rt.extraction.run(args.session_id, force=True)
     if result.outcome == "not_configured":
         raise _Refused(f"extraction is not configured (no hosted model key): {args.session_id}"
                        " stays pending", EXIT_NOT_BUILT)

@@ -26,6 +26,7 @@ import yaml
 
 from retold.errors import ConfigError
 from retold.models import SourceKind
+from retold.util import to_plain
 
 __all__ = [
     "AutoGateConfig",
@@ -486,12 +487,5 @@ def config_to_dict(cfg: object) -> dict[str, object]:
     """
     if not (dataclasses.is_dataclass(cfg) and not isinstance(cfg, type)):
         raise TypeError(f"expected a config dataclass instance, got {type(cfg).__name__}")
-    return {f.name: _plain(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}
-
-
-def _plain(value: object) -> object:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return config_to_dict(value)
-    if isinstance(value, tuple):
-        return [_plain(v) for v in value]
-    return value
+    plain: dict[str, object] = to_plain(cfg)
+    return plain

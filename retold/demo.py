@@ -29,7 +29,6 @@ from typing import Any
 import yaml
 
 from retold.config import Config, load_config
-from retold.ingest.extraction import extract_session
 from retold.ingest.extractor import ReplayExtractor
 from retold.ingest.reviewer import TableReviewer
 from retold.ingest.session import ExtractionScheduler
@@ -185,9 +184,9 @@ def _celery_scheduler(config: Config) -> ExtractionScheduler:
 def _extract_in_process(rt: Runtime, principal: Principal, recording: Path | None) -> str:
     assert principal.session_id is not None
     if recording is None:  # hosted: the runtime's extractor and reviewer
-        return extract_session(rt, principal.session_id).outcome
-    return extract_session(rt, principal.session_id, extractor=ReplayExtractor(recording),
-                           reviewer=TableReviewer()).outcome
+        return rt.extraction.run(principal.session_id).outcome
+    replay = rt.extraction.using(extractor=ReplayExtractor(recording), reviewer=TableReviewer())
+    return replay.run(principal.session_id).outcome
 
 
 def _extract_with_worker(rt: Runtime, principal: Principal, config_path: Path, recording: Path | None,
@@ -272,7 +271,7 @@ def _report(rt: Runtime, principal: Principal, result: DemoResult, say: Callable
         if hit["status"] == "superseded":
             result.superseded.append(hit["content"])
     say("\n== session summaries")
-    for record in rt.store.select_records("source_kind = 'session_summary'"):
+    for record in rt.store.find_records(source_kind="session_summary"):
         result.summaries.append(record.content)
         say(f"  {record.source_ref}: {record.content}")
     say("\n== event trail")

@@ -1,11 +1,10 @@
-"""Operations: the maintenance the runtime never does on its own (LLD 16, component guide 1).
+"""Operations: the maintenance the runtime never does on its own.
 
-Plain functions over one :class:`~retold.runtime.Runtime` that the ``retold`` CLI and the
-Celery maintenance tasks call: expiry, transcript retention, erasure with compaction,
-re-embedding with the floor-recalibration refusal, snapshots, due-review flagging,
-unmapped legacy rows, and the debugging reads ``search``, ``get`` and ``dump``. Each
-returns a small typed result. Nothing here imports torch: a model loads only when
-``reembed`` or ``search`` embeds text.
+What the ``retold`` CLI and the Celery maintenance tasks call: expiry, transcript
+retention, erasure with compaction, re-embedding with the floor-recalibration refusal,
+snapshots, due-review flagging, unmapped legacy rows, and the debugging reads
+``search``, ``get`` and ``dump``. Each returns a small typed result. Nothing here imports
+torch: a model loads only when ``reembed`` or ``search`` embeds text.
 """
 
 from __future__ import annotations
@@ -19,15 +18,20 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from retold.config import Config
 from retold.errors import RetoldError, StoreError
-from retold.models import Principal, Record, Scope, SearchRequest
+from retold.index.embedder import Embedder, embedder_from_config
+from retold.index.vector import VectorIndex
+from retold.models import ACTIVE_STATUSES, Principal, Record, Scope, SearchRequest
+from retold.store import Store
 from retold.store.erasure import Erasure
 from retold.store.maintenance import MigrationIssue
+from retold.util import Clock
 
 if TYPE_CHECKING:
-    from retold.index.embedder import Embedder
     from retold.retrieve.retriever import SearchOutcome
-    from retold.runtime import Runtime
+
+    Search = Callable[[Principal, SearchRequest], SearchOutcome]
 
 __all__ = [
     "EraseResult",
@@ -40,7 +44,7 @@ __all__ = [
     "SnapshotResult",
 ]
 
-TEMPORAL_REVIEWER = "temporal_reviewer"  # LLD 8.4: the actor of record.review_due
+TEMPORAL_REVIEWER = "temporal_reviewer"  # the actor of record.review_due events
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
@@ -50,7 +54,7 @@ class OperationError(RetoldError):
 
 @dataclass(frozen=True)
 class EraseResult:
-    """What one ``erase`` removed: ids and counts, never the erased text (LLD 16)."""
+    """What one ``erase`` removed: ids and counts, never the erased text."""
 
     target: str  # record | session | user
     target_id: str
@@ -62,7 +66,7 @@ class EraseResult:
 
 @dataclass(frozen=True)
 class ReembedResult:
-    """One ``reembed`` run (LLD 16): counts and timing, as logged in ``store.reembedded``."""
+    """One ``reembed`` run: counts and timing, as logged in ``store.reembedded``."""
 
     model: str
     version: str
@@ -85,7 +89,7 @@ class SnapshotResult:
 
 @dataclass(frozen=True)
 class MigrateResult:
-    """``retold migrate`` (LLD 3.2): the schema state and the legacy rows needing review."""
+    """``retold migrate``: the schema state and the legacy rows needing review."""
 
     version: int
     applied: tuple[int, ...]
@@ -123,39 +127,48 @@ def _same_floors(logged: object, current: dict[str, float]) -> bool:
 
 
 class Operations:
-    """Maintenance over one runtime's store, index and configuration (LLD 16)."""
+    """Maintenance over one store, this process's vector index and the configuration.
 
-    def __init__(self, runtime: Runtime) -> None:
-        self.rt = runtime
-        self.store = runtime.store
+    ``search`` runs a retrieval (the runtime passes its retriever's, built on first use,
+    so commands that never search never build it).
+    """
+
+    def __init__(self, store: Store, index: VectorIndex, embedder: Embedder, config: Config,
+                 clock: Clock, search: Search) -> None:
+        self.store, self.index, self.embedder = store, index, embedder
+        self.config, self.clock, self._search = config, clock, search
 
     # -- lifecycle sweeps -------------------------------------------------------------------
 
     def expire(self, actor: str = "admin") -> int:
         """Mark every active record past ``expires_at`` expired, one ``record.status``
-        event each (LLD 6.5, 16); returns how many changed."""
-        rows = self.store.expire_past(self.rt.clock.now(), actor)
+        event each; returns how many changed."""
+        rows = self.store.expire_past(self.clock.now(), actor)
         for row in rows:
             # Expired rows keep their vectors for include_history; this process already
             # holds the change, so refresh must not count it as another process's.
-            self.rt.index.acknowledge(row.record_id, row.index_version)
+            self.index.acknowledge(row.record_id, row.index_version)
         return len(rows)
 
     def retain(self, actor: str = "admin") -> int:
         """Blank the transcripts of extracted sessions that ended more than
-        ``sessions.retain_days`` ago, one event per session (LLD 2.6, 3.5); returns how
-        many sessions were blanked. An unextracted session is never blanked."""
-        days = self.rt.config.sessions.retain_days
-        cutoff = self.rt.clock.now() - timedelta(days=days)
+        ``sessions.retain_days`` ago, one event per session; returns how many sessions
+        were blanked. An unextracted session is never blanked: its facts are not out yet."""
+        days = self.config.sessions.retain_days
+        cutoff = self.clock.now() - timedelta(days=days)
         return len(self.store.blank_retained_sessions(cutoff, actor, days))
 
     def review_due(self, actor: str = TEMPORAL_REVIEWER) -> int:
-        """Flag one bounded batch of records whose ``review_at`` has arrived (LLD 8.4);
-        returns how many this caller claimed."""
-        limit = self.rt.config.ingestion.temporal_review_batch_size
-        return len(self.store.claim_due_reviews(self.rt.clock.now(), limit, actor))
+        """Flag one bounded batch of records whose ``review_at`` has arrived; returns how
+        many this caller claimed.
 
-    # -- erasure (LLD 16 erase) ------------------------------------------------------------------
+        Content and status never change: the passage of time is not evidence that a
+        planned thing happened, so a due record is only flagged for a reviewer.
+        """
+        limit = self.config.ingestion.temporal_review_batch_size
+        return len(self.store.claim_due_reviews(self.clock.now(), limit, actor))
+
+    # -- erasure ---------------------------------------------------------------------------------
 
     def erase_record(self, record_id: str, reason: str, actor: str = "admin") -> EraseResult:
         """Irreversibly erase one record's text, evidence, tags, vector, FTS row and
@@ -168,12 +181,12 @@ class Operations:
         return self._erase(lambda: self.store.erase_session(session_id, actor, _reason(reason)))
 
     def erase_user(self, user_id: str, reason: str, actor: str = "admin") -> EraseResult:
-        """Irreversibly erase every place a user's text can reach (LLD 16)."""
+        """Irreversibly erase every place a user's text can reach."""
         return self._erase(lambda: self.store.erase_user(user_id, actor, _reason(reason)))
 
     def _erase(self, run: Callable[[], Erasure]) -> EraseResult:
         # secure_delete zeroes freed cells as the erase writes; VACUUM afterwards rebuilds
-        # the file and the truncating checkpoint empties the WAL (LLD 16: no residue).
+        # the file and the truncating checkpoint empties the WAL: no residue anywhere.
         self.store.set_secure_delete(True)
         try:
             try:
@@ -181,22 +194,22 @@ class Operations:
             except StoreError as exc:
                 raise OperationError(str(exc)) from exc
             for record_id in erasure.record_ids:
-                self.rt.index.remove(record_id, erasure.index_version)
+                self.index.remove(record_id, erasure.index_version)
             for record_id in erasure.evidence_cleared:  # vector unchanged; already applied here
                 if erasure.index_version is not None:
-                    self.rt.index.acknowledge(record_id, erasure.index_version)
+                    self.index.acknowledge(record_id, erasure.index_version)
             compacted = self.store.compact()
         finally:
             self.store.set_secure_delete(False)
         return EraseResult(erasure.target, erasure.target_id, list(erasure.record_ids),
                            dict(erasure.counts), erasure.event_id, compacted)
 
-    # -- re-embedding (LLD 2.1, 16) -----------------------------------------------------------------
+    # -- re-embedding --------------------------------------------------------------------------------
 
     def check_reembed(self, model: str, version: str) -> None:
         """Raise OperationError when the latest logged search ran under another embedding
         with the dense floors the configuration still carries: nobody recalibrated the
-        floors for the new model (LLD 16). No logged search: allowed."""
+        floors for the new model. No logged search: allowed."""
         latest = self.store.latest_search_flags()
         if latest is None:
             return
@@ -204,7 +217,7 @@ class Operations:
         logged_model, logged_version = flags.get("embedding_model"), flags.get("embedding_version")
         if (logged_model, logged_version) == (model, version):
             return
-        gate = self.rt.config.retrieval.gate
+        gate = self.config.retrieval.gate
         floors = dataclasses.asdict(gate.auto.dense_floor if trigger == "auto" else gate.dense_floor)
         logged_gate = flags.get("gate")
         logged_floors = logged_gate.get("dense_floor") if isinstance(logged_gate, dict) else None
@@ -231,7 +244,7 @@ class Operations:
             raise OperationError("reembed needs a non-empty model and version")
         self.check_reembed(model, version)
         embedder = self._embedder(model, version, dims)
-        batch_size = self.rt.config.embedding.reembed_batch_size
+        batch_size = self.config.embedding.reembed_batch_size
         total = self.store.count_embeddable()
         before = self.store.embedding_versions()
         started = time.perf_counter()
@@ -243,7 +256,7 @@ class Operations:
             rows = self.store.embeddable_after(last_seq, batch_size)
             if not rows:
                 break
-            # DESIGN.md decision 2: the model runs outside any transaction.
+            # The model runs outside any transaction, so writers never wait on it.
             vectors = embedder.embed_documents([content for _, _, content in rows])
             self.store.put_embeddings(
                 [(rid, vectors[i]) for i, (_, rid, _) in enumerate(rows)], embedder.name, embedder.version)
@@ -265,16 +278,14 @@ class Operations:
                              seconds, rate, event_id)
 
     def _embedder(self, model: str, version: str, dims: int | None) -> Embedder:
-        current = self.rt.embedder
+        current = self.embedder
         if (current.name, current.version) == (model, version) and dims in (None, current.dims):
             return current  # the runtime's own embedder: load the model once
-        from retold.index.embedder import embedder_from_config
-
-        cfg = dataclasses.replace(self.rt.config.embedding, model=model, version=version,
-                                  dims=dims or self.rt.config.embedding.dims)
+        cfg = dataclasses.replace(self.config.embedding, model=model, version=version,
+                                  dims=dims or self.config.embedding.dims)
         return embedder_from_config(cfg)
 
-    # -- snapshots (LLD 16) ---------------------------------------------------------------------------
+    # -- snapshots -------------------------------------------------------------------------------------
 
     def snapshot_save(self, path: str | Path) -> SnapshotResult:
         """Copy the whole store to a new file (SQLite backup API); refuses an existing file."""
@@ -284,11 +295,11 @@ class Operations:
         if not target.parent.is_dir():
             raise OperationError(f"no directory {target.parent} for the snapshot")
         self.store.backup_to(target)
-        return SnapshotResult(str(target), target.stat().st_size, self._count_records())
+        return SnapshotResult(str(target), target.stat().st_size, self.store.count_records())
 
     def snapshot_load(self, path: str | Path) -> SnapshotResult:
         """Replace the store's content with a snapshot. The host must be stopped: the
-        file changes under every other open connection (LLD 16)."""
+        file changes under every other open connection."""
         source = Path(path)
         if not source.is_file():
             raise OperationError(f"no snapshot file {source}")
@@ -301,15 +312,11 @@ class Operations:
             self.store.restore_from(source)
         except StoreError as exc:
             raise OperationError(str(exc)) from exc
-        if self.rt.index.is_loaded:  # the projection described the replaced content
-            self.rt.index.load(self.store)
-        return SnapshotResult(str(source), source.stat().st_size, self._count_records())
+        if self.index.is_loaded:  # the projection described the replaced content
+            self.index.load(self.store)
+        return SnapshotResult(str(source), source.stat().st_size, self.store.count_records())
 
-    def _count_records(self) -> int:
-        with self.store.snapshot() as conn:
-            return int(conn.execute("SELECT count(*) FROM records").fetchone()[0])
-
-    # -- migrations (LLD 3.2) ---------------------------------------------------------------------------
+    # -- migrations ------------------------------------------------------------------------------------
 
     def migrate(
         self, *, expire_unmapped: bool = False, allow_unmapped: bool = False, actor: str = "admin"
@@ -333,9 +340,7 @@ class Operations:
 
     def dump(self, scope: Scope) -> list[Record]:
         """Active (provisional or confirmed) records in one scope, oldest first."""
-        return self.store.select_records(
-            "scope_kind = ? AND scope_id = ? AND status IN ('provisional', 'confirmed')",
-            (scope.kind, scope.id))
+        return self.store.find_records(scopes=[scope], statuses=ACTIVE_STATUSES)
 
     def get(self, record_id: str) -> RecordDetail:
         """A full record with lineage, conflicts and events; OperationError when missing."""
@@ -343,8 +348,7 @@ class Operations:
         if record is None:
             raise OperationError(f"no record {record_id}")
         chain = self.store.lineage_ids(record_id)
-        by_id = {r.id: r for r in self.store.select_records(
-            f"id IN ({', '.join('?' * len(chain))})", chain)}
+        by_id = {r.id: r for r in self.store.records(chain)}
         return RecordDetail(record, [by_id[i] for i in chain if i in by_id],
                             self.store.conflicts_of(record_id), self.store.events(record_id=record_id))
 
@@ -359,7 +363,7 @@ class Operations:
             principal = Principal(agent_id, user_id, None, project_id)
         except ValueError as exc:
             raise OperationError(str(exc)) from exc
-        outcome = self.rt.retriever.search(principal, SearchRequest(queries=[query], k=k))
+        outcome = self._search(principal, SearchRequest(queries=[query], k=k))
         return SearchReport(outcome, self.store.search_log_row(outcome.response.search_id) or {})
 
 

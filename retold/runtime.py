@@ -1,9 +1,10 @@
-"""build_runtime: the one composition root (DESIGN.md decision 4).
+"""build_runtime: the one composition root.
 
 The CLI, agent adapters, Celery workers and benchmarks each build one Runtime per
-process from one typed Config. Nothing here loads a model: the embedder loads on first
-use, the vector index on its first refresh, and the equivalence judge is chosen on the
-first write.
+process from one typed Config, and only they see it: every part below takes the
+collaborators it uses as constructor arguments, wired here. Nothing here loads a model:
+the embedder loads on first use, the vector index on its first refresh, and the
+equivalence judge is chosen on the first write.
 """
 
 from __future__ import annotations
@@ -23,10 +24,13 @@ from retold.index.embedder import Embedder, embedder_from_config
 from retold.index.reranker import Reranker, reranker_from_config
 from retold.index.vector import RefreshOutcome, VectorIndex
 from retold.ingest.equivalence import EquivalenceJudge, judge_from_config
+from retold.ingest.extraction import ExtractionRunner
 from retold.ingest.extractor import Extractor, StructuredLLMExtractor
 from retold.ingest.ingestor import Ingestor
 from retold.ingest.reviewer import CandidateReviewer, StructuredLLMReviewer
+from retold.ingest.revision import Reviser
 from retold.ingest.session import ExtractionScheduler, InProcessScheduler, SessionHooks
+from retold.operations import Operations
 from retold.policy.lifecycle import Lifecycle
 from retold.retrieve.retriever import Retriever
 from retold.retrieve.rewrite import QueryRewriter, rewriter_from_config
@@ -36,7 +40,7 @@ from retold.util import Clock, SystemClock
 
 __all__ = ["Runtime", "build_runtime"]
 
-log = logging.getLogger("retold.runtime")
+log = logging.getLogger(__name__)
 
 
 class Runtime:
@@ -80,7 +84,8 @@ class Runtime:
     @cached_property
     def judge(self) -> EquivalenceJudge:
         """The equivalence judge: the NLI model when it loads locally, else the exact judge
-        (DESIGN.md decision 6); chosen on first use and named in every write event."""
+        (see docs/decisions.md, "Choosing the judge without importing torch"); chosen on
+        first use and named in every write event."""
         return self._judge or judge_from_config(self.config.ingestion.equivalence)
 
     @cached_property
@@ -91,9 +96,31 @@ class Runtime:
             incremental_reload_max=self.config.embedding.incremental_reload_max,
         )
 
+    @cached_property
+    def reviser(self) -> Reviser:
+        """Manual supersede, confirm, expire and forget (memory_revise, memory_forget)."""
+        return Reviser(self.store, self.index, self.embedder, self.ingestor, self.lifecycle, self.clock)
+
+    @cached_property
+    def extraction(self) -> ExtractionRunner:
+        """Session extraction with the configured models: ``rt.extraction.run(session_id)``;
+        ``rt.extraction.using(extractor=...)`` runs it with other models."""
+        return ExtractionRunner(
+            self.store, lambda principal, request: self.ingestor.write(principal, request,
+                                                                       origin="extraction"),
+            self.embedder, self.index, self.lifecycle,
+            self.config.ingestion, self.clock, self.extractor, self.reviewer,
+            incremental_reload_max=self.config.embedding.incremental_reload_max)
+
+    @cached_property
+    def operations(self) -> Operations:
+        """Maintenance: sweeps, erasure, re-embedding, snapshots, debugging reads."""
+        return Operations(self.store, self.index, self.embedder, self.config, self.clock,
+                          lambda principal, request: self.retriever.search(principal, request))
+
     def hosted_client(self, model: str, *, max_retries: int | None = None) -> CompletionClient | None:
         """A hosted client for ``model``, or None when no API key is configured (the product
-        still runs: extraction then reports ``not_configured``, DESIGN.md decision 7)."""
+        still runs: extraction then reports ``not_configured``)."""
         hosted = self.config.hosted
         if max_retries is not None:
             hosted = replace(hosted, max_retries=max_retries)
@@ -121,7 +148,7 @@ class Runtime:
 
     @cached_property
     def retriever(self) -> Retriever:
-        """The LLD 10 pipeline, with the hosted rewriter only when rewriting is enabled."""
+        """The search pipeline, with the hosted rewriter only when rewriting is enabled."""
         rewriter = self._rewriter
         if rewriter is None:
             rewrite = self.config.retrieval.rewrite
@@ -137,11 +164,11 @@ class Runtime:
     @cached_property
     def tools(self) -> ToolHandlers:
         """The five tools: ``rt.tools.call(name, principal, payload)`` never raises for bad
-        input; ``rt.tools.schemas(principal)`` gives the per-session schemas (LLD 11)."""
+        input; ``rt.tools.schemas(principal)`` gives the per-session schemas."""
         return ToolHandlers(self)
 
     def refresh_index(self) -> RefreshOutcome:
-        """Bring this process's vector index up to the store's records_version (LLD 7)."""
+        """Bring this process's vector index up to the store's records_version."""
         return self.index.refresh(self.store, self.config.embedding.incremental_reload_max)
 
     def close(self) -> None:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol
 
 __all__ = [
     "Clock",
@@ -18,6 +19,7 @@ __all__ = [
     "from_iso",
     "new_id",
     "to_iso",
+    "to_plain",
 ]
 
 _id_lock = threading.Lock()
@@ -133,3 +135,25 @@ class Timer:
         out = {name: round(ms, 3) for name, ms in self._marks.items()}
         out["total"] = round(self.total_ms(), 3)
         return out
+
+
+def to_plain(value: Any) -> Any:
+    """``value`` as plain JSON data: dataclasses as dicts of their fields, datetimes as
+    store text, tuples as lists, numpy scalars as Python numbers.
+
+    A dataclass that defines its own ``__str__`` is a value with a canonical text form
+    (a Scope is ``user:aditya``) and becomes that text.
+    """
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        if type(value).__str__ is not object.__str__:
+            return str(value)
+        return {f.name: to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, datetime):
+        return to_iso(value)
+    if isinstance(value, Mapping):
+        return {str(k): to_plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_plain(v) for v in value]
+    if type(value).__module__ == "numpy" and hasattr(value, "item"):
+        return value.item()  # a numpy scalar score is not JSON
+    return value

@@ -11,8 +11,9 @@ import pytest
 
 from retold.models import Record
 from retold.store import Store
+from retold.testing import T0, World, make_record, make_world
+from retold.testing.anthropic_stub import AnthropicStub, serve_anthropic_stub
 from retold.util import ManualClock
-from tests.factories import T0, make_record
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
@@ -73,19 +74,13 @@ def record_factory() -> Callable[..., Record]:
     return make_record
 
 
-from tests.world import World, make_world  # noqa: E402  (tests.world imports T0 from here)
-
-
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[World]:
     """A real store with grants, a provisioned user and an open session; fakes at the
-    model boundaries (see tests/world.py)."""
+    model boundaries (see retold.testing)."""
     made = make_world(tmp_path)
     yield made
     made.rt.close()
-
-
-from tests.stub_anthropic import AnthropicStub, serve_anthropic_stub  # noqa: E402
 
 
 @pytest.fixture

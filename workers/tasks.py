@@ -13,10 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from retold.ingest.extraction import extract_session as run_extraction
-from retold.ingest.extraction import pending_sessions
-from retold.ingest.temporal import review_due
-from retold.operations import Operations
+from retold.operations import TEMPORAL_REVIEWER
 from workers.app import app, purge_consumed_messages
 from workers.runtime import current_runtime
 
@@ -36,21 +33,26 @@ MAINTENANCE_ACTOR = "admin"
 """The actor of the sweeps' events: the LLD 3.6 actor for maintenance, as in the CLI."""
 
 
+def _extract(session_id: str) -> dict[str, Any]:
+    # The runner resumes at the stage the session has persisted, so both extraction
+    # tasks run the same body; their names keep the queue's view of the work honest.
+    result = current_runtime().extraction.run(session_id)
+    return {"session_id": session_id, "outcome": result.outcome, "counts": result.counts}
+
+
 @_task("retold.extract_session")
 def extract_session(session_id: str) -> dict[str, Any]:
-    result = run_extraction(current_runtime(), session_id)
-    return {"session_id": session_id, "outcome": result.outcome, "counts": result.counts}
+    return _extract(session_id)
 
 
 @_task("retold.review_session")
 def review_session(session_id: str) -> dict[str, Any]:
-    result = run_extraction(current_runtime(), session_id)  # resumes at the persisted stage
-    return {"session_id": session_id, "outcome": result.outcome, "counts": result.counts}
+    return _extract(session_id)
 
 
 @_task("retold.recover")
 def recover() -> dict[str, Any]:
-    pending = pending_sessions(current_runtime())
+    pending = current_runtime().extraction.pending()
     for session_id, stage in pending:
         task = review_session if stage == "review" else extract_session
         task.apply_async(args=[session_id])
@@ -59,22 +61,22 @@ def recover() -> dict[str, Any]:
 
 @_task("retold.temporal_review")
 def temporal_review() -> dict[str, Any]:
-    return {"flagged": review_due(current_runtime())}
+    return {"flagged": current_runtime().operations.review_due(TEMPORAL_REVIEWER)}
 
 
 @_task("retold.expire")
 def expire() -> dict[str, Any]:
-    return {"expired": Operations(current_runtime()).expire(MAINTENANCE_ACTOR)}
+    return {"expired": current_runtime().operations.expire(MAINTENANCE_ACTOR)}
 
 
 @_task("retold.retain")
 def retain() -> dict[str, Any]:
-    return {"blanked": Operations(current_runtime()).retain(MAINTENANCE_ACTOR)}
+    return {"blanked": current_runtime().operations.retain(MAINTENANCE_ACTOR)}
 
 
 @_task("retold.reembed")
 def reembed(model: str, version: str) -> dict[str, Any]:
-    result = Operations(current_runtime()).reembed(model, version, actor=MAINTENANCE_ACTOR)
+    result = current_runtime().operations.reembed(model, version, actor=MAINTENANCE_ACTOR)
     return {"model": result.model, "version": result.version, "embedded": result.embedded,
             "dropped": result.dropped}
 

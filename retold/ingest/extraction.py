@@ -14,17 +14,21 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
+from retold.config import IngestionConfig
 from retold.hosted import HostedError
+from retold.index.embedder import Embedder
+from retold.index.vector import VectorIndex
 from retold.ingest import extractor as schema  # the JSON form of stage outputs
 from retold.ingest.entities import EntityError, EntityResolver, normalize_alias
 from retold.ingest.evidence import normalize_ws, validate_evidence
 from retold.ingest.extractor import ExtractionOutputError, Extractor
-from retold.ingest.ingestor import WriteRequest
+from retold.ingest.ingestor import WriteRequest, WriteResult
 from retold.ingest.reviewer import CandidateReviewer
 from retold.ingest.subject import EPISODIC_ATTRIBUTE, subject_of
 from retold.models import (
+    ACTIVE_STATUSES,
     CandidateRecord,
     EntityMention,
     ExtractionContext,
@@ -38,17 +42,14 @@ from retold.models import (
     Turn,
 )
 from retold.policy import grants
-from retold.store.extraction import Stage
-from retold.store.sessions import SessionRow
-from retold.util import Timer, new_id, to_iso
+from retold.policy.lifecycle import Lifecycle
+from retold.store import Embedding, NewEvent, Store
+from retold.store.sessions import SessionRow, Stage
+from retold.util import Clock, Timer, new_id, to_iso
 
-if TYPE_CHECKING:
-    from retold.runtime import Runtime
+__all__ = ["ACTOR", "ExtractionOutcome", "ExtractionResult", "ExtractionRunner"]
 
-__all__ = ["ACTOR", "ExtractionOutcome", "ExtractionResult", "ExtractionRunner", "extract_session",
-           "pending_sessions"]
-
-log = logging.getLogger("retold.extraction")
+log = logging.getLogger(__name__)
 
 ACTOR = "extractor"  # LLD 3.6: the actor of extraction events
 ExtractionOutcome = Literal[
@@ -57,7 +58,6 @@ ExtractionOutcome = Literal[
 _CLAIM_OUTCOMES: dict[str, ExtractionOutcome] = {
     "missing": "missing", "open": "not_ended", "done": "already_extracted", "busy": "busy"}
 _TIMES = ("event_at", "valid_from", "valid_until", "review_at")
-_ACTIVE = "status IN ('provisional', 'confirmed')"
 _STAGES: tuple[Stage, ...] = ("extract", "review")
 _T = TypeVar("_T")
 
@@ -127,13 +127,46 @@ def _decision_from(data: dict[str, Any]) -> ReviewDecision:
 
 
 class ExtractionRunner:
-    """Runs LLD 8.2 for one session at a time over one runtime."""
+    """Extracts one session at a time: claim, extract, review, apply.
 
-    def __init__(self, runtime: Runtime, extractor: Extractor | None,
-                 reviewer: CandidateReviewer | None) -> None:
-        self.rt, self.store, self.extractor, self.reviewer = runtime, runtime.store, extractor, reviewer
-        self.cfg = runtime.config.ingestion
-        self.timeout = timedelta(minutes=self.cfg.extraction_claim_timeout_minutes)
+    ``extractor`` and ``reviewer`` are the hosted models (None when not configured: a
+    run then ends ``not_configured``). ``write`` applies each accepted candidate through
+    the explicit-write path (the runtime passes its ingestor's, built on first use).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        write: Callable[[Principal, WriteRequest], WriteResult],
+        embedder: Embedder,
+        index: VectorIndex,
+        lifecycle: Lifecycle,
+        config: IngestionConfig,
+        clock: Clock,
+        extractor: Extractor | None,
+        reviewer: CandidateReviewer | None,
+        *,
+        incremental_reload_max: int = 512,
+    ) -> None:
+        self.store, self.write, self.embedder, self.index = store, write, embedder, index
+        self.lifecycle, self.cfg, self.clock = lifecycle, config, clock
+        self.extractor, self.reviewer = extractor, reviewer
+        self.reload_max = incremental_reload_max
+        self.timeout = timedelta(minutes=config.extraction_claim_timeout_minutes)
+
+    def using(self, extractor: Extractor | None = None,
+              reviewer: CandidateReviewer | None = None) -> ExtractionRunner:
+        """This runner with other models (a replayed recording, a test double); a model
+        left None stays this runner's."""
+        return ExtractionRunner(
+            self.store, self.write, self.embedder, self.index, self.lifecycle, self.cfg,
+            self.clock, extractor or self.extractor, reviewer or self.reviewer,
+            incremental_reload_max=self.reload_max)
+
+    def pending(self) -> list[tuple[str, str]]:
+        """Ended sessions still to extract and not under a live claim, each with the stage
+        it resumes at: what the recovery task re-enqueues."""
+        return self.store.pending_sessions(self.clock.now(), self.timeout)
 
     def run(self, session_id: str, *, force: bool = False) -> ExtractionResult:
         """Extract one ended session; a model or apply failure fails closed, never raises.
@@ -141,7 +174,7 @@ class ExtractionRunner:
         ``force`` re-runs an extracted session from its persisted stages (a model is
         called only for a stage never persisted), so its writes report reinforcement.
         """
-        timer, now = Timer(), self.rt.clock.now()
+        timer, now = Timer(), self.clock.now()
         before = self.store.get_session(session_id)
         claim = self.store.claim_session(session_id, now, self.timeout, force=force)
         if before is None or claim in _CLAIM_OUTCOMES:
@@ -200,11 +233,11 @@ class ExtractionRunner:
         except BaseException as exc:
             # The ingestor updated this process's index inside the rolled-back transaction,
             # so the projection may hold rows and versions that never committed (LLD 7).
-            self.rt.index.loaded_version = -1  # the next refresh reloads from the store
+            self.index.loaded_version = -1  # the next refresh reloads from the store
             if isinstance(exc, Exception):
                 raise _Stop("failed", "apply", "error", type(exc).__name__) from exc
             raise
-        self.rt.index.refresh(self.store, self.rt.config.embedding.incremental_reload_max)
+        self.index.refresh(self.store, self.reload_max)
         return ExtractionResult(session.id, "extracted", dict(run.counts), None, event_id)
 
     def _extract(self, principal: Principal, turns: list[Turn]) -> tuple[ExtractionOutput, dict[str, Any]]:
@@ -221,7 +254,7 @@ class ExtractionRunner:
         store, cfg = self.store, self.cfg  # LLD 8.2 step 2, capped by the context limits
         context = ExtractionContext(principal, store.readable_entities(
             grants.readable_scopes(store, principal), cfg.extraction_context_max_entities),
-            store.active_subjects(grants.writable_scopes(store, principal), self.rt.clock.now(),
+            store.active_subjects(grants.writable_scopes(store, principal), self.clock.now(),
                                   cfg.extraction_context_max_subjects), extractor.prompt_version)
         answer = _call("extract", lambda: extractor.extract(list(turns), context))
         data = _parse("extract", lambda: schema.output_to_json(answer))
@@ -264,9 +297,9 @@ class ExtractionRunner:
         # LLD 8.2 step 5: the evidence turn plus its neighbours, and live records for the
         # same entity in the destination scope only.
         window = [t for t in turns if abs(t.turn - item.candidate.evidence_turn) <= 1]
-        live = self.store.select_records(
-            f"scope_kind = ? AND scope_id = ? AND subject_entity_id = ? AND {_ACTIVE}",
-            (item.scope.kind, item.scope.id, item.primary), limit=self.cfg.max_entity_attributes,
+        live = self.store.find_records(
+            scopes=[item.scope], subject_entity_id=item.primary, statuses=ACTIVE_STATUSES,
+            limit=self.cfg.max_entity_attributes,
         ) if item.primary else []
         return ReviewContext(window, item.scope, item.primary, live, prompt_version)
 
@@ -297,7 +330,7 @@ class ExtractionRunner:
         """LLD 8.2 step 5: a revision narrows content, attribute or temporal metadata only."""
         if new is None:
             return "a revision must carry the revised candidate"
-        rank = self.rt.lifecycle.rank
+        rank = self.lifecycle.rank
         added = [k for k in _TIMES if getattr(old, k) is None and getattr(new, k) is not None]
         forbidden = [
             (new.type != old.type, "change the record type"),
@@ -323,7 +356,7 @@ class ExtractionRunner:
         check = validate_evidence(
             turns, cand.evidence, cand.source_kind, turn_hint=cand.evidence_turn,
             min_characters=self.cfg.evidence.min_characters, min_words=self.cfg.evidence.min_words,
-            source_rank=self.rt.lifecycle.ranks)
+            source_rank=self.lifecycle.ranks)
         if not check.found:  # LLD 8.2 table: extraction rejects where memory_write downgrades
             raise _Reject("evidence_not_found", check.note or "evidence not found",
                           evidence_turn=cand.evidence_turn)
@@ -359,8 +392,8 @@ class ExtractionRunner:
                summary: SessionSummary, run: _Log, timer: Timer, meta: dict[str, Any]) -> str:
         # Embedding the summary is a model call: it runs before the transaction opens.
         text = normalize_ws(summary.content)[: self.cfg.summary_max_chars].strip()
-        vector = self.rt.embedder.embed_documents([text])[0] if text else None
-        with self.store.atomic() as conn:
+        vector = self.embedder.embed_documents([text])[0] if text else None
+        with self.store.atomic():
             # Revalidation reads the transcript and grants again under the write lock.
             scope, turns = self._destination(principal), self.store.turns(session.id)
             timer.skip("writes")
@@ -373,11 +406,11 @@ class ExtractionRunner:
                     run.reject(item.index, cand, "revalidation", rej.code, rej.message, rej.details)
                     continue
                 timer.mark("validation")
-                result = self.rt.ingestor.write(principal, WriteRequest(
+                result = self.write(principal, WriteRequest(
                     type=cand.type, content=cand.content, attribute=cand.attribute, target=scope,
                     source_kind=cand.source_kind, evidence=cand.evidence, evidence_turn=cand.evidence_turn,
                     event_at=cand.event_at, valid_from=cand.valid_from, valid_until=cand.valid_until,
-                    review_at=cand.review_at, entities=tuple(cand.entity_mentions)), origin="extraction")
+                    review_at=cand.review_at, entities=tuple(cand.entity_mentions)))
                 ms = result.timings_ms
                 run.write_ms.append(ms.get("total", 0.0))
                 run.dedup_ms += sum(ms.get(k, 0.0) for k in ("dedup_search", "judge", "supersession"))
@@ -396,10 +429,10 @@ class ExtractionRunner:
             summary_outcome, summary_id = self._write_summary(session, principal, scope, summary, text,
                                                               vector)
             timer.mark("summary_write")
-            self.store.finish_session(conn, session.id, self.rt.clock.now())
+            self.store.finish_session(session.id, self.clock.now())
             timings: dict[str, Any] = {**timer.as_dict(), "per_record_writes": run.write_ms,
                                        "dedup_and_contradiction": round(run.dedup_ms, 3)}
-            return self.store.insert_event(conn, "extraction.run", ACTOR, {
+            return self.store.append_event("extraction.run", ACTOR, {
                 **meta, "session_id": session.id, "counts": dict(run.counts), "timings_ms": timings,
                 "rejection_reasons": dict(run.reasons), "rejected": run.rejected, "outcomes": run.outcomes,
                 "summary": {"outcome": summary_outcome, "record_id": summary_id}, "turns": len(turns),
@@ -409,12 +442,11 @@ class ExtractionRunner:
                        summary: SessionSummary, content: str, vector: Any) -> tuple[str, str | None]:
         """LLD 8.2 step 7 and 6.2: one confirmed episodic record per session, keyed by
         ``session:<id>``: identical text is already_reinforced, new text supersedes."""
-        store, life, now = self.store, self.rt.lifecycle, self.rt.clock.now()
+        store, life, now = self.store, self.lifecycle, self.clock.now()
         if not content or vector is None:
             return "skipped_empty", None
         ref = f"session:{session.id}"
-        live = store.select_records(f"source_kind = 'session_summary' AND source_ref = ? AND {_ACTIVE}",
-                                    (ref,))
+        live = store.find_records(source_kind="session_summary", source_ref=ref, statuses=ACTIVE_STATUSES)
         if live and normalize_ws(live[0].content).casefold() == content.casefold():
             return "already_reinforced", live[0].id
         links, dropped = self._summary_links(principal, scope, summary)
@@ -430,9 +462,20 @@ class ExtractionRunner:
             status=life.initial_status("session_summary"), supersedes_id=live[0].id if live else None,
             reinforcements=0, last_reinforced_at=None, entity_ids=[e for e, _ in links])
         outcome = f"superseded:{live[0].id}" if live else "created"
-        store.put_session_summary(record, links, vector, (self.rt.embedder.name, self.rt.embedder.version), {
-            "origin": "extraction", "source_kind": "session_summary", "source_ref": ref,
-            "outcome": outcome, "ambiguous_mention": dropped, "origin_scope": str(scope)})
+        with store.atomic():
+            if live:
+                # The store admits one live summary per session, so the old one retires
+                # first; it stays as history.
+                store.transition(live[0].id, "superseded", from_statuses=ACTIVE_STATUSES,
+                                 event=NewEvent("record.superseded", record.creator_agent_id,
+                                                {"by": record.id}, live[0].id))
+            store.write_record(
+                record, links=links,
+                embedding=Embedding(self.embedder.name, self.embedder.version, vector),
+                event=lambda: NewEvent("record.created", record.creator_agent_id, {
+                    "origin": "extraction", "source_kind": "session_summary", "source_ref": ref,
+                    "outcome": outcome, "ambiguous_mention": dropped, "origin_scope": str(scope)},
+                    record.id))
         return outcome, record.id
 
     def _summary_links(self, principal: Principal, scope: Scope,
@@ -479,19 +522,3 @@ def _call(stage: str, call: Callable[[], _T]) -> _T:
         raise _Stop(outcome, stage, exc.kind, str(exc)) from exc
     except Exception as exc:  # an unexpected model failure is still closed, by type only
         raise _Stop("failed", stage, "error", type(exc).__name__) from exc
-
-
-def extract_session(runtime: Runtime, session_id: str, force: bool = False,
-                    extractor: Extractor | None = None,
-                    reviewer: CandidateReviewer | None = None) -> ExtractionResult:
-    """Extract one session with the given models, else the runtime's (``runtime.extractor``
-    and ``runtime.reviewer`` when present); without an extractor: ``not_configured``."""
-    return ExtractionRunner(runtime, extractor or getattr(runtime, "extractor", None),
-                            reviewer or getattr(runtime, "reviewer", None)).run(session_id, force=force)
-
-
-def pending_sessions(runtime: Runtime) -> list[tuple[str, str]]:
-    """Ended sessions still to extract and not under a live claim, each with the stage it
-    resumes at: what the recovery task re-enqueues (DESIGN.md decision 1)."""
-    timeout = timedelta(minutes=runtime.config.ingestion.extraction_claim_timeout_minutes)
-    return runtime.store.pending_sessions(runtime.clock.now(), timeout)

@@ -9,6 +9,7 @@ written on any error. The in-memory vector index is updated only after the commi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -24,6 +25,7 @@ from retold.ingest.equivalence import EquivalenceJudge
 from retold.ingest.evidence import normalize_ws, source_ref, validate_evidence
 from retold.ingest.subject import normalize_attribute, subject_of
 from retold.models import (
+    ACTIVE_STATUSES,
     RECORD_TYPES,
     EntityMention,
     Principal,
@@ -33,7 +35,7 @@ from retold.models import (
 )
 from retold.policy import grants
 from retold.policy.lifecycle import Lifecycle
-from retold.store import Store
+from retold.store import Embedding, NewEvent, Store
 from retold.util import Clock, Timer, new_id
 
 __all__ = ["Ingestor", "Provenance", "WriteError", "WriteRequest", "WriteResult"]
@@ -49,6 +51,9 @@ _DIRECT = ("user_statement", "tool_result")
 # Stages whose timing the event cannot contain (LLD 8.1 "timings_pending").
 _PENDING = ["event_log", "transaction", "index_update", "total"]
 NEARBY_K = 10
+# A change this process must apply to its own index after commit: record id, the
+# records_version it committed under, and its new vector and seq (None: the vector is unchanged).
+_IndexChange = tuple[str, int, np.ndarray | None, int | None]
 
 
 @dataclass(frozen=True)
@@ -246,18 +251,21 @@ class Ingestor:
             )
             decision = self._decide(candidate, vector, now, payload, timer)
             timer.mark("supersession")
-            outcome, record_id, changes = self._apply(candidate, decision, vector, links, now, payload)
-            timer.mark("persistence")
-            payload.update(
-                source_kind=prov.source_kind, source_ref=prov.source_ref, notes=prov.notes,
-                entailment=prov.entailment, outcome=outcome, ambiguous_mention=ambiguous,
-                timings_ms={k: v for k, v in timer.as_dict().items() if k != "total"},
-                timings_pending=_PENDING,
-            )
-            kind = "record.reinforced" if decision.action == "reinforce" else "record.created"
-            if decision.action == "reinforce":
-                payload["source_ref"] = prov.source_ref
-            event_id = self.store.append_event(kind, principal.agent_id, payload, record_id=record_id)
+
+            def event(outcome: str, record_id: str) -> NewEvent:
+                # Built once the rows are written, so it can report what writing cost.
+                timer.mark("persistence")
+                payload.update(
+                    source_kind=prov.source_kind, source_ref=prov.source_ref, notes=prov.notes,
+                    entailment=prov.entailment, outcome=outcome, ambiguous_mention=ambiguous,
+                    timings_ms={k: v for k, v in timer.as_dict().items() if k != "total"},
+                    timings_pending=_PENDING,
+                )
+                kind = "record.reinforced" if decision.action == "reinforce" else "record.created"
+                return NewEvent(kind, principal.agent_id, payload, record_id)
+
+            outcome, record_id, changes, event_id = self._apply(candidate, decision, vector, links,
+                                                                now, payload, event)
             timer.mark("event_log")
         timer.mark("transaction")
         for changed_id, version, new_vector, seq in changes:
@@ -337,9 +345,7 @@ class Ingestor:
             if cos >= self.config.dedup_candidate_cosine
         ]
         scanned_ids = {r.id for r in scanned}
-        nearby_records = {r.id: r for r in self.store.select_records(
-            "id IN (" + ",".join("?" * len(nearby_ids)) + ")", [rid for rid, _ in nearby_ids]
-        )} if nearby_ids else {}
+        nearby_records = {r.id: r for r in self.store.records([rid for rid, _ in nearby_ids])}
         nearby = [(nearby_records[rid], cos) for rid, cos in nearby_ids
                   if rid in nearby_records and rid not in scanned_ids
                   and (candidate.type == "episodic"
@@ -402,15 +408,17 @@ class Ingestor:
         links: list[tuple[str, str]],
         now: datetime,
         payload: dict[str, Any],
-    ) -> tuple[str, str, list[tuple[str, int, np.ndarray | None, int | None]]]:
-        """Write the decision; return the outcome, the record id and the index changes."""
+        event: Callable[[str, str], NewEvent],
+    ) -> tuple[str, str, list[_IndexChange], str]:
+        """Write the decision; return the outcome, the record id, the index changes and
+        the event id."""
         store = self.store
-        changes: list[tuple[str, int, np.ndarray | None, int | None]] = []
+        changes: list[_IndexChange] = []
         if decision.attribute_aliased_from:
             payload["attribute_aliased_from"] = decision.attribute_aliased_from
         if decision.action == "reinforce":
             assert decision.target is not None
-            return self._reinforce(candidate, decision.target, payload, changes)
+            return self._reinforce(candidate, decision.target, payload, changes, event)
         target = decision.target
         if decision.attribute != candidate.attribute:
             candidate.attribute = decision.attribute
@@ -428,6 +436,7 @@ class Ingestor:
             assert target is not None
             candidate.status = "provisional"
             candidate.expires_at = self.lifecycle.provisional_expiry(now)
+            payload["conflict_with"] = target.id
             outcome = f"conflict:{target.id}"
         else:
             outcome = "created"
@@ -435,33 +444,34 @@ class Ingestor:
         # successor arrives, so retire it first.
         if decision.action == "supersede":
             assert target is not None
-            retired = [target, *decision.also_superseded]
-            for old in retired:
-                old.status = "superseded"
-                version = store.save_lifecycle(old)
-                changes.append((old.id, version, None, None))
-                store.append_event("record.superseded", candidate.creator_agent_id,
-                                   {"by": candidate.id}, record_id=old.id)
+            for old in [target, *decision.also_superseded]:
+                retired = store.transition(
+                    old.id, "superseded", from_statuses=ACTIVE_STATUSES,
+                    event=NewEvent("record.superseded", candidate.creator_agent_id,
+                                   {"by": candidate.id}, old.id))
+                assert retired is not None  # scanned as active under this same write lock
+                changes.append((old.id, retired.index_version, None, None))
             payload["also_superseded"] = [r.id for r in decision.also_superseded]
-        store.insert_record(candidate)
-        store.link_record(candidate.id, links)
-        store.refresh_fts([candidate.id])
-        version = store.put_embedding(candidate.id, self.embedder.name, self.embedder.version, vector)
-        changes.append((candidate.id, version, vector, candidate.seq))
+        written = store.write_record(
+            candidate, links=links,
+            embedding=Embedding(self.embedder.name, self.embedder.version, vector),
+            event=lambda: event(outcome, candidate.id))
+        changes.append((candidate.id, written.index_version, vector, written.seq))
         if decision.action == "conflict":
             assert target is not None
             store.add_conflict(candidate.id, target.id)
-            payload["conflict_with"] = target.id
-        return outcome, candidate.id, changes
+        assert written.event_id is not None
+        return outcome, candidate.id, changes, written.event_id
 
     def _reinforce(
         self,
         candidate: Record,
         target: Record,
         payload: dict[str, Any],
-        changes: list[tuple[str, int, np.ndarray | None, int | None]],
-    ) -> tuple[str, str, list[tuple[str, int, np.ndarray | None, int | None]]]:
-        """LLD 6.4: only an independent source reference counts."""
+        changes: list[_IndexChange],
+        event: Callable[[str, str], NewEvent],
+    ) -> tuple[str, str, list[_IndexChange], str]:
+        """Only an independent source reference counts as more support."""
         ref = candidate.source_ref
         independent = ref is not None and ref not in self.store.counted_refs(target.id)
         payload.update(counted=independent, incoming_evidence=candidate.evidence,
@@ -469,10 +479,14 @@ class Ingestor:
         if not independent:
             payload["reason"] = ("source reference already counted" if ref
                                  else "an observation without a source reference is not independent")
-            return "already_reinforced", target.id, changes
-        result = self.lifecycle.reinforce(target, candidate.created_at, source_kind=candidate.source_kind,
-                                          source_ref=ref, evidence=candidate.evidence)
-        payload.update(confirmed=result.confirmed, provenance_upgraded=result.provenance_upgraded)
-        version = self.store.save_lifecycle(result.record)
-        changes.append((target.id, version, None, None))
-        return "reinforced", target.id, changes
+            outcome = "already_reinforced"
+        else:
+            result = self.lifecycle.reinforce(target, candidate.created_at, source_kind=candidate.source_kind,
+                                              source_ref=ref, evidence=candidate.evidence)
+            payload.update(confirmed=result.confirmed, provenance_upgraded=result.provenance_upgraded)
+            version = self.store.update_lifecycle(result.record)
+            changes.append((target.id, version, None, None))
+            outcome = "reinforced"
+        done = event(outcome, target.id)
+        event_id = self.store.append_event(done.kind, done.actor, done.payload, record_id=done.record_id)
+        return outcome, target.id, changes, event_id

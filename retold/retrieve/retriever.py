@@ -131,7 +131,7 @@ class Retriever:
         timer.mark("gate")
         kept, deduped_out = collapse_duplicates(gated.kept, self.index, cfg.dedup_cosine)
         # Full records only for the survivors: the earlier stages needed four columns.
-        records = {r.id: r for r in self._records([c.record_id for c in kept])}
+        records = {r.id: r for r in self.store.records([c.record_id for c in kept])}
         timer.mark("dedup")
         kept, rerank = self._rerank(kept, records, queries, kinds, floors, cross_only)
         timer.mark("rerank")
@@ -222,10 +222,6 @@ class Retriever:
             self._eligible_cache.popitem(last=False)
         return eligible
 
-    def _records(self, ids: list[str]) -> list[Record]:
-        if not ids:
-            return []
-        return self.store.select_records(f"id IN ({', '.join('?' * len(ids))})", ids)
 
     def _rerank(
         self,
@@ -260,7 +256,7 @@ class Retriever:
     def _counterpart(self, record: Record, eligible: EligibleSet, cache: dict[str, Record]) -> Record | None:
         """The eligible authority counterpart of a provisional conflict (LLD 10.5, 10.9)."""
         others = [o for o in self.store.conflicts_of(record.id) if o in eligible]
-        options = [o for o in self._records(others)
+        options = [o for o in self.store.records(others)
                    if o.status == "confirmed" or self.lifecycle.has_authority(o, record)]
         if not options:
             return None

@@ -1,7 +1,12 @@
-"""Schema migrations and every SQLite read and write (LLD 3)."""
+"""Schema migrations and every SQLite read and write: no SQL lives outside this package."""
 
+from retold.store.base import Embedding, NewEvent
 from retold.store.eligible import EligibleSet
-from retold.store.records import IndexChange, VectorSnapshot
+from retold.store.records import RecordWrite, Transition
 from retold.store.store import Store
+from retold.store.vectors import IndexChange, VectorSnapshot
 
-__all__ = ["EligibleSet", "IndexChange", "Store", "VectorSnapshot"]
+__all__ = [
+    "EligibleSet", "Embedding", "IndexChange", "NewEvent", "RecordWrite", "Store", "Transition",
+    "VectorSnapshot",
+]

@@ -1,8 +1,11 @@
-"""StoreBase: the connection, its one transaction helper and records_version (LLD 3, 7).
+"""StoreBase: the connection, its one transaction helper and what every part shares.
 
-The concept modules of ``retold.store`` (records, entities, sessions, grants, events)
-are mixins over this base; :class:`retold.store.Store` combines them. Every write goes
-through :meth:`StoreBase.atomic` (``BEGIN IMMEDIATE``; a SAVEPOINT when nested).
+The parts of :class:`retold.store.Store` (records, vectors, entities, sessions, grants,
+search, maintenance, erasure) are mixins over this base. Every write goes through
+:meth:`StoreBase.atomic` (``BEGIN IMMEDIATE``; a SAVEPOINT when nested). The helpers every
+part needs live here too: the ``records_version`` counter, the audit log, a record's FTS
+row and its status, so no part reaches into a sibling. See docs/architecture.md, "The
+store".
 """
 
 from __future__ import annotations
@@ -10,19 +13,31 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from retold.errors import MigrationIssuesError, NotADatabaseError, StoreError
+from retold.models import RECORD_STATUSES, Scope
 from retold.store.migrations import MigrationReport, check_not_newer, migrate
 from retold.util import Clock, SystemClock, from_iso, new_id, to_iso
 
-__all__ = ["StoreBase", "dt", "marks", "ts"]
+__all__ = ["LINK_ROLES", "Embedding", "NewEvent", "StoreBase", "chunks", "dt", "marks", "scope_clause", "ts"]
 
+LINK_ROLES: tuple[str, ...] = ("about", "mentions")  # a record is about one entity, mentions others
 _SQLITE_MAGIC = b"SQLite format 3\x00"
+_CHUNK = 500  # ids per IN list: far below SQLite's bound-parameter limit
+_EVENT_KEYS = ("id", "at", "kind", "actor", "record_id", "entity_id", "payload")
+# The tables a memory write or an erase can touch, as counted by row_counts().
+_CONTENT_TABLES = (
+    "records", "records_fts", "embeddings", "entities", "entity_aliases", "record_entities",
+    "record_conflicts", "events", "grants", "sessions", "session_turns", "search_log",
+)
 
 
 def ts(moment: datetime | None) -> str | None:
@@ -38,6 +53,39 @@ def dt(text: str | None) -> datetime | None:
 def marks(values: Iterable[object]) -> str:
     """``?, ?, ?`` for an IN list."""
     return ", ".join("?" for _ in values)
+
+
+def chunks(values: Sequence[str]) -> Iterator[list[str]]:
+    """``values`` in slices short enough for one IN list each."""
+    for start in range(0, len(values), _CHUNK):
+        yield list(values[start : start + _CHUNK])
+
+
+def scope_clause(scopes: Sequence[Scope], prefix: str = "") -> tuple[str, list[str]]:
+    """``((kind = ? AND id = ?) OR ...)`` over ``scopes`` with its parameters; ``prefix``
+    names the table alias (``"e."``). The one place scope filters are written."""
+    sql = " OR ".join([f"({prefix}scope_kind = ? AND {prefix}scope_id = ?)"] * len(scopes))
+    return f"({sql})", [part for scope in scopes for part in (scope.kind, scope.id)]
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    """An audit event to append in the same transaction as the change it describes."""
+
+    kind: str
+    actor: str
+    payload: dict[str, Any] = field(default_factory=dict)
+    record_id: str | None = None
+    entity_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Embedding:
+    """A record's vector with the model and version that produced it."""
+
+    model: str
+    version: str
+    vector: np.ndarray
 
 
 class StoreBase:
@@ -90,7 +138,7 @@ class StoreBase:
             )
 
     def _refuse_foreign_file(self) -> None:
-        """LLD 3: refuse a file that is not SQLite before sqlite3 writes anything to it."""
+        """Refuse a file that is not SQLite before sqlite3 writes anything to it."""
         if self.path == ":memory:":
             return
         target = Path(self.path)
@@ -170,7 +218,16 @@ class StoreBase:
         with self._lock:
             self._conn.close()
 
-    # -- records_version (LLD 7) ----------------------------------------------------
+    def row_counts(self) -> dict[str, int]:
+        """Rows per content table and the records_version, read in one snapshot: what an
+        operator (or a test) compares to see that a refused change wrote nothing."""
+        with self.snapshot() as conn:
+            counts = {t: int(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0])
+                      for t in _CONTENT_TABLES}
+            counts["records_version"] = self.read_version(conn)
+        return counts
+
+    # -- records_version: how other processes find what changed -------------------------
 
     def records_version(self) -> int:
         with self._lock:
@@ -178,34 +235,124 @@ class StoreBase:
 
     @staticmethod
     def read_version(conn: sqlite3.Connection) -> int:
-        """``store_meta.records_version`` as seen by ``conn``'s current snapshot (LLD 7)."""
+        """``store_meta.records_version`` as seen by ``conn``'s current snapshot."""
         row = conn.execute("SELECT value FROM store_meta WHERE key = 'records_version'").fetchone()
         return int(row[0])
 
-    def insert_event(
-        self,
-        conn: sqlite3.Connection,
-        kind: str,
-        actor: str,
-        payload: dict[str, Any],
-        record_id: str | None = None,
-        entity_id: str | None = None,
-    ) -> str:
-        """Append one audit event inside the caller's transaction (LLD 3.6)."""
-        event_id = new_id()
-        conn.execute(
-            "INSERT INTO events(id, at, kind, actor, record_id, entity_id, payload)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (event_id, to_iso(self.clock.now()), kind, actor, record_id, entity_id,
-             json.dumps(payload, sort_keys=True, default=str)),
-        )
-        return event_id
-
     def bump_version(self, conn: sqlite3.Connection) -> int:
-        """Increment records_version inside the current transaction and return it (LLD 7)."""
+        """Increment records_version inside the current transaction and return it.
+
+        Every change the vector index or retrieval must see stamps the rows it touched
+        with this number, so other processes refresh by delta (docs/architecture.md,
+        "Index coherence across processes").
+        """
         if not self._depth:
             raise StoreError("records_version may only change inside Store.atomic()")
         row = conn.execute(
             "UPDATE store_meta SET value = value + 1 WHERE key = 'records_version' RETURNING value"
         ).fetchone()
         return int(row[0])
+
+    # -- the audit log: append-only, except for erasure --------------------------------
+
+    def append_event(
+        self,
+        kind: str,
+        actor: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        record_id: str | None = None,
+        entity_id: str | None = None,
+    ) -> str:
+        """Append one audit event in its own transaction, or the caller's."""
+        with self.atomic() as conn:
+            return self._insert_event(conn, NewEvent(kind, actor, payload or {}, record_id, entity_id))
+
+    def events(self, record_id: str | None = None, kind: str | None = None) -> list[dict[str, Any]]:
+        """Events in order, optionally for one record or of one kind."""
+        sql, params = f"SELECT {', '.join(_EVENT_KEYS)} FROM events", []
+        clauses = []
+        if record_id is not None:
+            clauses.append("record_id = ?")
+            params.append(record_id)
+        if kind is not None:
+            clauses.append("kind = ?")
+            params.append(kind)
+        if clauses:
+            sql += " WHERE " + " AND ".join(clauses)
+        with self._lock:
+            rows = self._conn.execute(sql + " ORDER BY id", params).fetchall()
+        return [dict(zip(_EVENT_KEYS, (*row[:6], json.loads(row[6])), strict=True)) for row in rows]
+
+    def _insert_event(self, conn: sqlite3.Connection, event: NewEvent) -> str:
+        event_id = new_id()
+        conn.execute(
+            f"INSERT INTO events({', '.join(_EVENT_KEYS)}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (event_id, to_iso(self.clock.now()), event.kind, event.actor, event.record_id,
+             event.entity_id, json.dumps(event.payload, sort_keys=True, default=str)),
+        )
+        return event_id
+
+    # -- a record's FTS row and status ---------------------------------------------------
+
+    def _write_fts(self, conn: sqlite3.Connection, record_ids: Iterable[str]) -> None:
+        """Rewrite the FTS rows of these records from their content, subject and the
+        aliases of every entity they link to.
+
+        The aliases column is a copy, so a new link, a new alias or an entity merge must
+        call this for every record it touches. A deleted record keeps no FTS row: a
+        forgotten memory must not be found by its words.
+        """
+        for record_id in dict.fromkeys(record_ids):
+            row = conn.execute(
+                "SELECT seq, content, subject, status FROM records WHERE id = ?", (record_id,)
+            ).fetchone()
+            if row is None:
+                continue
+            seq, content, subject, status = row
+            conn.execute("DELETE FROM records_fts WHERE rowid = ?", (seq,))
+            if status == "deleted":
+                continue
+            aliases = " ".join(
+                alias
+                for (alias,) in conn.execute(
+                    "SELECT DISTINCT a.alias_norm FROM record_entities re"
+                    " JOIN entity_aliases a ON a.entity_id = re.entity_id"
+                    " WHERE re.record_id = ? ORDER BY a.alias_norm",
+                    (record_id,),
+                )
+            )
+            conn.execute(
+                "INSERT INTO records_fts(rowid, record_id, content, subject, aliases)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (seq, record_id, content, subject, aliases),
+            )
+
+    def _set_status(
+        self, conn: sqlite3.Connection, record_ids: Sequence[str], status: str, version: int
+    ) -> None:
+        """Set the status of these records under ``version``; a deleted record also loses
+        its FTS row. The caller has checked which records may change."""
+        if status not in RECORD_STATUSES:
+            raise ValueError(f"unknown status {status!r}")
+        for chunk in chunks(record_ids):
+            seqs = [row[0] for row in conn.execute(
+                f"UPDATE records SET status = ?, index_version = ? WHERE id IN ({marks(chunk)})"
+                " RETURNING seq", [status, version, *chunk])]
+            if status == "deleted" and seqs:
+                conn.execute(f"DELETE FROM records_fts WHERE rowid IN ({marks(seqs)})", seqs)
+
+    def _put_vectors(
+        self, conn: sqlite3.Connection, rows: Iterable[tuple[str, np.ndarray]], model: str,
+        version: str, index_version: int,
+    ) -> None:
+        """Store L2-normalised float32 vectors (replacing older ones) under ``index_version``."""
+        conn.executemany(
+            "INSERT INTO embeddings(record_id, model, version, dims, vector, index_version)"
+            " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(record_id) DO UPDATE SET"
+            " model = excluded.model, version = excluded.version, dims = excluded.dims,"
+            " vector = excluded.vector, index_version = excluded.index_version",
+            [(rid, model, version, int(np.asarray(vec).shape[-1]),
+              np.ascontiguousarray(vec, dtype=np.float32).tobytes(), index_version)
+             for rid, vec in rows],
+        )

@@ -12,10 +12,10 @@ __all__ = ["EligibleSet"]
 
 
 class EligibleSet:
-    """The output of ``Store.eligible_ids`` (LLD 10.1 step 3).
+    """The output of ``Store.eligible_ids``: the records a search may consider.
 
     It behaves as a read-only set of record ids. It also carries each record's ``seq``
-    (the stable integer key of LLD 3 as built here), so the vector index can turn 50K
+    (its stable integer key), so the vector index can turn 50K
     eligible records into matrix positions with one array lookup instead of 50K dict
     lookups, and the lexical generator can join FTS rowids directly.
     """

@@ -1,42 +1,41 @@
-"""Entities, aliases and record links (LLD 3.4, 9).
+"""Entities, aliases, record links and merges.
 
 Aliases are stored already normalised (``retold.ingest.entities.normalize_alias``); this
 module only compares them exactly, through the ``entity_aliases_lookup`` index. The FTS
 ``aliases`` column is a denormalised copy of the aliases of every entity a record links
-to (LLD 3.3), so every change here that alters that set rewrites the affected FTS rows in
+to, so every change here that alters that set rewrites the affected FTS rows in
 the same transaction.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from retold.errors import StoreError
 from retold.models import ACTIVE_STATUSES, ENTITY_KINDS, Entity, EntityKind, Scope, ScopeKind
-from retold.store.base import StoreBase, marks, ts
+from retold.store.base import LINK_ROLES, NewEvent, StoreBase, chunks, marks, scope_clause, ts
 from retold.util import from_iso, new_id
 
 if TYPE_CHECKING:
     from retold.models import EntityStatus
 
-__all__ = ["ENTITY_STATUSES", "LINK_ROLES", "EntitiesMixin", "EntityMergeError", "MergeReport"]
+__all__ = ["ENTITY_STATUSES", "EntitiesMixin", "EntityMergeError", "MergeReport"]
 
 ENTITY_STATUSES: tuple[str, ...] = ("provisional", "confirmed", "merged", "deleted")
-LINK_ROLES: tuple[str, ...] = ("about", "mentions")
 
 _ENTITY_COLUMNS = "e.id, e.kind, e.canonical, e.scope_kind, e.scope_id, e.status, e.merged_into, e.created_at"
 
 
 class EntityMergeError(StoreError):
-    """A merge was refused: an entity is missing, not active, or of another kind (LLD 9)."""
+    """A merge was refused: an entity is missing, not active, or of another kind."""
 
 
 @dataclass(frozen=True)
 class MergeReport:
-    """What one entity merge changed (LLD 9, ``memory_revise`` merge shape)."""
+    """What one entity merge changed (the ``memory_revise`` merge result)."""
 
     source_id: str
     target_id: str
@@ -46,11 +45,6 @@ class MergeReport:
     fts_refreshed: int  # records whose FTS row was rebuilt
     index_version: int | None  # records_version stamped on rewritten records, if any
     event_id: str
-
-
-def _scope_filter(scopes: Sequence[Scope]) -> tuple[str, list[str]]:
-    sql = " OR ".join(["(e.scope_kind = ? AND e.scope_id = ?)"] * len(scopes))
-    return f"({sql})", [part for scope in scopes for part in (scope.kind, scope.id)]
 
 
 class EntitiesMixin(StoreBase):
@@ -96,7 +90,7 @@ class EntitiesMixin(StoreBase):
         """Attach an already-normalised alias; True when it was new.
 
         A new alias changes the FTS ``aliases`` column of every record linked to the
-        entity, so those rows are rebuilt in the same transaction (LLD 3.3).
+        entity, so those rows are rebuilt in the same transaction.
         """
         if not alias_norm:
             raise ValueError("an alias must not be empty")
@@ -110,7 +104,7 @@ class EntitiesMixin(StoreBase):
                 raise StoreError(f"no entity {entity_id}") from exc
             added = cursor.rowcount > 0
             if added:
-                self.refresh_fts(self.records_linked_to(entity_id))
+                self._write_fts(conn, self.records_linked_to(entity_id))
             return added
 
     def get_entity(self, entity_id: str) -> Entity | None:
@@ -131,7 +125,7 @@ class EntitiesMixin(StoreBase):
         return self._entity(row, aliases)
 
     def follow_merges(self, entity: Entity) -> Entity:
-        """The surviving entity at the end of ``entity``'s ``merged_into`` chain (LLD 9).
+        """The surviving entity at the end of ``entity``'s ``merged_into`` chain.
 
         A chain that loops or points at a missing entity is corrupt data, not a caller
         mistake, so it raises StoreError instead of silently picking a link.
@@ -160,12 +154,12 @@ class EntitiesMixin(StoreBase):
         """Entities in ``scopes`` that carry this exact normalised alias, by id.
 
         One query driven by ``entity_aliases_lookup``. Merged entities are excluded by
-        the default statuses; their aliases were unioned onto the survivor (LLD 9), so
+        the default statuses; their aliases were unioned onto the survivor, so
         lookup reaches the survivor directly.
         """
         if not scopes or not alias_norm:
             return []
-        scope_sql, params = _scope_filter(scopes)
+        scope_sql, params = scope_clause(scopes, "e.")
         sql = (
             f"SELECT {_ENTITY_COLUMNS} FROM entity_aliases a JOIN entities e ON e.id = a.entity_id"
             f" WHERE a.alias_norm = ? AND {scope_sql} AND e.status IN ({marks(statuses)})"
@@ -191,12 +185,12 @@ class EntitiesMixin(StoreBase):
 
         The aliases travel through a TEMP table rather than an ``IN (?, ?, ...)`` list,
         so the n-grams of a 300-token query never approach SQLite's bound-parameter
-        limit (LLD 17.3). Writing the TEMP table takes no lock on the store file.
+        limit. Writing the TEMP table takes no lock on the store file.
         """
         wanted = [alias for alias in dict.fromkeys(alias_norms) if alias]
         if not scopes or not wanted:
             return {}
-        scope_sql, params = _scope_filter(scopes)
+        scope_sql, params = scope_clause(scopes, "e.")
         sql = (
             f"SELECT p.alias_norm, {_ENTITY_COLUMNS} FROM temp.retold_alias_probe p"
             " JOIN entity_aliases a ON a.alias_norm = p.alias_norm"
@@ -226,13 +220,28 @@ class EntitiesMixin(StoreBase):
             out.setdefault(row[0], []).append(self._entity(row[1:], aliases.get(row[1], [])))
         return out
 
+    def readable_entities(self, scopes: Sequence[Scope], limit: int) -> list[tuple[str, str, str]]:
+        """``(entity_id, kind, canonical)`` of active entities in ``scopes``, confirmed
+        first then newest, at most ``limit``."""
+        if not scopes or limit <= 0:
+            return []
+        where, params = scope_clause(scopes)
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT id, kind, canonical FROM entities WHERE {where}"
+                " AND status IN ('provisional', 'confirmed')"
+                " ORDER BY status = 'confirmed' DESC, created_at DESC, id LIMIT ?",
+                [*params, limit],
+            ).fetchall()
+        return [(str(i), str(k), str(c)) for i, k, c in rows]
+
     # -- record links -----------------------------------------------------------------
 
     def link_record(self, record_id: str, links: Sequence[tuple[str, str]]) -> None:
         """Link a record to entities as ``(entity_id, role)``; an existing link is kept.
 
         The record's FTS row is rebuilt so its ``aliases`` column names the linked
-        entities (LLD 3.3).
+        entities.
         """
         for _, role in links:
             if role not in LINK_ROLES:
@@ -247,7 +256,7 @@ class EntitiesMixin(StoreBase):
                 )
             except sqlite3.IntegrityError as exc:  # foreign key: missing record or entity
                 raise StoreError(f"cannot link record {record_id}: {exc}") from exc
-            self.refresh_fts([record_id])
+            self._write_fts(conn, [record_id])
 
     def record_links(self, record_id: str) -> list[tuple[str, str]]:
         """``(entity_id, role)`` of one record, about links first."""
@@ -280,10 +289,10 @@ class EntitiesMixin(StoreBase):
             ).fetchall()
         return [record_id for (record_id,) in rows]
 
-    # -- merge (LLD 9) -----------------------------------------------------------------
+    # -- merge ------------------------------------------------------------------------
 
     def merge_entities(self, source_id: str, target_id: str, actor: str, reason: str) -> MergeReport:
-        """Merge ``source_id`` into ``target_id`` in one transaction (LLD 9, 17.3).
+        """Merge ``source_id`` into ``target_id`` in one transaction.
 
         The source becomes ``merged`` with ``merged_into`` set; its record links move to
         the target (a record linked to both keeps one link, ``about`` if either was);
@@ -347,7 +356,7 @@ class EntitiesMixin(StoreBase):
                 [(target_id, alias) for alias in aliases_added],
             )
 
-            # LLD 3.1: subject is derived from subject_entity_id, so both change together,
+            # subject is derived from subject_entity_id, so both change together,
             # and the record's index_version moves so other processes see the change.
             rewritten: list[str] = []
             index_version: int | None = None
@@ -378,9 +387,9 @@ class EntitiesMixin(StoreBase):
             )
 
             to_refresh = list(dict.fromkeys([*self.records_linked_to(target_id), *rewritten]))
-            self.refresh_fts(to_refresh)
+            self._write_fts(conn, to_refresh)
 
-            event_id = self.append_event(
+            event_id = self._insert_event(conn, NewEvent(
                 "entity.merged",
                 actor,
                 {
@@ -392,7 +401,7 @@ class EntitiesMixin(StoreBase):
                     "records_rewritten": rewritten,
                 },
                 entity_id=source_id,
-            )
+            ))
         return MergeReport(
             source_id=source_id,
             target_id=target_id,
@@ -406,27 +415,11 @@ class EntitiesMixin(StoreBase):
 
     # -- helpers -------------------------------------------------------------------------
 
-    if TYPE_CHECKING:
-        # Provided by RecordsMixin and EventsMixin on the combined Store
-        # (retold.store.store); declared here only so the type checker sees them.
-        def refresh_fts(self, record_ids: Iterable[str]) -> None: ...
-
-        def append_event(
-            self,
-            kind: str,
-            actor: str,
-            payload: dict[str, Any] | None = None,
-            *,
-            record_id: str | None = None,
-            entity_id: str | None = None,
-        ) -> str: ...
-
     @staticmethod
     def _aliases_of(conn: sqlite3.Connection, entity_ids: list[str]) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
         # Chunked so a long hit list stays under the bound-parameter limit as well.
-        for start in range(0, len(entity_ids), 500):
-            chunk = entity_ids[start : start + 500]
+        for chunk in chunks(entity_ids):
             for entity_id, alias in conn.execute(
                 f"SELECT entity_id, alias_norm FROM entity_aliases WHERE entity_id IN ({marks(chunk)})"
                 " ORDER BY entity_id, alias_norm",

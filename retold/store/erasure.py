@@ -1,4 +1,4 @@
-"""Irreversible erasure of a record, a session or a user, with compaction (LLD 16 ``erase``).
+"""Irreversible erasure of a record, a session or a user, with compaction.
 
 Ids, kinds and timestamps remain; every place the erased text can reach is blanked, and
 the file is compacted afterwards (secure_delete, WAL checkpoint, VACUUM) so freed pages
@@ -8,24 +8,21 @@ and the WAL hold no residue.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from retold.errors import StoreError
-from retold.store.base import StoreBase, marks
-from retold.store.maintenance import chunks
+from retold.store.base import NewEvent, StoreBase, chunks, marks
 
 __all__ = ["Erasure", "ErasureMixin"]
 
-# The private scopes of user U are agent:<agent>/<U>; agent ids never contain '/' (LLD 6.1),
+# The private scopes of user U are agent:<agent>/<U>; agent ids never contain '/',
 # so the text after the first '/' is the user.
 _USER_SCOPES = (
     "((scope_kind = 'user' AND scope_id = ?1) OR (scope_kind = 'agent'"
     " AND instr(scope_id, '/') > 0 AND substr(scope_id, instr(scope_id, '/') + 1) = ?1))"
 )
 _BLANK = "UPDATE events SET payload = '{}' WHERE payload != '{}' AND "
-# The session a 'session:<id>' or 'session:<id><turn:n>' reference names (LLD 3.1).
+# The session a 'session:<id>' or 'session:<id><turn:n>' source reference names.
 _REF_SESSION = (
     "CASE WHEN instr({ref}, '<') > 0 THEN substr({ref}, 9, instr({ref}, '<') - 9)"
     " ELSE substr({ref}, 9) END"
@@ -35,7 +32,7 @@ _REF_SESSION = (
 
 @dataclass
 class Erasure:
-    """What one erase changed (LLD 16 ``erase``): ids and counts, never the erased text."""
+    """What one erase changed: ids and counts, never the erased text."""
 
     target: str  # record | session | user
     target_id: str
@@ -49,12 +46,7 @@ class Erasure:
 class ErasureMixin(StoreBase):
     """The three erase operations and the compaction that follows them."""
 
-    if TYPE_CHECKING:
-        # Provided by RecordsMixin on the combined Store (retold.store.store).
-        def refresh_fts(self, record_ids: Iterable[str]) -> None: ...
-
-
-    # -- erasure (LLD 16 erase) -----------------------------------------------------------------
+    # -- erasure ---------------------------------------------------------------------------------
 
     def erase_record(self, record_id: str, actor: str, reason: str) -> Erasure:
         """Tombstone one record and remove its text, evidence, tags, embedding, FTS row,
@@ -64,8 +56,8 @@ class ErasureMixin(StoreBase):
                 raise StoreError(f"no record {record_id}")
             result = Erasure("record", record_id)
             self._erase_records(conn, [record_id], result)
-            result.event_id = self.insert_event(conn, "record.erased", actor, {
-                "record_id": record_id, "reason": reason, "counts": result.counts}, record_id)
+            result.event_id = self._insert_event(conn, NewEvent("record.erased", actor, {
+                "record_id": record_id, "reason": reason, "counts": result.counts}, record_id))
             return result
 
     def erase_session(self, session_id: str, actor: str, reason: str) -> Erasure:
@@ -85,12 +77,12 @@ class ErasureMixin(StoreBase):
                                  f" ({marks(chunk)})", [version, *chunk])
                 result.evidence_cleared = sourced
             result.counts["evidence_cleared"] = len(sourced)
-            result.event_id = self.insert_event(conn, "session.erased", actor, {
-                "session_id": session_id, "reason": reason, "counts": result.counts})
+            result.event_id = self._insert_event(conn, NewEvent("session.erased", actor, {
+                "session_id": session_id, "reason": reason, "counts": result.counts}))
             return result
 
     def erase_user(self, user_id: str, actor: str, reason: str) -> Erasure:
-        """Erase every place a user's text can reach (LLD 16): their sessions, the records
+        """Erase every place a user's text can reach: their sessions, the records
         of ``user:<U>`` and every ``agent:*/<U>`` scope, records in any scope sourced from
         their sessions, their search logs, the payloads of events about all of these, and
         the entities and aliases of their scopes. One ``user.erased`` event."""
@@ -115,10 +107,9 @@ class ErasureMixin(StoreBase):
             result.counts["events_blanked"] += conn.execute(
                 _BLANK + "json_extract(payload, '$.user_id') = ?", (user_id,)).rowcount
             self._erase_entities(conn, user_id, result)
-            result.event_id = self.insert_event(
-                conn, "user.erased", actor,
+            result.event_id = self._insert_event(conn, NewEvent("user.erased", actor,
                 {"user_id": user_id, "reason": reason, "sessions": sessions,
-                 "records": result.record_ids, "counts": result.counts})
+                 "records": result.record_ids, "counts": result.counts}))
             return result
 
     def _erase_records(self, conn: sqlite3.Connection, record_ids: list[str], result: Erasure) -> None:
@@ -131,7 +122,7 @@ class ErasureMixin(StoreBase):
         result.index_version = version
         for chunk in chunks(record_ids):
             # The attribute is a slug of the writer's words, so it goes with the content;
-            # subject keeps only the entity id (LLD 3.1 derived form with '-').
+            # subject keeps only the entity id, in the usual '<entity>/<attribute>' form.
             seqs = [row[0] for row in conn.execute(
                 "UPDATE records SET content = '', evidence = NULL, tags = '[]', attribute = NULL,"
                 " subject = coalesce(subject_entity_id, '-') || '/-', status = 'deleted',"
@@ -143,7 +134,7 @@ class ErasureMixin(StoreBase):
                 f"DELETE FROM embeddings WHERE record_id IN ({marks(chunk)})", chunk).rowcount
             counts["entity_links"] += conn.execute(
                 f"DELETE FROM record_entities WHERE record_id IN ({marks(chunk)})", chunk).rowcount
-            # LLD 16: erasure is the one documented exception to append-only events.
+            # Erasure is the one exception to append-only events: payloads quote text.
             counts["events_blanked"] += conn.execute(
                 _BLANK + f"record_id IN ({marks(chunk)})", chunk).rowcount
         result.record_ids.extend(record_ids)
@@ -167,7 +158,7 @@ class ErasureMixin(StoreBase):
                 f"UPDATE session_turns SET content = '' WHERE session_id IN {picked}").rowcount
             counts["search_logs"] += conn.execute(
                 f"DELETE FROM search_log WHERE session_id IN {picked}").rowcount
-            # Persisted extraction stages quote the transcript (DESIGN.md decision 2).
+            # Persisted extraction stages quote the transcript.
             counts["extraction_stages"] = counts.get("extraction_stages", 0) + conn.execute(
                 f"DELETE FROM extraction_stages WHERE session_id IN {picked}").rowcount
             ref = _REF_SESSION.format(ref="json_extract(payload, '$.source_ref')")
@@ -200,10 +191,10 @@ class ErasureMixin(StoreBase):
             relinked += [r[0] for r in conn.execute(
                 f"SELECT DISTINCT record_id FROM record_entities WHERE entity_id IN ({marks(chunk)})", chunk)]
         # Records elsewhere that still link these entities carried their aliases in FTS.
-        self.refresh_fts(relinked)
+        self._write_fts(conn, relinked)
 
     def compact(self) -> bool:
-        """Make freed pages and the WAL hold no residue after an erase (LLD 16).
+        """Make freed pages and the WAL hold no residue after an erase.
 
         Merges the FTS segments (so deleted terms leave the inverted index), then
         checkpoints, VACUUMs and truncates the WAL, outside any transaction. Returns False

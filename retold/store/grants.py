@@ -1,4 +1,5 @@
-"""Scope grants (LLD 3.5). Policy decides what they mean; see retold.policy.grants."""
+"""Scope grants: which agent may read or write which scope. Policy decides what they
+mean; see retold.policy.grants."""
 
 from __future__ import annotations
 

@@ -1,40 +1,34 @@
-"""Maintenance the runtime never does on its own: expiry, retention, re-embedding,
-snapshots, due-review claims and unmapped legacy rows (LLD 16); erasure is in erasure.py.
+"""Sweeps the runtime never runs on its own: expiry, transcript retention, due-review
+claims, snapshots and unmapped legacy rows (re-embedding is in vectors.py, erasure in
+erasure.py).
 
 Every write runs in one :meth:`StoreBase.atomic` transaction together with the audit
 events it owes, and every change the vector index must see bumps ``records_version``
-once per transaction and stamps the touched rows' ``index_version`` with it (LLD 7).
+once per transaction and stamps the touched rows' ``index_version`` with it.
 :mod:`retold.operations` wraps these methods for the CLI and the workers.
 """
 
 from __future__ import annotations
 
-import json
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from retold.errors import StoreError
 from retold.models import ACTIVE_STATUSES
-from retold.store.base import StoreBase, marks
+from retold.store.base import NewEvent, StoreBase
 from retold.store.migrations import check_not_newer
 from retold.util import to_iso
 
-__all__ = ["ChangedRow", "MaintenanceMixin", "MigrationIssue", "chunks"]
+__all__ = ["ChangedRow", "MaintenanceMixin", "MigrationIssue"]
 
-_CHUNK = 500  # ids per IN list: far below SQLite's bound-parameter limit
 _ACTIVE_SQL = "('provisional', 'confirmed')"
-def chunks(values: Sequence[str]) -> Iterator[list[str]]:
-    for start in range(0, len(values), _CHUNK):
-        yield list(values[start : start + _CHUNK])
 
 
 @dataclass(frozen=True)
 class ChangedRow:
-    """One record a sweep changed, with the records_version it committed under (LLD 7)."""
+    """One record a sweep changed, with the records_version it committed under."""
 
     record_id: str
     index_version: int
@@ -42,7 +36,7 @@ class ChangedRow:
 
 @dataclass(frozen=True)
 class MigrationIssue:
-    """One row of ``migration_issues`` (LLD 3.2)."""
+    """One row of ``migration_issues``: a legacy record a migration could not map."""
 
     migration_version: int
     record_id: str
@@ -50,13 +44,9 @@ class MigrationIssue:
 
 
 class MaintenanceMixin(StoreBase):
-    """Bulk operations over the store (LLD 16)."""
+    """Bulk operations over the store."""
 
-    if TYPE_CHECKING:
-        # Provided by RecordsMixin on the combined Store (retold.store.store).
-        def refresh_fts(self, record_ids: Iterable[str]) -> None: ...
-
-    # -- expiry (LLD 6.5, 16) --------------------------------------------------------------
+    # -- expiry ----------------------------------------------------------------------------
 
     def expire_past(self, now: datetime, actor: str) -> list[ChangedRow]:
         """Set every active record with ``expires_at < now`` to expired, one
@@ -71,27 +61,26 @@ class MaintenanceMixin(StoreBase):
                 return []
             version = self.bump_version(conn)
             out = []
+            self._set_status(conn, [row[0] for row in due], "expired", version)
             for record_id, status, expires_at in due:
-                conn.execute(
-                    "UPDATE records SET status = 'expired', index_version = ? WHERE id = ?",
-                    (version, record_id),
-                )
-                self.insert_event(conn, "record.status", actor,
-                            {"from": status, "to": "expired", "reason": "expires_at passed",
-                             "expires_at": expires_at}, record_id)
+                self._insert_event(conn, NewEvent(
+                    "record.status", actor, {"from": status, "to": "expired",
+                                             "reason": "expires_at passed", "expires_at": expires_at},
+                    record_id))
                 out.append(ChangedRow(record_id, version))
             return out
 
-    # -- transcript retention (LLD 2.6, 3.5) -------------------------------------------------
+    # -- transcript retention ----------------------------------------------------------------
 
     def blank_retained_sessions(
         self, ended_before: datetime, actor: str, retain_days: int
     ) -> list[tuple[str, int]]:
         """Blank the turns of extracted sessions that ended before ``ended_before``.
 
-        Turn rows stay so source references still resolve (LLD 3.5); a session without
-        ``extracted_at`` is never touched (LLD 2.6). Sessions already blank are skipped,
-        so a re-run logs nothing. Returns ``(session_id, turns_blanked)`` pairs.
+        Turn rows stay so source references still resolve; a session without
+        ``extracted_at`` is never touched (its facts are not extracted yet). Sessions
+        already blank are skipped, so a re-run logs nothing. Returns
+        ``(session_id, turns_blanked)`` pairs.
         """
         with self.atomic() as conn:
             sessions = conn.execute(
@@ -107,19 +96,20 @@ class MaintenanceMixin(StoreBase):
                     "UPDATE session_turns SET content = '' WHERE session_id = ? AND content != ''",
                     (session_id,),
                 ).rowcount
-                self.insert_event(conn, "session.transcript_blanked", actor,
-                            {"session_id": session_id, "turns": turns, "reason": "retention",
-                             "retain_days": retain_days})
+                self._insert_event(conn, NewEvent(
+                    "session.transcript_blanked", actor,
+                    {"session_id": session_id, "turns": turns, "reason": "retention",
+                     "retain_days": retain_days}))
                 out.append((session_id, turns))
             return out
 
-    # -- due review (LLD 8.4) -------------------------------------------------------------
+    # -- due review ------------------------------------------------------------------------
 
     def claim_due_reviews(self, now: datetime, limit: int, actor: str) -> list[ChangedRow]:
         """Flag at most ``limit`` due active records, one ``record.review_due`` each.
 
         The claim is one conditional UPDATE ... RETURNING under the write lock, so two
-        callers (threads or processes) never flag, or log, the same row twice (LLD 8.4).
+        callers (threads or processes) never flag, or log, the same row twice.
         """
         stamp = to_iso(now)
         with self.atomic() as conn:
@@ -137,61 +127,14 @@ class MaintenanceMixin(StoreBase):
                 (stamp, version, limit)).fetchall()
             claims = []
             for record_id, review_at, valid_from, valid_until in sorted(rows, key=lambda r: (r[1], r[0])):
-                self.insert_event(conn, "record.review_due", actor,
-                            {"record_id": record_id, "review_at": review_at,
-                             "valid_from": valid_from, "valid_until": valid_until}, record_id)
+                self._insert_event(conn, NewEvent(
+                    "record.review_due", actor,
+                    {"record_id": record_id, "review_at": review_at,
+                     "valid_from": valid_from, "valid_until": valid_until}, record_id))
                 claims.append(ChangedRow(record_id, version))
             return claims
 
-    # -- re-embedding (LLD 2.1, 16) ------------------------------------------------------------
-
-    def count_embeddable(self) -> int:
-        """Records that have text to embed (erased tombstones have none)."""
-        with self._lock:
-            return int(self._conn.execute("SELECT count(*) FROM records WHERE content != ''").fetchone()[0])
-
-    def embeddable_after(self, seq: int, limit: int) -> list[tuple[int, str, str]]:
-        """``(seq, id, content)`` of the next ``limit`` records with text after ``seq``."""
-        with self._lock:
-            rows = self._conn.execute(
-                "SELECT seq, id, content FROM records WHERE seq > ? AND content != ''"
-                " ORDER BY seq LIMIT ?", (seq, limit)).fetchall()
-        return [(int(s), str(i), str(c)) for s, i, c in rows]
-
-    def embedding_versions(self) -> list[tuple[str, str, int]]:
-        """``(model, version, count)`` of every stored vector family."""
-        with self._lock:
-            rows = self._conn.execute(
-                "SELECT model, version, count(*) FROM embeddings GROUP BY model, version"
-                " ORDER BY model, version").fetchall()
-        return [(str(m), str(v), int(n)) for m, v, n in rows]
-
-    def drop_other_embeddings(self, model: str, version: str) -> int:
-        """Delete every vector not of ``model``/``version``; the records carry the bump."""
-        with self.atomic() as conn:
-            gone = [r[0] for r in conn.execute(
-                "DELETE FROM embeddings WHERE NOT (model = ? AND version = ?) RETURNING record_id",
-                (model, version))]
-            if gone:
-                index_version = self.bump_version(conn)
-                for chunk in chunks(gone):
-                    conn.execute(
-                        f"UPDATE records SET index_version = ? WHERE id IN ({marks(chunk)})",
-                        [index_version, *chunk])
-            return len(gone)
-
-    def latest_search_flags(self) -> tuple[str, dict[str, Any]] | None:
-        """``(trigger, config_flags)`` of the most recent logged search, or None."""
-        with self._lock:
-            row = self._conn.execute(
-                "SELECT trigger, config_flags FROM search_log ORDER BY at DESC, id DESC LIMIT 1"
-            ).fetchone()
-        if row is None:
-            return None
-        flags = json.loads(row[1]) if row[1] and row[1].startswith("{") else {}
-        return str(row[0]), flags
-
-    # -- snapshots (LLD 16) ------------------------------------------------------------------
+    # -- snapshots ---------------------------------------------------------------------------
 
     def backup_to(self, path: str | Path) -> None:
         """Copy the whole database to a new file with SQLite's online backup API."""
@@ -234,7 +177,7 @@ class MaintenanceMixin(StoreBase):
             reader.close()
         self.migrate()
 
-    # -- unmapped legacy rows (LLD 3.2) -------------------------------------------------------
+    # -- unmapped legacy rows ----------------------------------------------------------------
 
     def migration_issues(self) -> list[MigrationIssue]:
         """Every unresolved row of ``migration_issues``."""
@@ -246,7 +189,7 @@ class MaintenanceMixin(StoreBase):
 
     def expire_unmapped(self, actor: str) -> list[ChangedRow]:
         """Retire every record listed in ``migration_issues``: status expired, one
-        ``record.status`` event each, and the issue rows cleared (LLD 3.2)."""
+        ``record.status`` event each, and the issue rows cleared."""
         with self.atomic() as conn:
             rows = conn.execute(
                 "SELECT DISTINCT m.record_id, r.status FROM migration_issues m"
@@ -254,32 +197,13 @@ class MaintenanceMixin(StoreBase):
             out: list[ChangedRow] = []
             if rows:
                 version = self.bump_version(conn)
-                for record_id, status in rows:
-                    if status in ACTIVE_STATUSES:
-                        conn.execute(
-                            "UPDATE records SET status = 'expired', index_version = ? WHERE id = ?",
-                            (version, record_id))
-                        self.insert_event(conn, "record.status", actor,
-                                    {"from": status, "to": "expired",
-                                     "reason": "unmapped legacy record retired by migrate"}, record_id)
-                    out.append(ChangedRow(record_id, version))
+                live = [(record_id, status) for record_id, status in rows if status in ACTIVE_STATUSES]
+                self._set_status(conn, [record_id for record_id, _ in live], "expired", version)
+                for record_id, status in live:
+                    self._insert_event(conn, NewEvent(
+                        "record.status", actor,
+                        {"from": status, "to": "expired",
+                         "reason": "unmapped legacy record retired by migrate"}, record_id))
+                out = [ChangedRow(record_id, version) for record_id, _ in rows]
             conn.execute("DELETE FROM migration_issues")
             return out
-
-    # -- reads for get ---------------------------------------------------------------------------
-
-    def lineage_ids(self, record_id: str) -> list[str]:
-        """The supersession chain through ``record_id``, oldest first (LLD 6.3)."""
-        # Both walks are bounded, so a corrupt cycle cannot loop forever.
-        with self._lock:
-            rows = self._conn.execute(
-                "WITH RECURSIVE"
-                " back(id, sup, d) AS (SELECT id, supersedes_id, 0 FROM records WHERE id = ?1"
-                "   UNION ALL SELECT r.id, r.supersedes_id, b.d - 1 FROM records r"
-                "   JOIN back b ON r.id = b.sup WHERE b.d > -1000),"
-                " fwd(id, d) AS (SELECT id, 0 FROM records WHERE id = ?1"
-                "   UNION ALL SELECT r.id, f.d + 1 FROM records r"
-                "   JOIN fwd f ON r.supersedes_id = f.id WHERE f.d < 1000)"
-                " SELECT id, d FROM back UNION ALL SELECT id, d FROM fwd ORDER BY d",
-                (record_id,)).fetchall()
-        return list(dict.fromkeys(str(r[0]) for r in rows))

@@ -1,4 +1,4 @@
-"""Versioned, forward-only schema migrations (LLD 3).
+"""Versioned, forward-only schema migrations.
 
 Each migration runs inside one ``BEGIN IMMEDIATE`` transaction together with the row in
 ``schema_migrations`` that records it, so a crash leaves either both or neither. Two
@@ -30,7 +30,7 @@ class Migration:
 class MigrationReport:
     applied: tuple[int, ...]  # versions applied by this call, in order
     version: int  # schema version after the call
-    unresolved: int  # rows in migration_issues that still need an operator (LLD 3.2)
+    unresolved: int  # rows in migration_issues that still need an operator
 
 
 def _statements(script: str) -> Iterator[str]:
@@ -58,8 +58,8 @@ def _initial_schema(conn: sqlite3.Connection) -> None:
 
 
 def _extraction_stages(conn: sqlite3.Connection) -> None:
-    """Persisted outputs of the extraction stages (DESIGN.md decision 2): a crash after a
-    hosted call resumes from the saved output instead of paying for the call again."""
+    """Persisted outputs of the extraction stages, so that a crash after a hosted call
+    resumes from the saved output instead of paying for the call again."""
     conn.execute(
         "CREATE TABLE extraction_stages ("
         " session_id TEXT NOT NULL REFERENCES sessions(id),"

@@ -1,66 +1,73 @@
-"""Records, their FTS rows and embeddings, and the vector-index projection (LLD 3.1, 3.3, 7).
+"""Records: the one way a record is written, how its status changes, and named reads.
 
-Every change the vector index must see (a record row, its status, its embedding) bumps
-``store_meta.records_version`` in the same transaction and stamps the row's
-``index_version`` with it, so other processes can refresh by delta (LLD 7).
+:meth:`RecordsMixin.write_record` is the only insert: the row, its entity links, its FTS
+row (once), its vector and the audit event commit together under one ``records_version``.
+A record's status changes through :meth:`RecordsMixin.transition`, and reinforcement
+through :meth:`RecordsMixin.update_lifecycle`. Reads are named queries with typed
+filters; no SQL fragment comes from outside ``retold.store``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+import sqlite3
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import numpy as np
-
 from retold.errors import StoreError
-from retold.models import ACTIVE_STATUSES, RECORD_STATUSES, RECORD_TYPES, Record, Scope
-from retold.store.base import StoreBase, dt, marks, ts
-from retold.store.eligible import EligibleSet
+from retold.models import RECORD_STATUSES, Record, Scope
+from retold.store.base import LINK_ROLES, Embedding, NewEvent, StoreBase, chunks, dt, marks, scope_clause, ts
 from retold.util import from_iso, to_iso
 
-__all__ = ["IndexChange", "RecordMeta", "RecordsMixin", "VectorSnapshot", "record_from_row"]
+__all__ = ["RecordWrite", "Transition", "RecordsMixin", "record_from_row"]
+
+_ACTIVE_SQL = "('provisional', 'confirmed')"
+# A supersession chain longer than this is corrupt data; the walk stops there.
+_LINEAGE_BOUND = 1000
 
 
 @dataclass(frozen=True)
-class VectorSnapshot:
-    """Every compatible embedding, read in one snapshot with the version it reflects."""
+class RecordWrite:
+    """What :meth:`RecordsMixin.write_record` committed."""
 
-    records_version: int
-    ids: list[str]
-    seqs: np.ndarray  # (n,) int64, the records' stable integer keys
-    matrix: np.ndarray  # (n, dims) float32
-    index_versions: np.ndarray  # (n,) int64
+    index_version: int  # the records_version the row and its vector carry
+    seq: int  # the record's stable integer key (FTS rowid, vector-index key)
+    event_id: str | None
 
 
 @dataclass(frozen=True)
-class IndexChange:
-    """The current index state of one record changed since a given version."""
+class Transition:
+    """A status change that :meth:`RecordsMixin.transition` committed."""
 
-    record_id: str
-    seq: int
     index_version: int
-    vector: np.ndarray | None  # None: the record must not be in the index
-
-
-@dataclass(frozen=True)
-class RecordMeta:
-    """The few columns the early search stages need (freshness, gate, the log)."""
-
-    id: str
-    type: str
-    source_kind: str
-    status: str
-    event_at: datetime
+    event_id: str | None
 
 
 class RecordsMixin(StoreBase):
-    """Record rows, FTS rows, embeddings and the eligibility filter."""
+    """Record rows with their links, FTS rows, vectors, status and conflicts."""
 
-    def insert_record(self, record: Record, aliases: str = "") -> int:
-        """Insert a record with its FTS row; return the index_version it committed under."""
+    # -- the one write ----------------------------------------------------------------
+
+    def write_record(
+        self,
+        record: Record,
+        *,
+        links: Sequence[tuple[str, str]] = (),
+        embedding: Embedding | None = None,
+        event: Callable[[], NewEvent] | None = None,
+    ) -> RecordWrite:
+        """Insert ``record`` with its ``(entity_id, role)`` links, its FTS row, its vector
+        and an audit event, in one transaction under one ``records_version``.
+
+        ``event`` is called once the rows are written, so it may describe what the write
+        cost. Sets ``record.index_version`` and ``record.seq``. A link to a missing entity
+        raises StoreError and writes nothing.
+        """
+        for _, role in links:
+            if role not in LINK_ROLES:
+                raise ValueError(f"link role must be about or mentions, got {role!r}")
         with self.atomic() as conn:
             version = self.bump_version(conn)
             # BEGIN IMMEDIATE holds the write lock, so max(seq) + 1 cannot race.
@@ -84,131 +91,67 @@ class RecordsMixin(StoreBase):
                     ts(record.last_reinforced_at), version, json.dumps(record.tags),
                 ),
             )
-            if record.status != "deleted":
-                conn.execute(
-                    "INSERT INTO records_fts(rowid, record_id, content, subject, aliases)"
-                    " VALUES (?, ?, ?, ?, ?)",
-                    (seq, record.id, record.content, record.subject, aliases),
-                )
+            if links:
+                try:
+                    conn.executemany(
+                        "INSERT OR IGNORE INTO record_entities(record_id, entity_id, role)"
+                        " VALUES (?, ?, ?)",
+                        [(record.id, entity_id, role) for entity_id, role in links],
+                    )
+                except sqlite3.IntegrityError as exc:  # foreign key: no such entity
+                    raise StoreError(f"cannot link record {record.id}: {exc}") from exc
+            if embedding is not None:
+                self._put_vectors(conn, [(record.id, embedding.vector)], embedding.model,
+                                  embedding.version, version)
+            self._write_fts(conn, [record.id])  # after the links: it carries their aliases
             record.index_version, record.seq = version, seq
-            return version
+            event_id = self._insert_event(conn, event()) if event is not None else None
+        return RecordWrite(version, seq, event_id)
 
-    def set_status(self, record_id: str, status: str) -> int:
-        """Change a record's status; a deleted record also loses its FTS row (LLD 3.3)."""
+    # -- status and lifecycle -----------------------------------------------------------
+
+    def transition(
+        self,
+        record_id: str,
+        status: str,
+        *,
+        from_statuses: Sequence[str],
+        live_at: datetime | None = None,
+        clear_expiry: bool = False,
+        event: NewEvent | None = None,
+    ) -> Transition | None:
+        """Move a record to ``status`` only while it is in one of ``from_statuses``, and
+        append ``event`` with the change.
+
+        The test and the update share one write transaction, so a record that another
+        writer superseded or forgot in the meantime is left alone: the result is then
+        None and nothing was written. ``live_at`` also requires that the record has not
+        passed its ``expires_at`` then (such a row is already history for retrieval).
+        ``clear_expiry`` drops ``expires_at`` (a confirmed record keeps no provisional
+        expiry). Returns the records_version the change committed under and the event id.
+        """
         if status not in RECORD_STATUSES:
             raise ValueError(f"unknown status {status!r}")
+        if not from_statuses:
+            raise ValueError("from_statuses must name at least one status")
+        where = f"id = ? AND status IN ({marks(from_statuses)})"
+        params: list[object] = [record_id, *from_statuses]
+        if live_at is not None:
+            where += " AND (expires_at IS NULL OR expires_at >= ?)"
+            params.append(to_iso(live_at))
         with self.atomic() as conn:
+            if conn.execute(f"SELECT 1 FROM records WHERE {where}", params).fetchone() is None:
+                return None
             version = self.bump_version(conn)
-            row = conn.execute(
-                "UPDATE records SET status = ?, index_version = ? WHERE id = ? RETURNING seq",
-                (status, version, record_id),
-            ).fetchone()
-            if row is None:
-                raise StoreError(f"no record {record_id}")
-            if status == "deleted":
-                conn.execute("DELETE FROM records_fts WHERE rowid = ?", (row[0],))
-            return version
+            if clear_expiry:
+                conn.execute("UPDATE records SET expires_at = NULL WHERE id = ?", (record_id,))
+            self._set_status(conn, [record_id], status, version)
+            event_id = self._insert_event(conn, event) if event is not None else None
+            return Transition(version, event_id)
 
-    def refresh_fts(self, record_ids: Iterable[str]) -> None:
-        """Rewrite the FTS rows of these records from their current content, subject and
-        the aliases of their linked entities (LLD 3.3: aliases are denormalised, so a new
-        link, a new alias or an entity merge must rewrite every affected row)."""
-        with self.atomic() as conn:
-            for record_id in dict.fromkeys(record_ids):
-                row = conn.execute(
-                    "SELECT seq, content, subject, status FROM records WHERE id = ?", (record_id,)
-                ).fetchone()
-                if row is None:
-                    continue
-                seq, content, subject, status = row
-                conn.execute("DELETE FROM records_fts WHERE rowid = ?", (seq,))
-                if status == "deleted":
-                    continue  # LLD 11: forgotten records have no lexical row
-                aliases = " ".join(
-                    alias
-                    for (alias,) in conn.execute(
-                        "SELECT DISTINCT a.alias_norm FROM record_entities re"
-                        " JOIN entity_aliases a ON a.entity_id = re.entity_id"
-                        " WHERE re.record_id = ? ORDER BY a.alias_norm",
-                        (record_id,),
-                    )
-                )
-                conn.execute(
-                    "INSERT INTO records_fts(rowid, record_id, content, subject, aliases)"
-                    " VALUES (?, ?, ?, ?, ?)",
-                    (seq, record_id, content, subject, aliases),
-                )
-
-    def get_record(self, record_id: str) -> Record | None:
-        """One record with its entity links (about links first), or None."""
-        found = self.select_records("id = ?", (record_id,))
-        return found[0] if found else None
-
-    def record_meta(self, ids: Sequence[str]) -> dict[str, RecordMeta]:
-        """Type, source kind, status and event time of each record, by id."""
-        out: dict[str, RecordMeta] = {}
-        with self._lock:
-            for start in range(0, len(ids), 500):
-                chunk = list(ids[start : start + 500])
-                for rid, type_, source, status, event_at in self._conn.execute(
-                    "SELECT id, type, source_kind, status, event_at FROM records"
-                    f" WHERE id IN ({marks(chunk)})", chunk,
-                ):
-                    out[rid] = RecordMeta(rid, type_, source, status, from_iso(event_at))
-        return out
-
-    def select_records(
-        self, where: str, params: Sequence[Any] = (), *, order: str = "seq", limit: int | None = None
-    ) -> list[Record]:
-        """Records matching a trusted SQL condition, with their entity links, in one snapshot."""
-        sql = f"SELECT * FROM records WHERE {where} ORDER BY {order}"
-        if limit is not None:
-            sql += f" LIMIT {int(limit)}"
-        with self.snapshot() as conn:
-            cursor = conn.execute(sql, tuple(params))
-            names = [d[0] for d in cursor.description]
-            rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-            links: dict[str, list[str]] = {row["id"]: [] for row in rows}
-            if rows:
-                ids = list(links)
-                for record_id, entity_id in conn.execute(
-                    "SELECT record_id, entity_id FROM record_entities"
-                    f" WHERE record_id IN ({marks(ids)}) ORDER BY role = 'mentions', entity_id",
-                    ids,
-                ):
-                    links[record_id].append(entity_id)
-        return [record_from_row(row, links[row["id"]]) for row in rows]
-
-    def active_for_subject(
-        self,
-        scope: Scope,
-        type_: str,
-        entity_id: str,
-        now: datetime,
-        *,
-        attribute: str | None = None,
-        limit: int | None = None,
-    ) -> list[Record]:
-        """Active records about one entity in one scope and type (optionally one attribute),
-        most recently reinforced first: the store order the LLD 6.3 scan cap applies to."""
-        where = (
-            "scope_kind = ? AND scope_id = ? AND subject_entity_id = ? AND type = ?"
-            " AND status IN ('provisional', 'confirmed') AND (expires_at IS NULL OR expires_at >= ?)"
-        )
-        params: list[Any] = [scope.kind, scope.id, entity_id, type_, to_iso(now)]
-        if attribute is not None:
-            where += " AND attribute = ?"
-            params.append(attribute)
-        return self.select_records(
-            where, params, order="coalesce(last_reinforced_at, created_at) DESC, seq DESC", limit=limit
-        )
-
-    def save_lifecycle(self, record: Record) -> int:
-        """Persist a record's lifecycle and provenance fields; return its index_version.
-
-        Used for reinforcement, supersession and status changes, which all change what
-        retrieval may return, so each bumps records_version (LLD 7).
-        """
+    def update_lifecycle(self, record: Record) -> int:
+        """Persist a reinforcement: confidence, counts, expiry, provenance, status (a
+        reinforcement may confirm a provisional record). Returns the index_version."""
         with self.atomic() as conn:
             version = self.bump_version(conn)
             row = conn.execute(
@@ -230,7 +173,7 @@ class RecordsMixin(StoreBase):
             return version
 
     def add_conflict(self, record_id: str, other_id: str) -> None:
-        """Link two incompatible claims, in both directions (LLD 3.3)."""
+        """Link two incompatible claims, in both directions."""
         noted = to_iso(self.clock.now())
         with self.atomic() as conn:
             conn.executemany(
@@ -247,7 +190,7 @@ class RecordsMixin(StoreBase):
 
     def counted_refs(self, record_id: str) -> set[str]:
         """The source references already counted for a record: its own and every counted
-        reinforcement's (LLD 6.4 independence)."""
+        reinforcement's. Only a new reference counts as independent support."""
         with self.snapshot() as conn:
             row = conn.execute("SELECT source_ref FROM records WHERE id = ?", (record_id,)).fetchone()
             refs = {row[0]} if row and row[0] else set()
@@ -261,138 +204,148 @@ class RecordsMixin(StoreBase):
             )
         return refs
 
-    def eligible_ids(
+    # -- named reads --------------------------------------------------------------------
+
+    def get_record(self, record_id: str) -> Record | None:
+        """One record with its entity links (about links first), or None."""
+        found = self._select("id = ?", [record_id])
+        return found[0] if found else None
+
+    def records(self, ids: Sequence[str]) -> list[Record]:
+        """The records with these ids that exist, in store order."""
+        out: list[Record] = []
+        for chunk in chunks(list(dict.fromkeys(ids))):
+            out += self._select(f"id IN ({marks(chunk)})", chunk)
+        return sorted(out, key=lambda r: r.seq or 0)
+
+    def find_records(
         self,
-        scopes: Sequence[Scope],
-        types: Sequence[str] | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        include_history: bool = False,
-        now: datetime | None = None,
-    ) -> EligibleSet:
-        """The hard filter of LLD 10.1 step 3 as one query over a covering index.
+        *,
+        scopes: Sequence[Scope] | None = None,
+        statuses: Sequence[str] | None = None,
+        subject_entity_id: str | None = None,
+        source_kind: str | None = None,
+        source_ref: str | None = None,
+        supersedes_id: str | None = None,
+        content: str | None = None,
+        id_suffix: str | None = None,
+        limit: int | None = None,
+    ) -> list[Record]:
+        """Records matching every filter given, in store order (oldest first).
 
-        Readable scope, lifecycle status, expiry (``expires_at < now`` is ineligible,
-        LLD 6.5), type and the ``event_at`` window. ``include_history`` admits superseded
-        and expired rows; deleted rows are never eligible.
+        ``scopes`` restricts to those scopes (an empty list matches nothing); ``id_suffix``
+        matches the end of the id, as the short ids in rendered results do.
         """
-        if not scopes:
-            return EligibleSet([], np.empty(0, dtype=np.int64), records_version=self.records_version())
-        statuses = (*ACTIVE_STATUSES, "superseded", "expired") if include_history else ACTIVE_STATUSES
-        where = f"scope_kind = ? AND scope_id = ? AND status IN ({marks(statuses)})"
-        tail: list[Any] = list(statuses)
-        # Unary + keeps the planner on records_scope: scope is the selective, security
-        # relevant filter, and without ANALYZE statistics SQLite would pick records_event.
-        if not include_history:
-            where += " AND (expires_at IS NULL OR expires_at >= ?)"
-            tail.append(to_iso(now or self.clock.now()))
-        if types:
-            unknown = set(types) - set(RECORD_TYPES)
-            if unknown:
-                raise ValueError(f"unknown record types {sorted(unknown)}")
-            where += f" AND +type IN ({marks(types)})"
-            tail += list(types)
-        if since is not None:
-            where += " AND +event_at >= ?"
-            tail.append(to_iso(since))
-        if until is not None:
-            where += " AND +event_at <= ?"
-            tail.append(to_iso(until))
-        # One branch per scope, each a range of the covering records_scope index; UNION ALL
-        # is cheaper than SQLite's multi-index OR plan and scopes never overlap.
-        sql = " UNION ALL ".join([f"SELECT id, seq, expires_at FROM records WHERE {where}"] * len(scopes))
+        where: list[str] = []
         params: list[Any] = []
-        for scope in scopes:
-            params += [scope.kind, scope.id, *tail]
-        with self.snapshot() as conn:
-            version = self.read_version(conn)
-            rows = conn.execute(sql, params).fetchall()
-        seqs = np.fromiter((row[1] for row in rows), dtype=np.int64, count=len(rows))
-        expiries = [row[2] for row in rows if row[2] is not None]
-        valid_until = from_iso(min(expiries)) if expiries and not include_history else None
-        return EligibleSet([row[0] for row in rows], seqs, records_version=version,
-                           valid_until=valid_until)
+        if scopes is not None:
+            if not scopes:
+                return []
+            sql, scope_params = scope_clause(scopes)
+            where.append(sql)
+            params += scope_params
+        if statuses is not None:
+            where.append(f"status IN ({marks(statuses)})")
+            params += list(statuses)
+        for column, value in (("subject_entity_id", subject_entity_id), ("source_kind", source_kind),
+                              ("source_ref", source_ref), ("supersedes_id", supersedes_id),
+                              ("content", content)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
+        if id_suffix is not None:
+            escaped = id_suffix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            where.append("id LIKE ? ESCAPE '\\'")
+            params.append("%" + escaped)
+        return self._select(" AND ".join(where) or "1", params, limit=limit)
 
-    # -- embeddings and the vector-index projection (LLD 7) ------------------------------
+    def active_for_subject(
+        self,
+        scope: Scope,
+        type_: str,
+        entity_id: str,
+        now: datetime,
+        *,
+        attribute: str | None = None,
+        limit: int | None = None,
+    ) -> list[Record]:
+        """Active, unexpired records about one entity in one scope and type (optionally
+        one attribute), most recently reinforced first: the order the write path's scan
+        cap keeps."""
+        where = (
+            "scope_kind = ? AND scope_id = ? AND subject_entity_id = ? AND type = ?"
+            f" AND status IN {_ACTIVE_SQL} AND (expires_at IS NULL OR expires_at >= ?)"
+        )
+        params: list[Any] = [scope.kind, scope.id, entity_id, type_, to_iso(now)]
+        if attribute is not None:
+            where += " AND attribute = ?"
+            params.append(attribute)
+        return self._select(
+            where, params, order="coalesce(last_reinforced_at, created_at) DESC, seq DESC", limit=limit
+        )
 
-    def put_embedding(self, record_id: str, model: str, version: str, vector: np.ndarray) -> int:
-        """Store one L2-normalised float32 vector; return the committed index_version."""
-        return self.put_embeddings([(record_id, vector)], model, version)
-
-    def put_embeddings(self, rows: Sequence[tuple[str, np.ndarray]], model: str, version: str) -> int:
-        """Store a batch of vectors under one records_version bump; return that version."""
-        with self.atomic() as conn:
-            index_version = self.bump_version(conn)
-            conn.executemany(
-                "INSERT INTO embeddings(record_id, model, version, dims, vector, index_version)"
-                " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(record_id) DO UPDATE SET"
-                " model = excluded.model, version = excluded.version, dims = excluded.dims,"
-                " vector = excluded.vector, index_version = excluded.index_version",
-                [(rid, model, version, int(np.asarray(vec).shape[-1]),
-                  np.ascontiguousarray(vec, dtype=np.float32).tobytes(), index_version)
-                 for rid, vec in rows],
-            )
-            return index_version
-
-    def delete_embedding(self, record_id: str) -> int:
-        """Drop a record's vector; the record row carries the version other processes see."""
-        with self.atomic() as conn:
-            index_version = self.bump_version(conn)
-            conn.execute("DELETE FROM embeddings WHERE record_id = ?", (record_id,))
-            conn.execute(
-                "UPDATE records SET index_version = ? WHERE id = ?", (index_version, record_id)
-            )
-            return index_version
-
-    def load_vectors(self, model: str, version: str, dims: int) -> VectorSnapshot:
-        """Every live vector of this model and version, with the version read with them."""
-        with self.snapshot() as conn:
-            records_version = self.read_version(conn)
-            rows = conn.execute(
-                "SELECT e.record_id, e.index_version, e.vector, r.seq FROM embeddings e"
-                " JOIN records r ON r.id = e.record_id"
-                " WHERE e.model = ? AND e.version = ? AND e.dims = ? AND r.status != 'deleted'",
-                (model, version, dims),
+    def active_subjects(self, scopes: Sequence[Scope], now: datetime, limit: int) -> list[str]:
+        """Distinct subjects of active, unexpired semantic and procedural records in
+        ``scopes``, most recently touched first, at most ``limit``."""
+        if not scopes or limit <= 0:
+            return []
+        where, params = scope_clause(scopes)
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT subject FROM records WHERE {where} AND status IN {_ACTIVE_SQL}"
+                " AND type != 'episodic' AND (expires_at IS NULL OR expires_at >= ?)"
+                " GROUP BY subject ORDER BY max(coalesce(last_reinforced_at, created_at)) DESC,"
+                " subject LIMIT ?",
+                [*params, to_iso(now), limit],
             ).fetchall()
-        ids = [row[0] for row in rows]
-        # One join and one frombuffer: no per-row array objects on the cold path.
-        matrix = np.frombuffer(b"".join(row[2] for row in rows), dtype=np.float32)
-        versions = np.fromiter((row[1] for row in rows), dtype=np.int64, count=len(rows))
-        seqs = np.fromiter((row[3] for row in rows), dtype=np.int64, count=len(rows))
-        return VectorSnapshot(records_version, ids, seqs, matrix.reshape(len(rows), dims), versions)
+        return [str(r[0]) for r in rows]
 
-    def index_changes(
-        self, since_version: int, model: str, version: str, dims: int
-    ) -> tuple[int, list[IndexChange]]:
-        """Records whose index state changed after ``since_version``, read in one snapshot.
+    def lineage_ids(self, record_id: str) -> list[str]:
+        """The supersession chain through ``record_id``, oldest first."""
+        # Both walks are bounded, so a corrupt cycle cannot loop forever.
+        with self._lock:
+            rows = self._conn.execute(
+                "WITH RECURSIVE"
+                " back(id, sup, d) AS (SELECT id, supersedes_id, 0 FROM records WHERE id = ?1"
+                "   UNION ALL SELECT r.id, r.supersedes_id, b.d - 1 FROM records r"
+                "   JOIN back b ON r.id = b.sup WHERE b.d > -?2),"
+                " fwd(id, d) AS (SELECT id, 0 FROM records WHERE id = ?1"
+                "   UNION ALL SELECT r.id, f.d + 1 FROM records r"
+                "   JOIN fwd f ON r.supersedes_id = f.id WHERE f.d < ?2)"
+                " SELECT id, d FROM back UNION ALL SELECT id, d FROM fwd ORDER BY d",
+                (record_id, _LINEAGE_BOUND)).fetchall()
+        return list(dict.fromkeys(str(r[0]) for r in rows))
 
-        Both lookups use their ``index_version`` indexes (LLD 7). A change whose vector is
-        missing, of another model or version, or whose record is deleted, maps to None.
-        """
+    def count_records(self) -> int:
+        """Every record row, tombstones included."""
+        with self._lock:
+            return int(self._conn.execute("SELECT count(*) FROM records").fetchone()[0])
+
+    def _select(
+        self, where: str, params: Sequence[Any], *, order: str = "seq", limit: int | None = None
+    ) -> list[Record]:
+        """Records matching a condition built in this module, with their entity links,
+        read in one snapshot."""
+        sql = f"SELECT * FROM records WHERE {where} ORDER BY {order}"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
         with self.snapshot() as conn:
-            records_version = self.read_version(conn)
-            rows = conn.execute(
-                "WITH changed(id) AS ("
-                "  SELECT id FROM records WHERE index_version > ?1"
-                "  UNION SELECT record_id FROM embeddings WHERE index_version > ?1)"
-                " SELECT r.id, r.seq, max(r.index_version, coalesce(e.index_version, 0)), r.status,"
-                "        e.model, e.version, e.dims, e.vector"
-                " FROM changed c JOIN records r ON r.id = c.id"
-                " LEFT JOIN embeddings e ON e.record_id = r.id",
-                (since_version,),
-            ).fetchall()
-        changes = []
-        for record_id, seq, index_version, status, e_model, e_version, e_dims, blob in rows:
-            usable = (
-                blob is not None and status != "deleted"
-                and (e_model, e_version, e_dims) == (model, version, dims)
-            )
-            vector = np.frombuffer(blob, dtype=np.float32) if usable else None
-            changes.append(IndexChange(record_id, int(seq), int(index_version), vector))
-        return records_version, changes
+            cursor = conn.execute(sql, tuple(params))
+            names = [d[0] for d in cursor.description]
+            rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+            links: dict[str, list[str]] = {row["id"]: [] for row in rows}
+            for chunk in chunks(list(links)):
+                for record_id, entity_id in conn.execute(
+                    "SELECT record_id, entity_id FROM record_entities"
+                    f" WHERE record_id IN ({marks(chunk)}) ORDER BY role = 'mentions', entity_id",
+                    chunk,
+                ):
+                    links[record_id].append(entity_id)
+        return [record_from_row(row, links[row["id"]]) for row in rows]
+
 
 def record_from_row(row: dict[str, Any], entity_ids: list[str]) -> Record:
-    created = from_iso(row["created_at"])
+    """A ``records`` row (column -> value) and its linked entity ids as a Record."""
     return Record(
         id=row["id"],
         type=row["type"],
@@ -406,7 +359,7 @@ def record_from_row(row: dict[str, Any], entity_ids: list[str]) -> Record:
         source_ref=row["source_ref"],
         creator_agent_id=row["creator_agent_id"],
         evidence=row["evidence"],
-        created_at=created,
+        created_at=from_iso(row["created_at"]),
         event_at=from_iso(row["event_at"]),
         expires_at=dt(row["expires_at"]),
         valid_from=dt(row["valid_from"]),
@@ -423,4 +376,3 @@ def record_from_row(row: dict[str, Any], entity_ids: list[str]) -> Record:
         index_version=row["index_version"],
         seq=row["seq"],
     )
-

@@ -1,7 +1,8 @@
-"""Candidate-generator queries: FTS5 and entity lookups restricted to an eligible set (LLD 10.2).
+"""The read path's queries: the eligible set, candidate generators and the search log.
 
-Both queries apply the eligible restriction before their limit (LLD 10.2 step 4), so
-rows the caller may not read can never crowd readable rows out of a generator's top k.
+:meth:`SearchMixin.eligible_ids` is the hard filter every search starts from. The FTS5
+and entity queries apply that restriction before their limit, so rows the caller may not
+read can never crowd readable rows out of a generator's top k.
 Two equivalent plans do that; :data:`ELIGIBLE_TEMP_TABLE_MAX` picks one by the size of
 the eligible set:
 
@@ -17,18 +18,31 @@ writing them takes no lock on the store file.
 
 from __future__ import annotations
 
+import json
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 
 import numpy as np
 
 from retold.errors import StoreError
-from retold.store.base import StoreBase, marks
+from retold.models import ACTIVE_STATUSES, RECORD_TYPES, Scope
+from retold.store.base import StoreBase, chunks, marks
 from retold.store.eligible import EligibleSet
+from retold.util import from_iso, to_iso
 
-__all__ = ["ELIGIBLE_TEMP_TABLE_MAX", "FtsRow", "SearchMixin"]
+__all__ = ["ELIGIBLE_TEMP_TABLE_MAX", "SEARCH_LOG_COLUMNS", "FtsRow", "RecordMeta", "SearchMixin"]
+
+SEARCH_LOG_COLUMNS = (
+    "id", "at", "agent_id", "user_id", "session_id", "trigger", "request", "context",
+    "rewrite_status", "rewritten_queries", "readable_scopes", "dense", "lexical", "entity",
+    "fused", "freshness", "gated_out", "deduped_out", "reranked", "reranked_out",
+    "rerank_status", "rerank_error", "budget_out", "returned", "explanations", "config_flags",
+    "warm", "timings_ms",
+)
 
 # Eligible sets up to this size go through the TEMP table; larger ones are streamed.
 # Measured on a 50K-record store: the table costs about 0.25 ms per 1K eligible seqs to
@@ -37,9 +51,21 @@ __all__ = ["ELIGIBLE_TEMP_TABLE_MAX", "FtsRow", "SearchMixin"]
 # 22K rows, 0.3 ms for a rare term). 20K is where the worst cases of the two cross.
 ELIGIBLE_TEMP_TABLE_MAX = 20_000
 
-# LLD 10.2 step 3: the leading 0.0 skips the UNINDEXED record_id column, then content 1,
-# subject 2, aliases 3. SQLite's bm25 is negative, and lower is better.
+# Column weights: the leading 0.0 skips the UNINDEXED record_id column, then content 1,
+# subject 2, aliases 3 (a name match says more than a word in the text). SQLite's bm25 is
+# negative, and lower is better.
 _BM25 = "bm25(records_fts, 0.0, 1.0, 2.0, 3.0)"
+
+
+@dataclass(frozen=True)
+class RecordMeta:
+    """The few columns the early search stages need (freshness, gate, the log)."""
+
+    id: str
+    type: str
+    source_kind: str
+    status: str
+    event_at: datetime
 
 
 @dataclass(frozen=True)
@@ -55,9 +81,119 @@ class FtsRow:
 
 
 class SearchMixin(StoreBase):
-    """Lexical and entity candidate queries."""
+    """The eligible set, lexical and entity candidate queries, and ``search_log``."""
 
     _eligible_token: int | None = None  # which EligibleSet temp.retold_eligible_seq holds
+
+    def eligible_ids(
+        self,
+        scopes: Sequence[Scope],
+        types: Sequence[str] | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        include_history: bool = False,
+        now: datetime | None = None,
+    ) -> EligibleSet:
+        """The hard filter as one query over a covering index.
+
+        Readable scope, lifecycle status, expiry (``expires_at < now`` is ineligible),
+        type and the ``event_at`` window. ``include_history`` admits superseded
+        and expired rows; deleted rows are never eligible.
+        """
+        if not scopes:
+            return EligibleSet([], np.empty(0, dtype=np.int64), records_version=self.records_version())
+        statuses = (*ACTIVE_STATUSES, "superseded", "expired") if include_history else ACTIVE_STATUSES
+        where = f"scope_kind = ? AND scope_id = ? AND status IN ({marks(statuses)})"
+        tail: list[Any] = list(statuses)
+        # Unary + keeps the planner on records_scope: scope is the selective, security
+        # relevant filter, and without ANALYZE statistics SQLite would pick records_event.
+        if not include_history:
+            where += " AND (expires_at IS NULL OR expires_at >= ?)"
+            tail.append(to_iso(now or self.clock.now()))
+        if types:
+            unknown = set(types) - set(RECORD_TYPES)
+            if unknown:
+                raise ValueError(f"unknown record types {sorted(unknown)}")
+            where += f" AND +type IN ({marks(types)})"
+            tail += list(types)
+        if since is not None:
+            where += " AND +event_at >= ?"
+            tail.append(to_iso(since))
+        if until is not None:
+            where += " AND +event_at <= ?"
+            tail.append(to_iso(until))
+        # One branch per scope, each a range of the covering records_scope index; UNION ALL
+        # is cheaper than SQLite's multi-index OR plan and scopes never overlap.
+        sql = " UNION ALL ".join([f"SELECT id, seq, expires_at FROM records WHERE {where}"] * len(scopes))
+        params: list[Any] = []
+        for scope in scopes:
+            params += [scope.kind, scope.id, *tail]
+        with self.snapshot() as conn:
+            version = self.read_version(conn)
+            rows = conn.execute(sql, params).fetchall()
+        seqs = np.fromiter((row[1] for row in rows), dtype=np.int64, count=len(rows))
+        expiries = [row[2] for row in rows if row[2] is not None]
+        valid_until = from_iso(min(expiries)) if expiries and not include_history else None
+        return EligibleSet([row[0] for row in rows], seqs, records_version=version,
+                           valid_until=valid_until)
+
+    def record_meta(self, ids: Sequence[str]) -> dict[str, RecordMeta]:
+        """Type, source kind, status and event time of each record, by id."""
+        out: dict[str, RecordMeta] = {}
+        with self._lock:
+            for chunk in chunks(ids):
+                for rid, type_, source, status, event_at in self._conn.execute(
+                    "SELECT id, type, source_kind, status, event_at FROM records"
+                    f" WHERE id IN ({marks(chunk)})", chunk,
+                ):
+                    out[rid] = RecordMeta(rid, type_, source, status, from_iso(event_at))
+        return out
+
+    # -- search_log: one row per search ------------------------------------------------
+
+    def insert_search_log(self, row: Mapping[str, Any]) -> None:
+        """Insert one complete row; JSON columns arrive already serialised."""
+        missing = [c for c in SEARCH_LOG_COLUMNS if c not in row]
+        if missing:
+            raise ValueError(f"search_log row lacks {', '.join(missing)}")
+        with self.atomic() as conn:
+            conn.execute(
+                f"INSERT INTO search_log({', '.join(SEARCH_LOG_COLUMNS)})"
+                f" VALUES ({marks(SEARCH_LOG_COLUMNS)})",
+                [row[c] for c in SEARCH_LOG_COLUMNS],
+            )
+
+    def search_log_row(self, search_id: str) -> dict[str, Any] | None:
+        """One logged search as a column -> value dict (JSON left as text)."""
+        rows = self._search_logs("WHERE id = ?", (search_id,))
+        return rows[0] if rows else None
+
+    def search_log_rows(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """Logged searches, oldest first (at most ``limit``)."""
+        return self._search_logs("", (), limit)
+
+    def latest_search_flags(self) -> tuple[str, dict[str, Any]] | None:
+        """``(trigger, config_flags)`` of the most recent logged search, or None."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT trigger, config_flags FROM search_log ORDER BY at DESC, id DESC LIMIT 1"
+            ).fetchone()
+        if row is None:
+            return None
+        flags = json.loads(row[1]) if row[1] and row[1].startswith("{") else {}
+        return str(row[0]), flags
+
+    def _search_logs(
+        self, where: str, params: tuple[Any, ...], limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        sql = f"SELECT {', '.join(SEARCH_LOG_COLUMNS)} FROM search_log {where} ORDER BY at, id"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        with self._lock:
+            rows = self._conn.execute(sql, params).fetchall()
+        return [dict(zip(SEARCH_LOG_COLUMNS, row, strict=True)) for row in rows]
+
+    # -- candidate generators -----------------------------------------------------------
 
     @property
     def can_keep_temp_tables(self) -> bool:
@@ -74,7 +210,7 @@ class SearchMixin(StoreBase):
     ) -> list[FtsRow]:
         """The best ``limit`` eligible rows for an FTS5 ``MATCH`` expression, by bm25.
 
-        The eligible restriction comes before the limit (LLD 10.2 step 4): up to
+        The eligible restriction comes before the limit: up to
         ``temp_table_max`` eligible seqs (default :data:`ELIGIBLE_TEMP_TABLE_MAX`) are
         loaded into a TEMP table joined on ``records_fts.rowid`` (which is
         ``records.seq``) with ``LIMIT`` in SQL; above it the bm25-ordered match cursor is
@@ -130,8 +266,9 @@ class SearchMixin(StoreBase):
         ``about`` links rank before ``mentions``, then the most recent ``event_at``;
         a record linked to several of the entities appears once, with its best link.
         The entity ids travel through a TEMP table, never one bound parameter each
-        (LLD 2.3 max_alias_tokens), and the eligible restriction comes before the limit
-        (LLD 10.2), by the same two plans as :meth:`fts_candidates`.
+        (a long query's n-grams would pass SQLite's bound-parameter limit), and the
+        eligible restriction comes before the limit, by the same two plans as
+        :meth:`fts_candidates`.
         """
         wanted = list(dict.fromkeys(entity_id for entity_id in entity_ids if entity_id))
         if not wanted or limit <= 0 or len(eligible) == 0:

@@ -1,24 +1,35 @@
-"""Sessions and their numbered turns (LLD 3.5, 12)."""
+"""Sessions: their numbered turns, their end, and their extraction claim and stages.
+
+A session is extracted by whoever claims it: ``sessions.extraction_started_at`` is the
+timed claim, ``sessions.extracted_at`` the finish line. Each extraction stage
+(``extract``, ``review``) saves its output in ``extraction_stages`` before the next stage
+starts, so a worker killed after a hosted model call resumes without paying for that call
+again (docs/architecture.md, "The session path").
+"""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from datetime import datetime
-from typing import cast, get_args
+from datetime import datetime, timedelta
+from typing import Any, Literal, cast, get_args
 
 from retold.errors import StoreError
 from retold.models import Role, Turn
 from retold.store.base import StoreBase, dt, ts
 from retold.util import from_iso, to_iso
 
-__all__ = ["SessionRow", "SessionsMixin"]
+__all__ = ["ClaimOutcome", "SessionRow", "SessionsMixin", "Stage", "StageRow"]
 
 _ROLES: tuple[str, ...] = get_args(Role)
+Stage = Literal["extract", "review"]
+ClaimOutcome = Literal["claimed", "reclaimed", "busy", "done", "missing", "open"]
+_STAGES: tuple[str, ...] = get_args(Stage)
 
 
 @dataclass(frozen=True)
 class SessionRow:
-    """One row of ``sessions`` (LLD 3.5), timestamps parsed."""
+    """One row of ``sessions``, timestamps parsed."""
 
     id: str
     agent_id: str
@@ -30,8 +41,20 @@ class SessionRow:
     extracted_at: datetime | None
 
 
+@dataclass(frozen=True)
+class StageRow:
+    """One persisted stage output with the model and prompt version that produced it."""
+
+    session_id: str
+    stage: Stage
+    output: dict[str, Any]
+    model: str
+    prompt_version: str
+    at: datetime
+
+
 class SessionsMixin(StoreBase):
-    """Rows of ``sessions`` and ``session_turns``."""
+    """Rows of ``sessions``, ``session_turns`` and ``extraction_stages``."""
 
     def create_session(
         self,
@@ -77,8 +100,8 @@ class SessionsMixin(StoreBase):
     def append_turn(self, session_id: str, role: str, content: str, at: datetime) -> Turn:
         """Append the next numbered turn (1, 2, ...) of a session and return it.
 
-        Tool turns carry the result text, not the call (LLD 3.5); the caller passes it as
-        given. Raises ValueError for an unknown role and StoreError for an unknown session.
+        Tool turns carry the result text, not the call; the caller passes it as given.
+        Raises ValueError for an unknown role and StoreError for an unknown session.
         """
         if role not in _ROLES:
             raise ValueError(f"role must be one of {', '.join(_ROLES)}, got {role!r}")
@@ -121,7 +144,7 @@ class SessionsMixin(StoreBase):
     def end_session(self, session_id: str, at: datetime) -> bool:
         """Set ``ended_at`` unless the session is already ended; return whether it changed.
 
-        The return value lets ``on_session_end`` schedule extraction exactly once (LLD 12).
+        The return value lets ``on_session_end`` schedule extraction exactly once.
         """
         with self.atomic() as conn:
             cursor = conn.execute(
@@ -129,3 +152,116 @@ class SessionsMixin(StoreBase):
                 (ts(at), session_id),
             )
             return cursor.rowcount == 1
+
+    # -- extraction claims: a timed claim per session ---------------------------------------
+
+    def claim_session(
+        self, session_id: str, now: datetime, claim_timeout: timedelta, *, force: bool = False
+    ) -> ClaimOutcome:
+        """Claim an ended session for extraction, atomically.
+
+        ``claimed``: nobody held it; ``reclaimed``: an earlier claim was older than
+        ``claim_timeout`` (its worker is presumed dead); ``busy``: a live claim exists;
+        ``done``: already extracted (unless ``force``, which claims it again for a
+        re-run); ``missing``: no such session; ``open``: not ended yet. The check and the
+        conditional UPDATE run under one ``BEGIN IMMEDIATE``, so two workers never both
+        win the same claim.
+        """
+        stamp, cutoff = to_iso(now), to_iso(now - claim_timeout)
+        with self.atomic() as conn:
+            row = conn.execute(
+                "SELECT ended_at, extracted_at, extraction_started_at FROM sessions WHERE id = ?",
+                (session_id,),
+            ).fetchone()
+            if row is None:
+                return "missing"
+            ended_at, extracted_at, started_at = row
+            if ended_at is None:
+                return "open"
+            if extracted_at is not None and not force:
+                return "done"
+            done_clause = "" if force else " AND extracted_at IS NULL"
+            cursor = conn.execute(
+                "UPDATE sessions SET extraction_started_at = ? WHERE id = ? AND ended_at IS NOT NULL"
+                f"{done_clause} AND (extraction_started_at IS NULL OR extraction_started_at < ?)",
+                (stamp, session_id, cutoff),
+            )
+            if cursor.rowcount != 1:
+                return "busy"
+            return "claimed" if started_at is None else "reclaimed"
+
+    def release_claim(self, session_id: str, *, claimed_at: datetime | None = None) -> bool:
+        """Drop the claim so recovery may retry at once; True when a claim was dropped.
+
+        With ``claimed_at`` only that claim is released: a worker whose claim expired
+        and was taken over must not release its successor's.
+        """
+        sql = "UPDATE sessions SET extraction_started_at = NULL WHERE id = ?"
+        params: list[str] = [session_id]
+        if claimed_at is not None:
+            sql += " AND extraction_started_at = ?"
+            params.append(to_iso(claimed_at))
+        with self.atomic() as conn:
+            return conn.execute(sql, params).rowcount == 1
+
+    def finish_session(self, session_id: str, at: datetime) -> bool:
+        """Set ``extracted_at`` and clear the claim; called inside the apply transaction,
+        so a session's writes, its summary and ``extracted_at`` commit together."""
+        with self.atomic() as conn:
+            cursor = conn.execute(
+                "UPDATE sessions SET extracted_at = ?, extraction_started_at = NULL WHERE id = ?",
+                (to_iso(at), session_id),
+            )
+            return cursor.rowcount == 1
+
+    def pending_sessions(self, now: datetime, claim_timeout: timedelta) -> list[tuple[str, str]]:
+        """Ended, unextracted sessions with no live claim, oldest end first, each with the
+        stage it would resume at (``extract`` or ``review``): what recovery re-enqueues."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT s.id, EXISTS (SELECT 1 FROM extraction_stages x"
+                "                     WHERE x.session_id = s.id AND x.stage = 'extract')"
+                " FROM sessions s WHERE s.ended_at IS NOT NULL AND s.extracted_at IS NULL"
+                " AND (s.extraction_started_at IS NULL OR s.extraction_started_at < ?)"
+                " ORDER BY s.ended_at, s.id",
+                (to_iso(now - claim_timeout),),
+            ).fetchall()
+        return [(str(sid), "review" if has_extract else "extract") for sid, has_extract in rows]
+
+    # -- persisted stage outputs ---------------------------------------------------------
+
+    def save_stage(
+        self, session_id: str, stage: Stage, output_json: dict[str, Any], model: str, prompt_version: str
+    ) -> None:
+        """Persist one stage's output (replacing an earlier one) in its own transaction, so
+        it is durable before the next stage starts."""
+        if stage not in _STAGES:
+            raise ValueError(f"stage must be one of {', '.join(_STAGES)}, got {stage!r}")
+        with self.atomic() as conn:
+            conn.execute(
+                "INSERT INTO extraction_stages(session_id, stage, output, model, prompt_version, at)"
+                " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(session_id, stage) DO UPDATE SET"
+                " output = excluded.output, model = excluded.model,"
+                " prompt_version = excluded.prompt_version, at = excluded.at",
+                (session_id, stage, json.dumps(output_json, sort_keys=True), model, prompt_version,
+                 to_iso(self.clock.now())),
+            )
+
+    def stage_row(self, session_id: str, stage: Stage) -> StageRow | None:
+        """The persisted stage with its provenance, or None."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT output, model, prompt_version, at FROM extraction_stages"
+                " WHERE session_id = ? AND stage = ?",
+                (session_id, stage),
+            ).fetchone()
+        if row is None:
+            return None
+        return StageRow(session_id, stage, json.loads(row[0]), row[1], row[2], from_iso(row[3]))
+
+    def clear_stages(self, session_id: str) -> int:
+        """Forget every persisted stage of a session (the next run calls the models again)."""
+        with self.atomic() as conn:
+            return conn.execute(
+                "DELETE FROM extraction_stages WHERE session_id = ?", (session_id,)
+            ).rowcount

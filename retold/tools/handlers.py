@@ -1,10 +1,10 @@
-"""ToolHandlers: the five memory tools behind one framework-neutral entry point (LLD 11).
+"""ToolHandlers: the five memory tools behind one framework-neutral entry point.
 
-``call(name, principal, payload)`` never raises for bad input (DESIGN.md decision 8): it
-returns the tool result or ``{"error": {"code", "message"}}``. The order inside every
-handler is fixed by LLD 11: the payload is checked against the tool's schema first
-(nothing there describes a stored target), then the caller's right to read the target,
-then everything else. A record or entity the caller cannot read answers exactly like an
+``call(name, principal, payload)`` never raises for bad input: it returns the tool result
+or ``{"error": {"code", "message"}}`` and changes nothing. The order inside every handler
+is fixed: the payload is checked against the tool's schema first (nothing there
+describes a stored target), then the caller's right to read the target, then everything
+else. A record or entity the caller cannot read answers exactly like an
 id that never existed, so no error confirms that a foreign id exists.
 
 The Principal always comes from the adapter; tool input never names an agent, a grant or
@@ -13,28 +13,26 @@ a raw scope id.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
-import numpy as np
-
+from retold.index.vector import VectorIndex
+from retold.ingest.ingestor import Ingestor
 from retold.ingest.revision import Reviser, RevisionError, StatusAction, is_history
 from retold.models import Entity, Principal, Record, Scope, SearchRequest, SearchResponse
 from retold.policy import grants
 from retold.retrieve.explain import short_id
+from retold.retrieve.retriever import Retriever
+from retold.store import Store
 from retold.store.entities import EntityMergeError
 from retold.tools.schemas import ToolSchema, tool_schemas
 from retold.tools.validation import ToolError, search_request, validate_payload, write_request
-from retold.util import to_iso
+from retold.util import Clock, to_iso, to_plain
 
-if TYPE_CHECKING:
-    from retold.runtime import Runtime
-
-__all__ = ["ToolHandlers", "ToolResult"]
+__all__ = ["ToolHandlers", "ToolParts", "ToolResult"]
 
 ToolResult = dict[str, Any]
 """A JSON-serialisable tool result: the tool's fields, or ``{"error": {...}}``."""
@@ -48,28 +46,30 @@ _FORGET_NOTE = ("forgotten: no tool returns this memory any more; its content st
                 "until an administrator erases it (retold erase --record <id>)")
 
 
-def _jsonable(value: Any) -> Any:
-    """Dataclass trees to plain JSON values: datetimes as ISO text, tuples as lists."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, datetime):
-        return to_iso(value)
-    if isinstance(value, np.generic):  # a numpy score is not JSON
-        return value.item()
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    return value
-
-
 def _ts(moment: datetime | None) -> str | None:
     return to_iso(moment) if moment is not None else None
 
 
+class ToolParts(Protocol):
+    """What the handlers use; the runtime provides each part, built on first use."""
+
+    @property
+    def store(self) -> Store: ...
+    @property
+    def index(self) -> VectorIndex: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def ingestor(self) -> Ingestor: ...
+    @property
+    def retriever(self) -> Retriever: ...
+    @property
+    def reviser(self) -> Reviser: ...
+
+
 def _not_found(raw_id: str) -> ToolError:
-    # LLD 11: one message shape for a missing and an unreadable id, built only from
-    # what the caller sent.
+    # One message shape for a missing and an unreadable id, built only from what the
+    # caller sent, so no answer confirms that a foreign id exists.
     return ToolError("not_found", f"no memory with id {raw_id}")
 
 
@@ -80,9 +80,9 @@ def _entity_not_found(raw_id: str) -> ToolError:
 class _Access:
     """The caller's readable and writable scopes, read once per call."""
 
-    def __init__(self, runtime: Runtime, principal: Principal) -> None:
-        self.readable = grants.readable_scopes(runtime.store, principal)
-        self.writable = grants.writable_scopes(runtime.store, principal)
+    def __init__(self, store: Store, principal: Principal) -> None:
+        self.readable = grants.readable_scopes(store, principal)
+        self.writable = grants.writable_scopes(store, principal)
 
     def can_read(self, scope: Scope) -> bool:
         return scope in self.readable
@@ -92,12 +92,11 @@ class _Access:
 
 
 class ToolHandlers:
-    """memory_search, memory_get, memory_write, memory_revise and memory_forget for one
-    runtime (LLD 11). Build it once per process; it keeps no per-call state."""
+    """memory_search, memory_get, memory_write, memory_revise and memory_forget. Build it
+    once per process; it keeps no per-call state."""
 
-    def __init__(self, runtime: Runtime) -> None:
-        self.rt = runtime
-        self.reviser = Reviser(runtime)
+    def __init__(self, parts: ToolParts) -> None:
+        self.parts = parts
         self._handlers: dict[str, Callable[[Principal, dict[str, Any], str | None], ToolResult]] = {
             "memory_search": self._search,
             "memory_get": self._get,
@@ -112,17 +111,17 @@ class ToolHandlers:
         """The tool schemas to register for this principal's session.
 
         ``memory_write``'s ``write_target`` enum lists only the labels the principal can
-        write now, and the tool is left out when there is none (LLD 8.1 step 2).
+        write now, and the tool is left out when there is none.
         """
-        targets = grants.write_targets(self.rt.store, principal)
+        targets = grants.write_targets(self.parts.store, principal)
         return tool_schemas(list(targets))
 
     def call(self, name: str, principal: Principal, payload: object, *,
              context: str | None = None) -> ToolResult:
         """Run one tool call; never raises for bad input.
 
-        ``context`` is the adapter's current-turn context for ``memory_search`` (LLD 11,
-        14.1); the model cannot supply it. An unexpected failure is logged and answered
+        ``context`` is the adapter's current-turn context for ``memory_search``; the model
+        cannot supply it. An unexpected failure is logged and answered
         as ``internal_error``; the store's transaction has rolled back by then.
         """
         try:
@@ -136,9 +135,9 @@ class ToolHandlers:
             return ToolError("internal_error", f"{name} failed unexpectedly; nothing was changed").as_result()
 
     def search(self, principal: Principal, request: SearchRequest) -> ToolResult:
-        """Run a search the adapter built itself (a host-issued ``trigger="auto"`` search,
-        LLD 14.1) through the same pipeline and result shape as the tool."""
-        outcome = self.rt.retriever.search(principal, request)
+        """Run a search the adapter built itself (a host-issued ``trigger="auto"`` search)
+        through the same pipeline and result shape as the tool."""
+        outcome = self.parts.retriever.search(principal, request)
         return self._search_result(principal, outcome.response, outcome.rendered)
 
     # -- memory_search ----------------------------------------------------------------------
@@ -152,7 +151,7 @@ class ToolHandlers:
         results = []
         for hit in response.results:
             record = hit.record
-            explanation = _jsonable(hit.explanation)
+            explanation = to_plain(hit.explanation)
             # Same rule as memory_get: no entity id from a scope the caller cannot read.
             explanation["entity_ids"] = [e for e in hit.explanation.entity_ids if e in readable_entities]
             results.append({
@@ -168,10 +167,10 @@ class ToolHandlers:
         }
 
     def _readable_entities(self, principal: Principal, entity_ids: Iterable[str]) -> set[str]:
-        readable = grants.readable_scopes(self.rt.store, principal)
+        readable = grants.readable_scopes(self.parts.store, principal)
         out = set()
         for entity_id in set(entity_ids):
-            entity = self.rt.store.get_entity(entity_id)
+            entity = self.parts.store.get_entity(entity_id)
             if entity is not None and entity.scope in readable:
                 out.add(entity_id)
         return out
@@ -179,7 +178,7 @@ class ToolHandlers:
     # -- memory_write -----------------------------------------------------------------------
 
     def _write(self, principal: Principal, payload: dict[str, Any], _context: str | None) -> ToolResult:
-        result = self.rt.ingestor.write(principal, write_request(payload), origin="tool")
+        result = self.parts.ingestor.write(principal, write_request(payload), origin="tool")
         if result.error is not None:
             raise ToolError(result.error.code, result.error.message, **result.error.details)
         return {"record_id": result.record_id, "status": result.status, "outcome": result.outcome,
@@ -188,7 +187,7 @@ class ToolHandlers:
     # -- memory_get -------------------------------------------------------------------------
 
     def _get(self, principal: Principal, payload: dict[str, Any], _context: str | None) -> ToolResult:
-        access = _Access(self.rt, principal)
+        access = _Access(self.parts.store, principal)
         entries: list[ToolResult] = []
         for raw_id in dict.fromkeys(payload["ids"]):  # each id once, in the order asked
             record = self._find(raw_id, access)
@@ -203,14 +202,11 @@ class ToolHandlers:
     def _find(self, raw_id: str, access: _Access) -> Record | None:
         """The record behind a full id, or the short id shown in rendered search results,
         when the caller can read it; None answers alike for missing and unreadable."""
-        record = self.rt.store.get_record(raw_id)
+        record = self.parts.store.get_record(raw_id)
         if record is None and _SHORT_ID.fullmatch(raw_id):
             # Looked up only inside readable scopes, so a short id never resolves to
             # (or collides visibly with) a foreign record.
-            scope_sql = " OR ".join(["(scope_kind = ? AND scope_id = ?)"] * len(access.readable))
-            params = [p for s in access.readable for p in (s.kind, s.id)]
-            hits = self.rt.store.select_records(f"id LIKE ? AND ({scope_sql})", ["%" + raw_id, *params],
-                                                limit=2)
+            hits = self.parts.store.find_records(id_suffix=raw_id, scopes=access.readable, limit=2)
             record = hits[0] if len(hits) == 1 else None
         if record is None or not access.can_read(record.scope):
             return None
@@ -238,13 +234,14 @@ class ToolHandlers:
             "superseded_by": next((e["id"] for e in lineage if e["relation"] == "superseded_by"), None),
             "lineage": lineage,
             "conflicts": [self._summary(other) for other in self._records(
-                self.rt.store.conflicts_of(record.id), access)],
+                self.parts.store.conflicts_of(record.id), access)],
             "entities": list(entities.values()),
             "events": self._events(record.id),
         }
 
     def _tombstone(self, record: Record, access: _Access) -> ToolResult:
-        """LLD 11: the audit shape only; content, evidence and source never leave the store."""
+        """The audit shape only: a forgotten record's content, evidence and source never
+        leave the store."""
         return {
             "id": record.id, "short_id": short_id(record.id), "tombstone": True, "status": "deleted",
             "type": record.type, "scope": str(record.scope),
@@ -266,49 +263,44 @@ class ToolHandlers:
                       "content": record.content}
 
     def _lineage(self, record: Record, access: _Access) -> list[ToolResult]:
-        """The supersedes chain both ways, oldest first, readable records only."""
-        store = self.rt.store
-        seen = {record.id}
+        """The supersession chain both ways, oldest first; each direction stops at the
+        first record the caller cannot read."""
+        chain = self.parts.store.lineage_ids(record.id)
+        by_id = {r.id: r for r in self.parts.store.records(chain)}
+        at = chain.index(record.id)
         older: list[ToolResult] = []
-        current = record
-        while current.supersedes_id and current.supersedes_id not in seen and len(seen) < _MAX_LINEAGE:
-            found = store.get_record(current.supersedes_id)
+        for other in reversed(chain[max(0, at - _MAX_LINEAGE + 1):at]):
+            found = by_id.get(other)
             if found is None or not access.can_read(found.scope):
                 break
-            seen.add(found.id)
             older.append(self._summary(found, "supersedes"))
-            current = found
         newer: list[ToolResult] = []
-        current = record
-        while len(seen) < _MAX_LINEAGE:
-            successors = [r for r in store.select_records("supersedes_id = ?", (current.id,))
-                          if access.can_read(r.scope) and r.id not in seen]
-            if not successors:
+        for other in chain[at + 1:at + _MAX_LINEAGE - len(older)]:
+            found = by_id.get(other)
+            if found is None or not access.can_read(found.scope):
                 break
-            current = successors[0]
-            seen.add(current.id)
-            newer.append(self._summary(current, "superseded_by"))
+            newer.append(self._summary(found, "superseded_by"))
         return [*reversed(older), *newer]
 
     def _records(self, ids: Sequence[str], access: _Access) -> list[Record]:
-        found = (self.rt.store.get_record(i) for i in ids)
+        found = (self.parts.store.get_record(i) for i in ids)
         return [r for r in found if r is not None and access.can_read(r.scope)]
 
     def _readable_id(self, record_id: str | None, access: _Access) -> str | None:
         return record_id if record_id and self._records([record_id], access) else None
 
     def _entities(self, record: Record, access: _Access) -> dict[str, ToolResult]:
-        """LLD 17.4: links whose entity the caller cannot read are left out entirely."""
+        """Links whose entity the caller cannot read are left out entirely."""
         out: dict[str, ToolResult] = {}
-        for entity_id, role in self.rt.store.record_links(record.id):
-            entity: Entity | None = self.rt.store.get_entity(entity_id)
+        for entity_id, role in self.parts.store.record_links(record.id):
+            entity: Entity | None = self.parts.store.get_entity(entity_id)
             if entity is not None and access.can_read(entity.scope):
                 out[entity_id] = {"id": entity.id, "kind": entity.kind, "canonical": entity.canonical,
                                   "role": role, "status": entity.status}
         return out
 
     def _events(self, record_id: str) -> list[ToolResult]:
-        events = self.rt.store.events(record_id=record_id)[-_RECENT_EVENTS:]
+        events = self.parts.store.events(record_id=record_id)[-_RECENT_EVENTS:]
         return [{"kind": e["kind"], "at": e["at"]} for e in events]
 
     # -- memory_revise ----------------------------------------------------------------------
@@ -316,14 +308,14 @@ class ToolHandlers:
     def _revise(self, principal: Principal, payload: dict[str, Any], _context: str | None) -> ToolResult:
         if "entity_id" in payload:
             return self._merge(principal, payload)
-        access = _Access(self.rt, principal)
+        access = _Access(self.parts.store, principal)
         record = self._writable_record(payload["id"], access)
         action, reason = payload["action"], payload["reason"]
         try:
-            if is_history(record, self.rt.clock.now()):
+            if is_history(record, self.parts.clock.now()):
                 raise RevisionError("invalid_input", f"memory {record.id} is history and cannot be revised")
             if action == "supersede":
-                rev = self.reviser.supersede(
+                rev = self.parts.reviser.supersede(
                     principal, record, content=payload["content"], reason=reason,
                     source_kind=payload.get("source_kind", "agent_inference"),
                     evidence=payload.get("evidence"),
@@ -334,14 +326,14 @@ class ToolHandlers:
                         "record_id": rev.record_id, "status": rev.status, "source_kind": rev.source_kind,
                         "version": rev.version, "supersedes_id": record.id, "note": rev.note,
                         "event_id": rev.event_id, "timings_ms": rev.timings_ms}
-            change = self.reviser.change_status(principal, record, cast(StatusAction, action), reason)
+            change = self.parts.reviser.change_status(principal, record, cast(StatusAction, action), reason)
         except RevisionError as err:
             raise ToolError(err.code, err.message) from None
         return {"id": record.id, "action": action, "status": change.status,
                 "previous_status": change.previous_status, "event_id": change.event_id}
 
     def _writable_record(self, raw_id: str, access: _Access) -> Record:
-        # LLD 11: readability first (not_found for both cases), then writability.
+        # Readability first (not_found for both cases), then writability.
         record = self._find(raw_id, access)
         if record is None:
             raise _not_found(raw_id)
@@ -352,10 +344,10 @@ class ToolHandlers:
 
     def _merge(self, principal: Principal, payload: dict[str, Any]) -> ToolResult:
         """Entity merge shape: both entities readable and writable, else one not_found."""
-        access = _Access(self.rt, principal)
+        access = _Access(self.parts.store, principal)
         found: list[Entity] = []
         for raw_id in (payload["entity_id"], payload["merge_into"]):
-            entity = self.rt.store.get_entity(raw_id)
+            entity = self.parts.store.get_entity(raw_id)
             if entity is None or not access.can_read(entity.scope) or not access.can_write(entity.scope):
                 raise _entity_not_found(raw_id)
             found.append(entity)
@@ -364,12 +356,13 @@ class ToolHandlers:
             raise ToolError("invalid_input",
                             f"cannot merge a {source.kind} entity into a {target.kind} entity")
         try:
-            report = self.rt.store.merge_entities(source.id, target.id, principal.agent_id, payload["reason"])
+            report = self.parts.store.merge_entities(source.id, target.id, principal.agent_id,
+                                                     payload["reason"])
         except EntityMergeError as err:
             raise ToolError("invalid_input", str(err)) from None
         if report.index_version is not None:
             for record_id in report.records_rewritten:  # this process made the change
-                self.rt.index.acknowledge(record_id, report.index_version)
+                self.parts.index.acknowledge(record_id, report.index_version)
         return {"entity_id": source.id, "merge_into": target.id, "status": "merged",
                 "records_rewritten": [r.id for r in self._records(report.records_rewritten, access)],
                 "aliases_added": report.aliases_added, "event_id": report.event_id}
@@ -377,9 +370,9 @@ class ToolHandlers:
     # -- memory_forget ----------------------------------------------------------------------
 
     def _forget(self, principal: Principal, payload: dict[str, Any], _context: str | None) -> ToolResult:
-        record = self._writable_record(payload["id"], _Access(self.rt, principal))
+        record = self._writable_record(payload["id"], _Access(self.parts.store, principal))
         try:
-            change = self.reviser.change_status(principal, record, "forget", payload["reason"])
+            change = self.parts.reviser.change_status(principal, record, "forget", payload["reason"])
         except RevisionError as err:
             raise ToolError(err.code, err.message) from None
         return {"id": record.id, "status": change.status, "tombstone": True,

@@ -1,7 +1,7 @@
 """Session extraction through the real Anthropic SDK (LLD 8.2, DESIGN.md decisions 7 and 8).
 
 ``StructuredLLMExtractor`` and ``StructuredLLMReviewer`` drive ``AnthropicClient`` (the
-official SDK) against the loopback Messages-API stub, inside ``extract_session`` on a real
+official SDK) against the loopback Messages-API stub, inside the extraction runner on a real
 store file. The stub's request log counts the hosted calls a session costs: one extract
 call and one batched review call, never more.
 """
@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from retold.hosted import AnthropicClient
-from retold.ingest.extraction import ExtractionResult, extract_session
+from retold.ingest.extraction import ExtractionResult
 from retold.ingest.extractor import EXTRACTION_SCHEMA, StructuredLLMExtractor, output_to_json
 from retold.ingest.reviewer import REVIEW_SCHEMA, StructuredLLMReviewer
 from retold.models import CandidateRecord, ExtractionOutput, SessionSummary
-from tests.stub_anthropic import AnthropicStub, error, text_only, tool_use
-from tests.world import World, make_world
+from retold.testing import World, make_world
+from retold.testing.anthropic_stub import AnthropicStub, error, text_only, tool_use
 
 MODEL = "claude-haiku-4-5-20251001"
 USER_SAYS = "Please keep every answer short and technical, I read them on my phone."
@@ -60,8 +60,9 @@ def end_session(world: World) -> str:
 def extract(world: World, stub: AnthropicStub, session_id: str) -> ExtractionResult:
     client = AnthropicClient(MODEL, "test-key", base_url=stub.base_url, retry_backoff_s=0.01)
     cfg = world.rt.config.ingestion
-    return extract_session(world.rt, session_id, extractor=StructuredLLMExtractor(client, cfg),
-                           reviewer=StructuredLLMReviewer(client, cfg))
+    runner = world.rt.extraction.using(extractor=StructuredLLMExtractor(client, cfg),
+                                       reviewer=StructuredLLMReviewer(client, cfg))
+    return runner.run(session_id)
 
 
 def stored(world: World) -> dict[str, int]:
@@ -85,7 +86,7 @@ def assert_failed_closed(world: World, result: ExtractionResult, session_id: str
     text = json.dumps(payload)
     assert USER_SAYS not in text and PREFERS.content not in text  # no transcript or candidate text
     for candidate in CANDIDATES:
-        assert world.rt.store.select_records("content = ?", (candidate.content,)) == []
+        assert world.rt.store.find_records(content=candidate.content) == []
     return payload
 
 
@@ -101,9 +102,9 @@ def test_valid_answers_extract_with_one_extract_call_and_one_batched_review(
     assert result.counts["proposed"] == 2 and result.counts["review_accepted"] == 2
     assert result.counts["written"] == 2 and result.counts.get("rejected", 0) == 0
     for candidate in CANDIDATES:
-        (record,) = world.rt.store.select_records("content = ?", (candidate.content,))
+        (record,) = world.rt.store.find_records(content=candidate.content)
         assert record.source_kind == candidate.source_kind and record.evidence == candidate.evidence
-    (summary,) = world.rt.store.select_records("source_kind = 'session_summary'", ())
+    (summary,) = world.rt.store.find_records(source_kind="session_summary")
     assert summary.content == SUMMARY and summary.source_ref == f"session:{sid}"
     session = world.rt.store.get_session(sid)
     assert session is not None and session.extracted_at is not None

@@ -29,10 +29,10 @@ from retold.config import Config
 from retold.ingest.extractor import output_to_json
 from retold.models import CandidateRecord, ExtractionOutput, Principal, Scope, SessionSummary
 from retold.runtime import Runtime
+from retold.testing.anthropic_stub import AnthropicStub, serve_anthropic_stub, tool_use
 from retold.util import to_iso
 from tests.celery_support import flushed_redis as flushed
 from tests.celery_support import wait_for as shared_wait_for
-from tests.stub_anthropic import AnthropicStub, serve_anthropic_stub, tool_use
 from workers.app import create_app
 from workers.scheduler import CeleryScheduler
 
@@ -137,11 +137,11 @@ def open_runtime(config: Config) -> Runtime:
 
 
 def candidates(rt: Runtime) -> list[str]:
-    return [r.content for r in rt.store.select_records("source_kind != 'session_summary'", ())]
+    return [r.content for r in rt.store.find_records() if r.source_kind != "session_summary"]
 
 
 def summaries(rt: Runtime) -> list[str]:
-    return [r.id for r in rt.store.select_records("source_kind = 'session_summary'", ())]
+    return [r.id for r in rt.store.find_records(source_kind="session_summary")]
 
 
 def extraction_requests(stub: AnthropicStub) -> int:

@@ -28,9 +28,9 @@ from retold.ingest.extractor import output_to_json
 from retold.ingest.session import ExtractionScheduler, InProcessScheduler
 from retold.models import CandidateRecord, ExtractionOutput, Principal, Scope, SessionSummary
 from retold.runtime import Runtime
+from retold.testing import make_record
 from tests.celery_support import flushed_redis as flushed
 from tests.celery_support import wait_for as shared_wait_for
-from tests.factories import make_record
 from workers.app import create_app
 from workers.scheduler import CeleryScheduler
 
@@ -156,7 +156,7 @@ def extracted(rt: Runtime, session_id: str) -> Callable[[], bool]:
 
 
 def written_ids(rt: Runtime) -> list[str]:
-    return [r.id for r in rt.store.select_records("content = ?", (CONTENT,))]
+    return [r.id for r in rt.store.find_records(content=CONTENT)]
 
 
 def read_line(proc: subprocess.Popen[str], timeout: float) -> Any:
@@ -245,7 +245,7 @@ def test_beat_runs_the_maintenance_schedule(
     rt = open_runtime(config, InProcessScheduler())  # nothing enqueued: only beat can find it
     try:
         stale = make_record(status="provisional", expires_at=datetime.now(UTC) - timedelta(days=1))
-        rt.store.insert_record(stale)
+        rt.store.write_record(stale)
         rt.hooks.on_session_end(talk(rt, "s-beat"))
         env = setup.env(REDIS_URL, RETOLD_BEAT_FAST="1")
         worker_log, beat_log = setup.tmp / "beat-worker.log", setup.tmp / "beat.log"

@@ -18,8 +18,8 @@ import pytest
 from retold import build_runtime, load_config
 from retold.cli import build_parser
 from retold.models import Principal, Scope
+from retold.testing import make_record
 from retold.util import SystemClock
-from tests.conftest import make_record
 
 AGENT, USER = "cli-agent", "cleo"
 SCOPE = Scope("user", USER)
@@ -51,7 +51,7 @@ def store(tmp_path: Path) -> tuple[str, str]:
                            ("rec-due", {"review_at": now - timedelta(hours=1)})):
             record = make_record(id=rid, scope=SCOPE, content=f"Cleo likes river walks ({rid}).",
                                  source_ref="session:sess-1<turn:1>", **extra)
-            rt.store.insert_record(record)
+            rt.store.write_record(record)
             rt.store.put_embedding(rid, rt.embedder.name, rt.embedder.version,
                                    rt.embedder.embed_documents([record.content])[0])
     return str(path), str(config)

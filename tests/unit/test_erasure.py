@@ -12,7 +12,7 @@ from pathlib import Path
 from retold.ingest.ingestor import WriteRequest
 from retold.models import EntityMention, Principal, Scope, SearchRequest
 from retold.store import Store
-from tests.world import AGENT, World, make_world
+from retold.testing import AGENT, World, make_world
 
 U_CANARY = "zq-canary-7f3a"
 V_CANARY = "zq-canary-v9b2"

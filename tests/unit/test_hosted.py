@@ -17,7 +17,7 @@ from retold.hosted import (
     Message,
     client_from_config,
 )
-from tests.stub_anthropic import AnthropicStub, error, rate_limited, text_only, tool_use
+from retold.testing.anthropic_stub import AnthropicStub, error, rate_limited, text_only, tool_use
 
 MODEL = "claude-haiku-4-5-20251001"
 SCHEMA: dict[str, Any] = {

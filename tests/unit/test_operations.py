@@ -19,18 +19,17 @@ from retold.models import Scope, SearchRequest
 from retold.operations import OperationError, Operations
 from retold.runtime import Runtime
 from retold.store import Store
+from retold.testing import ADITYA, T0, TEST_GATE, World, make_record
 from retold.util import ManualClock, to_iso
-from tests.conftest import T0, make_record
-from tests.world import ADITYA, TEST_GATE, World
 
 
 def _ops(world: World) -> Operations:
-    return Operations(world.rt)
+    return world.rt.operations
 
 
 def _insert(world: World, **fields: object) -> str:
     record = make_record(**fields)
-    world.rt.store.insert_record(record)
+    world.rt.store.write_record(record)
     return record.id
 
 
@@ -162,17 +161,17 @@ def test_review_due_racing_callers_flag_each_row_once(tmp_path: Path) -> None:
     try:
         due = [make_record(review_at=T0 - timedelta(hours=i)) for i in range(60)]
         for record in due:
-            first.store.insert_record(record)
+            first.store.write_record(record)
         later = make_record(review_at=T0 + timedelta(days=1))
-        first.store.insert_record(later)
+        first.store.write_record(later)
         gone = make_record(review_at=T0 - timedelta(days=1), status="expired")
-        first.store.insert_record(gone)
+        first.store.write_record(gone)
         counts: list[int] = []
         barrier = threading.Barrier(2)
 
         def run(rt: Runtime) -> None:
             barrier.wait()
-            counts.append(Operations(rt).review_due())
+            counts.append(rt.operations.review_due())
 
         threads = [threading.Thread(target=run, args=(rt,)) for rt in (first, second)]
         for thread in threads:
@@ -186,7 +185,7 @@ def test_review_due_racing_callers_flag_each_row_once(tmp_path: Path) -> None:
         assert {"review_at", "valid_from", "valid_until"} <= set(events[0]["payload"])
         assert first.store.get_record(later.id).review_flagged_at is None  # type: ignore[union-attr]
         assert first.store.get_record(gone.id).review_flagged_at is None  # type: ignore[union-attr]
-        assert Operations(second).review_due() == 0
+        assert second.operations.review_due() == 0
     finally:
         first.close()
         second.close()
@@ -196,8 +195,8 @@ def test_review_due_claims_one_bounded_batch(tmp_path: Path) -> None:
     rt = _runtime(tmp_path / "m.sqlite", ManualClock(T0), ingestion={"temporal_review_batch_size": 5})
     with rt:
         for i in range(12):
-            rt.store.insert_record(make_record(review_at=T0 - timedelta(minutes=i)))
-        assert [Operations(rt).review_due() for _ in range(4)] == [5, 5, 2, 0]
+            rt.store.write_record(make_record(review_at=T0 - timedelta(minutes=i)))
+        assert [rt.operations.review_due() for _ in range(4)] == [5, 5, 2, 0]
 
 
 # -- reembed (LLD 2.1, 16) -------------------------------------------------------------------------------
@@ -241,7 +240,7 @@ def test_reembed_refuses_while_the_logged_floors_are_uncalibrated(world: World, 
     floors = {**TEST_GATE, "dense_floor": {**TEST_GATE["dense_floor"], "semantic": 0.5}}  # type: ignore[dict-item]
     recalibrated = _runtime(Path(path), ManualClock(T0), retrieval={"gate": floors})
     with recalibrated:
-        assert Operations(recalibrated).reembed("fake", "2").embedded == 1
+        assert recalibrated.operations.reembed("fake", "2").embedded == 1
 
 
 # -- snapshots -----------------------------------------------------------------------------------------------
@@ -277,8 +276,8 @@ def test_snapshot_round_trip_restores_every_table(world: World, tmp_path: Path) 
 def test_migrate_expire_unmapped_retires_legacy_rows(store_path: Path, clock: ManualClock) -> None:
     store = Store(store_path, clock=clock)
     legacy, fine = make_record(), make_record()
-    store.insert_record(legacy)
-    store.insert_record(fine)
+    store.write_record(legacy)
+    store.write_record(fine)
     with store.atomic() as conn:
         conn.execute("INSERT INTO migration_issues VALUES (2, ?, 'zero about links')", (legacy.id,))
     store.close()
@@ -288,7 +287,7 @@ def test_migrate_expire_unmapped_retires_legacy_rows(store_path: Path, clock: Ma
                                               "embedding": {"model": "fake"}}),
                        clock=clock, allow_migration_issues=True)
     with rt:
-        ops = Operations(rt)
+        ops = rt.operations
         listed = ops.migrate()
         assert listed.unresolved == 1 and [i.record_id for i in listed.issues] == [legacy.id]
         acknowledged = ops.migrate(allow_unmapped=True)

@@ -13,7 +13,7 @@ from retold import build_runtime, load_config
 from retold.errors import StoreError
 from retold.index.embedder import FakeEmbedder
 from retold.store import Store
-from tests.conftest import make_record
+from retold.testing import make_record
 
 
 def fake_config(path: Path) -> retold.Config:
@@ -26,7 +26,7 @@ def test_runtime_writes_and_finds_a_vector_through_its_index(tmp_path: Path) -> 
         rec = make_record(content="Aditya prefers concise technical explanations.")
         vec = rt.embedder.embed_documents([rec.content])[0]
         with rt.store.atomic():
-            rt.store.insert_record(rec)
+            rt.store.write_record(rec)
             version = rt.store.put_embedding(rec.id, rt.embedder.name, rt.embedder.version, vec)
         assert rt.refresh_index() == "reload"  # first refresh loads the index
         rt.index.upsert(rec.id, vec, version)
@@ -43,7 +43,7 @@ def test_two_runtimes_on_one_file_see_each_others_writes(tmp_path: Path) -> None
         rec = make_record()
         vec = writer.embedder.embed_documents([rec.content])[0]
         with writer.store.atomic():
-            writer.store.insert_record(rec)
+            writer.store.write_record(rec)
             writer.store.put_embedding(rec.id, writer.embedder.name, writer.embedder.version, vec)
         assert reader.refresh_index() == "delta"
         assert reader.index.vector_for(rec.id) is not None

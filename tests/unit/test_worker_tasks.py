@@ -17,15 +17,14 @@ import workers.runtime
 import workers.tasks
 from retold.config import load_config
 from retold.ingest.extractor import ReplayExtractor
-from tests.conftest import T0, make_record
-from tests.world import World
+from retold.testing import T0, World, make_record
 from workers.app import create_app, purge_consumed_messages
 from workers.scheduler import CeleryScheduler
 
 DEAD_BROKER = "redis://127.0.0.1:1/0"
 TASKS = ("extract_session", "review_session", "recover", "temporal_review", "expire", "retain",
          "reembed", "queue_maintenance")
-RETOLD_CALLS = ("run_extraction(", "pending_sessions(", "review_due(", "Operations(")
+RETOLD_CALLS = ("_extract(", ".extraction.", ".operations.")
 
 
 @pytest.mark.parametrize("name", TASKS)
@@ -85,7 +84,7 @@ def test_the_sweep_tasks_call_operations_on_the_process_runtime(
 ) -> None:
     monkeypatch.setattr(workers.tasks, "current_runtime", lambda: world.rt)
     past = make_record(status="provisional", expires_at=T0 - timedelta(days=1))
-    world.rt.store.insert_record(past)
+    world.rt.store.write_record(past)
     assert workers.tasks.expire.run() == {"expired": 1}
     assert workers.tasks.expire.run() == {"expired": 0}  # idempotent
     assert world.record(past.id).status == "expired"

@@ -11,8 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from retold.index.vector import VectorIndex
+from retold.models import RECORD_STATUSES
 from retold.store import Store
-from tests.conftest import make_record
+from retold.testing import make_record
 
 DIMS = 16
 MODEL, VERSION = "test-model", "1"
@@ -28,7 +29,7 @@ def write(store: Store, seed: int, **fields: object) -> tuple[str, np.ndarray, i
     rec = make_record(**fields)
     vec = unit(seed)
     with store.atomic():
-        store.insert_record(rec)
+        store.write_record(rec)
         version = store.put_embedding(rec.id, MODEL, VERSION, vec)
     return rec.id, vec, version
 
@@ -41,10 +42,10 @@ def index() -> VectorIndex:
 def test_load_takes_only_compatible_live_rows(store: Store, index: VectorIndex) -> None:
     keep, _, _ = write(store, 1)
     other = make_record()
-    store.insert_record(other)
+    store.write_record(other)
     store.put_embedding(other.id, MODEL, "2", unit(2))  # another embedding version
     gone, _, _ = write(store, 3)
-    store.set_status(gone, "deleted")
+    store.transition(gone, "deleted", from_statuses=RECORD_STATUSES)
     index.load(store)
     assert index.ids == [keep]
     assert index.loaded_version == store.records_version()
@@ -128,7 +129,7 @@ def test_refresh_applies_a_second_store_handles_writes_as_delta(
     index.load(store)
     other = Store(store_path)
     new_id_, new_vec, _ = write(other, 3)
-    other.set_status(doomed, "deleted")
+    other.transition(doomed, "deleted", from_statuses=RECORD_STATUSES)
     other.close()
     assert index.refresh(store, 512) == "delta"
     eligible = {keep, doomed, new_id_}

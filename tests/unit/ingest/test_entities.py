@@ -12,7 +12,7 @@ from retold.models import EntityMention, Principal, Scope
 from retold.store import Store
 from retold.store.base import marks
 from retold.store.entities import EntityMergeError
-from tests.conftest import make_record
+from retold.testing import make_record
 
 AGENT = "research-agent"
 ADITYA = Scope("user", "aditya")
@@ -207,7 +207,7 @@ def test_merge_repoints_links_and_unions_aliases(store: Store) -> None:
     only_source = make_record(content="Bobby likes tea.")
     both = make_record(content="Robert and Bobby met.")
     for record in (only_source, both):
-        store.insert_record(record)
+        store.write_record(record)
     store.link_record(only_source.id, [(source, "mentions")])
     store.link_record(both.id, [(source, "about"), (target, "mentions")])
 
@@ -261,7 +261,7 @@ def test_merge_rewrites_subjects_and_rebuilds_fts_aliases(store: Store) -> None:
         subject=f"{target}/schedule",
     )
     for record in (subject_rec, episodic, target_rec):
-        store.insert_record(record)
+        store.write_record(record)
     store.link_record(subject_rec.id, [(source, "about")])
     store.link_record(episodic.id, [(source, "about")])
     store.link_record(target_rec.id, [(target, "about")])

@@ -10,7 +10,7 @@ import pytest
 from retold.config import EvidenceConfig, SourceRanks
 from retold.ingest.evidence import normalize_ws, source_ref, validate_evidence
 from retold.models import EvidenceCheck, Turn
-from tests.conftest import T0
+from retold.testing import T0
 
 TRANSCRIPT = [
     Turn("s1", 1, "user", "Please keep answers concise.\nI read them on my phone.", T0),

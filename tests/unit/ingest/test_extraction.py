@@ -19,11 +19,10 @@ import pytest
 
 from retold import build_runtime
 from retold.hosted import HostedError
-from retold.ingest.extraction import ExtractionResult, ExtractionRunner, extract_session, pending_sessions
+from retold.ingest.extraction import ExtractionResult
 from retold.ingest.extractor import FakeExtractor, ReplayExtractor, output_to_json
 from retold.ingest.ingestor import WriteRequest, WriteResult
 from retold.ingest.reviewer import TableReviewer
-from retold.ingest.temporal import review_due
 from retold.models import (
     CandidateRecord,
     EntityMention,
@@ -35,9 +34,8 @@ from retold.models import (
     SessionSummary,
 )
 from retold.store import Store
+from retold.testing import ADITYA, T0, World, make_world
 from retold.util import to_iso
-from tests.factories import T0
-from tests.world import ADITYA, World, make_world
 
 USER_SAYS = "Please keep every answer short and technical, I read them on my phone."
 ASSISTANT_SAYS = "I think you prefer short technical answers overall."
@@ -93,7 +91,7 @@ def ended_session(world: World, turns: tuple[tuple[str, str], ...] | None = None
 
 
 def run(world: World, extractor: Any, reviewer: Any = None, *, force: bool = False) -> ExtractionResult:
-    return ExtractionRunner(world.rt, extractor, reviewer or TableReviewer()).run("s1", force=force)
+    return world.rt.extraction.using(extractor, reviewer or TableReviewer()).run("s1", force=force)
 
 
 def last_run(world: World) -> dict[str, Any]:
@@ -102,7 +100,7 @@ def last_run(world: World) -> dict[str, Any]:
 
 
 def records_with(world: World, content: str) -> list[Any]:
-    return world.rt.store.select_records("content = ?", (content,))
+    return world.rt.store.find_records(content=content)
 
 
 def written(world: World, index: int = 0) -> Any:
@@ -236,7 +234,7 @@ def test_reviewer_failure_writes_nothing_and_permits_claim_recovery(world: World
     failed = world.events("extraction.failed")[-1]["payload"]
     assert (failed["stage"], failed["kind"]) == ("review", error.kind)
     assert USER_SAYS not in json.dumps(failed) and PREFERS.content not in json.dumps(failed)
-    assert pending_sessions(world.rt) == [(sid, "review")]
+    assert world.rt.extraction.pending() == [(sid, "review")]
     retried = run(world, extractor, TableReviewer())
     assert retried.outcome == "extracted" and retried.counts["written"] == 2
     assert len(extractor.calls) == 1  # the persisted extract stage was reused
@@ -259,9 +257,9 @@ def test_stale_claim_is_reclaimed_after_the_timeout(world: World) -> None:
     with pytest.raises(Crash):
         run(world, extractor, FailingReviewer(Crash()))
     assert run(world, extractor).outcome == "busy"
-    assert pending_sessions(world.rt) == []
+    assert world.rt.extraction.pending() == []
     world.clock.advance(minutes=31)
-    assert pending_sessions(world.rt) == [("s1", "review")]
+    assert world.rt.extraction.pending() == [("s1", "review")]
     assert run(world, extractor).outcome == "extracted"
     reclaimed = world.events("extraction.reclaimed")
     assert len(reclaimed) == 1 and reclaimed[0]["payload"]["stale_claim"] == to_iso(T0)
@@ -381,7 +379,7 @@ def test_a_finished_session_is_already_extracted(world: World) -> None:
     assert run(world, extractor, reviewer).outcome == "extracted"
     assert run(world, extractor, reviewer).outcome == "already_extracted"
     assert (len(extractor.calls), len(reviewer.batches)) == (1, 1)
-    assert pending_sessions(world.rt) == []
+    assert world.rt.extraction.pending() == []
 
 
 def test_forced_rerun_reports_already_reinforced_and_duplicates_nothing(world: World) -> None:
@@ -395,7 +393,7 @@ def test_forced_rerun_reports_already_reinforced_and_duplicates_nothing(world: W
     assert last_run(world)["summary"]["outcome"] == "already_reinforced"
     after = stable(world)
     assert after["records"] == before["records"] and after["embeddings"] == before["embeddings"]
-    assert len(world.rt.store.select_records("source_kind = 'session_summary'")) == 1
+    assert len(world.rt.store.find_records(source_kind="session_summary")) == 1
     assert len(world.events("extraction.rerun")) == 1
     assert (len(extractor.calls), len(reviewer.batches)) == (1, 1)  # stages reused
 
@@ -416,16 +414,16 @@ def test_rerun_with_a_new_summary_supersedes_the_old_one(world: World) -> None:
 
 def test_not_configured_is_recorded_and_releases_the_claim(world: World) -> None:
     sid = ended_session(world)
-    result = extract_session(world.rt, sid)
+    result = world.rt.extraction.run(sid)
     assert result.outcome == "not_configured"
     assert world.events("extraction.not_configured")[-1]["payload"]["stage"] == "extract"
     session = world.rt.store.get_session(sid)
     assert session is not None and session.extracted_at is None and session.extraction_started_at is None
-    assert pending_sessions(world.rt) == [(sid, "extract")]
+    assert world.rt.extraction.pending() == [(sid, "extract")]
     # With an extractor but no reviewer the extract stage is kept for the next attempt.
-    missing_reviewer = ExtractionRunner(world.rt, FakeExtractor(output(PREFERS)), None).run(sid)
+    missing_reviewer = world.rt.extraction.using(FakeExtractor(output(PREFERS))).run(sid)
     assert missing_reviewer.outcome == "not_configured"
-    assert pending_sessions(world.rt) == [(sid, "review")]
+    assert world.rt.extraction.pending() == [(sid, "review")]
 
 
 def test_replayed_runs_say_so(world: World, tmp_path: Path) -> None:
@@ -442,16 +440,16 @@ def test_the_apply_phase_is_atomic(world: World, monkeypatch: pytest.MonkeyPatch
                        attribute="reply_style", about="Orion")
     extractor = FakeExtractor(output(new_project, PREFERS, TIMEZONE))
     before, version = stable(world), world.rt.store.records_version()
-    real_insert: Callable[..., int] = world.rt.store.insert_record
+    real_write: Callable[..., Any] = world.rt.store.write_record
     inserts: list[str] = []
 
-    def second_insert_fails(record: Any, aliases: str = "") -> int:
+    def second_insert_fails(record: Any, **parts: Any) -> Any:
         inserts.append(record.id)
         if len(inserts) == 2:
             raise RuntimeError("disk on fire")
-        return real_insert(record, aliases)
+        return real_write(record, **parts)
 
-    monkeypatch.setattr(world.rt.store, "insert_record", second_insert_fails)
+    monkeypatch.setattr(world.rt.store, "write_record", second_insert_fails)
     result = run(world, extractor)
     monkeypatch.undo()
     assert result.outcome == "failed" and "apply" in (result.reason or "")
@@ -475,8 +473,7 @@ def test_claims_follow_the_session_lifecycle(world: World) -> None:
     assert store.claim_session("s1", T0, timeout) == "claimed"
     assert store.claim_session("s1", T0 + timedelta(minutes=5), timeout) == "busy"
     assert store.claim_session("s1", T0 + timedelta(minutes=31), timeout) == "reclaimed"
-    with store.atomic() as conn:
-        store.finish_session(conn, "s1", T0 + timedelta(minutes=32))
+    store.finish_session("s1", T0 + timedelta(minutes=32))
     assert store.claim_session("s1", T0 + timedelta(minutes=33), timeout) == "done"
     assert store.claim_session("s1", T0 + timedelta(minutes=33), timeout, force=True) == "claimed"
     assert store.release_claim("s1", claimed_at=T0) is False  # not this worker's claim
@@ -500,7 +497,7 @@ def test_racing_temporal_workers_flag_each_due_record_once(world: World) -> None
 
     def worker(runtime: Any) -> None:
         barrier.wait()
-        claimed.append(review_due(runtime))
+        claimed.append(runtime.operations.review_due())
 
     threads = [threading.Thread(target=worker, args=(rt,)) for rt in (world.rt, other)]
     for thread in threads:
@@ -508,7 +505,7 @@ def test_racing_temporal_workers_flag_each_due_record_once(world: World) -> None
     for thread in threads:
         thread.join()
     other.close()
-    assert sum(claimed) == 5 and review_due(world.rt) == 0
+    assert sum(claimed) == 5 and world.rt.operations.review_due() == 0
     events = world.events("record.review_due")
     assert sorted(e["record_id"] for e in events) == sorted(ids)
     assert {e["actor"] for e in events} == {"temporal_reviewer"}

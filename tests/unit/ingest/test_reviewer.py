@@ -20,7 +20,7 @@ from retold.ingest.reviewer import (
     apply_revision,
 )
 from retold.models import CandidateRecord, EntityMention, ReviewContext, ReviewDecision, Scope, Turn
-from tests.factories import make_record
+from retold.testing import make_record
 
 T0 = datetime(2026, 9, 3, 12, 0, tzinfo=UTC)
 USER = Scope("user", "aditya")

@@ -10,8 +10,8 @@ import pytest
 from retold.ingest.session import InProcessScheduler, SessionBuffer, SessionHooks
 from retold.models import Principal
 from retold.store import Store
+from retold.testing import T0
 from retold.util import ManualClock
-from tests.conftest import T0
 
 IDLE = timedelta(minutes=30)
 P = Principal(agent_id="research-agent", user_id="aditya", session_id="s1", project_id="retold")

@@ -8,7 +8,7 @@ import pytest
 
 from retold.models import Principal, Scope
 from retold.policy.grants import readable_scopes
-from tests.world import ADITYA, AGENT, World, make_world
+from retold.testing import ADITYA, AGENT, World, make_world
 
 CONCISE = "Keep answers concise and technical."
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from retold.ingest.entities import normalize_alias
 from retold.models import EntityMention, Scope
-from tests.world import ADITYA, AGENT, World
+from retold.testing import ADITYA, AGENT, World
 
 
 def _two_projects_named_atlas(world: World) -> list[str]:

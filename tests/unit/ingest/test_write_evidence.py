@@ -9,8 +9,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from retold.ingest.evidence import EVIDENCE_NOT_FOUND, EVIDENCE_NOT_PROVIDED
-from tests.conftest import T0
-from tests.world import World
+from retold.testing import T0, World
 
 USER_SAYS = "Please keep every answer short and technical."
 ASSISTANT_SAYS = "I think you prefer short technical answers overall."

@@ -6,8 +6,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from retold.models import Principal
-from tests.conftest import T0
-from tests.world import ADITYA, World, make_world
+from retold.testing import ADITYA, T0, World, make_world
 
 CONCISE = "Aditya prefers concise technical explanations."
 DETAILED = "Aditya prefers detailed architecture explanations."

@@ -9,7 +9,7 @@ import pytest
 from retold.config import FreshnessConfig
 from retold.models import Candidate, Record
 from retold.retrieve.freshness import apply_freshness
-from tests.conftest import T0, make_record
+from retold.testing import T0, make_record
 
 CFG = FreshnessConfig(episodic_half_life_days=30.0, floor=0.5)
 NOW = T0 + timedelta(days=90)

@@ -22,8 +22,7 @@ from retold.retrieve.generators import (
 )
 from retold.store import EligibleSet, Store
 from retold.store import search as search_module
-from tests.conftest import T0, make_record
-from tests.world import ADITYA, World, make_world
+from retold.testing import ADITYA, T0, World, make_record, make_world
 
 OTHER = Scope("user", "someone-else")
 K = 30  # retrieval.per_generator_k
@@ -71,7 +70,7 @@ def test_dense_union_keeps_best_cosine_and_caps_after_the_union(store: Store) ->
     for name, vector in vectors.items():
         record = make_record(content=f"record {name}")
         with store.atomic():
-            store.insert_record(record)
+            store.write_record(record)
             store.put_embedding(record.id, "m", "1", vector)
         ids[record.id] = name
     index = VectorIndex("m", "1", dims)
@@ -107,11 +106,11 @@ def crowded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Crowded]:
     )
     with store.atomic():
         for i in range(200):
-            store.insert_record(make_record(content=f"ERR42 ERR42 crash {i}", subject="ERR42/crash",
+            store.write_record(make_record(content=f"ERR42 ERR42 crash {i}", subject="ERR42/crash",
                                             scope=OTHER))
-        store.insert_record(target)
+        store.write_record(target)
         for i in range(4_799):
-            store.insert_record(make_record(content=f"filler note {i} about lunch and weather",
+            store.write_record(make_record(content=f"filler note {i} about lunch and weather",
                                             scope=ADITYA if i % 2 else OTHER))
     with store.snapshot() as conn:
         ranked = [rid for (rid,) in conn.execute(
@@ -215,7 +214,7 @@ def test_queries_without_terms_never_touch_fts(world: World, monkeypatch: pytest
 
 
 def test_an_empty_match_returns_nothing(store: Store) -> None:
-    store.insert_record(make_record(content="anything"))
+    store.write_record(make_record(content="anything"))
     eligible = eligible_for(store, ADITYA)
     assert store.fts_candidates("", eligible, K) == []
     assert store.fts_candidates("   ", eligible, K) == []
@@ -272,14 +271,14 @@ def test_records_for_entities_applies_eligibility_before_the_limit(
     # 50 newer links in an unreadable scope would fill any limit taken first.
     for day in range(50):
         hidden = make_record(content=f"hidden {day}", scope=OTHER, event_at=T0 + timedelta(days=day + 10))
-        store.insert_record(hidden)
+        store.write_record(hidden)
         store.link_record(hidden.id, [(entity.id, "about")])
     old_about = make_record(content="old about", event_at=T0)
     new_mention = make_record(content="new mention", event_at=T0 + timedelta(days=5))
     both = make_record(content="linked to both", event_at=T0 + timedelta(days=1))
     newer_about = make_record(content="newer about", event_at=T0 + timedelta(days=3))
     for record in (old_about, new_mention, both, newer_about):
-        store.insert_record(record)
+        store.write_record(record)
     store.link_record(old_about.id, [(entity.id, "about")])
     store.link_record(new_mention.id, [(entity.id, "mentions")])
     store.link_record(both.id, [(entity.id, "mentions"), (other.id, "about")])

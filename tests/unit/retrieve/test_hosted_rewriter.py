@@ -18,7 +18,7 @@ from retold.retrieve.rewrite import (
     rewrite_stage,
     rewriter_from_config,
 )
-from tests.stub_anthropic import AnthropicStub, error, tool_use
+from retold.testing.anthropic_stub import AnthropicStub, error, tool_use
 
 MODEL = "claude-haiku-4-5-20251001"
 # Every timeout here stays at or under 300 ms; the stub answers a loopback call in a few.

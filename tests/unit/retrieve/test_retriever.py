@@ -14,9 +14,8 @@ from retold.models import Principal, Scope, SearchRequest
 from retold.retrieve.gate import floors_for, replay_gate
 from retold.retrieve.retriever import SearchOutcome
 from retold.retrieve.rewrite import FakeRewriter
+from retold.testing import AGENT, T0, World, make_record, make_world
 from retold.util import new_id
-from tests.conftest import T0, make_record
-from tests.world import AGENT, World, make_world
 
 
 def search(world: World, *queries: str, principal: Principal | None = None, **fields: Any) -> SearchOutcome:
@@ -86,7 +85,7 @@ def test_eligible_lexical_match_survives_many_stronger_ineligible_ones(tmp_path:
     store = world.rt.store
     with store.atomic():
         for i in range(5000):  # 5,000 records in other users' scopes, all matching harder
-            store.insert_record(make_record(
+            store.write_record(make_record(
                 id=new_id(), scope=Scope("user", f"other{i % 7}"),
                 content=f"flaky ERR_CONN_RESET ERR_CONN_RESET retry storm {i}",
             ))

@@ -11,7 +11,7 @@ import pytest
 from retold.errors import StoreError
 from retold.store import Store
 from retold.store.sessions import SessionRow
-from tests.conftest import T0
+from retold.testing import T0
 
 
 def _start(store: Store, session_id: str = "s1") -> None:

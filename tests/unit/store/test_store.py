@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from retold.errors import NotADatabaseError, SchemaTooNewError
-from retold.models import Scope
+from retold.models import RECORD_STATUSES, Scope
 from retold.store import Store
 from retold.store.migrations import MIGRATIONS, Migration, migrate
-from tests.conftest import T0, make_record
+from retold.testing import T0, make_record
 
 ADITYA = Scope("user", "aditya")
 PRIV = Scope("agent", "research-agent/aditya")
@@ -93,8 +93,8 @@ def _count(store: Store) -> int:
 
 def test_atomic_rolls_back_everything_and_reraises_the_original(store: Store) -> None:
     with pytest.raises(Boom), store.atomic():
-        store.insert_record(make_record())
-        store.insert_record(make_record())
+        store.write_record(make_record())
+        store.write_record(make_record())
         raise Boom
     assert _count(store) == 0
     assert store.records_version() == 0
@@ -104,9 +104,9 @@ def test_atomic_rolls_back_everything_and_reraises_the_original(store: Store) ->
 def test_nested_failure_rolls_back_only_the_savepoint(store: Store) -> None:
     kept = make_record()
     with store.atomic():
-        store.insert_record(kept)
+        store.write_record(kept)
         with pytest.raises(Boom), store.atomic():
-            store.insert_record(make_record())
+            store.write_record(make_record())
             raise Boom
     assert _count(store) == 1
     assert store.get_record(kept.id) is not None
@@ -125,10 +125,11 @@ def test_original_error_survives_a_failing_rollback(store: Store) -> None:
 
 def test_every_index_change_bumps_records_version_and_stamps_the_row(store: Store) -> None:
     rec = make_record()
-    v1 = store.insert_record(rec)
+    v1 = store.write_record(rec).index_version
     v2 = store.put_embedding(rec.id, "m", "1", np.ones(4, dtype=np.float32) / 2)
-    v3 = store.set_status(rec.id, "superseded")
-    v4 = store.delete_embedding(rec.id)
+    v3 = _set_status(store, rec.id, "superseded")
+    assert store.drop_other_embeddings("other-model", "1") == 1
+    v4 = store.records_version()
     assert [v1, v2, v3, v4] == [1, 2, 3, 4]
     assert store.records_version() == 4
     with store.snapshot() as conn:
@@ -137,16 +138,16 @@ def test_every_index_change_bumps_records_version_and_stamps_the_row(store: Stor
 
 
 def test_rolled_back_change_does_not_move_records_version(store: Store) -> None:
-    store.insert_record(make_record())
+    store.write_record(make_record())
     with pytest.raises(Boom), store.atomic():
-        store.insert_record(make_record())
+        store.write_record(make_record())
         raise Boom
     assert store.records_version() == 1
 
 
 def test_deleting_a_record_removes_its_fts_row(store: Store) -> None:
     rec = make_record(content="The deploy pipeline uses bge-m3 embeddings")
-    store.insert_record(rec)
+    store.write_record(rec)
 
     def hits() -> list[str]:
         with store.snapshot() as conn:
@@ -154,7 +155,7 @@ def test_deleting_a_record_removes_its_fts_row(store: Store) -> None:
                 "SELECT record_id FROM records_fts WHERE records_fts MATCH 'pipeline'")]
 
     assert hits() == [rec.id]
-    store.set_status(rec.id, "deleted")
+    _set_status(store, rec.id, "deleted")
     assert hits() == []
 
 
@@ -163,7 +164,7 @@ def _writer(path: str, n: int) -> None:
     for _ in range(n):
         rec = make_record()
         with store.atomic():
-            store.insert_record(rec)
+            store.write_record(rec)
             store.put_embedding(rec.id, "m", "1", np.ones(4, dtype=np.float32) / 2)
     store.close()
 
@@ -199,7 +200,7 @@ def test_eligible_ids_applies_scope_status_expiry_type_window_and_history(store:
     old_episode = make_record(type="episodic", event_at=T0 - timedelta(days=40))
     for rec in (mine, private, other_user, superseded, expired_status, deleted,
                 past_expiry, future_expiry, old_episode):
-        store.insert_record(rec)
+        store.write_record(rec)
 
     def ids(**kw: object) -> set[str]:
         return set(store.eligible_ids([ADITYA, PRIV], now=now, **kw))  # type: ignore[arg-type]
@@ -237,7 +238,7 @@ def test_store_with_unresolved_migration_issues_refuses_to_open(store_path: Path
 
     store = Store(store_path)
     rec = make_record()
-    store.insert_record(rec)
+    store.write_record(rec)
     with store.atomic() as conn:
         conn.execute("INSERT INTO migration_issues VALUES (2, ?, 'zero about links')", (rec.id,))
     store.close()
@@ -246,3 +247,9 @@ def test_store_with_unresolved_migration_issues_refuses_to_open(store_path: Path
     opened = Store(store_path, allow_migration_issues=True)
     assert opened.migration_report is not None and opened.migration_report.unresolved == 1
     opened.close()
+
+
+def _set_status(store: Store, record_id: str, status: str) -> int:
+    change = store.transition(record_id, status, from_statuses=RECORD_STATUSES)
+    assert change is not None
+    return change.index_version

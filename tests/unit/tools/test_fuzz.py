@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from retold.models import ENTITY_KINDS, RECORD_TYPES
+from retold.testing import ADITYA, World
 from retold.tools.handlers import ToolHandlers
 from retold.tools.schemas import TOOL_NAMES, tool_schema
 from retold.tools.validation import ERROR_CODES
-from tests.world import ADITYA, World
 
 SETTINGS = settings(max_examples=2000, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from retold.models import Principal, Scope
+from retold.testing import AGENT, World
 from retold.tools.handlers import ToolHandlers
 from retold.util import new_id
-from tests.world import AGENT, World
 
 CONCISE = "Aditya prefers concise technical explanations."
 DETAILED = "Aditya prefers detailed architecture explanations."
@@ -508,7 +508,7 @@ def test_an_unexpected_failure_is_internal_error_and_changes_nothing(
         raise RuntimeError("disk on fire")
 
     # Fault injection inside the supersede transaction: every earlier row must roll back.
-    monkeypatch.setattr(world.rt.store, "put_embedding", broken)
+    monkeypatch.setattr(world.rt.store, "write_record", broken)
     before = world.counts()
     with caplog.at_level(logging.ERROR, logger="retold.tools.handlers"):
         answer = tools(world).call("memory_revise", world.p, {
@@ -541,7 +541,7 @@ def test_a_forgotten_predecessor_shows_in_lineage_as_a_tombstone(world: World) -
     old_id = _superseded(world)
     handlers = tools(world)
     assert handlers.call("memory_forget", world.p, {"id": old_id, "reason": "drop the old one"})["tombstone"]
-    new = world.rt.store.select_records("supersedes_id = ?", (old_id,))[0]
+    new = world.rt.store.find_records(supersedes_id=old_id)[0]
     entry = handlers.call("memory_get", world.p, {"ids": [new.id]})["records"][0]
     assert entry["lineage"] == [{
         "relation": "supersedes", "id": old_id, "short_id": old_id.replace("-", "")[-8:],

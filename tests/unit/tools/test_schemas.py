@@ -9,9 +9,9 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from retold.models import Principal, Scope
+from retold.testing import AGENT, World
 from retold.tools.handlers import ToolHandlers
 from retold.tools.schemas import TOOL_NAMES, tool_schema, tool_schemas
-from tests.world import AGENT, World
 
 EXAMPLES: dict[str, dict[str, Any]] = {
     "memory_search": {"queries": ["Aditya explanation style"], "types": ["semantic"],

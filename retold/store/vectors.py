@@ -1,0 +1,138 @@
+"""Stored vectors and the projection every process's RAM index is built from.
+
+A vector change bumps ``records_version`` and stamps the embedding row, so
+:meth:`VectorsMixin.index_changes` finds it by delta (docs/architecture.md, "Index
+coherence across processes"). Re-embedding reads records in ``seq`` batches and swaps
+the vector family in place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from retold.store.base import StoreBase, chunks, marks
+
+__all__ = ["IndexChange", "VectorSnapshot", "VectorsMixin"]
+
+
+@dataclass(frozen=True)
+class VectorSnapshot:
+    """Every compatible embedding, read in one snapshot with the version it reflects."""
+
+    records_version: int
+    ids: list[str]
+    seqs: np.ndarray  # (n,) int64, the records' stable integer keys
+    matrix: np.ndarray  # (n, dims) float32
+    index_versions: np.ndarray  # (n,) int64
+
+
+@dataclass(frozen=True)
+class IndexChange:
+    """The current index state of one record changed since a given version."""
+
+    record_id: str
+    seq: int
+    index_version: int
+    vector: np.ndarray | None  # None: the record must not be in the index
+
+
+class VectorsMixin(StoreBase):
+    """Rows of ``embeddings`` and the vector-index projection."""
+
+    def put_embedding(self, record_id: str, model: str, version: str, vector: np.ndarray) -> int:
+        """Store one L2-normalised float32 vector; return the committed index_version."""
+        return self.put_embeddings([(record_id, vector)], model, version)
+
+    def put_embeddings(self, rows: Sequence[tuple[str, np.ndarray]], model: str, version: str) -> int:
+        """Store a batch of vectors under one records_version bump; return that version."""
+        with self.atomic() as conn:
+            index_version = self.bump_version(conn)
+            self._put_vectors(conn, rows, model, version, index_version)
+            return index_version
+
+    def load_vectors(self, model: str, version: str, dims: int) -> VectorSnapshot:
+        """Every live vector of this model and version, with the version read with them."""
+        with self.snapshot() as conn:
+            records_version = self.read_version(conn)
+            rows = conn.execute(
+                "SELECT e.record_id, e.index_version, e.vector, r.seq FROM embeddings e"
+                " JOIN records r ON r.id = e.record_id"
+                " WHERE e.model = ? AND e.version = ? AND e.dims = ? AND r.status != 'deleted'",
+                (model, version, dims),
+            ).fetchall()
+        ids = [row[0] for row in rows]
+        # One join and one frombuffer: no per-row array objects on the cold path.
+        matrix = np.frombuffer(b"".join(row[2] for row in rows), dtype=np.float32)
+        versions = np.fromiter((row[1] for row in rows), dtype=np.int64, count=len(rows))
+        seqs = np.fromiter((row[3] for row in rows), dtype=np.int64, count=len(rows))
+        return VectorSnapshot(records_version, ids, seqs, matrix.reshape(len(rows), dims), versions)
+
+    def index_changes(
+        self, since_version: int, model: str, version: str, dims: int
+    ) -> tuple[int, list[IndexChange]]:
+        """Records whose index state changed after ``since_version``, read in one snapshot.
+
+        Both lookups use their ``index_version`` indexes. A change whose vector is
+        missing, of another model or version, or whose record is deleted, maps to None.
+        """
+        with self.snapshot() as conn:
+            records_version = self.read_version(conn)
+            rows = conn.execute(
+                "WITH changed(id) AS ("
+                "  SELECT id FROM records WHERE index_version > ?1"
+                "  UNION SELECT record_id FROM embeddings WHERE index_version > ?1)"
+                " SELECT r.id, r.seq, max(r.index_version, coalesce(e.index_version, 0)), r.status,"
+                "        e.model, e.version, e.dims, e.vector"
+                " FROM changed c JOIN records r ON r.id = c.id"
+                " LEFT JOIN embeddings e ON e.record_id = r.id",
+                (since_version,),
+            ).fetchall()
+        changes = []
+        for record_id, seq, index_version, status, e_model, e_version, e_dims, blob in rows:
+            usable = (
+                blob is not None and status != "deleted"
+                and (e_model, e_version, e_dims) == (model, version, dims)
+            )
+            vector = np.frombuffer(blob, dtype=np.float32) if usable else None
+            changes.append(IndexChange(record_id, int(seq), int(index_version), vector))
+        return records_version, changes
+
+    # -- re-embedding ---------------------------------------------------------------
+
+    def count_embeddable(self) -> int:
+        """Records that have text to embed (erased tombstones have none)."""
+        with self._lock:
+            return int(self._conn.execute("SELECT count(*) FROM records WHERE content != ''").fetchone()[0])
+
+    def embeddable_after(self, seq: int, limit: int) -> list[tuple[int, str, str]]:
+        """``(seq, id, content)`` of the next ``limit`` records with text after ``seq``."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT seq, id, content FROM records WHERE seq > ? AND content != ''"
+                " ORDER BY seq LIMIT ?", (seq, limit)).fetchall()
+        return [(int(s), str(i), str(c)) for s, i, c in rows]
+
+    def embedding_versions(self) -> list[tuple[str, str, int]]:
+        """``(model, version, count)`` of every stored vector family."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT model, version, count(*) FROM embeddings GROUP BY model, version"
+                " ORDER BY model, version").fetchall()
+        return [(str(m), str(v), int(n)) for m, v, n in rows]
+
+    def drop_other_embeddings(self, model: str, version: str) -> int:
+        """Delete every vector not of ``model``/``version``; the records carry the bump."""
+        with self.atomic() as conn:
+            gone = [r[0] for r in conn.execute(
+                "DELETE FROM embeddings WHERE NOT (model = ? AND version = ?) RETURNING record_id",
+                (model, version))]
+            if gone:
+                index_version = self.bump_version(conn)
+                for chunk in chunks(gone):
+                    conn.execute(
+                        f"UPDATE records SET index_version = ? WHERE id IN ({marks(chunk)})",
+                        [index_version, *chunk])
+            return len(gone)

@@ -1,0 +1,152 @@
+"""Test doubles at the model boundaries, shared by the tests and the benchmarks.
+
+The fakes live next to the protocols they stand in for; this package gathers them in
+one import, with a record factory and a small "world" (a real store file, a granted
+agent, a provisioned user and an open session, with fakes for every model).
+``retold.testing.anthropic_stub`` serves a scripted Anthropic Messages API on loopback so
+the real SDK can be driven without a network.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from retold.config import load_config
+from retold.hosted import FakeCompletionClient
+from retold.index.embedder import FakeEmbedder
+from retold.index.reranker import FakeReranker, NoReranker
+from retold.ingest.equivalence import ExactJudge, FakeJudge
+from retold.ingest.extractor import FakeExtractor, ReplayExtractor
+from retold.ingest.ingestor import WriteRequest, WriteResult
+from retold.ingest.reviewer import TableReviewer
+from retold.models import EntityMention, Principal, Record, Scope
+from retold.retrieve.rewrite import FakeRewriter, NoRewriter
+from retold.runtime import Runtime, build_runtime
+from retold.util import ManualClock, new_id
+
+__all__ = [
+    "ADITYA",
+    "AGENT",
+    "T0",
+    "TEST_GATE",
+    "ExactJudge",
+    "FakeCompletionClient",
+    "FakeEmbedder",
+    "FakeExtractor",
+    "FakeJudge",
+    "FakeReranker",
+    "FakeRewriter",
+    "ManualClock",
+    "NoReranker",
+    "NoRewriter",
+    "ReplayExtractor",
+    "TableReviewer",
+    "World",
+    "make_record",
+    "make_world",
+]
+
+T0 = datetime(2026, 9, 3, 12, 0, tzinfo=UTC)
+AGENT = "research-agent"
+ADITYA = Scope("user", "aditya")
+
+# Unit tests state the floors they rely on instead of inheriting the calibrated defaults.
+TEST_GATE = {
+    "dense_floor": {"semantic": 0.45, "episodic": 0.40, "procedural": 0.45, "session_summary": 0.50},
+    "relative_floor": 0.5,
+}
+
+
+def make_record(**fields: Any) -> Record:
+    """A valid confirmed semantic record in user:aditya, overridable field by field."""
+    base = Record(
+        id=new_id(),
+        type="semantic",
+        version=1,
+        content="Aditya prefers concise technical explanations.",
+        subject="ent_aditya/explanation_style",
+        subject_entity_id=None,
+        attribute="explanation_style",
+        scope=Scope("user", "aditya"),
+        source_kind="user_statement",
+        source_ref="session:s1<turn:1>",
+        creator_agent_id="research-agent",
+        evidence="Keep answers concise.",
+        created_at=T0,
+        event_at=T0,
+        expires_at=None,
+        valid_from=None,
+        valid_until=None,
+        review_at=None,
+        review_flagged_at=None,
+        confidence=0.95,
+        status="confirmed",
+        supersedes_id=None,
+        reinforcements=0,
+        last_reinforced_at=None,
+    )
+    return replace(base, **fields)
+
+
+@dataclass
+class World:
+    """A runtime over a real store file with fakes at every model boundary."""
+
+    rt: Runtime
+    judge: FakeJudge
+    embedder: FakeEmbedder
+    clock: ManualClock
+    p: Principal
+    results: list[WriteResult] = field(default_factory=list)
+
+    def say(self, role: str, text: str, principal: Principal | None = None) -> None:
+        """Record one turn (and follow a session split)."""
+        self.p = self.rt.hooks.on_turn(principal or self.p, role, text)
+
+    def write(self, principal: Principal | None = None, origin: str = "tool", **fields: Any) -> WriteResult:
+        """One explicit write; ``entities`` may be EntityMention or plain tuples."""
+        fields.setdefault("type", "semantic")
+        if "entities" in fields:
+            fields["entities"] = tuple(
+                m if isinstance(m, EntityMention) else EntityMention(*m) for m in fields["entities"]
+            )
+        result = self.rt.ingestor.write(principal or self.p, WriteRequest(**fields), origin=origin)  # type: ignore[arg-type]
+        self.results.append(result)
+        return result
+
+    def record(self, record_id: str | None) -> Record:
+        assert record_id is not None
+        found = self.rt.store.get_record(record_id)
+        assert found is not None
+        return found
+
+    def counts(self) -> dict[str, int]:
+        return self.rt.store.row_counts()
+
+    def events(self, kind: str) -> list[dict[str, Any]]:
+        return self.rt.store.events(kind=kind)
+
+
+def make_world(tmp_path: Path, *, grant_personal: bool = True, **ingestion: Any) -> World:
+    """A store under ``tmp_path`` with ``research-agent`` granted ``user:aditya``, the user
+    provisioned, and session ``s1`` open; ``ingestion`` overrides that config block."""
+    config = load_config(overrides={
+        "store": {"path": str(tmp_path / "memory.sqlite")},
+        "embedding": {"model": "fake"},
+        "ingestion": ingestion,
+        "retrieval": {"gate": TEST_GATE},
+    })
+    clock = ManualClock(T0)
+    judge = FakeJudge()
+    embedder = FakeEmbedder()
+    # No hosted-model key reaches a test world, whatever the environment holds.
+    rt = build_runtime(config, clock=clock, embedder=embedder, judge=judge, environ={})
+    if grant_personal:
+        rt.host.grant(AGENT, ADITYA, read=True, write=True)
+    rt.host.provision_user("aditya", aliases=["Aditya"])
+    principal = Principal(AGENT, "aditya", "s1", None)
+    rt.hooks.on_session_start(principal)
+    return World(rt, judge, embedder, clock, principal)
