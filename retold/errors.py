@@ -7,11 +7,12 @@
     ├── StoreError             the SQLite store cannot be used
     │   ├── NotADatabaseError      the file is not a SQLite database (left untouched)
     │   ├── SchemaTooNewError      written by a newer Retold (left untouched)
-    │   └── MigrationIssuesError   legacy rows need review before use (LLD 3.2)
+    │   └── MigrationIssuesError   legacy rows need review before use
     └── ModelError             an embedding or other local model failed to load or run
 
 Structured tool errors (``invalid_input``, ``not_found``, ...) are data returned by the
-tool handlers, not exceptions (DESIGN.md decision 8).
+tool handlers, not exceptions: a refused call changes nothing and tells the model what to
+fix (see ``docs/decisions.md``, "Tool results and error parity").
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class SchemaTooNewError(StoreError):
 
 
 class MigrationIssuesError(StoreError):
-    """Legacy rows could not be mapped by a migration and need an operator (LLD 3.2)."""
+    """Legacy rows could not be mapped by a migration and need an operator."""
 
 
 class ModelError(RetoldError):

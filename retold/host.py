@@ -1,4 +1,4 @@
-"""MemoryHost: the host's administrative API for grants and principals (LLD 3.5, 6.1, 9.1).
+"""MemoryHost: the host's administrative API for grants and principals.
 
 Agents never grant themselves anything: every scope other than the implicit private
 ``agent:<agent_id>/<user_id>`` is provisioned here (or by the ``retold grant`` command,
@@ -24,8 +24,8 @@ class HostError(RetoldError):
 
 
 def _check_id(name: str, value: str) -> None:
-    # LLD 6.1: '/' separates agent and user in the private scope id, so neither id may
-    # contain it, or agent:a/b/c could name two different principal pairs.
+    # '/' separates agent and user in the private scope id, so neither id may contain it,
+    # or agent:a/b/c could name two different principal pairs.
     if not isinstance(value, str) or not value.strip():
         raise HostError(f"{name} must be a non-empty string")
     if "/" in value:
@@ -42,7 +42,7 @@ class MemoryHost:
     def grant(
         self, agent_id: str, scope: Scope, read: bool = True, write: bool = False, actor: str = "admin"
     ) -> None:
-        """Give ``agent_id`` read and/or write access to ``scope`` (LLD 6.1).
+        """Give ``agent_id`` read and/or write access to ``scope``.
 
         Refused with HostError: an empty agent id or one containing ``/``, a private
         agent scope (``agent:A/U`` is implicit and must not be granted to anyone else),
@@ -79,7 +79,7 @@ class MemoryHost:
         return removed
 
     def provision_user(self, user_id: str, aliases: Sequence[str] = (), actor: str = "admin") -> Entity:
-        """Create or complete the principal's person entity in ``user:<user_id>`` (LLD 9.1).
+        """Create or complete the principal's person entity in ``user:<user_id>``.
 
         The entity carries ``normalize_alias(user_id)`` first, then each display name in
         ``aliases``, normalised. An alias that already names a different active person

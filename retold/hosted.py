@@ -1,4 +1,4 @@
-"""CompletionClient: one provider-neutral structured completion (DESIGN.md decision 7).
+"""CompletionClient: one provider-neutral structured completion for every hosted model.
 
 The public :meth:`CompletionClient.complete` handles the timeout, bounded retries on
 transient errors and validation of the answer against the JSON schema, once for every
@@ -45,7 +45,7 @@ __all__ = [
     "client_from_config",
 ]
 
-log = logging.getLogger("retold.hosted")
+log = logging.getLogger(__name__)
 
 HostedFailure = Literal["timeout", "provider", "malformed", "not_configured"]
 
@@ -161,7 +161,7 @@ def _validated(answer: object, request: CompletionRequest, model: str) -> dict[s
 
 @dataclass
 class FakeCompletionClient(CompletionClient):
-    """Scripted answers for tests (LLD 17.1): each call pops the next answer; an exception
+    """Scripted answers for tests: each call pops the next answer; an exception
     in the script is raised. Every request is recorded in ``calls``."""
 
     answers: Sequence[dict[str, Any] | Exception | Callable[[CompletionRequest], dict[str, Any]]]
@@ -291,9 +291,9 @@ def client_from_config(
 
     The key is read from ``environ[hosted.api_key_env]``; the caller passes ``os.environ``
     (nothing here reads the environment itself). Without a key the product still runs
-    and the hosted components report that they are not configured (DESIGN.md decision
-    7). ``claude-*`` models use the Anthropic SDK; any other model name is HostedError
-    ``not_configured``, whether or not a key is set, because no provider serves it.
+    and the hosted components report that they are not configured. ``claude-*`` models
+    use the Anthropic SDK; any other model name is HostedError ``not_configured``, whether
+    or not a key is set, because no provider serves it.
     """
     if not model.startswith("claude-"):
         raise HostedError(

@@ -1,4 +1,4 @@
-"""The framework-neutral dataclasses of LLD 4.
+"""The framework-neutral dataclasses of Retold.
 
 Storage, ingestion, retrieval, tools and adapters exchange these values instead of
 framework objects. ``Record`` is persisted state; ``CandidateRecord`` is untrusted
@@ -56,7 +56,8 @@ RECORD_TYPES: tuple[str, ...] = get_args(RecordType)
 RECORD_STATUSES: tuple[str, ...] = get_args(RecordStatus)
 SOURCE_KINDS: tuple[str, ...] = get_args(SourceKind)
 ENTITY_KINDS: tuple[str, ...] = get_args(EntityKind)
-# Statuses that normal retrieval may return (LLD 6.5, component guide 3).
+# Statuses that normal retrieval may return; superseded, expired and deleted records are
+# history.
 ACTIVE_STATUSES: tuple[str, ...] = ("provisional", "confirmed")
 
 
@@ -86,13 +87,13 @@ class Scope:
 
     @property
     def is_private(self) -> bool:
-        """True for the implicit ``agent:<agent_id>/<user_id>`` scope (LLD 6.1)."""
+        """True for the implicit ``agent:<agent_id>/<user_id>`` scope."""
         return self.kind == "agent" and "/" in self.id
 
 
 @dataclass(frozen=True)
 class Principal:
-    """The caller of a memory tool. ``/`` is refused so private scopes stay unique (LLD 6.1)."""
+    """The caller of a memory tool. ``/`` is refused so private scopes stay unique."""
 
     agent_id: str
     user_id: str
@@ -114,7 +115,7 @@ class Principal:
 
 @dataclass
 class Record:
-    """One durable memory (LLD 3.1)."""
+    """One durable memory."""
 
     id: str
     type: RecordType
@@ -142,13 +143,13 @@ class Record:
     last_reinforced_at: datetime | None
     tags: list[str] = field(default_factory=list)
     entity_ids: list[str] = field(default_factory=list)
-    index_version: int = 0  # records_version of its last index-visible change (LLD 7)
+    index_version: int = 0  # records_version of its last index-visible change
     seq: int = 0  # stable integer key assigned by the store on insert
 
 
 @dataclass
 class Entity:
-    """A named subject with its normalised aliases (LLD 3.4)."""
+    """A named subject with its normalised aliases."""
 
     id: str
     kind: EntityKind
@@ -302,7 +303,7 @@ class SearchResponse:
 
 @dataclass
 class CandidateRecord:
-    """Untrusted extractor output (LLD 5); the ingestor validates it."""
+    """Untrusted extractor output; the ingestor validates it."""
 
     type: RecordType
     content: str

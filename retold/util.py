@@ -28,7 +28,7 @@ _seq = 0
 
 
 def new_id() -> str:
-    """Return a new UUIDv7 string (LLD 3: ids sort by creation time).
+    """Return a new UUIDv7 string; ids sort by creation time.
 
     Within one millisecond a 12-bit counter keeps ids from this process strictly
     increasing, so ``ORDER BY id`` is creation order even for bursts of writes.
@@ -54,7 +54,7 @@ def to_iso(moment: datetime) -> str:
     """Format a datetime as the store's fixed-width ISO 8601 UTC text.
 
     Fixed width (microseconds, ``Z``) makes string comparison in SQL equal to time
-    comparison, which the eligibility filter relies on (LLD 3, LLD 6.5).
+    comparison, which the eligibility filter's expiry and time-window checks rely on.
     """
     if moment.tzinfo is None:
         raise ValueError("timestamps must be timezone-aware")
@@ -103,7 +103,7 @@ class ManualClock:
 
 
 class Timer:
-    """Named stage timings in milliseconds (LLD 15 "Benchmark instrumentation").
+    """Named stage timings in milliseconds, recorded with each write and search.
 
     ``mark(name)`` closes the stage that began at the previous mark; marking the
     same name twice adds up, so a stage run once per query reports its total.

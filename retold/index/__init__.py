@@ -1,1 +1,1 @@
-"""Dense vector side of Retold: embedders and the in-RAM vector index (LLD 5, LLD 7)."""
+"""Dense vector side of Retold: embedders and the in-RAM vector index."""

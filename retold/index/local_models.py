@@ -1,4 +1,4 @@
-"""Loading local sentence-transformers models: once, lazily, offline (DESIGN.md decision 6).
+"""Loading local sentence-transformers models: once, lazily, offline.
 
 The embedder, the reranker and the NLI judge share this: a thread-safe load-once holder,
 the ``device: auto`` rule, and construction from local files only with one-line errors.
@@ -44,7 +44,7 @@ class LazyModel:
 
 
 def resolve_device(device: str) -> str:
-    """LLD 2.1 ``device: auto``: cuda when available, then mps, else cpu."""
+    """Resolve ``device: auto``: cuda when available, then mps, else cpu."""
     if device != "auto":
         return device
     import torch

@@ -1,4 +1,4 @@
-"""Rerankers: the optional cross-encoder pass after duplicate collapse (LLD 2.2, LLD 10.7).
+"""Rerankers: the optional cross-encoder pass after duplicate collapse.
 
 ``BgeReranker`` is the cross-encoder, ``NoReranker`` the disabled stand-in, ``FakeReranker``
 the test double. ``rerank_with_timeout`` runs one search's pass in a thread it can abandon;
@@ -29,16 +29,16 @@ RerankLogRow = tuple[str, int, int, float, str]
 
 
 class RerankError(RetoldError):
-    """The rerank pass timed out or failed and ``reranker.on_failure`` is ``fail`` (LLD 2.2)."""
+    """The rerank pass timed out or failed and ``reranker.on_failure`` is ``fail``."""
 
 
 class Reranker(Protocol):
-    """Scores query-record pairs; higher is more relevant (LLD 10.7)."""
+    """Scores query-record pairs; higher is more relevant."""
 
     name: str
 
     def score(self, query: str, docs: list[str]) -> list[float]: ...
-    # LLD 10.7: every query-record pair of one search goes through as one batch.
+    # Every query-record pair of one search goes through as one call, not one per query.
     def score_pairs(self, pairs: list[tuple[str, str]]) -> list[float]: ...
 
 
@@ -60,9 +60,10 @@ def _sigmoid(logits: Any) -> list[float]:
 
 
 class BgeReranker(_ScoresPairs, LazyModel):
-    """A single-label sentence-transformers ``CrossEncoder`` (LLD 2.2, LLD 10.7).
+    """A single-label sentence-transformers ``CrossEncoder``.
 
-    Loaded lazily and at most once, only from local files (DESIGN.md decision 6). Scores
+    Loaded lazily and at most once, only from local files, so a search never waits on a
+    model hub. Scores
     are sigmoid values in (0, 1), computed here from the raw logit, so ``reranker.floor``
     is compared on one fixed scale whatever activation the model config names.
     """
@@ -77,7 +78,7 @@ class BgeReranker(_ScoresPairs, LazyModel):
         self.device = device
 
     def warm(self) -> None:
-        """Load and score one tiny pair, so the first search does not pay for it (LLD 2.2)."""
+        """Load and score one tiny pair, so the first search does not spend its timeout on it."""
         self.score_pairs([("warm up", "warm up")])
 
     def _load(self) -> Any:
@@ -86,7 +87,7 @@ class BgeReranker(_ScoresPairs, LazyModel):
             lambda st, device: st.CrossEncoder(self.model, device=device, local_files_only=True),
         )
         labels = int(getattr(model.config, "num_labels", 0))
-        if labels != 1:  # LLD 10.7: the floor assumes one relevance logit per pair
+        if labels != 1:  # the floor assumes one relevance logit per pair
             raise ModelError(f"reranker model {self.model} has {labels} output labels, not 1")
         return model
 
@@ -115,7 +116,7 @@ class NoReranker(_ScoresPairs):
 
 
 class FakeReranker(_ScoresPairs):
-    """Table-driven reranker for tests (STYLE.md habit 3): ``scores[(query, doc)]`` or ``default``.
+    """Table-driven reranker for tests: ``scores[(query, doc)]`` or ``default``.
 
     Scored pairs go to ``calls``, each call's size to ``batches``; ``delay_s`` and ``fail``
     drive the timeout and failure paths of ``rerank_with_timeout``.
@@ -151,7 +152,7 @@ class FakeReranker(_ScoresPairs):
 
 @dataclass
 class RerankOutcome:
-    """What one rerank pass produced (LLD 10.1, LLD 10.7)."""
+    """What one rerank pass produced."""
 
     status: RerankStatus
     candidates: list[Candidate]  # applied: copies, reordered by best score; else the input list
@@ -162,7 +163,8 @@ class RerankOutcome:
 def _score_shortlist(
     reranker: Reranker, copies: list[Candidate], documents: Mapping[str, str], queries: list[str]
 ) -> tuple[list[Candidate], list[RerankLogRow]]:
-    # LLD 10.7: every query against every record, one batch, the record's max kept.
+    # Every query against every record in one batch; a record keeps its best score, so it
+    # ranks by the query it answers best.
     pairs = [(q, documents[c.record_id]) for c in copies for q in queries]
     scores = reranker.score_pairs(pairs)
     if len(scores) != len(pairs):
@@ -185,11 +187,11 @@ def rerank_with_timeout(
     reranker: Reranker, candidates: list[Candidate], documents: Mapping[str, str], queries: list[str],
     *, timeout_ms: int, on_failure: Literal["fallback", "fail"],
 ) -> RerankOutcome:
-    """Rerank the shortlist ``candidates`` (in RRF order) within ``timeout_ms`` (LLD 10.7).
+    """Rerank the shortlist ``candidates`` (in RRF order) within ``timeout_ms``.
 
     ``documents`` maps each record id to the text the reranker scores. Copies of the
     candidates are scored in a daemon thread, abandoned at ``timeout_ms`` (a cold model
-    load counts, LLD 2.2), so a late or failed pass cannot write into the caller's
+    load counts), so a late or failed pass cannot write into the caller's
     candidates. On timeout or error, ``fallback`` returns the input list untouched with
     status ``timeout``/``failed``; ``fail`` raises ``RerankError``.
     """
@@ -232,13 +234,13 @@ def rerank_with_timeout(
 def apply_reranker_floor(
     candidates: list[Candidate], floor: float
 ) -> tuple[list[Candidate], list[tuple[str, str, float]]]:
-    """Split reranked candidates at ``floor`` (LLD 2.2: the final keep-or-drop decision).
+    """Split reranked candidates at ``floor``, the final keep-or-drop decision when reranking.
 
     Returns the kept candidates in order, and ``(record_id, reason, score)`` for each one
     whose best rerank score is below the floor.
     """
     kept: list[Candidate] = []
-    dropped: list[tuple[str, str, float]] = []  # LLD 10.7: these go to reranked_out
+    dropped: list[tuple[str, str, float]] = []  # logged as reranked_out, not budget_out
     for cand in candidates:
         score = cand.rerank_score
         if score is None:
@@ -254,5 +256,5 @@ def apply_reranker_floor(
 
 
 def reranker_from_config(cfg: RerankerConfig, device: str = "cpu") -> Reranker:
-    """``BgeReranker`` (not loaded yet) when ``reranker.enabled``, else ``NoReranker`` (LLD 10.7)."""
+    """``BgeReranker`` (not loaded yet) when ``reranker.enabled``, else ``NoReranker``."""
     return BgeReranker(cfg.model, cfg.batch_size, device) if cfg.enabled else NoReranker()

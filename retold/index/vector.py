@@ -1,4 +1,4 @@
-"""VectorIndex: the in-RAM projection of compatible embedding rows (LLD 7).
+"""VectorIndex: the in-RAM projection of compatible embedding rows.
 
 Exact cosine search over a private, L2-normalised float32 matrix. The matrix grows by
 doubling and is never handed out: callers get ids and scores, one row through
@@ -95,11 +95,12 @@ class VectorIndex:
             self.loaded_version = snap.records_version
 
     def refresh(self, store: Store, incremental_reload_max: int) -> RefreshOutcome:
-        """Catch up with other processes' writes before a dense search (LLD 7).
+        """Catch up with other processes' writes before a dense search.
 
         Changes this process already applied (same or newer index_version) are skipped,
         so local writes never count towards ``incremental_reload_max``: when nothing else
-        changed the index advances its version and reports ``current``.
+        changed the index advances its version and reports ``current``. See
+        ``docs/architecture.md``, "Index coherence across processes".
         """
         if not self.is_loaded:
             self.load(store)
@@ -226,7 +227,7 @@ class VectorIndex:
         """Top ``k`` eligible live records by cosine, best first.
 
         ``qvec`` is one query vector or a (q, dims) matrix; with several queries each
-        record keeps its best cosine (LLD 7, multi-query union). The eligible positions
+        record keeps its best cosine (the union of the queries' hits). The eligible positions
         are built from ``eligible_ids`` (cost grows with that set, not the index) and the
         product runs under the same lock hold.
         """

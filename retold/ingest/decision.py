@@ -1,9 +1,17 @@
-"""The current-fact decision of LLD 6.3: reinforce, supersede, conflict or create.
+"""The current-fact decision for a new record: reinforce, supersede, conflict or create.
 
 Pure functions over records that the ingestor has already loaded and judged, so the
-rule order can be read (and tested) in one place. Rule 1 runs before rule 2 on purpose:
-a ``same`` verdict against a provisional sibling must never pre-empt the decision the
-authority incumbent is owed.
+rule order can be read (and tested) in one place:
+
+1. records under the candidate's own attribute: the authority incumbent is reinforced
+   when judged ``same``, otherwise the supersession rule runs against it;
+2. a record under another attribute judged ``same`` and close by cosine is reinforced;
+3. a record under another attribute that contradicts and is close by cosine is one
+   current fact under two names: supersession against it, keeping its attribute;
+4. otherwise the nearby-record search decides between reinforce and create.
+
+Rule 1 runs before rule 2 on purpose: a ``same`` verdict against a provisional sibling
+must never pre-empt the decision the authority incumbent is owed.
 """
 
 from __future__ import annotations
@@ -30,11 +38,11 @@ class Decision:
 
 
 def supersession(new: Record, old: Record, lifecycle: Lifecycle) -> Decision:
-    """The supersession rule against one incumbent (LLD 6.3 table).
+    """The supersession rule against one incumbent.
 
     With authority the new record replaces the old one. An equal-rank record that lost on
-    time is history on arrival (LLD 6.3 "A stale, equal-ranked record"). A lower rank is
-    stored as a provisional conflict.
+    time is history on arrival, so a stale report cannot replace a newer fact. A lower
+    rank is stored as a provisional conflict.
     """
     if lifecycle.has_authority(new, old):
         return Decision("supersede", old, new.attribute)

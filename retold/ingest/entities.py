@@ -1,4 +1,4 @@
-"""Entity resolution: exact, scope-aware alias lookup (LLD 9, 9.1).
+"""Entity resolution: exact, scope-aware alias lookup.
 
 A wrong link can expose unrelated memory, so the resolver never guesses: it looks an
 alias up only in the caller's readable scopes, links when exactly one active entity of
@@ -31,7 +31,7 @@ EntityErrorCode = Literal[
 
 
 class EntityError(RetoldError):
-    """A mention the resolver refuses; ``code`` is the structured tool error (LLD 9)."""
+    """A mention the resolver refuses; ``code`` is the structured tool error."""
 
     def __init__(self, code: EntityErrorCode, message: str) -> None:
         super().__init__(message)
@@ -40,7 +40,7 @@ class EntityError(RetoldError):
 
 
 def normalize_alias(text: str) -> str:
-    """The lookup form of a name (LLD 3.4): diacritics stripped, casefolded, spaces collapsed.
+    """The lookup form of a name: diacritics stripped, casefolded, spaces collapsed.
 
     ``"  José  Núñez "`` becomes ``"jose nunez"``. NFKD also folds compatibility forms
     (full-width letters, ligatures), so visually equal spellings meet.
@@ -51,12 +51,12 @@ def normalize_alias(text: str) -> str:
 
 
 def normalize_canonical(text: str) -> str:
-    """The display form of a name (LLD 3.4): whitespace collapsed, accents kept."""
+    """The display form of a name: whitespace collapsed, accents kept."""
     return " ".join(text.split())
 
 
 class EntityResolver:
-    """Resolves entity mentions for one store (LLD 9)."""
+    """Resolves entity mentions for one store."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -64,13 +64,14 @@ class EntityResolver:
     def resolve(
         self, mentions: Sequence[EntityMention], scope: Scope, principal: Principal
     ) -> list[Resolution]:
-        """One Resolution per mention, in order, following LLD 9's pseudo-code.
+        """One Resolution per mention, in order.
 
         Raises EntityError for an unreadable (or missing) explicit id, a kind mismatch,
         an empty mention, or a needed creation in a scope the principal cannot write.
-        Ambiguity is an outcome, never an error, and writes no event (LLD 9: the
-        ingestor logs it after its transaction). Creations join the caller's open
-        transaction as a savepoint.
+        Ambiguity is an outcome, never an error, and writes no event: the caller decides
+        (the ingestor refuses an ambiguous ``about`` entity and lists an ambiguous mention
+        in its own write event). Creations join the caller's open transaction as a
+        savepoint.
         """
         readable = readable_scopes(self.store, principal)
         out: list[Resolution] = []
@@ -93,7 +94,7 @@ class EntityResolver:
         return out
 
     def principal_entity(self, principal: Principal) -> Resolution:
-        """The principal's person entity in ``user:<user_id>`` (LLD 9.1).
+        """The principal's person entity in ``user:<user_id>``.
 
         It carries ``normalize_alias(user_id)``. When absent it is created ``confirmed``
         (the host, not a model, vouches for the user) without a writability check. Two
@@ -119,7 +120,7 @@ class EntityResolver:
         return Resolution(mention, entity, "created", [])
 
     def describe_candidates(self, ids: Sequence[str]) -> list[dict[str, str]]:
-        """id, kind, canonical name and scope of each candidate, for entity_ambiguous (LLD 11)."""
+        """id, kind, canonical name and scope of each candidate, for entity_ambiguous."""
         out: list[dict[str, str]] = []
         for entity_id in ids:
             entity = self.store.get_entity(entity_id)
@@ -134,7 +135,7 @@ class EntityResolver:
 
     def _explicit(self, mention: EntityMention, readable: list[Scope]) -> Entity:
         assert mention.entity_id is not None
-        # LLD 11: missing and unreadable answer identically, checked before anything that
+        # Missing and unreadable answer identically, checked before anything that
         # would describe the entity, so no message confirms that a foreign id exists.
         not_readable = EntityError("entity_not_readable", f"entity {mention.entity_id} is not readable")
         entity = self.store.get_entity(mention.entity_id)

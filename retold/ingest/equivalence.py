@@ -1,9 +1,8 @@
-"""Equivalence judges: same, contradicts or distinct for two claims (LLD 2.4, LLD 5, LLD 6.3).
+"""Equivalence judges: same, contradicts or distinct for two claims.
 
-Three implementations (DESIGN.md decision 6): the NLI cross-encoder of the spec, loaded
-only from local files; a conservative exact judge used when no NLI model is available;
-and a table-driven fake for tests. Nothing here imports torch or sentence-transformers at
-module import time.
+Three implementations: an NLI cross-encoder, loaded only from local files; a
+conservative exact judge used when no NLI model is available; and a table-driven fake
+for tests. Nothing here imports torch or sentence-transformers at module import time.
 """
 
 from __future__ import annotations
@@ -27,20 +26,20 @@ if TYPE_CHECKING:
 
 Verdict = Literal["same", "contradicts", "distinct"]
 
-log = logging.getLogger("retold.judge")
+log = logging.getLogger(__name__)
 
 
 class EquivalenceJudge(Protocol):
-    """Compares two claims (LLD 5). ``name`` is recorded on every write event it decides."""
+    """Compares two claims. ``name`` is recorded on every write event it decides."""
 
     name: str
 
     def judge(self, a: str, b: str) -> Verdict: ...
-    # LLD 6.3: the ingestor judges every scanned record before it decides anything, so
+    # The ingestor judges every scanned record before it decides anything, so
     # the judge takes the whole scan in one call.
     def judge_many(self, pairs: list[tuple[str, str]]) -> list[Verdict]: ...
     # None means "not scored": the caller keeps the claimed source and records
-    # entailment: not_checked (LLD 6.6).
+    # entailment: not_checked.
     def entails(self, premise: str, hypothesis: str) -> float | None: ...
 
 
@@ -73,10 +72,10 @@ def _softmax(logits: npt.ArrayLike) -> npt.NDArray[np.float64]:
 
 
 class NLICrossEncoderJudge(LazyModel):
-    """A local NLI cross-encoder that scores both directions (LLD 2.4, LLD 5).
+    """A local NLI cross-encoder that scores both directions.
 
     Loaded lazily and at most once, only from local files: a fresh install must never
-    wait on a model hub (DESIGN.md decision 6).
+    wait on a model hub.
     """
 
     def __init__(
@@ -127,7 +126,7 @@ class NLICrossEncoderJudge(LazyModel):
         forward, backward = probs[:n], probs[n:]
         verdicts: list[Verdict] = []
         for fwd, bwd in zip(forward, backward, strict=True):
-            # LLD 2.4: contradiction in either direction wins; "same" needs both
+            # Contradiction in either direction wins; "same" needs both
             # directed entailment scores at or above the floor.
             if max(fwd[self._contradict_col], bwd[self._contradict_col]) >= self.contradict_floor:
                 verdicts.append("contradicts")
@@ -138,7 +137,7 @@ class NLICrossEncoderJudge(LazyModel):
         return verdicts
 
     def entails(self, premise: str, hypothesis: str) -> float | None:
-        """The entailment probability of ``premise`` -> ``hypothesis`` (LLD 6.6)."""
+        """The entailment probability of ``premise`` -> ``hypothesis``."""
         return float(self._probabilities([(premise, hypothesis)])[0, self._entail_col])
 
 
@@ -156,7 +155,7 @@ def normalise_claim(text: str) -> str:
 class ExactJudge:
     """Conservative fallback: normalised text equal -> ``same``, else ``distinct``.
 
-    It never says ``contradicts`` and cannot score entailment (DESIGN.md decision 6).
+    It never says ``contradicts`` and cannot score entailment.
     """
 
     name: str = "exact"
@@ -170,7 +169,7 @@ class ExactJudge:
         return [self.judge(a, b) for a, b in pairs]
 
     def entails(self, premise: str, hypothesis: str) -> float | None:
-        """Always None: text equality says nothing about entailment (LLD 6.6 not_checked)."""
+        """Always None (``not_checked``): text equality says nothing about entailment."""
         return None
 
 
@@ -180,7 +179,7 @@ JudgeCall = tuple[Literal["judge", "judge_many", "entails"], str, str]
 
 
 class FakeJudge:
-    """Table-driven judge for tests (LLD 5, STYLE.md habit 3).
+    """Table-driven judge for tests.
 
     ``table`` gives verdicts, looked up as ``(a, b)`` then ``(b, a)``; ``entailment``
     gives directed scores. Every call is appended to ``calls`` as ``(kind, a, b)``, one
@@ -225,11 +224,11 @@ class FakeJudge:
 
 
 def judge_from_config(cfg: EquivalenceConfig, device: str = "cpu") -> EquivalenceJudge:
-    """Build the judge ``ingestion.equivalence`` names (LLD 2.4, DESIGN.md decision 6).
+    """Build the judge ``ingestion.equivalence`` names.
 
     ``exact`` and ``fake`` select those judges. Any other name is an NLI model loaded
     now, offline; when it cannot load, the exact judge decides instead and one warning
-    says so.
+    says so (``docs/decisions.md``, "Choosing the judge without importing torch").
     """
     if cfg.model == "exact":
         return ExactJudge()

@@ -1,7 +1,7 @@
-"""Evidence validation: does a quote from the transcript support the claimed source (LLD 6.6)?
+"""Evidence validation: does a quote from the transcript support the claimed source?
 
 Both write paths (``memory_write`` and session extraction) call :func:`validate_evidence`,
-so an explicit write and an extractor candidate meet the same standard (LLD 6.6, 8.1).
+so an explicit write and an extractor candidate meet the same standard.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ EVIDENCE_NOT_FOUND = "evidence not found in session"
 
 _EVIDENCE_KINDS: tuple[str, ...] = get_args(EvidenceKind)
 
-# LLD 6.6 table: the highest source kind each kind of supporting turn can back.
+# The highest source kind each kind of supporting turn can back: only the user's own words
+# support a user statement, and an assistant turn supports no more than an inference.
 _SUPPORTED: dict[Role, EvidenceKind] = {
     "user": "user_statement",
     "tool": "tool_result",
@@ -44,7 +45,7 @@ def normalize_ws(text: str) -> str:
 
 
 def source_ref(session_id: str, turn: int) -> str:
-    """The ``source_ref`` of a matched turn: ``session:<id><turn:n>`` (LLD 6.6, 8.1)."""
+    """The ``source_ref`` of a matched turn: ``session:<id><turn:n>``."""
     return f"session:{session_id}<turn:{turn}>"
 
 
@@ -64,7 +65,7 @@ def validate_evidence(
     min_words: int,
     source_rank: Mapping[str, int] | SourceRanks,
 ) -> EvidenceCheck:
-    """Check ``quote`` against one session's transcript and settle the source kind (LLD 6.6).
+    """Check ``quote`` against one session's transcript and settle the source kind.
 
     The whole whitespace-normalised quote must appear inside a single normalised turn: a
     paraphrase, or a quote that spans two turns, is not evidence. ``turn_hint`` (a turn
@@ -74,7 +75,7 @@ def validate_evidence(
 
     ``claimed`` must be ``user_statement``, ``tool_result`` or ``agent_inference``;
     anything else raises ValueError, since callers reject host- and extractor-owned kinds
-    before asking for evidence (LLD 8.1 step 3).
+    before asking for evidence.
     """
     if claimed not in _EVIDENCE_KINDS:
         raise ValueError(
@@ -84,7 +85,7 @@ def validate_evidence(
     q = normalize_ws(quote or "")
     if not q:
         return EvidenceCheck(False, None, None, "agent_inference", EVIDENCE_NOT_PROVIDED)
-    # LLD 6.6: the quote must be substantial enough to support a direct claim
+    # The quote must be substantial enough to support a direct claim
     # (ingestion.evidence.min_characters and min_words).
     if len(q) < min_characters:
         return EvidenceCheck(

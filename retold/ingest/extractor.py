@@ -1,4 +1,4 @@
-"""Session extraction: the Extractor protocol and its implementations (LLD 5, 8.3).
+"""Session extraction: the Extractor protocol and its implementations.
 
 ``StructuredLLMExtractor`` (one hosted structured call with the versioned prompt
 ``prompts/extract_v1.md``), ``FakeExtractor`` (tests) and ``ReplayExtractor`` (serves a
@@ -54,8 +54,8 @@ __all__ = [
     "parse_moment",
 ]
 
-# STYLE.md habit 8: the version names the prompt file and is recorded on every
-# extraction.run event (LLD 8.3 "The repository versions the extractor prompt").
+# Prompts are versioned code: the version names the prompt file and is recorded on every
+# extraction.run event, so a record can be traced to the prompt that produced it.
 EXTRACT_PROMPT_VERSION = "extract_v1"
 
 CANDIDATE_SOURCE_KINDS: tuple[str, ...] = ("user_statement", "tool_result", "agent_inference")
@@ -143,17 +143,17 @@ def load_prompt(version: str) -> str:
 
 
 def format_turn(turn: Turn) -> str:
-    """One numbered transcript turn as the prompts show it (LLD 8.3 "numbered turns").
+    """One numbered transcript turn as the prompts show it.
 
     ``[turn 3 · user · 2026-09-03T12:00Z] text``; the timestamp (UTC, minutes) lets the
-    model resolve relative time expressions against the turn (LLD 8.3 temporal row).
+    model resolve relative time expressions ("yesterday") against the turn.
     """
     at = turn.at.astimezone(UTC).strftime("%Y-%m-%dT%H:%MZ")
     return f"[turn {turn.turn} · {turn.role} · {at}] {turn.content}"
 
 
 class Extractor(Protocol):
-    """Turns a transcript into candidate records and one session summary (LLD 8.3)."""
+    """Turns a transcript into candidate records and one session summary."""
 
     name: str  # recorded on extraction events, with the prompt version
     prompt_version: str
@@ -163,7 +163,7 @@ class Extractor(Protocol):
 
 @dataclass
 class FakeExtractor:
-    """Returns a predefined output and records every call (LLD 17.1)."""
+    """Returns a predefined output and records every call (tests)."""
 
     output: ExtractionOutput
     name: str = "fake"
@@ -177,12 +177,12 @@ class FakeExtractor:
 
 
 class StructuredLLMExtractor:
-    """The production extractor: ONE structured hosted call per session (LLD 8.2 step 3).
+    """The production extractor: ONE structured hosted call per session.
 
     The system prompt is exactly the versioned prompt file; the user message carries the
     numbered transcript, the known entities, the existing subjects and the limits. The
     validated answer is parsed into an :class:`ExtractionOutput`; any answer that cannot
-    be parsed raises ``HostedError("malformed")`` so the run fails closed (LLD 8.2).
+    be parsed raises ``HostedError("malformed")`` so the run fails closed.
     Timeouts and provider failures are the client's ``HostedError`` and pass through.
     """
 
@@ -212,7 +212,7 @@ class StructuredLLMExtractor:
             output = output_from_json(answer)
         except ExtractionOutputError as exc:
             raise HostedError("malformed", f"extraction answer does not match the schema: {exc}") from exc
-        # LLD 8.2 step 3: the worker considers at most extraction_max_candidates; the
+        # At most extraction_max_candidates are considered per session; the
         # model is told the cap, and anything past it is dropped in the model's order.
         output.candidates = output.candidates[: self.cfg.extraction_max_candidates]
         output.summary.content = _clip(output.summary.content, self.cfg.summary_max_chars)
@@ -220,7 +220,7 @@ class StructuredLLMExtractor:
 
     def _user_message(self, transcript: list[Turn], context: ExtractionContext) -> str:
         turns = [format_turn(t) for t in sorted(transcript, key=lambda t: t.turn)]
-        # The runner bounds the context (LLD 2.4 extraction_context_max_*); bounding again
+        # The runner bounds the context (extraction_context_max_*); bounding again
         # here keeps the prompt size predictable for any caller.
         known = context.known_entities[: self.cfg.extraction_context_max_entities]
         entities = [f"- {entity_id} · {kind} · {canonical}" for entity_id, kind, canonical in known]
@@ -432,7 +432,7 @@ def _mentions(data: object, where: str) -> list[EntityMention]:
 
 
 def _clip(text: str, limit: int) -> str:
-    """Keep a summary within ``summary_max_chars`` (LLD 2.4): cut at the last sentence end
+    """Keep a summary within ``summary_max_chars``: cut at the last sentence end
     that fits when that keeps most of the text, otherwise at the limit."""
     if len(text) <= limit:
         return text

@@ -1,11 +1,12 @@
-"""Candidate review before apply: the reviewer protocol and its implementations (LLD 8.2).
+"""Candidate review before apply: the reviewer protocol and its implementations.
 
 All candidates of one session are reviewed in ONE call (``review_batch``), one decision
 per candidate. ``StructuredLLMReviewer`` uses the versioned prompt ``prompts/review_v1.md``;
 ``TableReviewer`` serves tests.
 
-A revision may only narrow a candidate (LLD 8.2 step 5): :func:`apply_revision` applies
-one and raises :class:`InvalidReviewRevision` for anything else.
+A revision may only narrow a candidate, never make it claim more than its evidence:
+:func:`apply_revision` applies one and raises :class:`InvalidReviewRevision` for anything
+else.
 """
 
 from __future__ import annotations
@@ -39,11 +40,11 @@ __all__ = [
     "apply_revision",
 ]
 
-# STYLE.md habit 8: names the prompt file; recorded with each review decision (LLD 8.2
-# step 5 "The worker records the review decision and model version").
+# Names the prompt file; recorded with each review decision beside the model, so every
+# decision can be traced to the prompt and model that made it.
 REVIEW_PROMPT_VERSION = "review_v1"
 
-# LLD 8.2 step 5: the only fields a revision may touch.
+# The only fields a revision may touch.
 REVISABLE_FIELDS: tuple[str, ...] = ("content", "attribute", *TEMPORAL_FIELDS, "confidence")
 
 _ACTIONS: tuple[str, ...] = ("accept", "reject", "revise")
@@ -72,9 +73,9 @@ REVIEW_SCHEMA: dict[str, Any] = {
                             "review_at": _DATE_TIME,
                             "confidence": {"type": "number", "minimum": 0, "maximum": 1},
                         },
-                        # Deliberately open: LLD 8.2 makes "a revision of a forbidden
-                        # field" a rejection of that one candidate (invalid_review_revision),
-                        # not a malformed answer that fails the whole run; apply_revision
+                        # Deliberately open: a revision of a forbidden field rejects that
+                        # one candidate (invalid_review_revision) instead of being a
+                        # malformed answer that fails the whole run; apply_revision
                         # enforces the field list.
                         "additionalProperties": True,
                     },
@@ -91,7 +92,7 @@ REVIEW_SCHEMA: dict[str, Any] = {
 
 class InvalidReviewRevision(RetoldError):
     """A reviewer's revision touches a field it may not, or widens the candidate
-    (LLD 8.2 candidate validation: ``invalid_review_revision``). ``field`` names it."""
+    (``invalid_review_revision``). ``field`` names it."""
 
     code = "invalid_review_revision"
 
@@ -104,9 +105,9 @@ class InvalidReviewRevision(RetoldError):
 def apply_revision(original: CandidateRecord, revision: Mapping[str, object]) -> CandidateRecord:
     """The candidate with ``revision`` applied, or InvalidReviewRevision.
 
-    LLD 8.2 step 5: a revision may narrow content, the attribute hint or temporal
-    metadata; it may never strengthen source_kind, replace the evidence or its turn,
-    change scope or substitute the primary entity. The rules, kept simple on purpose:
+    A revision may narrow content, the attribute hint or temporal metadata; it may never
+    strengthen source_kind, replace the evidence or its turn, change scope or substitute
+    the primary entity. The rules, kept simple on purpose:
 
     - only ``content``, ``attribute``, ``event_at``, ``valid_from``, ``valid_until``,
       ``review_at`` and ``confidence`` may appear; any other key (source_kind,
@@ -114,7 +115,7 @@ def apply_revision(original: CandidateRecord, revision: Mapping[str, object]) ->
       an unchanged value, because the prompt asks for changed fields only;
     - ``content`` must be a non-empty string at most twice as long as the original: room
       for a qualifier, not for a second fact. Whether the evidence still entails it is
-      the runner's revalidation (LLD 8.2 step 6), not a text heuristic here;
+      the runner's revalidation before apply, not a text heuristic here;
     - ``attribute`` is a non-empty string or null (dropping the hint);
     - a temporal field is an ISO 8601 date-time or null, and ``valid_from`` may not end
       up after ``valid_until``; evidence support is revalidated by the runner;
@@ -165,17 +166,16 @@ class StructuredLLMReviewer:
 
     Each item is shown with its index, its fields, the evidence turn with the turns
     either side, its destination scope, its primary entity and the live records of that
-    entity in that scope (LLD 8.2 step 5). The answer must hold exactly one decision per
-    index; a missing, duplicated or out-of-range index, a ``revise`` without a revision
-    or a revision on ``accept``/``reject`` is a malformed answer
-    (``HostedError("malformed")``), which fails the run closed (LLD 8.2).
+    entity in that scope. The answer must hold exactly one decision per index; a
+    missing, duplicated or out-of-range index, a ``revise`` without a revision or a
+    revision on ``accept``/``reject`` is a malformed answer (``HostedError("malformed")``),
+    which fails the run closed.
 
     A ``revise`` comes back as ``ReviewDecision("revise", revised_candidate, reason)``
     with the revision applied by :func:`apply_revision`. A revision that breaks those
-    rules is not a malformed answer but a verdict on that one candidate (LLD 8.2 table,
-    "invalid_review_revision"): it is returned as ``ReviewDecision("reject", None,
-    "invalid_review_revision: <field>")`` so the runner never sees a widened candidate
-    and the rejection reason names the field.
+    rules is not a malformed answer but a verdict on that one candidate: it is returned
+    as ``ReviewDecision("reject", None, "invalid_review_revision: <field>")`` so the
+    runner never sees a widened candidate and the rejection reason names the field.
     """
 
     prompt_version = REVIEW_PROMPT_VERSION
@@ -268,8 +268,8 @@ def _decide(candidate: CandidateRecord, item: Mapping[str, Any]) -> ReviewDecisi
 
 
 def _render_item(index: int, candidate: CandidateRecord, context: ReviewContext, group: str) -> str:
-    # LLD 8.2 step 5: the evidence turn plus adjacent turns only, even when the caller
-    # passed a wider window, so the reviewer sees no more of the transcript than needed.
+    # The evidence turn plus adjacent turns only, even when the caller passed a wider
+    # window, so the reviewer sees no more of the transcript than needed.
     window = [
         format_turn(t)
         for t in sorted(context.transcript_window, key=lambda t: t.turn)

@@ -1,10 +1,10 @@
-"""The session buffer and the adapter's ingestion hooks (LLD 12).
+"""The session buffer and the adapter's ingestion hooks.
 
 The adapter stores every turn as it arrives, so ``memory_write`` and the extractor see
 the same transcript. Ending a session schedules extraction through an
-:class:`ExtractionScheduler`; the queue only ever carries the session id (DESIGN.md
-decision 1), and a queue failure never fails the agent: a beat task re-enqueues ended
-sessions that were never extracted.
+:class:`ExtractionScheduler`; the queue only ever carries the session id (all state
+lives in SQLite), and a queue failure never fails the agent: a beat task re-enqueues
+ended sessions that were never extracted. See ``docs/architecture.md``, "The session path".
 """
 
 from __future__ import annotations
@@ -22,16 +22,16 @@ from retold.util import Clock
 
 __all__ = ["ExtractionScheduler", "InProcessScheduler", "SessionBuffer", "SessionHooks"]
 
-log = logging.getLogger("retold.session")
+log = logging.getLogger(__name__)
 
 _ROLES: tuple[str, ...] = get_args(Role)
 
-# A derived session id ends in ``~<n>`` (LLD 12: <session_id>~2, ~3, ...).
+# A derived session id ends in ``~<n>``: <session_id>~2, ~3, ...
 _SUFFIX = re.compile(r"^(?P<base>.+)~(?P<n>\d+)$")
 
 
 class ExtractionScheduler(Protocol):
-    """Where ended sessions go to be extracted in the background (LLD 8.2, 12)."""
+    """Where ended sessions go to be extracted in the background."""
 
     def schedule(self, session_id: str) -> None:
         """Enqueue extraction of one ended session; may raise if the queue is down."""
@@ -56,7 +56,7 @@ class InProcessScheduler:
 
 
 class SessionBuffer:
-    """The short-term transcript read by evidence validation and extraction (LLD 12).
+    """The short-term transcript read by evidence validation and extraction.
 
     It is not the retrieval index: it reads the ``session_turns`` rows of the store.
     """
@@ -76,7 +76,7 @@ def _session_id(principal: Principal) -> str:
 
 
 class SessionHooks:
-    """``on_session_start`` / ``on_turn`` / ``on_session_end`` for adapters (LLD 12)."""
+    """``on_session_start`` / ``on_turn`` / ``on_session_end`` for adapters."""
 
     def __init__(
         self,
@@ -102,7 +102,7 @@ class SessionHooks:
         Tool turns carry the tool's result text, stored as given. An unknown session is
         started implicitly. When the session has been idle longer than ``idle_timeout``
         (or was already ended), the turn goes to a derived session ``<base>~n`` instead
-        and the returned principal names it (LLD 12).
+        and the returned principal names it.
         """
         session_id = _session_id(principal)
         if role not in _ROLES:
@@ -147,7 +147,8 @@ class SessionHooks:
         """Mark the session ended and schedule its extraction, once.
 
         A second call, or a call for a session already ended by an idle split, schedules
-        nothing. A scheduler failure is logged, never raised (DESIGN.md decision 1).
+        nothing. A scheduler failure is logged, never raised: the maintenance task
+        re-enqueues the session later.
         """
         session_id = _session_id(principal)
         if self.store.end_session(session_id, self.clock.now()):
@@ -172,7 +173,7 @@ class SessionHooks:
     def _schedule(self, session_id: str) -> None:
         try:
             self.scheduler.schedule(session_id)
-        except Exception as exc:  # the agent is never failed by the queue (LLD 12)
+        except Exception as exc:  # the agent is never failed by the queue
             log.warning(
                 "could not schedule extraction of session %s (%s: %s); the maintenance"
                 " task will re-enqueue it",

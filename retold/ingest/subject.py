@@ -1,4 +1,4 @@
-"""The structured current-fact key: normalised attribute and derived subject (LLD 3, 8.1)."""
+"""The structured current-fact key: normalised attribute and derived subject."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import unicodedata
 
 __all__ = ["EPISODIC_ATTRIBUTE", "normalize_attribute", "subject_of"]
 
-EPISODIC_ATTRIBUTE = "-"  # '<entity_id>/-' is never a supersession key (LLD 3)
+# An episode's subject is '<entity_id>/-', never a supersession key: events do not replace
+# each other the way current facts do.
+EPISODIC_ATTRIBUTE = "-"
 _NON_SLUG = re.compile(r"[^a-z0-9]+")
 
 
@@ -15,7 +17,7 @@ def normalize_attribute(hint: str | None) -> str:
     """Lowercase snake_case slug of an attribute hint; '' when nothing survives.
 
     Any entity prefix is ignored (``ent_x/explanation_style`` -> ``explanation_style``):
-    the resolved about entity, never the writer, supplies the entity id (LLD 8.1 step 5).
+    the resolved about entity, never the writer, supplies the entity id.
     """
     if not hint:
         return ""

@@ -1,1 +1,1 @@
-"""Scope access, source authority and record lifecycle rules (LLD 6)."""
+"""Scope access, source authority and record lifecycle rules."""

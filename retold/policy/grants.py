@@ -1,4 +1,4 @@
-"""Readable and writable scopes of a principal (LLD 6.1).
+"""Readable and writable scopes of a principal.
 
 The only implicit scope is the private ``agent:<agent_id>/<user_id>``; every other scope
 needs a grant from the host. Two safety belts apply to grant rows, whoever wrote them: a
@@ -71,7 +71,7 @@ def can_write(store: GrantSource, principal: Principal, scope: Scope) -> bool:
 def write_targets(
     store: GrantSource, principal: Principal, target_map: Mapping[str, Scope] | None = None
 ) -> dict[str, Scope]:
-    """The symbolic write targets this session offers (LLD 8.1 step 2).
+    """The symbolic write targets this session offers.
 
     The default map offers ``personal`` (the principal's user scope) and, when the
     principal has a project, ``current_project``; a host may pass its own map. Targets

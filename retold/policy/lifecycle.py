@@ -1,7 +1,7 @@
-"""Source authority and record lifecycle (LLD 6.2, 6.3 authority, 6.4, 6.5).
+"""Source authority and record lifecycle: ranks, initial status and expiry, reinforcement.
 
-``confidence`` is kept for audit and lifecycle only; retrieval never ranks by it
-(LLD 6.2).
+``confidence`` is kept for audit and lifecycle only; retrieval does not rank by it until
+an evaluation shows that it helps.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class Lifecycle:
         return self._ranks
 
     def rank(self, source_kind: str) -> int:
-        """Configured authority of a source kind (LLD 2.5)."""
+        """Configured authority of a source kind (``policy.source_rank``)."""
         return int(getattr(self._ranks, source_kind))
 
     @staticmethod
@@ -65,11 +65,13 @@ class Lifecycle:
         return None
 
     def provisional_expiry(self, now: datetime) -> datetime:
-        """Every provisional row, a lower-authority conflict included, expires (LLD 6.2)."""
+        """Every provisional row, a lower-authority conflict included, expires: nothing stays
+        active forever without independent support."""
         return now + timedelta(days=self._ingestion.provisional_ttl_days)
 
     def has_authority(self, new: Record, old: Record) -> bool:
-        """Rank first, then the later event, then the later write (LLD 6.3)."""
+        """Rank first, then the later event, then the later write: a user statement outranks
+        a tool result even when the tool result describes a later event."""
         if self.rank(new.source_kind) != self.rank(old.source_kind):
             return self.rank(new.source_kind) > self.rank(old.source_kind)
         if new.event_at != old.event_at:
@@ -89,7 +91,7 @@ class Lifecycle:
         source_ref: str | None,
         evidence: str | None,
     ) -> Reinforcement:
-        """One counted, independent observation (LLD 6.4). Returns the updated copy.
+        """One counted, independent observation. Returns the updated copy.
 
         A higher-ranked observation also replaces the stored provenance; when that
         source starts confirmed (anything but an inference), the record is confirmed and

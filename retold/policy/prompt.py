@@ -1,11 +1,10 @@
-"""The memory-use policy text adapters add to the agent's prompt prefix (LLD 13, 14.1).
+"""The memory-use policy text adapters add to the agent's prompt prefix.
 
-Prompts are versioned code (STYLE.md habit 8): the text for each trigger mode is a pure
-function of the mode, and :data:`POLICY_VERSION` changes whenever any word of it does,
-so an evaluation run can tie a behaviour change to the instructions that produced it.
-The wording stays short and byte-stable so provider-side prefix caching keeps working.
-The version is recorded by the caller on its events; it is not part of the text the
-model reads.
+Prompts are versioned code: the text for each trigger mode is a pure function of the
+mode, and :data:`POLICY_VERSION` changes whenever any word of it does, so an evaluation
+run can tie a behaviour change to the instructions that produced it. The wording stays
+short and byte-stable so provider-side prefix caching keeps working. The version is
+recorded by the caller on its events; it is not part of the text the model reads.
 """
 
 from __future__ import annotations
@@ -21,8 +20,8 @@ TriggerMode = Literal["tool_only", "auto", "hybrid"]
 _MODES: tuple[str, ...] = get_args(TriggerMode)
 
 _INTRO = "You have long-term memory available through tools."
-# LLD 13: the two sentences about searching; auto mode registers no memory_search, so
-# both leave the text there.
+# The two sentences about searching; auto mode registers no memory_search, so it drops
+# both.
 _SEARCH = (
     "Before acting on anything that could depend on the user's preferences, earlier "
     "decisions, or previous sessions, call memory_search with one to three specific phrases. "
@@ -37,12 +36,13 @@ _WRITE = (
     "memory_write and quote their words as evidence. Save decisions you make together as "
     "episodic records with the reason. Do not save guesses as facts."
 )
-# The memory_write contract (LLD 8.1, 11) in the model's own instructions.
+# The memory_write contract (one fact, verbatim evidence, no secrets) in the model's own
+# instructions.
 _WRITE_RULES = (
     "Write one fact per call, and only what would change a future action. Evidence must be "
     "a verbatim quote from this session. Never save secrets such as passwords, keys, or tokens."
 )
-# LLD 13: the sentence pair for host-issued recall (section 14.1).
+# The sentence pair for host-issued recall: hybrid uses both, auto only the first.
 _RECALLED = "Relevant memories may also appear automatically before you answer, marked as recalled memory."
 _RECALLED_SEARCH = (
     "Treat them exactly like search results: check their status, source, and date, and use "
@@ -60,7 +60,7 @@ class MemoryPolicy:
 
 
 def policy_text(mode: TriggerMode) -> str:
-    """The memory-use policy for ``mode`` (LLD 13, 14.1).
+    """The memory-use policy for ``mode``.
 
     ``tool_only`` is the base text. ``hybrid`` appends the recalled-memory sentence pair,
     because some memory arrives without asking. ``auto`` drops the sentences about calling

@@ -1,2 +1,2 @@
-"""The read path of LLD 10: rewrite, filter, generate, fuse, gate, dedup, rerank, budget,
+"""The read path: rewrite, filter, generate, fuse, gate, dedup, rerank, budget,
 explain and log."""

@@ -1,4 +1,4 @@
-"""Budget fill with conflict-authority pairs (LLD 10.5 last paragraph, 10.8, 10.9).
+"""Budget fill with conflict-authority pairs.
 
 Walks ranked survivors and admits whole records until ``k`` primary results or the token
 budget. A provisional record with an eligible authority counterpart (a confirmed record,
@@ -17,11 +17,11 @@ from retold.models import Candidate, Record
 
 __all__ = ["BudgetResult", "Placement", "fill_budget", "record_tokens"]
 
-ENVELOPE_TOKENS = 30  # one rendered header line per result (LLD 10.8)
+ENVELOPE_TOKENS = 30  # one rendered header line per result
 
 
 def record_tokens(record: Record) -> int:
-    """LLD 10.8: len(content) // 4 plus the envelope line."""
+    """A record's token cost: len(content) // 4 plus the envelope line."""
     return len(record.content) // 4 + ENVELOPE_TOKENS
 
 
@@ -47,7 +47,8 @@ def fill_budget(
     counterpart_of: Callable[[Record], Record | None],
 ) -> BudgetResult:
     """Choose the response records; ``counterpart_of`` returns a provisional record's
-    eligible authority counterpart (or None). Content is never truncated (LLD 10.8)."""
+    eligible authority counterpart (or None). Content is never truncated: a record that
+    does not fit is skipped and the next one tried."""
     by_id = {c.record_id: c for c in ranked}
     records = dict(records)  # counterparts that were not candidates join it below
     chosen: list[Placement] = []

@@ -1,4 +1,4 @@
-"""Duplicate collapse: drop a candidate nearly identical to one already kept (LLD 10.6)."""
+"""Duplicate collapse: drop a candidate nearly identical to one already kept."""
 
 from __future__ import annotations
 
@@ -28,8 +28,7 @@ def collapse_duplicates(
     Returns the kept candidates and one ``(dropped_id, kept_id, cosine)`` entry per drop,
     cosine rounded to 4 places, naming the highest-ranked kept record that matched.
     The candidates' rows are read once under the index lock as one small Gram matrix,
-    never the whole index matrix (LLD 10.6). A pair without vectors (nan) is never a
-    duplicate.
+    never the whole index matrix. A pair without vectors (nan) is never a duplicate.
     """
     if not candidates:
         return [], []

@@ -1,4 +1,4 @@
-"""Per-result explanations and the rendered tool text (LLD 10.9)."""
+"""Per-result explanations and the rendered tool text."""
 
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def render(
     rewritten: list[str] | None,
     empty_reason: str | None,
 ) -> str:
-    """The text the model sees: a header, then one block per result (LLD 10.9)."""
+    """The text the model sees: a header, then one block per result."""
     searched = ", ".join(f'"{q}"' for q in (rewritten or raw_queries))
     header = f"searched for: {searched}"
     if rewritten:

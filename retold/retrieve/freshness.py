@@ -1,4 +1,4 @@
-"""Freshness: episodic scores decay with event age after fusion (LLD 10.4)."""
+"""Freshness: episodic scores decay with event age after fusion."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ class Dated(Protocol):
 
 
 def freshness_multiplier(record: Dated, now: datetime, cfg: FreshnessConfig) -> float:
-    """``max(floor, 0.5 ** (age_days / half_life))`` for one record (LLD 10.4).
+    """``max(floor, 0.5 ** (age_days / half_life))`` for one record.
 
     Age counts whole days of ``now - event_at``; a future ``event_at`` counts as age 0,
     so a record can never be boosted above its fused score.
@@ -40,7 +40,7 @@ def apply_freshness(
     *,
     time_window: bool,
 ) -> list[tuple[str, float]]:
-    """Set ``freshness_multiplier`` and ``score`` on each candidate, then re-sort (LLD 10.4).
+    """Set ``freshness_multiplier`` and ``score`` on each candidate, then re-sort.
 
     Episodic records get ``score = rrf_score * multiplier``. Semantic and procedural
     records keep their fused score, because supersession already retires stale facts;

@@ -1,4 +1,4 @@
-"""Reciprocal rank fusion of the three candidate generators (LLD 10.3).
+"""Reciprocal rank fusion of the three candidate generators.
 
 Cosine, BM25 and entity matches live on different scales, so fusion looks only at ranks:
 each list a record appears in adds ``1 / (k + rank)``. :func:`rrf` is the bare formula;
@@ -18,7 +18,7 @@ __all__ = ["LexicalHitLike", "fuse", "rrf"]
 
 
 class LexicalHitLike(Protocol):
-    """The shape of one lexical-search hit that fusion reads (LLD 10.2 step 5).
+    """The shape of one lexical-search hit that fusion reads.
 
     Read-only properties, so frozen dataclasses satisfy it.
     """
@@ -37,7 +37,7 @@ class LexicalHitLike(Protocol):
 
 
 def rrf(rankings: Sequence[Sequence[str]], k: int) -> dict[str, float]:
-    """Fuse ranked id lists into ``{record_id: score}``, best first (LLD 10.3).
+    """Fuse ranked id lists into ``{record_id: score}``, best first.
 
     A record at 1-based ``rank`` in a list gains ``1 / (k + rank)``. Ties keep the order
     in which ids were first seen; an empty list adds nothing.
@@ -56,13 +56,13 @@ def fuse(
     entity: Sequence[tuple[str, str]],
     k: int,
 ) -> list[Candidate]:
-    """Build fused candidates from the dense, lexical and entity generators (LLD 10.1, 10.3).
+    """Build fused candidates from the dense, lexical and entity generators.
 
     ``dense`` is ``(record_id, cosine)`` best first, ``lexical`` the lexical hits (put in
     order of their ``rank``), ``entity`` ``(record_id, entity_id)`` best first. Each
     candidate carries a :class:`GeneratorHit` per generator that found it, its matched
     lexical terms and entity id, ``rrf_score``, 1-based ``fused_rank`` and
-    ``score = rrf_score`` (freshness adjusts it next, LLD 10.4).
+    ``score = rrf_score`` (freshness adjusts it next).
     """
     # A record listed twice by one generator (e.g. linked to two matched entities) keeps
     # its first, best position: one generator is one vote in RRF.
@@ -80,7 +80,8 @@ def fuse(
         if record_id not in entity_hits:
             entity_hits[record_id] = (GeneratorHit(len(entity_hits) + 1, 0.0), entity_id)
 
-    # LLD 10.1 fuses in this order: dense, lexical, entity.
+    # Fused in this order (dense, lexical, entity): ties keep first-seen order, so this
+    # order breaks them.
     fused = rrf([list(dense_hits), list(lexical_hits), list(entity_hits)], k)
 
     candidates: list[Candidate] = []

@@ -1,9 +1,10 @@
-"""The relevance gate of LLD 10.5, and its offline replay from a search_log row.
+"""The relevance gate, and its offline replay from a search_log row.
 
 Step 1 keeps a candidate that clears any absolute floor (entity match, per-type dense
 floor, lexical term fraction with its matched-term rule). Step 2 drops survivors below
 ``relative_floor`` times the best fused score among survivors with the same number of
-contributing channels (entity hits exempt). Step 3 names the best candidate's missed
+contributing channels (entity hits exempt; see ``docs/decisions.md``, "The relative floor
+compares records with the same channel count"). Step 3 names the best candidate's missed
 floors when nothing survives. Every dropped candidate carries the step and floor that
 dropped it, so a logged search can be re-decided with other floors.
 """
@@ -31,7 +32,7 @@ class RecordKind:
 
 @dataclass(frozen=True)
 class GateFloors:
-    """One complete set of floors: the normal gate or the ``auto`` gate (LLD 2.3)."""
+    """One complete set of floors: the normal gate or the ``auto`` gate."""
 
     dense_floor: DenseFloors
     lexical_min_term_fraction: float
@@ -40,7 +41,7 @@ class GateFloors:
     exclude_source_kinds: tuple[str, ...] = ()
 
     def dense_for(self, kind: RecordKind) -> tuple[float, str]:
-        """The dense floor and its label: session summaries have their own (LLD 2.3)."""
+        """The dense floor and its label: session summaries, long and broad, have their own."""
         if kind.source_kind == "session_summary":
             return self.dense_floor.session_summary, "session_summary"
         return float(getattr(self.dense_floor, kind.type)), kind.type
@@ -111,7 +112,7 @@ def _step1(c: Candidate, kind: RecordKind, floors: GateFloors) -> tuple[str | No
 def gate(
     candidates: Sequence[Candidate], kinds: Mapping[str, RecordKind], floors: GateFloors
 ) -> GateResult:
-    """Apply LLD 10.5 steps 1-3 to candidates in score order; sets ``gate_reason``."""
+    """Apply steps 1-3 to candidates in score order; sets ``gate_reason``."""
     gated_out: list[tuple[str, str]] = []
     step1: list[Candidate] = []
     best_missed: list[str] | None = None

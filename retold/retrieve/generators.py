@@ -1,7 +1,7 @@
-"""The three candidate generators of LLD 10.1 stage 4: dense, lexical and entity.
+"""The three candidate generators of the read path: dense, lexical and entity.
 
 Each generator is restricted to the eligible set before it applies its limit, and each
-returns a ranking that fusion (LLD 10.3) reads by position only. The SQL lives in
+returns a ranking that fusion reads by position only. The SQL lives in
 :mod:`retold.store.search`; this module turns queries into terms, n-grams and vectors
 and scores what the store returns.
 """
@@ -30,7 +30,7 @@ __all__ = [
 ]
 
 
-# -- dense (LLD 10.1) --------------------------------------------------------------------
+# -- dense ------------------------------------------------------------------------------
 
 
 def dense_candidates(
@@ -40,7 +40,7 @@ def dense_candidates(
 
     The query vectors go to the index as one (q, dims) matrix: each record keeps its best
     cosine over the queries and the cap applies to that union, not to each query's own
-    list (LLD 10.1: "cap the post-union list, not each query alone").
+    list.
     """
     queries = np.asarray(qvecs, dtype=np.float32)
     if queries.ndim == 1:
@@ -50,7 +50,7 @@ def dense_candidates(
     return index.search(queries, eligible, k)
 
 
-# -- lexical (LLD 10.2) ------------------------------------------------------------------
+# -- lexical ----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ def lexical_candidates(
 ) -> list[LexicalHit]:
     """The ``k`` best eligible FTS matches for all queries, with per-query coverage.
 
-    LLD 10.2: the distinct terms of every query are OR-ed into one bm25-ranked FTS query
+    The distinct terms of every query are OR-ed into one bm25-ranked FTS query
     (weights content 1, subject 2, aliases 3) restricted to ``eligible`` before the
     limit. Each returned record then gets its term coverage computed separately for every
     query, and keeps the query with the best fraction: its matched terms, flagged as
@@ -129,7 +129,7 @@ def _field_tokens(fields: tuple[str, str, str]) -> _FieldTokens:
 
 
 class _FieldTokens:
-    """The token sequences of one row's indexed fields, for term coverage (LLD 10.2 step 5).
+    """The token sequences of one row's indexed fields, for term coverage.
 
     Each field is kept both as FTS5 indexed it and with contractions reduced as query
     terms are, so "aditya's" in a record covers the term "aditya" either way.
@@ -159,7 +159,7 @@ class _FieldTokens:
         return False
 
 
-# -- entities (LLD 10.2, entity generator paragraph) -------------------------------------
+# -- entities ---------------------------------------------------------------------------
 
 
 def resolve_entity_aliases(
@@ -179,9 +179,9 @@ def resolve_entity_aliases(
 
     The explicit ``entities`` strings are normalised whole; query text contributes every
     n-gram of up to ``max_alias_tokens`` words (possessives and contractions removed).
-    All candidates go to the store in ONE batched lookup (LLD 17.4). Only entities in
-    ``scopes`` count; a merged entity is followed to its survivor, and only active
-    survivors in a readable scope are returned, each id once per alias.
+    All candidates go to the store in ONE batched lookup, not one per n-gram. Only
+    entities in ``scopes`` count; a merged entity is followed to its survivor, and only
+    active survivors in a readable scope are returned, each id once per alias.
     """
     candidates: dict[str, None] = {}
     explicit: set[str] = set()
@@ -220,7 +220,8 @@ def entity_candidates(
 ) -> list[tuple[str, str]]:
     """``(record_id, entity_id)`` of the ``k`` best eligible records linked to the
     resolved entities: ``about`` before ``mentions``, then most recent first; the
-    eligible restriction applies before the limit (LLD 10.2)."""
+    eligible restriction applies before the limit, so ineligible records never crowd
+    out eligible ones."""
     entity_ids = list(dict.fromkeys(eid for ids in alias_matches.values() for eid in ids))
     if not entity_ids or k <= 0:
         return []

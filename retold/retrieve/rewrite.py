@@ -1,4 +1,4 @@
-"""Query rewriting, stage 1 of the read path (LLD 10.0).
+"""Query rewriting, the first stage of the read path.
 
 A rewriter turns the agent's raw queries into standalone search queries using only those
 queries and the host-supplied current-turn context: it never sees candidates, the store
@@ -41,11 +41,11 @@ __all__ = [
     "rewriter_from_config",
 ]
 
-log = logging.getLogger("retold.retrieve")
+log = logging.getLogger(__name__)
 
 
 class RewriteError(RetoldError):
-    """A query rewriter could not produce a usable rewrite (LLD 10.0)."""
+    """A query rewriter could not produce a usable rewrite."""
 
 
 class QueryRewriter(Protocol):
@@ -65,7 +65,7 @@ class NoRewriter:
 
 
 class FakeRewriter:
-    """A deterministic rewriter for tests (LLD 17.4).
+    """A deterministic rewriter for tests.
 
     Returns ``output`` (or echoes the queries when ``output`` is None), raises ``fail``
     when given, and sleeps ``delay_s`` first so timeouts can be exercised. Every call's
@@ -117,7 +117,7 @@ def load_rewrite_prompt() -> str:
 
 
 class HostedLLMQueryRewriter:
-    """Rewrites queries with one structured hosted call (LLD 10.0).
+    """Rewrites queries with one structured hosted call.
 
     The model sees only the raw queries and the current-turn context, capped at
     ``cfg.max_context_chars``. Any hosted failure, a different number of queries, a blank
@@ -146,7 +146,8 @@ class HostedLLMQueryRewriter:
         rewritten = [q.strip() for q in out]
         if len(rewritten) != len(raw):
             raise RewriteError(f"the rewrite has {len(rewritten)} queries for {len(raw)}")
-        # LLD 10.0: the no-invention rule is enforced, not only prompted.
+        # The no-invention rule is enforced, not only prompted: a rewrite may name nothing
+        # that the queries and the context do not.
         invented = _invented_names(rewritten, raw, ctx)
         if invented:
             raise RewriteError(f"the rewrite names what the turn does not: {', '.join(invented)}")
@@ -166,8 +167,9 @@ class HostedLLMQueryRewriter:
 
 
 def _invented_names(rewritten: list[str], raw: list[str], context: str) -> list[str]:
-    """Capitalised words of ``rewritten`` (each query's first word excepted, LLD 10.0) that
-    occur, in any case, in neither the raw queries nor the context."""
+    """Capitalised words of ``rewritten`` that occur, in any case, in neither the raw
+    queries nor the context. Each query's first word is skipped: it is capitalised
+    anyway."""
     known = {w.casefold() for text in (*raw, context) for w in _WORD.findall(text)}
     invented: list[str] = []
     for query in rewritten:
@@ -200,7 +202,7 @@ def rewrite_stage(
     context: str | None,
     cfg: RewriteConfig,
 ) -> tuple[list[str], RewriteStatus]:
-    """Run the rewrite stage of LLD 10.0 and return ``(queries to search, status)``.
+    """Run the rewrite stage and return ``(queries to search, status)``.
 
     ``disabled`` never calls the rewriter. Any exception, a timeout past
     ``cfg.timeout_ms``, a reply with a different number of queries or a blank query, and
@@ -210,8 +212,8 @@ def rewrite_stage(
     raw = list(queries)
     if not cfg.enabled:
         return raw, "disabled"
-    # LLD 2.3: max_context_chars caps the current-turn context sent to the model; with
-    # no context the rewriter works from the raw queries alone (LLD 10.0 rules).
+    # max_context_chars caps the current-turn context sent to the model; with no context
+    # the rewriter works from the raw queries alone.
     ctx = context[: cfg.max_context_chars] if context else None
     try:
         result = _call_with_timeout(rewriter, raw, ctx, cfg.timeout_ms / 1000.0)
@@ -225,8 +227,8 @@ def rewrite_stage(
         log.warning("query rewriter reported failure; searching on the raw queries")
         return raw, "failed"
     rewritten = list(result.queries)
-    # LLD 10.0 rule 1: one standalone query per raw query, so a rewrite can never add,
-    # drop or blank out a query the agent asked for.
+    # One standalone query per raw query, so a rewrite can never add, drop or blank out a
+    # query the agent asked for.
     if len(rewritten) != len(raw) or any(not isinstance(q, str) or not q.strip() for q in rewritten):
         log.warning(
             "query rewriter returned %d queries for %d (or a blank one); searching on the raw queries",
@@ -245,8 +247,8 @@ def _call_with_timeout(
     """Call the rewriter on a daemon thread and wait at most ``timeout_s``.
 
     A daemon thread (not a pool) so a hung hosted call can neither hold up the search
-    past ``timeout_ms`` (LLD 2.3) nor keep the process alive at exit; the abandoned
-    call's eventual result is discarded.
+    past ``timeout_ms`` nor keep the process alive at exit; the abandoned call's eventual
+    result is discarded.
     """
     future: Future[RewriteResult] = Future()
 

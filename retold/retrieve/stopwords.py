@@ -1,4 +1,4 @@
-"""The English stopword list of the lexical generator (LLD 10.2 step 2, LLD 18).
+"""The English stopword list of the lexical generator.
 
 About 180 of the most frequent English function words: articles, pronouns, auxiliaries,
 modals, prepositions, conjunctions and filler adverbs. Every form is lowercase and free

@@ -1,4 +1,4 @@
-"""Query terms for the lexical and entity generators (LLD 10.2 steps 1-2, LLD 10.5).
+"""Query terms for the lexical and entity generators.
 
 A query is split on whitespace first, so identifier detection sees ``bge-m3`` and
 ``deploy.yml`` whole; each raw token then becomes one term whose tokens follow the FTS5
@@ -17,7 +17,7 @@ from retold.retrieve.stopwords import STOPWORDS
 
 __all__ = ["QueryTerm", "alias_ngrams", "fts_tokens", "is_identifier", "query_terms"]
 
-# Typographic apostrophes fold to ASCII before contractions are reduced (LLD 10.2 step 2).
+# Typographic apostrophes fold to ASCII before contractions are reduced.
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'"})
 # Quotes, brackets and sentence punctuation around a raw token are not part of it.
 _EDGE = "\"'`()[]{}<>,;:!?*\u201c\u201d\u00ab\u00bb"
@@ -103,7 +103,8 @@ def _mixed_case(word: str) -> bool:
 
 
 def is_identifier(raw: str) -> bool:
-    """Whether a raw whitespace token is an identifier token (LLD 10.5).
+    """Whether a raw whitespace token is an identifier token; the gate lets one matched
+    identifier meet the matched-term minimum on its own.
 
     It contains a digit, an underscore, a dot or a slash, or mixes case inside the token
     (ERR42, snake_case, bge-m3, deploy.yml, path/to, camelCase). A hyphen alone does not
@@ -130,7 +131,7 @@ class QueryTerm:
 
 
 def query_terms(query: str) -> list[QueryTerm]:
-    """The lexical terms of one query, in order and de-duplicated (LLD 10.2 steps 1-2).
+    """The lexical terms of one query, in order and de-duplicated.
 
     Terms shorter than two characters are dropped, and so are terms made only of
     stopwords, unless the term is an identifier or a proper noun: a capitalised word
@@ -174,7 +175,7 @@ def query_terms(query: str) -> list[QueryTerm]:
 
 
 def alias_ngrams(text: str, max_tokens: int) -> list[str]:
-    """Every run of 1..``max_tokens`` words of ``text`` in alias form (LLD 10.2).
+    """Every run of 1..``max_tokens`` words of ``text`` in alias form.
 
     Apostrophes are folded and possessive or contraction endings removed ("Aditya's"
     looks up "aditya"), surrounding punctuation is stripped from each word, and each

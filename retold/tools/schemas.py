@@ -1,11 +1,11 @@
-"""The five memory tools as plain JSON Schema, Draft 2020-12 (LLD 11).
+"""The five memory tools as plain JSON Schema, Draft 2020-12.
 
 Every adapter registers the same contract: ``{"name", "description", "input_schema"}``
 per tool. The schemas are data, built fresh on each call so no caller can mutate a shared
 copy. No ``$schema`` key is published (some model providers refuse it); validate with
 ``jsonschema.Draft202012Validator``. ``memory_write``'s ``write_target`` enum is per
-session: the handler passes the labels this principal can write (LLD 8.1 step 2), and
-omits the tool when there are none.
+session: the handler passes the labels this principal can write, so the model never sees
+a target it could not use, and omits the tool when there are none.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ ToolSchema = dict[str, Any]
 TOOL_NAMES: tuple[str, ...] = (
     "memory_search", "memory_get", "memory_write", "memory_revise", "memory_forget",
 )
-# LLD 8.1 step 3: the model may claim only these; the host owns system and the extractor
+# The model may claim only these; the host owns system and the extractor
 # owns session_summary, so the input enum excludes them.
 EVIDENCE_SOURCE_KINDS: tuple[str, ...] = ("user_statement", "tool_result", "agent_inference")
 REVISE_ACTIONS: tuple[str, ...] = ("confirm", "supersede", "expire")
@@ -54,7 +54,7 @@ _SEARCH: ToolSchema = {
         "preferences, prior decisions, or earlier sessions. Returns nothing when nothing "
         "relevant is stored; treat an empty result as 'no memory', not as an error."
     ),
-    # LLD 11: no ``context`` property. The adapter attaches current-turn context itself;
+    # No ``context`` property. The adapter attaches current-turn context itself;
     # letting the model supply it would invite transcript-sized search calls.
     "input_schema": {
         "type": "object",
@@ -171,7 +171,7 @@ _REVISE: ToolSchema = {
     ),
     "input_schema": {
         "type": "object",
-        # LLD 11: every property of both shapes is declared here, because
+        # Every property of both shapes is declared here, because
         # additionalProperties: false cannot see inside a oneOf branch.
         "properties": {
             "id": {"type": "string", "description": "The record to revise."},
@@ -242,8 +242,8 @@ def tool_schema(name: str, write_targets: Sequence[str] | None = None) -> ToolSc
 
 
 def tool_schemas(principal_targets: list[str] | None) -> list[ToolSchema]:
-    """All tool schemas in LLD order, with ``memory_write``'s enum set to the labels the
-    principal can write (LLD 8.1 step 2).
+    """All tool schemas in :data:`TOOL_NAMES` order, with ``memory_write``'s enum set to
+    the labels the principal can write.
 
     ``None`` is the static contract with the full enum (documentation, adapters that
     register before a principal exists). An empty list means nothing is writable, so

@@ -1,10 +1,10 @@
-"""Tool input checks and the typed requests built from valid input (LLD 11, 8.1 step 1).
+"""Tool input checks and the typed requests built from valid input.
 
 Every payload is checked against its tool's published JSON Schema (Draft 2020-12) before
 a handler sees it, then against the rules a schema cannot state well: blank text, dates,
 and the supersede-only fields of ``memory_revise``. None of these checks looks at a stored
-record or entity, so each may run before authorization without describing a target
-(LLD 11). A failed check is a :class:`ToolError` whose message names the field.
+record or entity, so each may run before authorization without describing a target.
+A failed check is a :class:`ToolError` whose message names the field.
 """
 
 from __future__ import annotations
@@ -35,15 +35,15 @@ __all__ = [
     "write_request",
 ]
 
-# Every ``error.code`` a tool answers with (LLD 8.1 results, LLD 11).
+# Every ``error.code`` a tool answers with.
 ERROR_CODES: frozenset[str] = frozenset({
     "invalid_input", "not_found", "scope_not_writable", "invalid_write_target",
     "entity_ambiguous", "invalid_source_kind", "invalid_subject", "internal_error",
 })
-# The host and the extractor own these kinds (LLD 8.1 step 3); naming one is the
+# The host and the extractor own these kinds; naming one is the
 # invalid_source_kind outcome rather than a malformed payload.
 _RESERVED_SOURCES = ("system", "session_summary")
-# Fields whose whitespace-only value would create or record nothing (LLD 11).
+# Fields whose whitespace-only value would create or record nothing.
 _NOT_BLANK: dict[str, tuple[str, ...]] = {
     "memory_write": ("content", "evidence"),
     "memory_revise": ("content", "evidence", "reason"),
@@ -55,7 +55,7 @@ _TYPE_NAMES = {"string": "a string", "integer": "an integer", "boolean": "a bool
 
 
 class ToolError(Exception):
-    """A structured tool error (DESIGN.md decision 8): data for the model, never a trace."""
+    """A structured tool error: data for the model, never a trace; nothing was changed."""
 
     def __init__(self, code: str, message: str, **details: Any) -> None:
         super().__init__(message)
@@ -68,7 +68,7 @@ class ToolError(Exception):
 
 def _validation_schema(schema: dict[str, Any]) -> dict[str, Any]:
     # The published write_target enum is per session; the check accepts any label so that
-    # an unoffered one reaches the ingestor and answers invalid_write_target (LLD 8.1 step 2).
+    # an unoffered one reaches the ingestor and answers invalid_write_target.
     props = schema.get("properties", {})
     if "write_target" in props:
         props["write_target"] = {"type": "string"}
@@ -180,7 +180,7 @@ def _rank(error: ValidationError) -> tuple[int, int, str]:
 
 
 def validate_payload(tool: str, payload: object) -> None:
-    """Raise ToolError when ``payload`` is not valid input for ``tool`` (LLD 11)."""
+    """Raise ToolError when ``payload`` is not valid input for ``tool``."""
     if not isinstance(tool, str) or tool not in _VALIDATORS:
         raise ToolError("invalid_input", f"unknown tool {tool!r}; the tools are {', '.join(TOOL_NAMES)}")
     errors = sorted(_VALIDATORS[tool].iter_errors(payload), key=_rank)
@@ -205,8 +205,8 @@ def validate_payload(tool: str, payload: object) -> None:
 
 
 def _check_revise_fields(payload: Mapping[str, Any]) -> None:
-    # LLD 11: content, source_kind, evidence and evidence_turn are valid only with
-    # supersede, and supersede requires content. Payload-only, so safe before authorization.
+    # content, source_kind, evidence and evidence_turn are valid only with supersede, and
+    # supersede requires content. Payload-only, so safe before authorization.
     if payload["action"] == "supersede":
         if "content" not in payload:
             raise ToolError("invalid_input", "content is required with action supersede")
@@ -239,7 +239,7 @@ def parse_time(name: str, value: object) -> datetime:
 
 def search_request(payload: Mapping[str, Any], context: str | None = None) -> SearchRequest:
     """The SearchRequest for a validated memory_search payload; the adapter supplies
-    ``context``, never the model (LLD 11, 14.1)."""
+    ``context``, never the model, so a search call cannot carry a transcript."""
     since = payload.get("since")
     until = payload.get("until")
     k = payload.get("k")
@@ -258,7 +258,7 @@ def search_request(payload: Mapping[str, Any], context: str | None = None) -> Se
 
 def write_request(payload: Mapping[str, Any]) -> WriteRequest:
     """The WriteRequest for a validated memory_write payload. ``write_target`` stays a
-    symbolic label; the ingestor resolves it against this session's offer (LLD 8.1)."""
+    symbolic label; the ingestor resolves it against this session's offer."""
     event_at = payload.get("event_at")
     return WriteRequest(
         type=payload["type"],

@@ -181,10 +181,10 @@ def test_a_missing_path_is_a_model_error(tmp_path: Path) -> None:
 
 
 def test_config_builds_and_loads_the_nli_judge(model_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger="retold.judge"):
+    with caplog.at_level(logging.INFO, logger="retold.ingest.equivalence"):
         judge = judge_from_config(EquivalenceConfig(model=str(model_dir), entail_floor=0.6))
     assert isinstance(judge, NLICrossEncoderJudge)
     assert judge.is_loaded and judge.entail_floor == 0.6
-    records = [r for r in caplog.records if r.name == "retold.judge"]
+    records = [r for r in caplog.records if r.name == "retold.ingest.equivalence"]
     assert [r.levelno for r in records] == [logging.INFO]
     assert str(model_dir) in records[0].getMessage()

@@ -101,11 +101,11 @@ def test_nli_judge_does_not_load_until_asked() -> None:
 
 @pytest.mark.parametrize(("model", "kind"), [("exact", ExactJudge), ("fake", FakeJudge)])
 def test_config_selects_exact_and_fake(model: str, kind: type, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger="retold.judge"):
+    with caplog.at_level(logging.INFO, logger="retold.ingest.equivalence"):
         judge: EquivalenceJudge = judge_from_config(EquivalenceConfig(model=model))
     assert isinstance(judge, kind)
     assert judge.name == model
-    assert not [r for r in caplog.records if r.name == "retold.judge"]
+    assert not [r for r in caplog.records if r.name == "retold.ingest.equivalence"]
 
 
 def test_config_falls_back_to_exact_fast_with_one_warning(caplog: pytest.LogCaptureFixture) -> None:
@@ -115,12 +115,12 @@ def test_config_falls_back_to_exact_fast_with_one_warning(caplog: pytest.LogCapt
         pass  # then the fallback is for the missing package; still exact
     name = "no-such-org/no-such-nli-model"
     start = time.monotonic()
-    with caplog.at_level(logging.INFO, logger="retold.judge"):
+    with caplog.at_level(logging.INFO, logger="retold.ingest.equivalence"):
         judge = judge_from_config(EquivalenceConfig(model=name))
     elapsed = time.monotonic() - start
     assert isinstance(judge, ExactJudge)
     assert elapsed < 3.0, f"fallback waited {elapsed:.1f}s; a missing model must never wait on a hub"
-    records = [r for r in caplog.records if r.name == "retold.judge"]
+    records = [r for r in caplog.records if r.name == "retold.ingest.equivalence"]
     assert len(records) == 1
     assert records[0].levelno == logging.WARNING
     message = records[0].getMessage()

@@ -118,9 +118,9 @@ def test_scheduler_failure_is_logged_not_raised(
     broken = BrokenScheduler()
     hooks = SessionHooks(store, broken, IDLE, clock)
     hooks.on_session_start(P)
-    with caplog.at_level(logging.WARNING, logger="retold.session"):
+    with caplog.at_level(logging.WARNING, logger="retold.ingest.session"):
         hooks.on_session_end(P)  # must not raise
-    warnings = [r for r in caplog.records if r.name == "retold.session"]
+    warnings = [r for r in caplog.records if r.name == "retold.ingest.session"]
     assert len(warnings) == 1 and warnings[0].levelno == logging.WARNING
     assert "s1" in warnings[0].getMessage()
     row = store.get_session("s1")
@@ -212,11 +212,11 @@ def test_split_survives_a_broken_scheduler(
     hooks = SessionHooks(store, BrokenScheduler(), IDLE, clock)
     hooks.on_turn(P, "user", "hello")
     clock.advance(hours=1)
-    with caplog.at_level(logging.WARNING, logger="retold.session"):
+    with caplog.at_level(logging.WARNING, logger="retold.ingest.session"):
         moved = hooks.on_turn(P, "user", "hello again")
     assert moved.session_id == "s1~2"
     assert [t.content for t in store.turns("s1~2")] == ["hello again"]
-    assert len([r for r in caplog.records if r.name == "retold.session"]) == 1
+    assert len([r for r in caplog.records if r.name == "retold.ingest.session"]) == 1
 
 
 def test_turn_after_explicit_end_continues_in_a_derived_session(

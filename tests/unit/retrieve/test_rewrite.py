@@ -66,13 +66,13 @@ def test_rewriter_timeout_falls_back_to_raw_queries_and_failed(caplog: pytest.Lo
     fake = FakeRewriter(["Aditya's preferred explanation style", "the second deploy script"], delay_s=1.0)
 
     started = time.monotonic()
-    with caplog.at_level(logging.WARNING, logger="retold.retrieve"):
+    with caplog.at_level(logging.WARNING, logger="retold.retrieve.rewrite"):
         queries, status = rewrite_stage(fake, RAW, CONTEXT, RewriteConfig(enabled=True, timeout_ms=50))
     elapsed = time.monotonic() - started
 
     assert (queries, status) == (RAW, "failed")
     assert elapsed < 0.5  # the caller is not held until the slow rewriter returns
-    assert len([r for r in caplog.records if r.name == "retold.retrieve"]) == 1
+    assert len([r for r in caplog.records if r.name == "retold.retrieve.rewrite"]) == 1
 
 
 @pytest.mark.parametrize("error", [RewriteError("bad json"), TimeoutError("upstream"), RuntimeError("boom")])
@@ -81,11 +81,11 @@ def test_rewriter_error_falls_back_to_raw_queries_and_failed(
 ) -> None:
     fake = FakeRewriter(fail=error)
 
-    with caplog.at_level(logging.WARNING, logger="retold.retrieve"):
+    with caplog.at_level(logging.WARNING, logger="retold.retrieve.rewrite"):
         queries, status = rewrite_stage(fake, RAW, CONTEXT, ON)
 
     assert (queries, status) == (RAW, "failed")
-    assert len([r for r in caplog.records if r.name == "retold.retrieve"]) == 1
+    assert len([r for r in caplog.records if r.name == "retold.retrieve.rewrite"]) == 1
 
 
 @pytest.mark.parametrize("output", [["only one"], ["one", "two", "three"], ["one", "  "]])
