@@ -27,13 +27,13 @@ test: $(STAMP)
 	$(BIN)/pytest
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/index_bench.py
-	$(BIN)/python benchmarks/write_bench.py
-	$(BIN)/python benchmarks/search_bench.py
-	$(BIN)/python benchmarks/calibrate_gate.py
-	$(BIN)/python benchmarks/ops_bench.py
-	$(BIN)/python benchmarks/extraction_bench.py
-	$(BIN)/python benchmarks/pipeline_bench.py
+	$(BIN)/python -m benchmarks.index_bench
+	$(BIN)/python -m benchmarks.write_bench
+	$(BIN)/python -m benchmarks.search_bench
+	$(BIN)/python -m benchmarks.calibrate_gate
+	$(BIN)/python -m benchmarks.ops_bench
+	$(BIN)/python -m benchmarks.extraction_bench
+	$(BIN)/python -m benchmarks.pipeline_bench
 
 clean:
 	rm -rf .demo .pytest_cache .mypy_cache .ruff_cache

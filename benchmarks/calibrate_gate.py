@@ -8,7 +8,7 @@ the values that maximise F1 on classes 1-2 (evidence present / absent) subject t
 injection rate <= 10% on class 3 (ordinary turns). The chosen floors are checked against
 ``replay_gate`` on every logged search.
 
-Run: ``.venv/bin/python benchmarks/calibrate_gate.py [--write-defaults]``. Writes
+Run: ``.venv/bin/python -m benchmarks.calibrate_gate [--write-defaults]``. Writes
 benchmarks/results/calibration.json and calibration.md; ``--write-defaults`` also writes
 the chosen floors into config.yaml and the defaults in retold/config.py.
 """
@@ -20,7 +20,6 @@ import itertools
 import json
 import os
 import re
-import sys
 import tempfile
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -28,7 +27,6 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from benchmarks.report import machine, pin_threads, write_report  # noqa: E402
 

@@ -18,21 +18,18 @@ reviewer and written), it extracts ``--sessions`` sessions per combination in on
 
 Targets: <= 2 hosted calls per session; pipeline p50 <= 50 ms for 20 turns / 5 candidates.
 
-Run: ``.venv/bin/python benchmarks/extraction_bench.py [--sessions 15] [--warmup 2]``.
+Run: ``.venv/bin/python -m benchmarks.extraction_bench [--sessions 15] [--warmup 2]``.
 Writes benchmarks/results/extraction.json and extraction.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.report import machine, pin_threads, summarize, write_report  # noqa: E402
 
@@ -40,7 +37,6 @@ pin_threads()
 
 from retold import build_runtime, load_config  # noqa: E402
 from retold.hosted import CompletionClient  # noqa: E402
-from retold.ingest.extraction import extract_session  # noqa: E402
 from retold.ingest.extractor import StructuredLLMExtractor, output_to_json  # noqa: E402
 from retold.ingest.reviewer import StructuredLLMReviewer  # noqa: E402
 from retold.models import CandidateRecord, ExtractionOutput, Principal, Scope, SessionSummary  # noqa: E402
@@ -146,7 +142,7 @@ def run_shape(tmp: Path, stub: AnthropicStub, turns: int, candidates: int, sessi
         stub.script(tool_use(answer), tool_use(review_answer(candidates)))
         requests_before, trip_before = len(stub.requests), sum(t.ms for t in trips)
         started = time.perf_counter()
-        result = extract_session(rt, principal.session_id)
+        result = rt.extraction.run(principal.session_id)
         elapsed = (time.perf_counter() - started) * 1000
         assert result.outcome == "extracted", result
         assert result.counts.get("written") == candidates, result.counts

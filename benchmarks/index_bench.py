@@ -6,19 +6,16 @@ user scopes, then measures, in one run:
 - warm dense search p50/p95 with eligible = all rows and eligible = one scope (10%);
 - the eligibility query itself, for context.
 
-Run: ``make bench`` or ``.venv/bin/python benchmarks/index_bench.py [--sizes 1000,10000]``.
+Run: ``make bench`` or ``.venv/bin/python -m benchmarks.index_bench [--sizes 1000,10000]``.
 Writes benchmarks/results/index.json and index.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.report import machine, pin_threads, summarize, write_report  # noqa: E402
 

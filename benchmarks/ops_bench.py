@@ -9,7 +9,7 @@
 2. Start-up: wall time of ``retold dump --scope user:x --store <file>`` (a model-free
    command, through the installed console script), 10 runs; target median < 1 s.
 
-Run: ``.venv/bin/python benchmarks/ops_bench.py [--records 10000] [--runs 10]``.
+Run: ``.venv/bin/python -m benchmarks.ops_bench [--records 10000] [--runs 10]``.
 Writes benchmarks/results/ops.json and ops.md.
 """
 
@@ -23,8 +23,6 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from benchmarks.report import machine, pin_threads, summarize, write_report  # noqa: E402
 
 pin_threads()
@@ -33,7 +31,6 @@ import numpy as np  # noqa: E402
 
 from retold import build_runtime, load_config  # noqa: E402
 from retold.models import Scope  # noqa: E402
-from retold.operations import Operations  # noqa: E402
 from retold.testing import make_record  # noqa: E402
 from retold.util import new_id  # noqa: E402
 
@@ -81,7 +78,7 @@ def bench_reembed(tmp: Path, n: int) -> dict[str, object]:
             model_s += time.perf_counter() - started
             return out
 
-        ops = Operations(rt)
+        ops = rt.operations
         rt.embedder.embed_documents = timed  # type: ignore[method-assign]
         result = ops.reembed(MODEL, "2")
         versions = rt.store.embedding_versions()

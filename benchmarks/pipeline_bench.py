@@ -24,7 +24,7 @@ and fresh workers, then:
 Targets: overhead p50 <= 50 ms per session on Redis; with 200 ms model latency, 2 worker
 processes reach >= 1.7x the throughput of one.
 
-Run: ``.venv/bin/python benchmarks/pipeline_bench.py [--sessions 20]`` (Redis must answer
+Run: ``.venv/bin/python -m benchmarks.pipeline_bench [--sessions 20]`` (Redis must answer
 at 127.0.0.1:6379; database 9 is flushed). Writes benchmarks/results/pipeline.json and
 pipeline.md.
 """
@@ -45,7 +45,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from benchmarks.report import machine, pin_threads, summarize, write_report  # noqa: E402
 

@@ -20,7 +20,7 @@ of a repeated query, whose embedding is an LRU cache hit.
 Targets: non-embedding stages (total - embed) <= 10 ms p50 at 50K with lexical <= 4 ms;
 real-model p50 <= 1.2x the bare baseline at 10K; cache hit <= 3 ms p50 at 10K.
 
-Run: ``.venv/bin/python benchmarks/search_bench.py [--sizes 1000,10000,50000] [--queries 100]``.
+Run: ``.venv/bin/python -m benchmarks.search_bench [--sizes 1000,10000,50000] [--queries 100]``.
 Writes benchmarks/results/search.json and search.md.
 """
 
@@ -30,7 +30,6 @@ import argparse
 import json
 import os
 import random
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -41,7 +40,6 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.report import machine, pin_threads, summarize, write_report  # noqa: E402
 
@@ -426,15 +424,9 @@ def _stage_summary(samples: list[dict[str, float]]) -> dict[str, dict[str, float
 def match_fraction(rt: Runtime, searches: list[list[str]], rows: int) -> dict[str, float]:
     """The share of the store one search's OR-ed terms match in FTS (before eligibility)."""
     shares = []
-    with rt.store.snapshot() as conn:
-        for queries in searches:
-            match = fts_match_expression([t for q in queries for t in query_terms(q)])
-            if not match:
-                shares.append(0.0)
-                continue
-            count = conn.execute("SELECT count(*) FROM records_fts WHERE records_fts MATCH ?",
-                                 (match,)).fetchone()[0]
-            shares.append(100.0 * count / rows)
+    for queries in searches:
+        match = fts_match_expression([t for q in queries for t in query_terms(q)])
+        shares.append(100.0 * rt.store.count_fts_matches(match) / rows if match else 0.0)
     ordered = sorted(shares)
     return {"p50_pct": round(ordered[len(ordered) // 2], 3),
             "p95_pct": round(ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))], 3),

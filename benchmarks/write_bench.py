@@ -8,19 +8,16 @@ the same run, times the bare embedding of the same texts.
 
 Target: write p50 <= embedding p50 + 5 ms at 10K.
 
-Run: ``.venv/bin/python benchmarks/write_bench.py [--sizes 1000,10000] [--writes 200]``.
+Run: ``.venv/bin/python -m benchmarks.write_bench [--sizes 1000,10000] [--writes 200]``.
 Writes benchmarks/results/write.json and write.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.report import machine, pin_threads, summarize, write_report  # noqa: E402
 

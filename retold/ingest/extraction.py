@@ -1,10 +1,12 @@
-"""Session extraction: claim -> extract -> review -> apply, resumable (LLD 8.2).
+"""Session extraction: claim -> extract -> review -> apply, resumable.
 
 Each stage's output is persisted before the next starts and model calls never run inside
-a transaction (DESIGN.md decision 2). The apply stage commits every candidate write, the
+a transaction, so a crash never pays for a hosted call twice and writers never wait on a
+model. The apply stage commits every candidate write, the
 session summary, ``extracted_at`` and the ``extraction.run`` event in ONE transaction.
 A failing model fails the run closed: nothing is written, the claim is released so
-recovery may retry, and ``extraction.failed`` says why (DESIGN.md decision 8).
+recovery may retry, and ``extraction.failed`` says why (docs/architecture.md, "The
+session path").
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal, TypeVar
 
@@ -21,12 +23,12 @@ from retold.hosted import HostedError
 from retold.index.embedder import Embedder
 from retold.index.vector import VectorIndex
 from retold.ingest import extractor as schema  # the JSON form of stage outputs
-from retold.ingest.entities import EntityError, EntityResolver, normalize_alias
+from retold.ingest.entities import normalize_alias
 from retold.ingest.evidence import normalize_ws, validate_evidence
 from retold.ingest.extractor import ExtractionOutputError, Extractor
 from retold.ingest.ingestor import WriteRequest, WriteResult
 from retold.ingest.reviewer import CandidateReviewer
-from retold.ingest.subject import EPISODIC_ATTRIBUTE, subject_of
+from retold.ingest.summary import SummaryWriter
 from retold.models import (
     ACTIVE_STATUSES,
     CandidateRecord,
@@ -34,7 +36,6 @@ from retold.models import (
     ExtractionContext,
     ExtractionOutput,
     Principal,
-    Record,
     ReviewContext,
     ReviewDecision,
     Scope,
@@ -43,15 +44,15 @@ from retold.models import (
 )
 from retold.policy import grants
 from retold.policy.lifecycle import Lifecycle
-from retold.store import Embedding, NewEvent, Store
+from retold.store import Store
 from retold.store.sessions import SessionRow, Stage
-from retold.util import Clock, Timer, new_id, to_iso
+from retold.util import Clock, Timer, to_iso
 
 __all__ = ["ACTOR", "ExtractionOutcome", "ExtractionResult", "ExtractionRunner"]
 
 log = logging.getLogger(__name__)
 
-ACTOR = "extractor"  # LLD 3.6: the actor of extraction events
+ACTOR = "extractor"  # the actor of extraction events
 ExtractionOutcome = Literal[
     "extracted", "already_extracted", "not_configured", "failed", "busy", "missing", "not_ended"
 ]
@@ -64,7 +65,7 @@ _T = TypeVar("_T")
 
 @dataclass(frozen=True)
 class ExtractionResult:
-    """What one run did; ``counts`` are the LLD 8.2 extraction.run counts."""
+    """What one run did; ``counts`` are the counts logged in ``extraction.run``."""
 
     session_id: str
     outcome: ExtractionOutcome
@@ -106,7 +107,7 @@ class _Log:
 
     def reject(self, index: int, cand: CandidateRecord, stage: str, code: str, message: str,
                details: dict[str, Any] | None = None) -> None:
-        # LLD 8.2: rejected content and reasons stay in extraction.run for evaluation.
+        # Rejected content and reasons stay in extraction.run so extraction can be evaluated.
         if code != "review_rejected":
             self.counts["rejected"] += 1
             self.reasons[code] += 1
@@ -152,6 +153,7 @@ class ExtractionRunner:
         self.lifecycle, self.cfg, self.clock = lifecycle, config, clock
         self.extractor, self.reviewer = extractor, reviewer
         self.reload_max = incremental_reload_max
+        self.summaries = SummaryWriter(store, embedder, lifecycle, clock)
         self.timeout = timedelta(minutes=config.extraction_claim_timeout_minutes)
 
     def using(self, extractor: Extractor | None = None,
@@ -190,13 +192,13 @@ class ExtractionRunner:
                 "claim_timeout_minutes": self.cfg.extraction_claim_timeout_minutes})
         try:
             return self._run(session_id, timer)
-        except Exception as exc:  # LLD 8.2: any model or apply failure fails the run closed
+        except Exception as exc:  # any model or apply failure fails the run closed
             stop = exc if isinstance(exc, _Stop) else _Stop("failed", "run", "error", type(exc).__name__)
             if stop.outcome == "failed":
                 log.warning("extraction of session %s failed at %s", session_id, stop.stage, exc_info=exc)
             self.store.release_claim(session_id, claimed_at=now)  # recovery may retry at once
             persisted = [s for s in _STAGES if self.store.stage_row(session_id, s) is not None]
-            # The event names the failure, never transcript or candidate text (LLD 8.2).
+            # The event names the failure, never transcript or candidate text.
             event = self.store.append_event(f"extraction.{stop.outcome}", ACTOR, {
                 "session_id": session_id, "stage": stop.stage, "kind": stop.kind,
                 "message": stop.message, "persisted_stages": persisted})
@@ -213,7 +215,7 @@ class ExtractionRunner:
         output, extract_meta = self._extract(principal, turns)
         timer.mark("extractor_model")
         run = _Log()
-        # LLD 8.2 step 1: a session with fewer than two turns writes its summary only.
+        # A session with fewer than two turns has no exchange to learn from: summary only.
         proposed = output.candidates[: self.cfg.extraction_max_candidates] if len(turns) >= 2 else []
         run.counts["proposed"] = len(proposed)
         scope = self._destination(principal)
@@ -232,7 +234,7 @@ class ExtractionRunner:
                                    {**extract_meta, **review_meta})
         except BaseException as exc:
             # The ingestor updated this process's index inside the rolled-back transaction,
-            # so the projection may hold rows and versions that never committed (LLD 7).
+            # so the projection may hold rows and versions that never committed.
             self.index.loaded_version = -1  # the next refresh reloads from the store
             if isinstance(exc, Exception):
                 raise _Stop("failed", "apply", "error", type(exc).__name__) from exc
@@ -251,7 +253,7 @@ class ExtractionRunner:
         extractor = self.extractor
         if extractor is None:
             raise _Stop("not_configured", "extract", "not_configured", "no extractor is configured")
-        store, cfg = self.store, self.cfg  # LLD 8.2 step 2, capped by the context limits
+        store, cfg = self.store, self.cfg  # known entities and subjects, capped by config
         context = ExtractionContext(principal, store.readable_entities(
             grants.readable_scopes(store, principal), cfg.extraction_context_max_entities),
             store.active_subjects(grants.writable_scopes(store, principal), self.clock.now(),
@@ -267,7 +269,7 @@ class ExtractionRunner:
 
     def _review(self, session_id: str, turns: list[Turn],
                 items: list[_Item]) -> tuple[dict[int, ReviewDecision], dict[str, Any]]:
-        """LLD 8.2 step 5: ONE reviewer call for every surviving candidate, persisted and
+        """ONE reviewer call for every surviving candidate, persisted and
         keyed by candidate index (a resumed run reuses it without calling the model)."""
         row = self.store.stage_row(session_id, "review")
         if row is not None:
@@ -294,7 +296,7 @@ class ExtractionRunner:
         return _parse("review", lambda: {int(k): _decision_from(v) for k, v in stored.items()}), meta
 
     def _review_context(self, item: _Item, turns: list[Turn], prompt_version: str) -> ReviewContext:
-        # LLD 8.2 step 5: the evidence turn plus its neighbours, and live records for the
+        # The reviewer sees the evidence turn plus its neighbours, and live records for the
         # same entity in the destination scope only.
         window = [t for t in turns if abs(t.turn - item.candidate.evidence_turn) <= 1]
         live = self.store.find_records(
@@ -310,7 +312,7 @@ class ExtractionRunner:
             decision = decisions.get(item.index)
             if decision is None:  # the envelope changed since the persisted review: never unreviewed
                 run.reject(item.index, item.candidate, "review", "not_reviewed", "no persisted decision")
-            elif decision.action == "reject":  # LLD 8.2: a rejection never reaches the ingestor
+            elif decision.action == "reject":  # a rejection never reaches the ingestor
                 run.counts["review_rejected"] += 1
                 run.reject(item.index, item.candidate, "review", "review_rejected", decision.reason)
             elif decision.action == "revise":
@@ -327,7 +329,8 @@ class ExtractionRunner:
         return final
 
     def _revision_problem(self, old: CandidateRecord, new: CandidateRecord | None) -> str | None:
-        """LLD 8.2 step 5: a revision narrows content, attribute or temporal metadata only."""
+        """A review may narrow content, attribute or temporal metadata, never widen the
+        claim: the evidence, entities and source stay what the extractor found."""
         if new is None:
             return "a revision must carry the revised candidate"
         rank = self.lifecycle.rank
@@ -342,10 +345,10 @@ class ExtractionRunner:
         ]
         return next((f"a revision may not {what}" for bad, what in forbidden if bad), None)
 
-    # -- validation (LLD 8.2 step 4, repeated after review) ------------------------------------------
+    # -- validation (before review, and again under the write lock) --------------------------------
 
     def _destination(self, principal: Principal) -> Scope:
-        """The principal's user scope when writable, else the private scope (LLD 8.2)."""
+        """The principal's user scope when writable, else the private scope."""
         user = Scope("user", principal.user_id)
         return user if grants.can_write(self.store, principal, user) else principal.private_scope
 
@@ -357,7 +360,7 @@ class ExtractionRunner:
             turns, cand.evidence, cand.source_kind, turn_hint=cand.evidence_turn,
             min_characters=self.cfg.evidence.min_characters, min_words=self.cfg.evidence.min_words,
             source_rank=self.lifecycle.ranks)
-        if not check.found:  # LLD 8.2 table: extraction rejects where memory_write downgrades
+        if not check.found:  # extraction rejects where memory_write would downgrade
             raise _Reject("evidence_not_found", check.note or "evidence not found",
                           evidence_turn=cand.evidence_turn)
         if cand.valid_from and cand.valid_until and cand.valid_from > cand.valid_until:
@@ -367,7 +370,7 @@ class ExtractionRunner:
         if found:
             return found[0]
         user = Scope("user", principal.user_id)
-        if cand.type != "episodic" and scope != user:  # as for an explicit write (LLD 8.2)
+        if cand.type != "episodic" and scope != user:  # as for an explicit write
             raise _Reject("invalid_subject", "about entity required outside the user scope")
         person = self.store.entities_by_alias(normalize_alias(principal.user_id), scopes=[user],
                                               kinds=["person"])
@@ -381,12 +384,12 @@ class ExtractionRunner:
         if not norm:
             raise _Reject("invalid_input", "an entity mention needs a name")
         hits = self.store.entities_by_alias(norm, scopes=readable, kinds=[mention.kind])
-        if len(hits) > 1:  # LLD 8.2 table: reject and record the candidate entity ids
+        if len(hits) > 1:  # never guess: reject and record the candidate entity ids
             raise _Reject("entity_ambiguous", f"{mention.text!r} names several entities",
                           candidates=[h.id for h in hits])
         return hits[0].id if hits else ""
 
-    # -- apply: one transaction (LLD 8.2 "atomicity") ---------------------------------------------------
+    # -- apply: one transaction ------------------------------------------------------------------------
 
     def _apply(self, session: SessionRow, principal: Principal, final: list[tuple[_Item, CandidateRecord]],
                summary: SessionSummary, run: _Log, timer: Timer, meta: dict[str, Any]) -> str:
@@ -398,7 +401,7 @@ class ExtractionRunner:
             scope, turns = self._destination(principal), self.store.turns(session.id)
             timer.skip("writes")
             for item, cand in final:
-                try:  # LLD 8.2 step 6: revalidate under the write lock, then reuse LLD 8.1
+                try:  # revalidate under the write lock, then use the explicit-write path
                     if scope != item.scope:
                         raise _Reject("scope_not_writable", f"{item.scope} is no longer writable")
                     self._validate(cand, principal, turns, scope)
@@ -426,8 +429,8 @@ class ExtractionRunner:
                 run.outcomes.append({"index": item.index, "outcome": result.outcome, "note": result.note,
                                      "record_id": result.record_id, "status": result.status})
                 timer.mark("writes")
-            summary_outcome, summary_id = self._write_summary(session, principal, scope, summary, text,
-                                                              vector)
+            summary_outcome, summary_id = self.summaries.write(session, principal, scope, summary,
+                                                               text, vector)
             timer.mark("summary_write")
             self.store.finish_session(session.id, self.clock.now())
             timings: dict[str, Any] = {**timer.as_dict(), "per_record_writes": run.write_ms,
@@ -437,68 +440,6 @@ class ExtractionRunner:
                 "rejection_reasons": dict(run.reasons), "rejected": run.rejected, "outcomes": run.outcomes,
                 "summary": {"outcome": summary_outcome, "record_id": summary_id}, "turns": len(turns),
                 "scope": str(scope), "replayed": bool(getattr(self.extractor, "replayed", False))})
-
-    def _write_summary(self, session: SessionRow, principal: Principal, scope: Scope,
-                       summary: SessionSummary, content: str, vector: Any) -> tuple[str, str | None]:
-        """LLD 8.2 step 7 and 6.2: one confirmed episodic record per session, keyed by
-        ``session:<id>``: identical text is already_reinforced, new text supersedes."""
-        store, life, now = self.store, self.lifecycle, self.clock.now()
-        if not content or vector is None:
-            return "skipped_empty", None
-        ref = f"session:{session.id}"
-        live = store.find_records(source_kind="session_summary", source_ref=ref, statuses=ACTIVE_STATUSES)
-        if live and normalize_ws(live[0].content).casefold() == content.casefold():
-            return "already_reinforced", live[0].id
-        links, dropped = self._summary_links(principal, scope, summary)
-        subject = links[0][0] if links and links[0][1] == "about" else None
-        record = Record(
-            id=new_id(), type="episodic", version=live[0].version + 1 if live else 1, content=content,
-            subject=subject_of(subject, EPISODIC_ATTRIBUTE), subject_entity_id=subject,
-            attribute=EPISODIC_ATTRIBUTE, scope=scope, source_kind="session_summary", source_ref=ref,
-            creator_agent_id=principal.agent_id, evidence=None, created_at=now,
-            event_at=session.ended_at or now, expires_at=life.initial_expiry("session_summary", now),
-            valid_from=None, valid_until=None, review_at=None, review_flagged_at=None,
-            confidence=life.initial_confidence("session_summary"),
-            status=life.initial_status("session_summary"), supersedes_id=live[0].id if live else None,
-            reinforcements=0, last_reinforced_at=None, entity_ids=[e for e, _ in links])
-        outcome = f"superseded:{live[0].id}" if live else "created"
-        with store.atomic():
-            if live:
-                # The store admits one live summary per session, so the old one retires
-                # first; it stays as history.
-                store.transition(live[0].id, "superseded", from_statuses=ACTIVE_STATUSES,
-                                 event=NewEvent("record.superseded", record.creator_agent_id,
-                                                {"by": record.id}, live[0].id))
-            store.write_record(
-                record, links=links,
-                embedding=Embedding(self.embedder.name, self.embedder.version, vector),
-                event=lambda: NewEvent("record.created", record.creator_agent_id, {
-                    "origin": "extraction", "source_kind": "session_summary", "source_ref": ref,
-                    "outcome": outcome, "ambiguous_mention": dropped, "origin_scope": str(scope)},
-                    record.id))
-        return outcome, record.id
-
-    def _summary_links(self, principal: Principal, scope: Scope,
-                       summary: SessionSummary) -> tuple[list[tuple[str, str]], list[dict[str, Any]]]:
-        """The principal's person entity as subject, other entities as mentions; ambiguous
-        or unresolvable aliases are dropped and reported (LLD 8.2 step 7)."""
-        links: list[tuple[str, str]] = []
-        dropped: list[dict[str, Any]] = []
-        names = EntityResolver(self.store)
-        if grants.can_read(self.store, principal, Scope("user", principal.user_id)):
-            own = names.principal_entity(principal)
-            links += [(own.entity.id, "about")] if own.entity is not None else []
-        for mention in summary.entity_mentions:
-            try:
-                res = names.resolve([replace(mention, role="mentions")], scope, principal)[0]
-            except EntityError as exc:
-                dropped.append({"text": mention.text, "reason": exc.code})
-                continue
-            if res.entity is None:
-                dropped.append({"text": mention.text, "candidates": res.candidates})
-            elif all(res.entity.id != e for e, _ in links):
-                links.append((res.entity.id, "mentions"))
-        return links, dropped
 
 
 def _model_name(model: Extractor | CandidateReviewer) -> str:
@@ -514,7 +455,7 @@ def _parse(stage: str, convert: Callable[[], _T]) -> _T:
 
 
 def _call(stage: str, call: Callable[[], _T]) -> _T:
-    """Run one model call outside any transaction; a failure becomes _Stop (LLD 8.2)."""
+    """Run one model call outside any transaction; a failure becomes _Stop."""
     try:
         return call()
     except HostedError as exc:

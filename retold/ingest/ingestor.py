@@ -1,4 +1,4 @@
-"""The write path (LLD 8.1 with the decisions of 6.3 and 6.4).
+"""The write path: validate, check evidence, decide reinforce/supersede/conflict, write.
 
 ``Ingestor.write`` validates, checks evidence and entailment, embeds, then decides and
 writes inside ONE ``atomic()`` transaction: entity creation, the same-entity scan, the
@@ -41,14 +41,15 @@ from retold.util import Clock, Timer, new_id
 __all__ = ["Ingestor", "Provenance", "WriteError", "WriteRequest", "WriteResult"]
 
 Origin = Literal["tool", "extraction", "host"]
-# LLD 8.1 step 3: tools and the extractor never write system or session_summary rows.
+# Tools and the extractor never write system or session_summary rows: only the host
+# vouches for a system fact, and summaries come from extraction's own apply stage.
 _ALLOWED_SOURCES: dict[str, tuple[str, ...]] = {
     "tool": ("user_statement", "tool_result", "agent_inference"),
     "extraction": ("user_statement", "tool_result", "agent_inference"),
     "host": ("user_statement", "system", "tool_result", "agent_inference"),
 }
 _DIRECT = ("user_statement", "tool_result")
-# Stages whose timing the event cannot contain (LLD 8.1 "timings_pending").
+# Stages whose timing the event cannot contain: they end after it is written.
 _PENDING = ["event_log", "transaction", "index_update", "total"]
 NEARBY_K = 10
 # A change this process must apply to its own index after commit: record id, the
@@ -79,14 +80,15 @@ class WriteRequest:
 
 @dataclass(frozen=True)
 class WriteError:
-    code: str  # an LLD 8.1 error outcome
+    code: str  # a structured error code (invalid_input, scope_not_writable, ...)
     message: str
     details: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
 class WriteResult:
-    """What a write did: the LLD 8.1 outcome string, or the error it returned."""
+    """What a write did: the outcome string (``created``, ``reinforced``,
+    ``superseded:<id>``, ``conflict:<id>``, ...), or the error it returned."""
 
     outcome: str
     record_id: str | None
@@ -137,7 +139,8 @@ class Ingestor:
         self._reload_max = incremental_reload_max
 
     def write(self, principal: Principal, request: WriteRequest, *, origin: Origin = "tool") -> WriteResult:
-        """Write one memory; never raises for bad input (DESIGN.md decision 8)."""
+        """Write one memory; never raises for bad input: a refusal is a WriteResult with
+        an error, and nothing is written."""
         timer = Timer()
         try:
             scope, attribute = self._authorize(principal, request, origin)
@@ -189,7 +192,10 @@ class Ingestor:
         return scope, attribute
 
     def provenance(self, principal: Principal, request: WriteRequest) -> Provenance:
-        """LLD 6.6 and 8.1 step 3: locate the quote, settle the source kind, check entailment."""
+        """Locate the evidence quote in the session, settle the source kind, check entailment.
+
+        A claim whose quote is not found, or not entailed by it, is kept as an
+        ``agent_inference`` with a note rather than refused."""
         if request.source_kind == "system":  # the host's own API vouches for it
             return Provenance("system", None, request.evidence, [], None)
         turns = self.store.turns(principal.session_id) if principal.session_id else []
@@ -281,11 +287,11 @@ class Ingestor:
     def _entities(
         self, principal: Principal, request: WriteRequest, scope: Scope, notes: list[str]
     ) -> tuple[str | None, list[tuple[str, str]], list[dict[str, Any]]]:
-        """Resolve mentions (LLD 9); return the primary entity, the links and ambiguities."""
+        """Resolve mentions; return the primary entity, the links and ambiguities."""
         try:
             resolutions = self.resolver.resolve(list(request.entities), scope, principal)
         except EntityError as exc:
-            # LLD 11: a missing and an unreadable entity id answer alike, as not_found.
+            # A missing and an unreadable entity id answer alike, as not_found.
             code = {"entity_not_readable": "not_found", "entity_kind_mismatch": "invalid_input"}
             raise _Refusal(code.get(exc.code, exc.code), str(exc)) from None
         links: list[tuple[str, str]] = []
@@ -314,7 +320,7 @@ class Ingestor:
         return primary, links, ambiguous
 
     def _principal_subject(self, principal: Principal, request: WriteRequest, scope: Scope) -> str | None:
-        """LLD 8.1 step 5 and 9: a subject-less write is about the principal's person entity."""
+        """A subject-less write is about the principal's person entity."""
         own_scope = scope == Scope("user", principal.user_id)
         if request.type != "episodic" and not own_scope:
             raise _Refusal("invalid_subject", "about entity required")
@@ -334,7 +340,9 @@ class Ingestor:
     def _decide(
         self, candidate: Record, vector: np.ndarray, now: datetime, payload: dict[str, Any], timer: Timer
     ) -> Decision:
-        """LLD 6.3 rules 1-4 (episodic records skip the subject rules: they never supersede)."""
+        """Decide against what is stored: the same entity's records first (reinforce,
+        supersede, conflict), then nearby text (episodic records skip the subject rules:
+        they never supersede). See docs/architecture.md, "The write path"."""
         self.index.refresh(self.store, self._reload_max)
         scanned: list[Record] = []
         if candidate.type != "episodic" and candidate.subject_entity_id:
@@ -363,7 +371,7 @@ class Ingestor:
 
     def _scan(self, candidate: Record, now: datetime, payload: dict[str, Any]) -> list[Record]:
         """Active records about the same entity, capped in reinforced-first order with the
-        same-attribute authority incumbent always kept (LLD 6.3)."""
+        same-attribute authority incumbent always kept."""
         assert candidate.subject_entity_id is not None
         cap = self.config.max_entity_attributes
         args = (candidate.scope, candidate.type, candidate.subject_entity_id, now)
@@ -379,7 +387,7 @@ class Ingestor:
         return scanned
 
     def _judge(self, candidate: Record, records: list[Record]) -> dict[str, str]:
-        """Every scanned record is judged before anything is decided (LLD 6.3). Identical
+        """Every scanned record is judged before anything is decided. Identical
         text is the same claim without asking the judge."""
         verdicts: dict[str, str] = {}
         pending: list[Record] = []

@@ -1,9 +1,9 @@
-"""The retrieval pipeline of LLD 10.1: one search, eleven stages, one search_log row.
+"""The retrieval pipeline: one search, eleven stages, one search_log row.
 
 Every stage runs in order with a Timer mark after it. The eligible set is computed
 before any candidate is generated, every generator is restricted to it, and the fused
 list is filtered against it again before records are loaded (the hard isolation
-invariant of LLD 10.1), so no stage can surface a record the caller may not read.
+invariant), so no stage can surface a record the caller may not read.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ _ELIGIBLE_CACHE_ENTRIES = 64
 
 @dataclass
 class SearchOutcome:
-    """The response plus the text rendered for the model (LLD 10.9)."""
+    """The response plus the text rendered for the model."""
 
     response: SearchResponse
     rendered: str
@@ -80,10 +80,6 @@ class Retriever:
         self.rewriter, self.reranker = rewriter, reranker
         self.config, self.lifecycle, self.clock = config, lifecycle, clock
         self._eligible_cache: OrderedDict[tuple[Any, ...], EligibleSet] = OrderedDict()
-
-    def memory_search(self, principal: Principal, request: SearchRequest) -> SearchResponse:
-        """Run one search and log it (LLD 10.1)."""
-        return self.search(principal, request).response
 
     def search(self, principal: Principal, request: SearchRequest) -> SearchOutcome:
         """Run one search; return the response and its rendered text."""
@@ -232,7 +228,7 @@ class Retriever:
         floors: GateFloors,
         cross_only: bool,
     ) -> tuple[list[Candidate], _Rerank]:
-        """LLD 10.7: the optional cross-encoder over the shortlist, with its fallback."""
+        """The optional cross-encoder over the shortlist, with its fallback."""
         rcfg = self.config.reranker
         if not rcfg.enabled or not kept:
             return kept, _Rerank("disabled" if not rcfg.enabled else "applied", None, [], None)
@@ -254,7 +250,7 @@ class Retriever:
         return survivors, _Rerank("applied", outcome.logged, omitted, None)
 
     def _counterpart(self, record: Record, eligible: EligibleSet, cache: dict[str, Record]) -> Record | None:
-        """The eligible authority counterpart of a provisional conflict (LLD 10.5, 10.9)."""
+        """The eligible authority counterpart of a provisional conflict, shown beside it."""
         others = [o for o in self.store.conflicts_of(record.id) if o in eligible]
         options = [o for o in self.store.records(others)
                    if o.status == "confirmed" or self.lifecycle.has_authority(o, record)]
@@ -292,6 +288,6 @@ class _Rerank:
 
 
 def _policy_only(floors: GateFloors) -> GateFloors:
-    """cross_encoder_only: only the source-kind policy gates before the reranker (LLD 2.2)."""
+    """cross_encoder_only: only the source-kind policy gates before the reranker."""
     open_floor = DenseFloors(semantic=-1.0, episodic=-1.0, procedural=-1.0, session_summary=-1.0)
     return GateFloors(open_floor, 0.0, 0, 0.0, floors.exclude_source_kinds)

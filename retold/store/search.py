@@ -253,6 +253,13 @@ class SearchMixin(StoreBase):
             out.append(FtsRow(record_id, int(seq), float(score), content, subject, aliases))
         return out
 
+    def count_fts_matches(self, match: str) -> int:
+        """How many FTS rows an FTS5 ``MATCH`` expression matches, before eligibility
+        (how broad a query's terms are)."""
+        with self._lock:
+            return int(self._conn.execute(
+                "SELECT count(*) FROM records_fts WHERE records_fts MATCH ?", (match,)).fetchone()[0])
+
     def records_for_entities(
         self,
         entity_ids: Sequence[str],

@@ -1,6 +1,6 @@
 """A local stand-in for the Anthropic Messages API, for driving the real SDK in tests.
 
-DESIGN.md decision 7: hosted-model tests run the official ``anthropic`` SDK against this
+Hosted-model tests run the official ``anthropic`` SDK against this
 server on loopback instead of monkeypatching the client. A test scripts what the next
 requests get (:meth:`AnthropicStub.script`) and reads back what the SDK sent
 (:attr:`AnthropicStub.requests`)::

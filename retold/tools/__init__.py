@@ -1,1 +1,1 @@
-"""The five framework-neutral memory tools: JSON schemas and handlers (LLD 11)."""
+"""The five framework-neutral memory tools: JSON schemas and handlers."""

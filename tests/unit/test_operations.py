@@ -21,6 +21,7 @@ from retold.runtime import Runtime
 from retold.store import Store
 from retold.testing import ADITYA, T0, TEST_GATE, World, make_record
 from retold.util import ManualClock, to_iso
+from tests.sql import execute, rows
 
 
 def _ops(world: World) -> Operations:
@@ -67,10 +68,9 @@ def _session(world: World, sid: str, ended_days_ago: float | None, extracted: bo
     store = world.rt.store
     store.create_session(sid, "research-agent", "aditya", None, T0 - timedelta(days=200))
     store.append_turn(sid, "user", f"transcript text of {sid}", T0 - timedelta(days=200))
-    with store.atomic() as conn:
-        conn.execute("UPDATE sessions SET ended_at = ?, extracted_at = ? WHERE id = ?", (
+    execute(store, "UPDATE sessions SET ended_at = ?, extracted_at = ? WHERE id = ?",
             None if ended_days_ago is None else to_iso(T0 - timedelta(days=ended_days_ago)),
-            to_iso(T0) if extracted else None, sid))
+            to_iso(T0) if extracted else None, sid)
 
 
 def test_retain_blanks_only_old_extracted_sessions_and_keeps_turn_rows(world: World) -> None:
@@ -115,9 +115,8 @@ def test_erase_record_keeps_a_tombstone_and_nothing_else(world: World) -> None:
     assert (record.content, record.evidence, record.tags, record.status) == ("", None, [], "deleted")
     assert record.attribute is None and record.entity_ids == []
     assert record.created_at == T0 and record.source_kind == "user_statement"  # ids, kinds, times stay
-    with store.snapshot() as conn:
-        assert conn.execute("SELECT count(*) FROM embeddings WHERE record_id = ?", (rid,)).fetchone()[0] == 0
-        assert conn.execute("SELECT count(*) FROM records_fts WHERE record_id = ?", (rid,)).fetchone()[0] == 0
+    assert rows(store, "SELECT count(*) FROM embeddings WHERE record_id = ?", rid) == [(0,)]
+    assert rows(store, "SELECT count(*) FROM records_fts WHERE record_id = ?", rid) == [(0,)]
     payloads = [(e["kind"], e["payload"]) for e in store.events(record_id=rid)]
     assert payloads[:-1] and all(p == {} for _, p in payloads[:-1])
     kind, last = payloads[-1]
@@ -203,8 +202,7 @@ def test_review_due_claims_one_bounded_batch(tmp_path: Path) -> None:
 
 
 def _vectors(world: World) -> dict[str, tuple[str, str]]:
-    with world.rt.store.snapshot() as conn:
-        return {r: (m, v) for r, m, v in conn.execute("SELECT record_id, model, version FROM embeddings")}
+    return {r: (m, v) for r, m, v in rows(world.rt.store, "SELECT record_id, model, version FROM embeddings")}
 
 
 def test_reembed_writes_the_new_version_and_drops_the_old(world: World) -> None:
@@ -278,8 +276,7 @@ def test_migrate_expire_unmapped_retires_legacy_rows(store_path: Path, clock: Ma
     legacy, fine = make_record(), make_record()
     store.write_record(legacy)
     store.write_record(fine)
-    with store.atomic() as conn:
-        conn.execute("INSERT INTO migration_issues VALUES (2, ?, 'zero about links')", (legacy.id,))
+    execute(store, "INSERT INTO migration_issues VALUES (2, ?, 'zero about links')", legacy.id)
     store.close()
     with pytest.raises(MigrationIssuesError):
         Store(store_path)

@@ -36,6 +36,7 @@ from retold.models import (
 from retold.store import Store
 from retold.testing import ADITYA, T0, World, make_world
 from retold.util import to_iso
+from tests.sql import execute
 
 USER_SAYS = "Please keep every answer short and technical, I read them on my phone."
 ASSISTANT_SAYS = "I think you prefer short technical answers overall."
@@ -201,8 +202,7 @@ def test_accepted_and_revised_candidates_are_revalidated_after_review(world: Wor
 
     def meanwhile(candidate: CandidateRecord) -> ReviewDecision:
         # While the model thinks, the transcript is erased and a second "Atlas" appears.
-        with world.rt.store.atomic() as conn:
-            conn.execute("UPDATE session_turns SET content = 'erased' WHERE turn = 1")
+        execute(world.rt.store, "UPDATE session_turns SET content = 'erased' WHERE turn = 1")
         add_project(world, "Atlas")
         return ReviewDecision("accept", None, "fine")
 

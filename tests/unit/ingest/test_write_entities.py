@@ -5,6 +5,7 @@ from __future__ import annotations
 from retold.ingest.entities import normalize_alias
 from retold.models import EntityMention, Scope
 from retold.testing import ADITYA, AGENT, World
+from tests.sql import rows
 
 
 def _two_projects_named_atlas(world: World) -> list[str]:
@@ -86,7 +87,6 @@ def test_unknown_entity_is_created_provisional_in_the_writers_scope(world: World
     entity = world.rt.store.get_entity(world.record(result.record_id).subject_entity_id or "")
     assert entity is not None
     assert (entity.scope, entity.status, entity.canonical) == (ADITYA, "provisional", "Acme North")
-    with world.rt.store.snapshot() as conn:
-        (aliases,) = conn.execute("SELECT aliases FROM records_fts WHERE record_id = ?",
-                                  (result.record_id,)).fetchone()
+    [(aliases,)] = rows(world.rt.store, "SELECT aliases FROM records_fts WHERE record_id = ?",
+                        result.record_id)
     assert "acme north" in aliases

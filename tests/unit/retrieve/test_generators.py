@@ -23,6 +23,7 @@ from retold.retrieve.generators import (
 from retold.store import EligibleSet, Store
 from retold.store import search as search_module
 from retold.testing import ADITYA, T0, World, make_record, make_world
+from tests.sql import rows
 
 OTHER = Scope("user", "someone-else")
 K = 30  # retrieval.per_generator_k
@@ -112,10 +113,9 @@ def crowded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Crowded]:
         for i in range(4_799):
             store.write_record(make_record(content=f"filler note {i} about lunch and weather",
                                             scope=ADITYA if i % 2 else OTHER))
-    with store.snapshot() as conn:
-        ranked = [rid for (rid,) in conn.execute(
-            "SELECT record_id FROM records_fts WHERE records_fts MATCH '\"err42\"'"
-            " ORDER BY bm25(records_fts, 0.0, 1.0, 2.0, 3.0)")]
+    ranked = [rid for (rid,) in rows(
+        store, "SELECT record_id FROM records_fts WHERE records_fts MATCH '\"err42\"'"
+        " ORDER BY bm25(records_fts, 0.0, 1.0, 2.0, 3.0)")]
     yield Crowded(store, target.id, ranked.index(target.id))
     store.close()
 

@@ -13,6 +13,7 @@ from retold.models import Principal, Scope
 from retold.testing import AGENT, World
 from retold.tools.handlers import ToolHandlers
 from retold.util import new_id
+from tests.sql import rows
 
 CONCISE = "Aditya prefers concise technical explanations."
 DETAILED = "Aditya prefers detailed architecture explanations."
@@ -150,9 +151,7 @@ def test_forgotten_record_get_payload_is_a_tombstone_without_content(world: Worl
     assert "concise" not in json.dumps(entry).lower()
     assert [e["kind"] for e in entry["events"]] == ["record.created", "record.forgotten"]
     # Gone from every channel: FTS row removed, vector dead, never returned by search.
-    with world.rt.store.snapshot() as conn:
-        assert conn.execute("SELECT count(*) FROM records_fts WHERE record_id = ?",
-                            (record_id,)).fetchone()[0] == 0
+    assert rows(world.rt.store, "SELECT count(*) FROM records_fts WHERE record_id = ?", record_id) == [(0,)]
     assert not world.rt.index.live[world.rt.index.pos[record_id]]
     found = handlers.call("memory_search", world.p, {"queries": ["concise technical explanations"],
                                                      "include_history": True})

@@ -1,0 +1,93 @@
+"""Session summaries: one live episodic record per session.
+
+The summary is keyed by ``session:<id>``: the same text again is ``already_reinforced``,
+new text supersedes the live one (which stays as history). Its subject is the principal's
+person entity; other names it mentions are linked when they resolve to one entity.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from retold.index.embedder import Embedder
+from retold.ingest.entities import EntityError, EntityResolver
+from retold.ingest.evidence import normalize_ws
+from retold.ingest.subject import EPISODIC_ATTRIBUTE, subject_of
+from retold.models import ACTIVE_STATUSES, Principal, Record, Scope, SessionSummary
+from retold.policy import grants
+from retold.policy.lifecycle import Lifecycle
+from retold.store import Embedding, NewEvent, Store
+from retold.store.sessions import SessionRow
+from retold.util import Clock, new_id
+
+__all__ = ["SummaryWriter"]
+
+
+class SummaryWriter:
+    """Writes a session's summary inside the caller's apply transaction."""
+
+    def __init__(self, store: Store, embedder: Embedder, lifecycle: Lifecycle, clock: Clock) -> None:
+        self.store, self.embedder, self.lifecycle, self.clock = store, embedder, lifecycle, clock
+
+    def write(self, session: SessionRow, principal: Principal, scope: Scope,
+                       summary: SessionSummary, content: str, vector: Any) -> tuple[str, str | None]:
+        """One confirmed episodic record per session, keyed by
+        ``session:<id>``: identical text is already_reinforced, new text supersedes."""
+        store, life, now = self.store, self.lifecycle, self.clock.now()
+        if not content or vector is None:
+            return "skipped_empty", None
+        ref = f"session:{session.id}"
+        live = store.find_records(source_kind="session_summary", source_ref=ref, statuses=ACTIVE_STATUSES)
+        if live and normalize_ws(live[0].content).casefold() == content.casefold():
+            return "already_reinforced", live[0].id
+        links, dropped = self._links(principal, scope, summary)
+        subject = links[0][0] if links and links[0][1] == "about" else None
+        record = Record(
+            id=new_id(), type="episodic", version=live[0].version + 1 if live else 1, content=content,
+            subject=subject_of(subject, EPISODIC_ATTRIBUTE), subject_entity_id=subject,
+            attribute=EPISODIC_ATTRIBUTE, scope=scope, source_kind="session_summary", source_ref=ref,
+            creator_agent_id=principal.agent_id, evidence=None, created_at=now,
+            event_at=session.ended_at or now, expires_at=life.initial_expiry("session_summary", now),
+            valid_from=None, valid_until=None, review_at=None, review_flagged_at=None,
+            confidence=life.initial_confidence("session_summary"),
+            status=life.initial_status("session_summary"), supersedes_id=live[0].id if live else None,
+            reinforcements=0, last_reinforced_at=None, entity_ids=[e for e, _ in links])
+        outcome = f"superseded:{live[0].id}" if live else "created"
+        with store.atomic():
+            if live:
+                # The store admits one live summary per session, so the old one retires
+                # first; it stays as history.
+                store.transition(live[0].id, "superseded", from_statuses=ACTIVE_STATUSES,
+                                 event=NewEvent("record.superseded", record.creator_agent_id,
+                                                {"by": record.id}, live[0].id))
+            store.write_record(
+                record, links=links,
+                embedding=Embedding(self.embedder.name, self.embedder.version, vector),
+                event=lambda: NewEvent("record.created", record.creator_agent_id, {
+                    "origin": "extraction", "source_kind": "session_summary", "source_ref": ref,
+                    "outcome": outcome, "ambiguous_mention": dropped, "origin_scope": str(scope)},
+                    record.id))
+        return outcome, record.id
+
+    def _links(self, principal: Principal, scope: Scope,
+                       summary: SessionSummary) -> tuple[list[tuple[str, str]], list[dict[str, Any]]]:
+        """The principal's person entity as subject, other entities as mentions; ambiguous
+        or unresolvable aliases are dropped and reported."""
+        links: list[tuple[str, str]] = []
+        dropped: list[dict[str, Any]] = []
+        names = EntityResolver(self.store)
+        if grants.can_read(self.store, principal, Scope("user", principal.user_id)):
+            own = names.principal_entity(principal)
+            links += [(own.entity.id, "about")] if own.entity is not None else []
+        for mention in summary.entity_mentions:
+            try:
+                res = names.resolve([replace(mention, role="mentions")], scope, principal)[0]
+            except EntityError as exc:
+                dropped.append({"text": mention.text, "reason": exc.code})
+                continue
+            if res.entity is None:
+                dropped.append({"text": mention.text, "candidates": res.candidates})
+            elif all(res.entity.id != e for e, _ in links):
+                links.append((res.entity.id, "mentions"))
+        return links, dropped

@@ -1,0 +1,31 @@
+"""Raw SQL for tests: assertions on rows no API returns, and set-up of states no API
+produces (a stale claim, a legacy row). Each call opens its own connection to the store
+file, so tests never reach into the store's connection."""
+
+from __future__ import annotations
+
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+from retold.store import Store
+
+__all__ = ["execute", "rows"]
+
+
+def _path(store: Store | str | Path) -> str:
+    return store.path if isinstance(store, Store) else str(store)
+
+
+def rows(store: Store | str | Path, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    """Every row of one read-only query."""
+    uri = Path(_path(store)).resolve().as_uri() + "?mode=ro"
+    with closing(sqlite3.connect(uri, uri=True, timeout=30)) as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+def execute(store: Store | str | Path, sql: str, *params: Any) -> int:
+    """Run one write statement in its own transaction; return the rows it changed."""
+    with closing(sqlite3.connect(_path(store), timeout=30)) as conn, conn:
+        return conn.execute(sql, params).rowcount
