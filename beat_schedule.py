@@ -1,13 +1,14 @@
-"""The periodic maintenance schedule, as plain data (DESIGN.md top-level table).
+"""The periodic maintenance schedule, as plain data the Celery app imports.
 
 Maps a beat entry name to the task it runs, its interval in seconds and, for entries that
 only make sense with one kind of broker, ``"brokers"``. The Celery app
 (:func:`workers.app.create_app`) turns :func:`schedule_for` into ``beat_schedule``.
 
 - ``recover`` re-enqueues ended sessions that were never extracted or whose claim expired
-  (DESIGN.md decision 1), so a lost message costs at most a minute.
-- ``temporal_review`` flags records whose ``review_at`` arrived (LLD 8.4).
-- ``expire`` and ``retain`` are the lifecycle sweeps (LLD 6.5, 2.6).
+  (SQLite, not the broker, knows what is pending), so a lost message costs at most a minute.
+- ``temporal_review`` flags records whose ``review_at`` arrived.
+- ``expire`` and ``retain`` are the lifecycle sweeps: records past their expiry, and
+  transcripts of extracted sessions older than ``sessions.retain_days``.
 - ``queue_maintenance`` deletes consumed messages from the embedded broker's file, which
   kombu's SQLAlchemy transport never deletes; a Redis broker needs no such sweep.
 """

@@ -1,4 +1,5 @@
-"""The ``retold`` command line (LLD 16). It only calls library functions.
+"""The ``retold`` command line: maintenance, debugging and evaluation over one store. It
+only calls library functions, so it follows the same store and lifecycle rules as agents.
 
 Errors are one line on stderr and a non-zero exit, never a traceback. Commands that
 need no model never import torch: everything heavy is imported inside the command
@@ -27,9 +28,9 @@ if TYPE_CHECKING:
 __all__ = ["build_parser", "main"]
 
 EXIT_ERROR = 1
-EXIT_UNRESOLVED = 2  # LLD 16: migrate exits 2 while unmapped legacy rows remain
+EXIT_UNRESOLVED = 2  # migrate exits 2 while unmapped legacy rows remain
 EXIT_REFUSED = 2  # an irreversible command without --yes
-EXIT_NOT_BUILT = 3  # the command's pipeline does not exist yet
+EXIT_PENDING = 3  # extract: no hosted model is configured, so the session stays pending
 
 
 class _Parser(argparse.ArgumentParser):
@@ -292,7 +293,7 @@ def _cmd_extract(args: argparse.Namespace) -> int:
         result = rt.extraction.run(args.session_id, force=True)
     if result.outcome == "not_configured":
         raise _Refused(f"extraction is not configured (no hosted model key): {args.session_id}"
-                       " stays pending", EXIT_NOT_BUILT)
+                       " stays pending", EXIT_PENDING)
     if result.outcome == "not_ended":
         raise _Refused(f"session {args.session_id} has not ended; extraction runs after it ends")
     if result.outcome in ("failed", "busy", "missing"):
@@ -322,13 +323,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     migrate = _command(commands, "migrate", _cmd_migrate, "apply pending schema migrations to the store",
                        "Apply forward-only schema migrations and list legacy records a migration could"
-                       " not map; exit 2 while any remain (LLD 3.2).")
+                       " not map; exit 2 while any remain.")
     migrate.add_argument("--expire-unmapped", action="store_true",
                          help="retire every unmapped legacy record (status expired, one event each)")
     migrate.add_argument("--allow-unmapped", action="store_true",
                          help="acknowledge unmapped legacy records and exit 0")
     _command(commands, "demo", _cmd_demo, "run the end-to-end demo on a fresh store",
-             "Embed a few memories, store them, and read them back by meaning.")
+             "Play the two-session Acme North story on a fresh store (default .demo/): an explicit"
+             " memory_write, then each session's extraction by a Celery worker subprocess on the"
+             " embedded broker (in this process if the workers package is missing), replaying"
+             " recorded model output when ANTHROPIC_API_KEY is unset; then print the current billing"
+             " contact with its explanation, the superseded record, the session summaries and the"
+             " event trail. No API key, Redis or model hub needed.")
 
     search = _command(commands, "search", _cmd_search, "run retrieval and print the search_log row",
                       "Search as an agent for a user, print the rendered results and the logged row.")
@@ -351,13 +357,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     _command(commands, "expire", _cmd_expire, "expire every active record past its expiry",
              "Mark every active record whose expires_at has passed as expired, one record.status"
-             " event each (LLD 6.5).")
+             " event each.")
     _command(commands, "retain", _cmd_retain, "blank old transcripts of extracted sessions",
              "Blank the turns of sessions whose extraction completed and that ended more than"
              " sessions.retain_days ago; turn rows stay. Unextracted sessions are never blanked.")
 
     erase = _command(commands, "erase", _cmd_erase, "irreversibly erase a record, session or user",
-                     "Irreversibly erase durable content (LLD 16), keep ids, kinds and timestamps,"
+                     "Irreversibly erase durable content, keep ids, kinds and timestamps,"
                      " then compact the file so no residue remains. Needs --yes.")
     target = erase.add_mutually_exclusive_group(required=True)
     target.add_argument("--record", help="erase one record (tombstone kept)")
@@ -395,9 +401,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     _command(commands, "review-due", _cmd_review_due, "flag one batch of records due for review",
              "Atomically flag at most ingestion.temporal_review_batch_size records whose review_at"
-             " has arrived, one record.review_due event each (LLD 8.4).")
-    extract = _command(commands, "extract", _cmd_extract, "re-run extraction for one session",
-                       "Re-run extraction for one session (not built yet: exits 3).")
+             " has arrived, one record.review_due event each.")
+    extract = _command(commands, "extract", _cmd_extract, "run extraction for one session in-process",
+                       "Run extraction, review and apply for one ended session in this process, again"
+                       " if it already ran (a re-run reuses the stored stage outputs). Exits 3 when no"
+                       " hosted model is configured: the session then stays pending.")
     extract.add_argument("session_id", help="session id")
     return parser
 

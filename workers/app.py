@@ -1,4 +1,5 @@
-"""The Celery application, built from ``config.queue`` (DESIGN.md decision 3).
+"""The Celery application, built from ``config.queue``: one code path for the embedded file
+broker (no server, the default) and Redis.
 
 Worker, beat and Flower processes are started by the Celery command line, which offers
 no other way to pass settings, so this entry point (and only it, plus
@@ -105,7 +106,7 @@ def create_app(config: Config | None = None, *, schedule: dict[str, dict[str, An
         "task_default_queue": queue.maintenance_queue,
         "task_routes": {name: {"queue": queue.extraction_queue} for name in EXTRACTION_TASKS},
         # An unreachable broker fails fast; the caller (SessionHooks) logs and recovery
-        # re-enqueues (DESIGN.md decision 1).
+        # re-enqueues, since SQLite, not the broker, records which sessions still need work.
         "broker_connection_timeout": 1.0,
         "broker_connection_retry_on_startup": True,
         "beat_schedule": {

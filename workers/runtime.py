@@ -1,4 +1,4 @@
-"""One Retold runtime per worker process (DESIGN.md decision 4).
+"""One Retold runtime per worker process.
 
 A prefork child builds it in ``worker_process_init`` so models load once per process, not
 per task; the solo and threads pools never send that signal, so :func:`current_runtime`
@@ -31,7 +31,7 @@ from workers.scheduler import CeleryScheduler
 
 __all__ = ["close_runtime", "current_runtime", "open_runtime"]
 
-log = logging.getLogger("retold.workers")
+log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _runtime: Runtime | None = None

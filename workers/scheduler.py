@@ -1,9 +1,9 @@
 """CeleryScheduler: the agent process's :class:`ExtractionScheduler` over the broker.
 
-The message carries only the session id (DESIGN.md decision 1). Publishing retries the
-connection once, briefly, so an unreachable broker raises within about two seconds;
-``SessionHooks`` logs one warning and returns, and the ``recover`` beat task enqueues
-the session later.
+The message carries only the session id, never memory content: SQLite is the truth.
+Publishing retries the connection once, briefly, so an unreachable broker raises within
+about two seconds; ``SessionHooks`` logs one warning and returns, and the ``recover``
+beat task enqueues the session later.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The Celery tasks: each loads ids, calls one plain function in ``retold/`` and returns a
-small JSON dict (STYLE.md habit 4). Every task is idempotent (DESIGN.md decision 1): the
-session claim makes a second extraction of the same session a no-op, the sweeps change
-only rows still due, and ``recover`` only enqueues what ``pending_sessions`` reports.
+small JSON dict, so the logic stays testable without Celery. Every task is idempotent, so
+a redelivered or re-enqueued message is harmless: the session claim makes a second
+extraction of the same session a no-op, the sweeps change only rows still due, and
+``recover`` only enqueues what ``pending_sessions`` reports.
 
 Extraction runs the whole resumable pipeline (extract, review, apply) in one task;
 ``review_session`` resumes a session whose extract stage is already persisted (what
@@ -30,7 +31,7 @@ def _task(name: str) -> Callable[[Callable[..., dict[str, Any]]], Any]:
 
 
 MAINTENANCE_ACTOR = "admin"
-"""The actor of the sweeps' events: the LLD 3.6 actor for maintenance, as in the CLI."""
+"""The actor recorded on the sweeps' events: the operator default, as in the CLI."""
 
 
 def _extract(session_id: str) -> dict[str, Any]:

@@ -1,4 +1,4 @@
--- Retold schema, version 1 (LLD 3). Applied by migration 1 in one transaction.
+-- Retold schema, version 1. Applied by migration 1 (retold/store/migrations.py) in one transaction.
 -- Timestamps are fixed-width ISO 8601 UTC text (retold.util.to_iso), so text order is
 -- time order. Ids are UUIDv7 text, so id order is creation order.
 
@@ -29,17 +29,18 @@ CREATE TABLE records (
   supersedes_id   TEXT REFERENCES records(id),
   reinforcements  INTEGER NOT NULL DEFAULT 0,
   last_reinforced_at TEXT,
-  index_version   INTEGER NOT NULL DEFAULT 0, -- records_version of the last change the vector index must see (LLD 7)
+  index_version   INTEGER NOT NULL DEFAULT 0, -- records_version of the last change the vector index must see (docs/architecture.md "Index coherence across processes")
   tags            TEXT NOT NULL DEFAULT '[]'  -- JSON array
 );
--- records_scope covers the whole hard filter (LLD 10.1 step 3), so eligible_ids never
--- visits the table rows.
+-- records_scope covers the whole hard filter of a search (scope, status, expiry, type, time),
+-- so eligible_ids never visits the table rows.
 CREATE INDEX records_scope ON records(scope_kind, scope_id, status, expires_at, type, event_at, id, seq);
 CREATE INDEX records_subject ON records(scope_kind, scope_id, subject_entity_id, attribute, status);
 CREATE INDEX records_event ON records(type, event_at);
 CREATE INDEX records_temporal_review ON records(review_at, review_flagged_at, status);
 CREATE INDEX records_index_version ON records(index_version);
--- LLD 6.2: source_ref is a session summary's idempotency key; one live summary per session.
+-- source_ref is a session summary's idempotency key: a re-run extraction cannot leave two
+-- live summaries of one session.
 CREATE UNIQUE INDEX records_live_summary ON records(source_ref)
   WHERE source_kind = 'session_summary' AND status IN ('provisional','confirmed');
 

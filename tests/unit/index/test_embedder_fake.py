@@ -1,4 +1,4 @@
-"""FakeEmbedder and the shared embedder plumbing, without torch (LLD 2.1, LLD 5)."""
+"""FakeEmbedder and the shared embedder plumbing, without torch."""
 
 from __future__ import annotations
 
@@ -187,12 +187,16 @@ def test_embedder_from_config_fake_and_real_without_loading() -> None:
     real = embedder_from_config(_cfg(model="some/model", dims=1024, torch_threads=2))
     assert isinstance(real, SentenceTransformerEmbedder)
     assert (real.name, real.version, real.dims, real.torch_threads) == ("some/model", "v7", 1024, 2)
-    assert not real.is_loaded  # LLD 5: construction never loads a model
+    assert not real.is_loaded  # construction never loads a model: that waits for first use
 
 
-def test_resolve_model_path() -> None:
+def test_resolve_model_path_passes_other_names_through() -> None:
     assert resolve_model_path("BAAI/bge-m3") == "BAAI/bge-m3"
     assert resolve_model_path("/models/local") == "/models/local"
+
+
+@pytest.mark.model
+def test_the_default_names_resolve_to_the_packaged_weights() -> None:
     for name in (DEFAULT_MODEL, "all-MiniLM-L6-v2"):
         assert (Path(resolve_model_path(name)) / "modules.json").is_file()
 

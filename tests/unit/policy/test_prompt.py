@@ -1,12 +1,22 @@
-"""The memory-use policy text of LLD 13 for the three trigger modes of LLD 14.1."""
+"""The memory-use policy text adapters put in the prompt prefix, for each trigger mode."""
 
 from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from retold.policy.prompt import POLICY_VERSION, memory_policy, policy_text
 
+REPO = Path(__file__).resolve().parents[3]
 MODES = ("tool_only", "auto", "hybrid")
+# sha256 of json.dumps({mode: policy_text(mode)}, sort_keys=True) for memory-policy-v1.
+PINNED_V1_DIGEST = "cc27938c078df50f0d68b0418792cae09acb51a7b9d3f42a60c73fc7ead18f8c"
 
 
 def test_the_three_modes_give_three_different_texts() -> None:
@@ -30,9 +40,27 @@ def test_every_mode_carries_the_version_and_the_write_rules(mode: str) -> None:
     assert "check their status, source, and date" in text
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_the_text_is_byte_stable(mode: str) -> None:
-    assert policy_text(mode) == policy_text(mode)  # type: ignore[arg-type]
+def test_the_text_is_byte_stable_across_processes() -> None:
+    # Provider-side prefix caching only pays when every agent process sends the same bytes,
+    # so the text must not depend on hash seeds, dict order or anything else per process.
+    script = ("import json, sys; from retold.policy.prompt import policy_text;"
+              f" sys.stdout.write(json.dumps({{m: policy_text(m) for m in {MODES!r}}}))")
+    runs = [
+        subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                       env={**os.environ, "PYTHONPATH": str(REPO), "PYTHONHASHSEED": seed}).stdout
+        for seed in ("1", "2")
+    ]
+    here = {mode: policy_text(mode) for mode in MODES}  # type: ignore[arg-type]
+    assert json.loads(runs[0]) == json.loads(runs[1]) == here
+
+
+def test_a_wording_change_needs_a_new_policy_version() -> None:
+    # Events record POLICY_VERSION so an evaluation can tie behaviour to the exact wording;
+    # that only works if the version changes whenever the text does. When this fails after
+    # an intended edit, bump POLICY_VERSION and pin the new digest here.
+    texts = json.dumps({mode: policy_text(mode) for mode in MODES}, sort_keys=True)  # type: ignore[arg-type]
+    digest = hashlib.sha256(texts.encode("utf-8")).hexdigest()
+    assert (POLICY_VERSION, digest) == ("memory-policy-v1", PINNED_V1_DIGEST)
 
 
 def test_tool_only_tells_the_model_when_to_search_and_mentions_no_recall() -> None:
