@@ -1,8 +1,9 @@
-"""The Celery tasks: each loads ids, calls one plain function in ``retold/`` and returns a
-small JSON dict, so the logic stays testable without Celery. Every task is idempotent, so
+"""The Celery tasks: each loads ids, calls one part the worker's runtime built
+(``rt.extraction``, ``rt.operations``) and returns a small JSON dict, so the logic stays
+testable without Celery. Every task is idempotent, so
 a redelivered or re-enqueued message is harmless: the session claim makes a second
 extraction of the same session a no-op, the sweeps change only rows still due, and
-``recover`` only enqueues what ``pending_sessions`` reports.
+``recover`` only enqueues what ``rt.extraction.pending()`` reports.
 
 Extraction runs the whole resumable pipeline (extract, review, apply) in one task;
 ``review_session`` resumes a session whose extract stage is already persisted (what
