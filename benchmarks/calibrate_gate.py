@@ -1,4 +1,4 @@
-"""Gate calibration for the configured embedder (LLD 10.5 "Calibration").
+"""Gate calibration for the configured embedder (sweeping the gate floors).
 
 Loads the hand-labelled set in benchmarks/data/calibration.json into a fresh store
 through the real write path (real all-MiniLM-L6-v2, exact judge), runs every query once
@@ -127,7 +127,7 @@ def to_logged(row: dict, query: dict, keys: dict[str, str], floors: GateFloors) 
 
 
 def decide(q: Logged, dense_floors: np.ndarray, relative: float, k: int) -> list[str]:
-    """The LLD 10.5 gate (steps 1-2) and the k cut, vectorised for the sweep."""
+    """The gate's floor checks and the k cut, vectorised for the sweep."""
     if not q.ids:
         return []
     with np.errstate(invalid="ignore"):

@@ -1,4 +1,4 @@
-"""Session-extraction benchmark (LLD 8.2): pipeline time per session, model latency excluded.
+"""Session-extraction benchmark: pipeline time per session, model latency excluded.
 
 The production wiring (``rt.extractor`` and ``rt.reviewer``: StructuredLLMExtractor and
 StructuredLLMReviewer over the real Anthropic SDK) talks to the in-process loopback stub

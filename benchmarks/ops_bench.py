@@ -1,4 +1,4 @@
-"""Operations benchmark (LLD 16): ``retold reembed`` throughput and CLI start-up time.
+"""Operations benchmark: ``retold reembed`` throughput and CLI start-up time.
 
 1. Re-embedding: a store of 10K records (background rows carry random vectors under
    embedding version "1", so building them costs no model time) is re-embedded with the

@@ -1,4 +1,4 @@
-"""Queue pipeline benchmark (DESIGN.md decisions 1 and 3): sessions/s through real Celery
+"""Queue pipeline benchmark (Celery workers, Redis queue): sessions/s through real Celery
 workers, and the queue + pipeline overhead per session.
 
 Sessions of 20 turns whose extraction proposes 5 candidates (every one accepted and

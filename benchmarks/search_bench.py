@@ -1,4 +1,4 @@
-"""Search-path benchmark (retrieval issue): memory_search latency by stage (LLD 10.1, 15, 17.5).
+"""Search-path benchmark (retrieval issue): memory_search latency by stage.
 
 Synthetic stores of 1K, 10K and 50K records: twenty users (one user scope each, about 4.75%
 of rows apiece) and two project scopes (2.5% each), written from a vocabulary of templates
@@ -8,7 +8,7 @@ record is linked ``about`` its user's person entity or its project entity. The s
 principal reads its own user scope and both projects, about 10% of the rows.
 
 Mode A "stages" (every size): the FakeEmbedder's vectors, with ``embed_queries`` sleeping a
-fixed 25 ms in place of the model (LLD 17.5). Reports every stage's p50/p95 for warm
+fixed 25 ms in place of the model. Reports every stage's p50/p95 for warm
 searches and for cold ones (the first search of a freshly opened runtime, ``warm = 0`` in
 search_log), and checks the warm flag is 0 on that first call and 1 afterwards.
 
@@ -66,7 +66,7 @@ from retold.testing import make_record  # noqa: E402
 from retold.util import new_id  # noqa: E402
 
 AGENT, USER = "bench-agent", "priya"
-EMBED_SLEEP_S = 0.025  # LLD 17.5: a fixed stand-in for the model's forward pass
+EMBED_SLEEP_S = 0.025  # a fixed stand-in for the model's forward pass
 REAL_MAX = 10_000  # the real model embeds every record; above this it is skipped
 COLD_RUNS = 5  # fresh runtimes per size, one cold search each
 CACHE_HIT_RUNS = 50
@@ -392,7 +392,7 @@ def populate(rt: Runtime, records: list[dict[str, Any]], vectors: np.ndarray) ->
 
 
 class SleepyFakeEmbedder(FakeEmbedder):
-    """The fake embedder with the model's cost replaced by a fixed sleep (LLD 17.5)."""
+    """The fake embedder with the model's cost replaced by a fixed sleep."""
 
     def embed_queries(self, texts: list[str]) -> np.ndarray:
         time.sleep(EMBED_SLEEP_S)
@@ -627,7 +627,7 @@ def main() -> None:
     for line in target_lines:
         print(line.replace("**", ""), flush=True)
     notes = (
-        "Targets (LLD 15, 17.5):\n\n" + "\n".join(target_lines) + "\n\n"
+        "Targets:\n\n" + "\n".join(target_lines) + "\n\n"
         f"Mode A (A columns): FakeEmbedder vectors, `embed_queries` sleeps a fixed "
         f"{EMBED_SLEEP_S * 1000:.0f} ms; {args.queries} searches of 1-2 queries (paraphrases, "
         f"identifiers, names); principal `{USER}` reads user:{USER} + 2 projects (~10% of rows); "

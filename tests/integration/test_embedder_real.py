@@ -1,4 +1,4 @@
-"""The shipped all-MiniLM-L6-v2 through SentenceTransformerEmbedder, offline (LLD 2.1, LLD 5)."""
+"""The shipped all-MiniLM-L6-v2 through SentenceTransformerEmbedder, offline."""
 
 from __future__ import annotations
 

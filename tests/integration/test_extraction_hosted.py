@@ -1,4 +1,4 @@
-"""Session extraction through the real Anthropic SDK (LLD 8.2, DESIGN.md decisions 7 and 8).
+"""Session extraction through the real Anthropic SDK (hosted models, no tool-call loop).
 
 ``StructuredLLMExtractor`` and ``StructuredLLMReviewer`` drive ``AnthropicClient`` (the
 official SDK) against the loopback Messages-API stub, inside the extraction runner on a real

@@ -2,7 +2,7 @@
 
 The model's verdicts mean nothing, so these tests check mechanics only: offline loading,
 the label order read from the config, one batched call for both directions, and the
-floor logic of LLD 2.4.
+entailment floor logic.
 """
 
 from __future__ import annotations

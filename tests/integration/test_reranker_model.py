@@ -1,7 +1,7 @@
 """BgeReranker against a tiny randomly initialised single-label BERT cross-encoder on disk.
 
 The scores mean nothing, so these tests check mechanics only: offline loading, warm(),
-the sigmoid scale of LLD 10.7 against transformers itself, and one predict call per batch.
+the sigmoid score scale against transformers itself, and one predict call per batch.
 """
 
 from __future__ import annotations

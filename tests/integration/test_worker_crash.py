@@ -1,5 +1,5 @@
 """A worker killed with SIGKILL after the model stage loses nothing and pays for nothing twice
-(DESIGN.md decisions 1 and 2).
+(resumable, idempotent pipeline stages).
 
 The worker runs the production wiring: the hosted extractor and reviewer over the real
 Anthropic SDK, pointed (``hosted.base_url``) at the loopback stub from

@@ -1,5 +1,5 @@
 """Real Celery worker (and beat) processes against real Redis and the embedded broker
-(DESIGN.md decisions 1, 3 and 5): sessions ended in this process are extracted by the
+(queued extraction pipeline): sessions ended in this process are extracted by the
 worker, found by a search in a third process, and recovered after a broker outage.
 
 The worker runs in replay mode (``RETOLD_REPLAY_EXTRACTION``): a recorded extraction

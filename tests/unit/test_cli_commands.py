@@ -1,4 +1,4 @@
-"""Every LLD 16 command through the real entry point (``python -m retold.cli``), with
+"""Every operations command through the real entry point (``python -m retold.cli``), with
 ``embedding.model: fake`` so no model loads: the happy path, one bad argument each (one
 line on stderr, a non-zero exit, no traceback), help text, and no torch on model-free
 commands."""

@@ -39,7 +39,7 @@ def test_defaults_follow_the_lld_and_design() -> None:
     assert cfg == Config()
     assert cfg.store.path == "./memory.sqlite"
     assert cfg.store.busy_timeout_seconds == 30
-    # DESIGN.md decision 6: MiniLM (384-d), not the spec's bge-m3.
+    # The default embedder is MiniLM (384-d), not bge-m3.
     assert cfg.embedding.model == "sentence-transformers/all-MiniLM-L6-v2"
     assert cfg.embedding.dims == 384
     assert cfg.embedding.version == "1"

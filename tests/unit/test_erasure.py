@@ -1,4 +1,4 @@
-"""LLD 16 ``retold erase --user``: a canary written everywhere a user's text can reach must
+"""``retold erase --user``: a canary written everywhere a user's text can reach must
 be gone from the raw bytes of the store file and its WAL, while another user's survives."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def _plant(world: World, user: str, canary: str) -> list[str]:
             type="semantic", content=f"{user} uses the codename {canary} ({target}).",
             attribute="codename", target=target, source_kind="user_statement",
             evidence=f"codename is {canary} and I drink green tea",
-            # LLD 16 erases the entities of the user's own scopes; a shared scope's entity
+            # Erasure removes the entities of the user's own scopes; a shared scope's entity
             # is not the user's, so the shared record names a neutral one.
             entities=(EntityMention("person", "Shared Topic" if target == SHARED else f"{canary} Friend",
                                     "about"),),

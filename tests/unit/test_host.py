@@ -1,4 +1,4 @@
-"""MemoryHost grants, revocations and principal provisioning (LLD 3.5, 6.1, 9.1)."""
+"""MemoryHost grants, revocations and principal provisioning."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def test_refused_grants_write_nothing(store: Store, host: MemoryHost, agent_id: 
     assert store.events() == []
 
 
-# -- provision_user (LLD 9.1) ------------------------------------------------------------------
+# -- provision_user ----------------------------------------------------------------------------
 
 
 def test_provision_user_creates_the_principal_entity_and_is_idempotent(
@@ -125,7 +125,7 @@ def test_provision_user_refuses_a_slash_in_the_user_id(store: Store, host: Memor
     assert store.events() == []
 
 
-# -- grants feed policy (LLD 6.1) -------------------------------------------------------------
+# -- grants feed policy ---------------------------------------------------------------------
 
 
 def test_plain_agent_scope_needs_a_grant_and_is_then_readable_across_users(

@@ -1,4 +1,4 @@
-"""CompletionClient through the real Anthropic SDK against a loopback stub (DESIGN.md decision 7)."""
+"""CompletionClient through the real Anthropic SDK against a loopback stub."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""retold.operations (LLD 16): expiry, retention, erasure, due review, re-embedding,
+"""retold.operations: expiry, retention, erasure, due review, re-embedding,
 snapshots and unmapped legacy rows, on a real store file with fakes at the model edges."""
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def _status(world: World, record_id: str) -> str:
     return world.record(record_id).status
 
 
-# -- expire (LLD 6.5) ------------------------------------------------------------------------
+# -- expire ----------------------------------------------------------------------------------
 
 
 def test_expire_marks_only_active_records_past_expiry(world: World) -> None:
@@ -61,7 +61,7 @@ def test_expire_marks_only_active_records_past_expiry(world: World) -> None:
     assert _ops(world).expire() == 0  # idempotent: nothing left to expire
 
 
-# -- retain (LLD 2.6, 3.5) -----------------------------------------------------------------------
+# -- retain --------------------------------------------------------------------------------------
 
 
 def _session(world: World, sid: str, ended_days_ago: float | None, extracted: bool) -> None:
@@ -92,7 +92,7 @@ def test_retain_blanks_only_old_extracted_sessions_and_keeps_turn_rows(world: Wo
     assert store.turns("old-pending")[0].content == "transcript text of old-pending"
 
 
-# -- erase (LLD 16) ----------------------------------------------------------------------------------
+# -- erase ------------------------------------------------------------------------------------------
 
 
 def _written(world: World) -> str:
@@ -145,7 +145,7 @@ def test_erase_session_blanks_turns_and_quotes_but_keeps_the_claim(world: World)
         _ops(world).erase_session("nope", "x")
 
 
-# -- review-due (LLD 8.4) ------------------------------------------------------------------------------
+# -- review-due --------------------------------------------------------------------------------------
 
 
 def _runtime(path: Path, clock: ManualClock, **over: object) -> Runtime:
@@ -198,7 +198,7 @@ def test_review_due_claims_one_bounded_batch(tmp_path: Path) -> None:
         assert [rt.operations.review_due() for _ in range(4)] == [5, 5, 2, 0]
 
 
-# -- reembed (LLD 2.1, 16) -------------------------------------------------------------------------------
+# -- reembed ----------------------------------------------------------------------------------------------
 
 
 def _vectors(world: World) -> dict[str, tuple[str, str]]:
@@ -268,7 +268,7 @@ def test_snapshot_round_trip_restores_every_table(world: World, tmp_path: Path) 
         ops.snapshot_load(tmp_path / "missing.sqlite")
 
 
-# -- migrate (LLD 3.2) --------------------------------------------------------------------------------------
+# -- migrate -------------------------------------------------------------------------------------------------
 
 
 def test_migrate_expire_unmapped_retires_legacy_rows(store_path: Path, clock: ManualClock) -> None:

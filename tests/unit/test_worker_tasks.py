@@ -1,5 +1,5 @@
 """The Celery layer without a broker: thin tasks, the scheduler's bounded failure, the
-per-process runtime and the embedded broker's sweep (DESIGN.md decisions 1, 3 and 4)."""
+per-process runtime and the embedded broker's sweep."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The rerank pass with FakeReranker: ordering, timeout, failure and the floor (LLD 2.2, 10.7)."""
+"""The rerank pass with FakeReranker: ordering, timeout, failure and the score floor."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Entity resolution, aliases and merges on a real store (LLD 9, 9.1, 17.3 "Entities")."""
+"""Entity resolution, aliases and merges on a real store."""
 
 from __future__ import annotations
 
@@ -288,7 +288,7 @@ def test_merge_rewrites_subjects_and_rebuilds_fts_aliases(store: Store) -> None:
     assert untouched is not None and untouched.subject == f"{target}/schedule"
 
 
-# -- the principal entity (LLD 9.1) -----------------------------------------------------------
+# -- the principal entity -----------------------------------------------------------------------
 
 
 def test_principal_entity_is_created_once_and_confirmed(store: Store, resolver: EntityResolver) -> None:

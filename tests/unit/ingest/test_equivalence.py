@@ -1,4 +1,4 @@
-"""ExactJudge, FakeJudge and judge selection from config, without a model (LLD 2.4, LLD 5)."""
+"""ExactJudge, FakeJudge and judge selection from config, without a model."""
 
 from __future__ import annotations
 

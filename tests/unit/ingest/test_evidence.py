@@ -1,4 +1,4 @@
-"""Evidence validation against a small transcript (LLD 6.6, LLD 17.2 "Evidence")."""
+"""Evidence validation against a small transcript."""
 
 from __future__ import annotations
 
@@ -152,7 +152,7 @@ def test_first_matching_turn_wins_without_a_hint() -> None:
 
 def test_ranks_come_from_config_and_may_be_a_mapping() -> None:
     # With tool_result ranked as high as user_statement, a tool quote keeps the claim
-    # (LLD 6.6 downgrades only when the claimed rank is above the supported one).
+    # (a downgrade happens only when the claimed rank is above the supported one).
     equal = SourceRanks(user_statement=4, tool_result=4)
     kept = check("42 tests passed in 3.1 seconds", "user_statement", ranks=equal)
     assert (kept.source_kind, kept.note) == ("user_statement", None)

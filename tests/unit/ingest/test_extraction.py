@@ -1,4 +1,4 @@
-"""Session extraction (LLD 8.2, 8.4, 17.2 "Evidence", 17.3 "Session extraction").
+"""Session extraction: evidence checks, resumable stages, timed claims and review.
 
 A real store file, the fake extractor and table reviewer at the model boundaries; the
 models' own call logs (``FakeExtractor.calls``, ``TableReviewer.batches``) count how often
@@ -123,7 +123,7 @@ def stable(world: World) -> dict[str, int]:
     return counts
 
 
-# -- LLD 17.3 "Session extraction" -----------------------------------------------------------------
+# -- session extraction -------------------------------------------------------------------------------
 
 def test_candidate_with_missing_evidence_is_rejected_and_logged(world: World) -> None:
     ended_session(world)
@@ -309,10 +309,10 @@ def test_fewer_than_two_turns_writes_the_summary_only(world: World) -> None:
     assert last_run(world)["summary"]["outcome"] == "created"
 
 
-# -- LLD 17.2 "Evidence", through extraction ---------------------------------------------------------
+# -- evidence, through extraction ---------------------------------------------------------------------
 
 @pytest.mark.parametrize(("candidate", "kind", "status", "ref_turn", "note"), [
-    # A quote from an assistant turn cannot back a user statement (LLD 6.6).
+    # A quote from an assistant turn cannot back a user statement.
     (replace(PREFERS, evidence="prefer short technical answers overall", evidence_turn=2),
      "agent_inference", "provisional", 2, "downgraded from user_statement"),
     # A tool turn backs tool_result but not user_statement.
@@ -335,13 +335,13 @@ def test_evidence_rules_hold_through_extraction(
 
 
 def test_missing_quote_rejects_instead_of_downgrading(world: World) -> None:
-    # LLD 8.2's validation table: extraction rejects where memory_write downgrades.
+    # Extraction rejects where memory_write downgrades.
     ended_session(world)
     run(world, FakeExtractor(output(replace(PREFERS, evidence="I never said anything like this"))))
     assert last_run(world)["rejection_reasons"] == {"evidence_not_found": 1}
 
 
-# -- resumable stages (DESIGN.md decision 2) ------------------------------------------------------------
+# -- resumable stages -------------------------------------------------------------------------------------
 
 def test_resume_after_the_extract_stage_calls_only_the_reviewer(world: World) -> None:
     ended_session(world)
@@ -462,7 +462,7 @@ def test_the_apply_phase_is_atomic(world: World, monkeypatch: pytest.MonkeyPatch
     assert len(world.rt.index) == embedded  # no phantom rows from the rolled-back attempt
 
 
-# -- store claims (LLD 8.2 "timed claim") ----------------------------------------------------------------
+# -- store claims (timed claims) ----------------------------------------------------------------------------
 
 def test_claims_follow_the_session_lifecycle(world: World) -> None:
     store, timeout = world.rt.store, timedelta(minutes=30)
@@ -480,7 +480,7 @@ def test_claims_follow_the_session_lifecycle(world: World) -> None:
     assert store.release_claim("s1") is True
 
 
-# -- LLD 8.4 time-driven review ---------------------------------------------------------------------------
+# -- time-driven review -----------------------------------------------------------------------------------
 
 def test_racing_temporal_workers_flag_each_due_record_once(world: World) -> None:
     ids = []

@@ -1,4 +1,4 @@
-"""StructuredLLMExtractor, ReplayExtractor and the JSON form of ExtractionOutput (LLD 8.3)."""
+"""StructuredLLMExtractor, ReplayExtractor and the JSON form of ExtractionOutput."""
 
 from __future__ import annotations
 
@@ -261,7 +261,7 @@ def test_prompt_files_exist_and_match_the_version_constants() -> None:
     assert f"{EXTRACT_PROMPT_VERSION}.md" in names
     assert f"{REVIEW_PROMPT_VERSION}.md" in names
     extract = load_prompt(EXTRACT_PROMPT_VERSION)
-    # LLD 8.3 contract points the prompt must carry.
+    # Contract points the prompt must carry.
     for phrase in ("One fact per candidate", "verbatim", "evidence_turn", "user_statement", "at most"):
         assert phrase in extract
     assert "revise" in load_prompt(REVIEW_PROMPT_VERSION)

@@ -1,4 +1,4 @@
-"""StructuredLLMReviewer, apply_revision and TableReviewer (LLD 8.2 step 5, 17.3)."""
+"""StructuredLLMReviewer, apply_revision and TableReviewer."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Session hooks on a real store: start, turns, end, and the idle split (LLD 12)."""
+"""Session hooks on a real store: start, turns, end, and the idle split."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""LLD 17.2 "Grants" and LLD 8.1 error outcomes, through the ingestor on a real store."""
+"""Write grants and memory_write error outcomes, through the ingestor on a real store."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""LLD 17.3 "Entities" bullets that need the whole write path (LLD 8.1 step 4, 9)."""
+"""Entity-resolution cases that need the whole write path (entity linking on write)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""LLD 17.2 "Evidence", through memory_write's ingestor path (LLD 6.6, 8.1 step 3).
+"""Evidence validation, through memory_write's ingestor path.
 
 The extraction path runs the same validate_evidence; its suite joins this one when the
 extraction runner lands.

@@ -1,4 +1,4 @@
-"""LLD 17.2 "Explicit writes and lifecycle" plus the Acme North story, on a real store."""
+"""Explicit writes and the record lifecycle, plus the Acme North story, on a real store."""
 
 from __future__ import annotations
 

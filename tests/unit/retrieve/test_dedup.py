@@ -1,4 +1,4 @@
-"""Duplicate collapse (LLD 10.6) against a real VectorIndex."""
+"""Duplicate collapse against a real VectorIndex."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Freshness decay (LLD 10.4; LLD 17.4 "Freshness and rewrite")."""
+"""Freshness decay of retrieval scores."""
 
 from __future__ import annotations
 

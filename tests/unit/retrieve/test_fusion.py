@@ -1,4 +1,4 @@
-"""Reciprocal rank fusion (LLD 10.3) and candidate building."""
+"""Reciprocal rank fusion and candidate building."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""LLD 17.4 "Gate" bullets on the gate itself (LLD 10.5 steps 1-3)."""
+"""The retrieval gate on its own: floors, relative floor and the k cut."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The dense, lexical and entity candidate generators over real store files (LLD 10.1, 10.2, 17.4)."""
+"""The dense, lexical and entity candidate generators over real store files."""
 
 from __future__ import annotations
 
@@ -125,7 +125,7 @@ def test_an_eligible_match_survives_more_than_3k_better_ineligible_matches(
     crowded: Crowded, temp_table_max: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = crowded.store
-    assert crowded.outranking > 3 * K  # the precondition of LLD 17.4
+    assert crowded.outranking > 3 * K  # the test's precondition: the target is crowded out
     eligible = eligible_for(store, ADITYA)
     assert len(eligible) > 2_000
 

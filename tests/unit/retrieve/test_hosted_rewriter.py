@@ -1,4 +1,4 @@
-"""HostedLLMQueryRewriter through the real Anthropic SDK and a loopback stub (LLD 10.0)."""
+"""HostedLLMQueryRewriter through the real Anthropic SDK and a loopback stub."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def test_an_applied_rewrite_replaces_the_queries(anthropic_stub: AnthropicStub) 
     assert body["system"] == load_rewrite_prompt()
     assert body["tools"][0]["input_schema"] == REWRITE_SCHEMA
     assert body["tool_choice"] == {"type": "tool", "name": body["tools"][0]["name"]}
-    # The model sees the raw queries and the context, nothing else (LLD 10.0).
+    # The model sees the raw queries and the context, nothing else.
     (message,) = body["messages"]
     assert message["role"] == "user"
     assert json.loads(message["content"]) == {"queries": RAW, "context": CONTEXT}

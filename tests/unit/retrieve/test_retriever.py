@@ -1,4 +1,4 @@
-"""LLD 17.4 through the whole retrieval pipeline on a real store (fakes at model edges)."""
+"""Retrieval behaviour through the whole pipeline on a real store (fakes at model edges)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Query rewriting (LLD 10.0; LLD 17.4 "Freshness and rewrite")."""
+"""Query rewriting and its interplay with freshness."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Query terms of the lexical generator (LLD 10.2 steps 1-2, LLD 10.5 identifier tokens)."""
+"""Query terms of the lexical generator (tokenising, stop words, identifier tokens)."""
 
 from __future__ import annotations
 

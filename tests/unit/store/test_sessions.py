@@ -1,4 +1,4 @@
-"""Sessions and numbered turns on a real SQLite file (LLD 3.5, 12)."""
+"""Sessions and numbered turns on a real SQLite file."""
 
 from __future__ import annotations
 

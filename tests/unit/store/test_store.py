@@ -120,7 +120,7 @@ def test_original_error_survives_a_failing_rollback(store: Store) -> None:
         raise Boom
 
 
-# -- records_version (LLD 7) -------------------------------------------------------------
+# -- records_version -------------------------------------------------------------------
 
 
 def test_every_index_change_bumps_records_version_and_stamps_the_row(store: Store) -> None:
@@ -184,7 +184,7 @@ def test_concurrent_writer_processes_lose_nothing(store_path: Path) -> None:
     store.close()
 
 
-# -- eligible_ids (LLD 10.1 step 3) ------------------------------------------------------
+# -- eligible_ids ----------------------------------------------------------------------
 
 
 def test_eligible_ids_applies_scope_status_expiry_type_window_and_history(store: Store) -> None:

@@ -1,4 +1,4 @@
-"""Arbitrary JSON into every tool (DESIGN.md decision 8, LLD 11): no exception escapes, the
+"""Arbitrary JSON into every tool: no exception escapes, the
 answer is a JSON-serialisable dict, and an error changes nothing in the store."""
 
 from __future__ import annotations

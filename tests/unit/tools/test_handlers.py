@@ -1,4 +1,4 @@
-"""LLD 17.4 "Tool surface" and the tool results of LLD 8.1 and 11, on a real store."""
+"""The tool surface and the tools' result shapes, on a real store."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def acme_record(world: World) -> tuple[Principal, str]:
     return planner, written["record_id"]
 
 
-# -- LLD 17.4 "Tool surface" ----------------------------------------------------------------
+# -- tool surface ---------------------------------------------------------------------------
 
 
 def test_foreign_scope_id_answers_exactly_like_an_id_that_never_existed(world: World) -> None:

@@ -1,4 +1,4 @@
-"""The published tool contract (LLD 11): valid Draft 2020-12, per-session write targets."""
+"""The published tool contract: valid Draft 2020-12, per-session write targets."""
 
 from __future__ import annotations
 
