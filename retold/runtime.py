@@ -17,6 +17,7 @@ from datetime import timedelta
 from functools import cached_property
 from pathlib import Path
 
+from retold.adapters.base import MemorySession, new_session_id
 from retold.config import Config, load_config
 from retold.host import MemoryHost
 from retold.hosted import CompletionClient, HostedError, client_from_config
@@ -30,6 +31,7 @@ from retold.ingest.ingestor import Ingestor
 from retold.ingest.reviewer import CandidateReviewer, StructuredLLMReviewer
 from retold.ingest.revision import Reviser
 from retold.ingest.session import ExtractionScheduler, InProcessScheduler, SessionHooks
+from retold.models import Principal
 from retold.operations import Operations
 from retold.policy.lifecycle import Lifecycle
 from retold.retrieve.retriever import Retriever
@@ -117,6 +119,13 @@ class Runtime:
         """Maintenance: sweeps, erasure, re-embedding, snapshots, debugging reads."""
         return Operations(self.store, self.index, self.embedder, self.config, self.clock,
                           lambda principal, request: self.retriever.search(principal, request))
+
+    def session(self, agent_id: str, user_id: str, *, session_id: str | None = None,
+                project_id: str | None = None) -> MemorySession:
+        """A conversation with memory for one principal (a new session id unless given):
+        it records turns, searches, writes and ends the session on exit."""
+        principal = Principal(agent_id, user_id, session_id or new_session_id(), project_id)
+        return MemorySession(self.tools, self.hooks, self.store, self.config, principal)
 
     def hosted_client(self, model: str, *, max_retries: int | None = None) -> CompletionClient | None:
         """A hosted client for ``model``, or None when no API key is configured (the product

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import threading
 from collections import deque
 from collections.abc import Iterator
@@ -160,6 +161,22 @@ def _error_body(status: int, message: str) -> dict[str, Any]:
     return {"type": "error", "error": {"type": _ERROR_TYPES.get(status, "api_error"), "message": message}}
 
 
+def _refused_tool(tools: list[Any]) -> str | None:
+    """The API's own refusals of a tools list: a malformed name or an input schema that is
+    not an object, or that combines schemas at its top level (the whole request fails)."""
+    for index, tool in enumerate(tools):
+        name = tool.get("name", "") if isinstance(tool, dict) else ""
+        if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", str(name)):
+            return f"tools.{index}.name: String should match pattern '^[a-zA-Z0-9_-]{{1,64}}$'"
+        schema = tool.get("input_schema")
+        if not isinstance(schema, dict) or schema.get("type") != "object":
+            return f"tools.{index}.input_schema.type: Input should be 'object'"
+        if any(key in schema for key in ("oneOf", "anyOf", "allOf")):
+            return (f"tools.{index}.custom.input_schema: input_schema does not support oneOf, "
+                    "allOf, or anyOf at the top level")
+    return None
+
+
 def _handler_for(stub: AnthropicStub) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:  # noqa: N802 - the name http.server dispatches to
@@ -176,6 +193,10 @@ def _handler_for(stub: AnthropicStub) -> type[BaseHTTPRequestHandler]:
             missing = [k for k in ("model", "max_tokens", "messages") if k not in body]
             if missing:
                 self._send(400, _error_body(400, f"missing: {', '.join(missing)}"))
+                return
+            refused = _refused_tool(body.get("tools") or [])
+            if refused:
+                self._send(400, _error_body(400, refused))
                 return
             if behaviour is None:
                 self._send(400, _error_body(400, "the stub has no scripted answer for this request"))

@@ -17,7 +17,7 @@ import logging
 import re
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
-from typing import Any, Protocol, cast
+from typing import Any, Literal, Protocol, cast
 
 from retold.index.vector import VectorIndex
 from retold.ingest.ingestor import Ingestor
@@ -28,6 +28,7 @@ from retold.retrieve.explain import short_id
 from retold.retrieve.retriever import Retriever
 from retold.store import Store
 from retold.store.entities import EntityMergeError
+from retold.tools.export import anthropic_tools, openai_tools
 from retold.tools.schemas import ToolSchema, tool_schemas
 from retold.tools.validation import ToolError, search_request, validate_payload, write_request
 from retold.util import Clock, to_iso, to_plain
@@ -115,6 +116,16 @@ class ToolHandlers:
         """
         targets = grants.write_targets(self.parts.store, principal)
         return tool_schemas(list(targets))
+
+    def anthropic_tools(self, principal: Principal) -> list[dict[str, Any]]:
+        """This session's tools for the Anthropic Messages API ``tools`` parameter."""
+        return anthropic_tools(self.schemas(principal))
+
+    def openai_tools(self, principal: Principal, *, strict: bool = True,
+                     api: Literal["chat", "responses"] = "chat") -> list[dict[str, Any]]:
+        """This session's tools as OpenAI function tools (strict form by default: pass each
+        call's arguments through ``retold.tools.export.openai_arguments``)."""
+        return openai_tools(self.schemas(principal), strict=strict, api=api)
 
     def call(self, name: str, principal: Principal, payload: object, *,
              context: str | None = None) -> ToolResult:

@@ -22,11 +22,13 @@ __all__ = [
     "REVISE_ACTIONS",
     "REVISE_MERGE_FIELDS",
     "REVISE_RECORD_FIELDS",
+    "REVISE_SHAPES",
     "SUPERSEDE_ONLY_FIELDS",
     "TOOL_NAMES",
     "ToolSchema",
     "tool_schema",
     "tool_schemas",
+    "validation_schema",
 ]
 
 ToolSchema = dict[str, Any]
@@ -171,8 +173,7 @@ _REVISE: ToolSchema = {
     ),
     "input_schema": {
         "type": "object",
-        # Every property of both shapes is declared here, because
-        # additionalProperties: false cannot see inside a oneOf branch.
+        # Every property of both shapes is declared here.
         "properties": {
             "id": {"type": "string", "description": "The record to revise."},
             "action": {"enum": list(REVISE_ACTIONS)},
@@ -188,20 +189,25 @@ _REVISE: ToolSchema = {
             "entity_id": {"type": "string", "description": "Entity merge: the entity to merge away."},
             "merge_into": {"type": "string", "description": "Entity merge: the surviving entity."},
         },
-        "oneOf": [
-            {
-                "required": ["id", "action", "reason"],
-                "not": {"anyOf": [{"required": ["entity_id"]}, {"required": ["merge_into"]}]},
-            },
-            {
-                "required": ["entity_id", "merge_into", "reason"],
-                "not": {"anyOf": [{"required": [name]} for name in REVISE_RECORD_FIELDS
-                                  if name != "reason"]},
-            },
-        ],
+        # Providers refuse oneOf/anyOf/allOf at the top level of a tool's input schema, so
+        # the published schema requires only what both shapes share; the handler checks
+        # the rest with REVISE_SHAPES (see validation_schema).
+        "required": ["reason"],
         "additionalProperties": False,
     },
 }
+
+# The two shapes of memory_revise: a record change or an entity merge, never both.
+REVISE_SHAPES: list[dict[str, Any]] = [
+    {
+        "required": ["id", "action", "reason"],
+        "not": {"anyOf": [{"required": ["entity_id"]}, {"required": ["merge_into"]}]},
+    },
+    {
+        "required": ["entity_id", "merge_into", "reason"],
+        "not": {"anyOf": [{"required": [name]} for name in REVISE_RECORD_FIELDS if name != "reason"]},
+    },
+]
 
 _FORGET: ToolSchema = {
     "name": "memory_forget",
@@ -255,3 +261,13 @@ def tool_schemas(principal_targets: list[str] | None) -> list[ToolSchema]:
             continue
         out.append(tool_schema(name, principal_targets))
     return out
+
+
+def validation_schema(name: str) -> dict[str, Any]:
+    """The input schema the handler checks ``name``'s payloads against: the published one,
+    plus for ``memory_revise`` the rule that exactly one of its two shapes applies."""
+    schema: dict[str, Any] = tool_schema(name)["input_schema"]
+    if name == "memory_revise":
+        schema.pop("required")
+        schema["oneOf"] = copy.deepcopy(REVISE_SHAPES)
+    return schema

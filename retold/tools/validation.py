@@ -22,7 +22,7 @@ from retold.tools.schemas import (
     REVISE_RECORD_FIELDS,
     SUPERSEDE_ONLY_FIELDS,
     TOOL_NAMES,
-    tool_schemas,
+    validation_schema,
 )
 from retold.util import from_iso, to_iso
 
@@ -76,8 +76,7 @@ def _validation_schema(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 _VALIDATORS: dict[str, Draft202012Validator] = {
-    tool["name"]: Draft202012Validator(_validation_schema(tool["input_schema"]))
-    for tool in tool_schemas(None)
+    name: Draft202012Validator(_validation_schema(validation_schema(name))) for name in TOOL_NAMES
 }
 
 

@@ -11,7 +11,7 @@ from jsonschema import Draft202012Validator
 from retold.models import Principal, Scope
 from retold.testing import AGENT, World
 from retold.tools.handlers import ToolHandlers
-from retold.tools.schemas import TOOL_NAMES, tool_schema, tool_schemas
+from retold.tools.schemas import REVISE_SHAPES, TOOL_NAMES, tool_schema, tool_schemas, validation_schema
 
 EXAMPLES: dict[str, dict[str, Any]] = {
     "memory_search": {"queries": ["Aditya explanation style"], "types": ["semantic"],
@@ -78,15 +78,23 @@ def test_memory_search_has_no_context_property() -> None:
 def test_every_key_required_by_a_memory_revise_branch_is_declared_at_the_top_level() -> None:
     schema = tool_schema("memory_revise")["input_schema"]
     declared = set(schema["properties"])
-    assert len(schema["oneOf"]) == 2
-    for branch in schema["oneOf"]:
+    assert len(REVISE_SHAPES) == 2
+    for branch in REVISE_SHAPES:
         assert set(branch["required"]) <= declared
     assert {"id", "action", "reason", "content", "source_kind", "evidence", "evidence_turn",
             "entity_id", "merge_into"} == declared
 
 
+@pytest.mark.parametrize("name", TOOL_NAMES)
+def test_no_published_schema_combines_schemas_at_its_top_level(name: str) -> None:
+    # Both big providers refuse the whole request when one tool's input schema does.
+    schema = tool_schema(name)["input_schema"]
+    assert schema["type"] == "object"
+    assert not {"oneOf", "anyOf", "allOf"} & set(schema)
+
+
 def test_memory_revise_branches_select_exactly_one_shape() -> None:
-    validator = Draft202012Validator(tool_schema("memory_revise")["input_schema"])
+    validator = Draft202012Validator(validation_schema("memory_revise"))
     assert validator.is_valid({"id": "r", "action": "confirm", "reason": "ok"})
     assert validator.is_valid({"entity_id": "a", "merge_into": "b", "reason": "same person"})
     assert not validator.is_valid({"id": "r", "action": "confirm", "reason": "ok", "entity_id": "a"})

@@ -1,0 +1,1 @@
+"""Integrations that connect Retold to agent hosts; none is imported by ``import retold``."""
