@@ -54,11 +54,14 @@ class Behaviour:
     status: int = 200
     delay_s: float = 0.0
     stop_reason: str | None = None  # None = the natural one for the kind
+    tool_name: str | None = None  # None = the forced tool, else the first one offered
 
 
-def tool_use(tool_input: Any, *, delay_s: float = 0.0, stop_reason: str = "tool_use") -> Behaviour:
-    """Answer with one ``tool_use`` block carrying ``tool_input`` (named after the requested tool)."""
-    return Behaviour("tool_use", tool_input, delay_s=delay_s, stop_reason=stop_reason)
+def tool_use(tool_input: Any, *, name: str | None = None, delay_s: float = 0.0,
+             stop_reason: str = "tool_use") -> Behaviour:
+    """Answer with one ``tool_use`` block carrying ``tool_input``, for tool ``name`` (by
+    default the forced tool, else the first one offered)."""
+    return Behaviour("tool_use", tool_input, delay_s=delay_s, stop_reason=stop_reason, tool_name=name)
 
 
 def text_only(text: str = "I would rather not use the tool.") -> Behaviour:
@@ -130,7 +133,8 @@ class AnthropicStub:
         n = next(self._ids)
         if behaviour.kind == "tool_use":
             tools = body.get("tools") or [{}]
-            name = (body.get("tool_choice") or {}).get("name") or tools[0].get("name", "tool")
+            name = (behaviour.tool_name or (body.get("tool_choice") or {}).get("name")
+                    or tools[0].get("name", "tool"))
             block: dict[str, Any] = {
                 "type": "tool_use",
                 "id": f"toolu_stub{n:04d}",

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
-from retold.adapters.base import Message
-from retold.models import Scope
+from retold.adapters.base import RECALLED_HEADER, MemorySession, Message
+from retold.models import Principal, Scope
 from retold.testing import ADITYA, AGENT, World
 
 QUOTE = "keep every answer short and technical"
@@ -101,3 +104,84 @@ def test_ending_twice_schedules_once(world: World) -> None:
     s.end()
     s.end()
     assert scheduled == [s.principal.session_id]
+
+
+# -- trigger modes ---------------------------------------------------------------------
+
+
+def _session(world: World, mode: str, **trigger: Any) -> MemorySession:
+    cfg = world.rt.config
+    config = replace(cfg, retrieval=replace(cfg.retrieval, trigger=replace(
+        cfg.retrieval.trigger, mode=mode, **trigger)))
+    principal = Principal(AGENT, "aditya", f"sess-{mode}", None)
+    return MemorySession(world.rt.tools, world.rt.hooks, world.rt.store, config, principal)
+
+
+def _remember_vim(world: World) -> None:
+    world.say("user", "I always edit code in vim.")
+    world.write(content="Aditya edits code in vim.", attribute="editor", source_kind="user_statement",
+                evidence="I always edit code in vim.")
+
+
+def test_tool_only_mode_never_issues_a_host_search(world: World) -> None:
+    _remember_vim(world)
+    s = _session(world, "tool_only")
+    s.say("user", "Which editor should the setup script configure?")
+    assert s.recall() is None
+    assert "memory_search" in [t["name"] for t in s.tool_schemas()]
+
+
+def test_auto_mode_does_not_offer_memory_search(world: World) -> None:
+    names = [t["name"] for t in _session(world, "auto").tool_schemas()]
+    assert "memory_search" not in names and "memory_write" in names
+    assert "memory_search" in [t["name"] for t in _session(world, "hybrid").tool_schemas()]
+
+
+def test_one_host_search_per_new_user_turn_and_none_for_other_turns(world: World) -> None:
+    _remember_vim(world)
+    s = _session(world, "hybrid")
+    s.say("user", "Set up my editor: does Aditya edit code in vim?")
+    block = s.recall()
+    assert block is not None and block.splitlines()[0] == RECALLED_HEADER
+    assert "vim" in block
+    assert s.recall() is None  # the same user turn is never searched twice
+    s.say("assistant", "I will configure vim for you.")
+    s.say("tool", "setup finished")
+    assert s.recall() is None  # assistant and tool turns issue no search
+    logged = [row for row in world.rt.store.search_log_rows() if row["trigger"] == "auto"]
+    assert len(logged) == 1
+
+
+def test_the_host_search_is_logged_as_auto_with_auto_k(world: World) -> None:
+    _remember_vim(world)
+    s = _session(world, "auto", auto_k=2)
+    s.say("user", "Set up my editor: does Aditya edit code in vim?")
+    assert s.recall() is not None
+    (row,) = [r for r in world.rt.store.search_log_rows() if r["trigger"] == "auto"]
+    assert json.loads(row["request"])["k"] == 2
+    assert row["session_id"] == "sess-auto"
+
+
+def test_a_short_user_turn_is_skipped_with_an_event(world: World) -> None:
+    s = _session(world, "auto", auto_min_query_chars=12)
+    s.say("user", "thanks!")
+    assert s.recall() is None
+    (event,) = world.events("trigger.skipped")
+    assert event["payload"] == {"session_id": "sess-auto", "chars": 7, "min_chars": 12}
+    assert [r for r in world.rt.store.search_log_rows() if r["trigger"] == "auto"] == []
+
+
+def test_an_empty_host_search_shows_nothing(world: World) -> None:
+    s = _session(world, "auto")
+    s.say("user", "What is the capital of the moon's largest crater?")
+    assert s.recall() is None
+    assert len([r for r in world.rt.store.search_log_rows() if r["trigger"] == "auto"]) == 1
+
+
+def test_the_policy_prefix_is_byte_identical_across_turns(world: World) -> None:
+    s = _session(world, "hybrid")
+    first = s.policy.text.encode()
+    s.say("user", "Hello there, remember me?")
+    s.recall()
+    assert s.policy.text.encode() == first
+    assert RECALLED_HEADER in s.policy.text.lower()
