@@ -89,3 +89,20 @@ def test_importing_retold_and_building_a_runtime_imports_no_torch(tmp_path: Path
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_importing_retold_and_opening_a_session_imports_no_agent_framework(tmp_path: Path) -> None:
+    # Integrations are optional extras: only the adapter a host imports may load its framework.
+    overrides = {"store": {"path": str(tmp_path / "x.sqlite")}, "embedding": {"model": "fake"}}
+    code = (
+        "import sys, retold, retold.cli, retold.adapters.base, retold.tools.export\n"
+        f"rt = retold.build_runtime(retold.load_config(overrides={overrides!r}))\n"
+        "with rt.session('a', 'u') as s:\n"
+        "    s.tools('anthropic'), s.tools('openai')\n"
+        "rt.close()\n"
+        "frameworks = ('langchain', 'langchain_core', 'langgraph', 'deepagents', 'crewai', 'mcp',"
+        " 'openai', 'anthropic')\n"
+        "bad = [m for m in frameworks if m in sys.modules]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

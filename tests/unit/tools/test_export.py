@@ -13,6 +13,8 @@ from jsonschema import Draft202012Validator
 from retold.models import Principal
 from retold.testing import World
 from retold.testing.anthropic_stub import AnthropicStub, tool_use
+from retold.testing.openai_stub import reply as reply_text
+from retold.testing.openai_stub import serve_openai_stub, tool_call
 from retold.tools.export import (
     STRICT_UNSUPPORTED,
     TOOL_NAME,
@@ -182,3 +184,30 @@ def test_a_principal_without_a_writable_scope_gets_no_write_tool_in_any_format(w
     names = [t["name"] for t in world.rt.tools.anthropic_tools(stranger)]
     assert "memory_write" not in names
     assert [t["function"]["name"] for t in world.rt.tools.openai_tools(stranger)] == names
+
+
+def test_the_real_openai_sdk_round_trips_strict_tool_calls(world: World) -> None:
+    openai = pytest.importorskip("openai")
+    world.say("user", "Please keep every answer short and technical.")
+    tools = world.rt.tools.openai_tools(world.p)
+    strict_write = next(t for t in tools if t["function"]["name"] == "memory_write")["function"]
+    arguments = _with_nulls(strict_write["parameters"], {
+        "type": "semantic", "content": "Aditya prefers short technical answers.",
+        "attribute": "answer_style", "source_kind": "user_statement",
+        "evidence": "keep every answer short and technical"})
+    with serve_openai_stub() as stub:
+        client = openai.OpenAI(api_key="test-key", base_url=stub.base_url, max_retries=0)
+        stub.script(tool_call("memory_write", arguments))
+        reply = client.chat.completions.create(
+            model="gpt-test", tools=tools, messages=[{"role": "user", "content": "note my style"}])
+        (call,) = reply.choices[0].message.tool_calls
+        result = world.rt.tools.call(call.function.name, world.p, openai_arguments(call.function.arguments))
+        assert result["outcome"] == "created" and result["status"] == "confirmed"
+
+        # Strict mode with the published (non-strict) schema is what the API refuses.
+        unstrict = [{"type": "function", "function": {**t["function"], "strict": True}}
+                    for t in world.rt.tools.openai_tools(world.p, strict=False)]
+        stub.script(reply_text("x"))
+        with pytest.raises(openai.BadRequestError, match="required|additionalProperties|not permitted"):
+            client.chat.completions.create(model="gpt-test", tools=unstrict,
+                                           messages=[{"role": "user", "content": "hi"}])
