@@ -31,6 +31,7 @@ EXIT_ERROR = 1
 EXIT_UNRESOLVED = 2  # migrate exits 2 while unmapped legacy rows remain
 EXIT_REFUSED = 2  # an irreversible command without --yes
 EXIT_PENDING = 3  # extract: no hosted model is configured, so the session stays pending
+EXIT_USAGE = 2  # mcp: a transport asked for without what it needs (identity, tokens, the extra)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -302,6 +303,39 @@ def _cmd_extract(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_mcp(args: argparse.Namespace) -> int:
+    if args.http:
+        if args.agent or args.user or args.project:
+            raise _Refused("--agent, --user and --project are for stdio; over --http each token in"
+                           " mcp.tokens names its principal", EXIT_USAGE)
+        host, port = _host_port(args.http)
+        if not _config(args).mcp.tokens:
+            raise _Refused("--http needs at least one token in mcp.tokens of --config; anonymous"
+                           " access is never served", EXIT_USAGE)
+    elif not (args.agent and args.user):
+        raise _Refused("stdio needs --agent and --user (or use --http with mcp.tokens)", EXIT_USAGE)
+    try:
+        from retold import mcp_server
+    except ModuleNotFoundError as exc:
+        if not (exc.name or "").startswith(("mcp", "uvicorn", "starlette")):
+            raise
+        raise _Refused("the MCP SDK is not installed; pip install 'retold[mcp]'", EXIT_USAGE) from None
+    with _runtime(args) as rt:
+        if args.http:
+            mcp_server.serve_http(rt, host, port)
+        else:
+            mcp_server.serve_stdio(rt, args.agent, args.user, args.project)
+    return 0
+
+
+def _host_port(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise _Refused(f"--http expects HOST:PORT, e.g. 127.0.0.1:8765, got {text!r}", EXIT_USAGE)
+    return host, int(port)
+
+
 # -- the parser ----------------------------------------------------------------------------------
 
 
@@ -407,6 +441,17 @@ def build_parser() -> argparse.ArgumentParser:
                        " if it already ran (a re-run reuses the stored stage outputs). Exits 3 when no"
                        " hosted model is configured: the session then stays pending.")
     extract.add_argument("session_id", help="session id")
+
+    mcp = _command(commands, "mcp", _cmd_mcp, "serve the memory tools to MCP clients",
+                   "Serve the five memory tools over the Model Context Protocol: over stdio for the"
+                   " principal given by --agent/--user/--project (one session per server process),"
+                   " or over streamable HTTP at http://HOST:PORT/mcp where every request needs a bearer"
+                   " token listed (as its SHA-256) in mcp.tokens. Needs the mcp extra.")
+    mcp.add_argument("--agent", help="agent id of the principal (stdio)")
+    mcp.add_argument("--user", help="user id of the principal (stdio)")
+    mcp.add_argument("--project", help="project id of the principal, if any (stdio)")
+    mcp.add_argument("--http", metavar="HOST:PORT",
+                     help="serve streamable HTTP instead of stdio; principals come from mcp.tokens")
     return parser
 
 

@@ -17,6 +17,7 @@ import dataclasses
 import difflib
 import math
 import os
+import re
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -41,6 +42,8 @@ __all__ = [
     "GateConfig",
     "HostedConfig",
     "IngestionConfig",
+    "McpConfig",
+    "McpTokenConfig",
     "PolicyConfig",
     "QueueConfig",
     "RerankerConfig",
@@ -276,6 +279,25 @@ class QueueConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class McpTokenConfig:
+    """``mcp.tokens[]:`` - one bearer token of ``retold mcp --http`` and the principal it acts
+    as. Only the token's SHA-256 is kept, so a leaked config file grants nothing."""
+
+    sha256: str = ""  # lowercase hex SHA-256 of the token text
+    agent_id: str = ""
+    user_id: str = ""
+    project_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class McpConfig:
+    """``mcp:`` - the MCP server (README "MCP server"). Stdio needs nothing here; HTTP refuses to start
+    without a token, because it never serves anonymous callers."""
+
+    tokens: tuple[McpTokenConfig, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     """The whole configuration; build it with :func:`load_config`."""
 
@@ -288,6 +310,7 @@ class Config:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     sessions: SessionsConfig = field(default_factory=SessionsConfig)
     queue: QueueConfig = field(default_factory=QueueConfig)
+    mcp: McpConfig = field(default_factory=McpConfig)
 
     def replace(self, overrides: Mapping[str, object]) -> Config:
         """Return a copy with ``overrides`` (a nested mapping) deep-merged and re-validated."""
@@ -443,7 +466,38 @@ def _from_layers(layers: list[Mapping[str, Any]]) -> Config:
     # A null floor means "not calibrated", so an enabled reranker needs a real one.
     if built.reranker.enabled and built.reranker.floor is None:
         raise ConfigError("reranker.floor: must be set when reranker.enabled is true")
+    token_errors = _mcp_token_errors(built.mcp)
+    if token_errors:
+        raise ConfigError("; ".join(token_errors))
     return built
+
+
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+
+
+def _mcp_token_errors(mcp: McpConfig) -> list[str]:
+    """What is wrong with the MCP token list: the fields the type check cannot judge."""
+    errors: list[str] = []
+    seen: dict[str, int] = {}
+    for i, token in enumerate(mcp.tokens):
+        key = f"mcp.tokens[{i}]"
+        if not _SHA256_HEX.fullmatch(token.sha256):
+            errors.append(f"{key}.sha256: must be the 64-character lowercase hex SHA-256 of the token"
+                          " (never the token itself)")
+        elif token.sha256 in seen:
+            errors.append(f"{key}.sha256: the same token as mcp.tokens[{seen[token.sha256]}]")
+        else:
+            seen[token.sha256] = i
+        # the rules a Principal enforces, reported at load time rather than on a request
+        for name in ("agent_id", "user_id"):
+            value = getattr(token, name)
+            if not value.strip():
+                errors.append(f"{key}.{name}: must be a non-empty string")
+            elif "/" in value:
+                errors.append(f"{key}.{name}: must not contain '/', got {value!r}")
+        if token.project_id is not None and not token.project_id.strip():
+            errors.append(f"{key}.project_id: must be a non-empty string or null")
+    return errors
 
 
 def _read_yaml(path: str | os.PathLike[str]) -> Mapping[str, Any]:
