@@ -29,9 +29,9 @@ from retold.policy.prompt import MemoryPolicy, memory_policy
 from retold.store import Store
 from retold.tools.export import anthropic_tools, openai_tools, result_text
 from retold.tools.handlers import ToolHandlers
-from retold.tools.schemas import ToolSchema
+from retold.tools.schemas import ToolSchema, tool_schemas
 
-__all__ = ["RECALLED_HEADER", "MemorySession", "Message", "new_session_id"]
+__all__ = ["RECALLED_HEADER", "MemorySession", "Message", "new_session_id", "registered_schemas"]
 
 Provider = Literal["anthropic", "openai"]
 # The header of the host-issued search's block, named in the memory-use policy text.
@@ -138,10 +138,7 @@ class MemorySession:
         """The tools to register now. ``memory_write`` and its targets follow the current
         grants (call again after a grant changes); in ``auto`` mode the host searches, so
         ``memory_search`` is not offered."""
-        schemas = self._tools.schemas(self._principal)
-        if self.mode == "auto":
-            schemas = [s for s in schemas if s["name"] != "memory_search"]
-        return schemas
+        return registered_schemas(self.mode, self._tools.schemas(self._principal))
 
     def tools(self, provider: Provider = "anthropic", *, strict: bool = True) -> list[dict[str, Any]]:
         """:meth:`tool_schemas` in ``provider``'s format."""
@@ -208,6 +205,14 @@ class MemorySession:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.end()
+
+
+def registered_schemas(mode: TriggerMode, schemas: Sequence[ToolSchema] | None = None) -> list[ToolSchema]:
+    """The tools a host registers in trigger ``mode``: ``schemas`` (by default the static
+    contract, for frameworks that register tools before any principal exists) without
+    ``memory_search`` in ``auto`` mode, where the host searches instead of the model."""
+    chosen = list(tool_schemas(None) if schemas is None else schemas)
+    return [s for s in chosen if not (mode == "auto" and s["name"] == "memory_search")]
 
 
 def new_session_id() -> str:

@@ -20,21 +20,20 @@ from typing import Any
 
 import pytest
 
-if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-    import mcp  # noqa: F401  (in CI a missing extra fails here instead of skipping)
-else:
-    pytest.importorskip("mcp")
+from tests.optional import need
 
-import anyio
-import httpx2
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
-from mcp.client.streamable_http import streamable_http_client
+need("mcp")
 
-from retold import build_runtime, load_config
-from retold.mcp_server import token_digest
-from retold.models import Principal, Scope
-from tests.sql import rows
+import anyio  # noqa: E402
+import httpx2  # noqa: E402
+from mcp import ClientSession, StdioServerParameters  # noqa: E402
+from mcp.client.stdio import stdio_client  # noqa: E402
+from mcp.client.streamable_http import streamable_http_client  # noqa: E402
+
+from retold import build_runtime, load_config  # noqa: E402
+from retold.mcp_server import token_digest  # noqa: E402
+from retold.models import Principal, Scope  # noqa: E402
+from tests.sql import rows  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT, USER, PROJECT = "mcp-agent", "cleo", "atlas"

@@ -25,6 +25,7 @@ from retold.tools.export import (
     strict_schema,
 )
 from retold.tools.schemas import TOOL_NAMES, tool_schema, tool_schemas, validation_schema
+from tests.optional import need
 
 COMBINATORS = {"oneOf", "anyOf", "allOf"}
 
@@ -160,7 +161,7 @@ def test_result_text_gives_the_rendered_block_for_searches_and_compact_json_othe
 def test_the_real_sdk_sends_the_exported_tools_and_the_api_would_refuse_a_top_level_one_of(
     world: World, anthropic_stub: AnthropicStub
 ) -> None:
-    anthropic = pytest.importorskip("anthropic")
+    anthropic = need("anthropic")
     client = anthropic.Anthropic(api_key="test-key", base_url=anthropic_stub.base_url, max_retries=0)
     tools = world.rt.tools.anthropic_tools(world.p)
     anthropic_stub.script(tool_use({"queries": ["answer style"]}))
@@ -187,7 +188,7 @@ def test_a_principal_without_a_writable_scope_gets_no_write_tool_in_any_format(w
 
 
 def test_the_real_openai_sdk_round_trips_strict_tool_calls(world: World) -> None:
-    openai = pytest.importorskip("openai")
+    openai = need("openai")
     world.say("user", "Please keep every answer short and technical.")
     tools = world.rt.tools.openai_tools(world.p)
     strict_write = next(t for t in tools if t["function"]["name"] == "memory_write")["function"]

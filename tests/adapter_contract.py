@@ -1,0 +1,249 @@
+"""The scripted conversation every agent-framework adapter must get right, and the store
+state it must leave behind.
+
+The script is framework-neutral data: what the user says, the tool calls a scripted
+model makes (in order, with their arguments), and the reply that closes each exchange.
+An adapter test drives its framework with a fake model that plays these calls, ends
+the session, and then calls :func:`assert_contract`. Because every adapter goes through
+the same ``MemorySession``, two adapters that pass leave records that compare equal
+field by field through :func:`semantic_records` (:func:`drive_session` produces the
+reference without any framework).
+
+The conversation: the user states an answer-style preference and the model saves it
+with a verbatim quote; the user mentions their editor and the model saves that too; the
+user corrects the preference and the model supersedes the first record; the model
+searches; the user asks to forget the editor and the model forgets it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from retold.adapters.base import MemorySession
+from retold.models import Scope
+from retold.runtime import Runtime
+
+__all__ = [
+    "AGENT_ID",
+    "CONVERSATION",
+    "EXPECTED_RECORDS",
+    "USER_ID",
+    "Exchange",
+    "FromResult",
+    "ToolCall",
+    "assert_contract",
+    "drive_session",
+    "expected_turns",
+    "resolve",
+    "semantic_records",
+]
+
+AGENT_ID = "research-agent"
+USER_ID = "aditya"
+
+
+@dataclass(frozen=True)
+class FromResult:
+    """An argument the model copies from an earlier call's result: the value at ``key``
+    of the JSON result of the call whose id is ``call``."""
+
+    call: str
+    key: str
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One tool call the scripted model makes. ``id`` doubles as the framework's
+    tool-call id, so a later call can find this call's result by it."""
+
+    id: str
+    name: str
+    args: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One user message, the tool calls it prompts (one model step each) and the reply."""
+
+    user: str
+    calls: tuple[ToolCall, ...] = field(default=())
+    reply: str = ""
+
+
+STYLE_QUOTE = "keep every answer short and technical"
+EDITOR_QUOTE = "my editor is vim"
+CORRECTION_QUOTE = "I now prefer detailed answers with examples"
+
+CONVERSATION: tuple[Exchange, ...] = (
+    Exchange(
+        user="Please keep every answer short and technical.",
+        calls=(ToolCall("call_write_style", "memory_write", {
+            "type": "semantic", "content": "Aditya prefers short technical answers.",
+            "attribute": "answer_style", "source_kind": "user_statement", "evidence": STYLE_QUOTE,
+        }),),
+        reply="Noted: short and technical from now on.",
+    ),
+    Exchange(
+        user="Also, my editor is vim, in case setup scripts need it.",
+        calls=(ToolCall("call_write_editor", "memory_write", {
+            "type": "semantic", "content": "Aditya edits code in vim.", "attribute": "editor",
+            "source_kind": "user_statement", "evidence": EDITOR_QUOTE,
+        }),),
+        reply="Got it, vim it is.",
+    ),
+    Exchange(
+        user="Correction: I now prefer detailed answers with examples.",
+        calls=(ToolCall("call_supersede_style", "memory_revise", {
+            "id": FromResult("call_write_style", "record_id"), "action": "supersede",
+            "content": "Aditya prefers detailed answers with examples.",
+            "source_kind": "user_statement", "evidence": CORRECTION_QUOTE,
+            "reason": "The user corrected their answer style.",
+        }),),
+        reply="Updated: detailed answers with examples.",
+    ),
+    Exchange(
+        user="What do you remember about how I like my answers?",
+        calls=(ToolCall("call_search_style", "memory_search", {
+            "queries": ["Aditya answer style preference"],
+        }),),
+        reply="You prefer detailed answers with examples.",
+    ),
+    Exchange(
+        user="Please forget that I use vim.",
+        calls=(ToolCall("call_forget_editor", "memory_forget", {
+            "id": FromResult("call_write_editor", "record_id"),
+            "reason": "The user asked to forget their editor.",
+        }),),
+        reply="Done, I no longer remember your editor.",
+    ),
+)
+
+
+def resolve(args: Mapping[str, Any], results: Mapping[str, str]) -> dict[str, Any]:
+    """``args`` with each :class:`FromResult` replaced from ``results`` (tool-call id to
+    the result text the model saw)."""
+    out: dict[str, Any] = {}
+    for key, value in args.items():
+        if isinstance(value, FromResult):
+            value = json.loads(results[value.call])[value.key]
+        out[key] = value
+    return out
+
+
+def expected_turns() -> list[tuple[str, str | None]]:
+    """The recorded turns, in order: each user message, one tool turn per call (None:
+    its text depends on record ids) and the reply. A model step that only calls a tool
+    has no text and records no assistant turn."""
+    turns: list[tuple[str, str | None]] = []
+    for exchange in CONVERSATION:
+        turns.append(("user", exchange.user))
+        turns += [("tool", None) for _ in exchange.calls]
+        turns.append(("assistant", exchange.reply))
+    return turns
+
+
+def drive_session(session: MemorySession) -> None:
+    """Play the script through a bare ``MemorySession``: the reference an adapter's
+    store state is compared with."""
+    results: dict[str, str] = {}
+    for exchange in CONVERSATION:
+        session.say("user", exchange.user)
+        for call in exchange.calls:
+            result = session.call(call.name, resolve(call.args, results))
+            results[call.id] = session.text(call.name, result)
+            session.say("tool", results[call.id])
+        session.say("assistant", exchange.reply)
+    session.end()
+
+
+def semantic_records(rt: Runtime, user_id: str = USER_ID) -> list[dict[str, Any]]:
+    """The user's semantic records in store order, in a form two runs can compare: ids
+    and timestamps left out, the subject named by its entity's canonical name, the
+    superseded record by its content and the source by its turn number."""
+    records = rt.store.find_records(scopes=[Scope("user", user_id)])
+    content_of = {r.id: r.content for r in records}
+    out: list[dict[str, Any]] = []
+    for r in records:
+        if r.type != "semantic":
+            continue
+        entity = rt.store.get_entity(r.subject_entity_id) if r.subject_entity_id else None
+        subject = f"{entity.canonical}/{r.attribute}" if entity else r.subject
+        turn = r.source_ref.rsplit("<turn:", 1)[-1].rstrip(">") if r.source_ref else None
+        out.append({
+            "content": r.content, "attribute": r.attribute, "status": r.status,
+            "source_kind": r.source_kind, "evidence": r.evidence, "subject": subject,
+            "supersedes": content_of.get(r.supersedes_id) if r.supersedes_id else None,
+            "source_turn": int(turn) if turn else None, "creator": r.creator_agent_id,
+        })
+    return out
+
+
+EXPECTED_RECORDS: list[dict[str, Any]] = [
+    {"content": "Aditya prefers short technical answers.", "attribute": "answer_style",
+     "status": "superseded", "source_kind": "user_statement", "evidence": STYLE_QUOTE,
+     "subject": "aditya/answer_style", "supersedes": None, "source_turn": 1, "creator": AGENT_ID},
+    {"content": "Aditya edits code in vim.", "attribute": "editor", "status": "deleted",
+     "source_kind": "user_statement", "evidence": EDITOR_QUOTE, "subject": "aditya/editor",
+     "supersedes": None, "source_turn": 4, "creator": AGENT_ID},
+    {"content": "Aditya prefers detailed answers with examples.", "attribute": "answer_style",
+     "status": "confirmed", "source_kind": "user_statement", "evidence": CORRECTION_QUOTE,
+     "subject": "aditya/answer_style", "supersedes": "Aditya prefers short technical answers.",
+     "source_turn": 7, "creator": AGENT_ID},
+]
+
+
+def assert_contract(rt: Runtime, agent_id: str, user_id: str, session_id: str) -> None:
+    """Check what the scripted conversation left in the store for this principal."""
+    _assert_turns(rt, session_id)
+    records = semantic_records(rt, user_id)
+    assert records == [dict(r, creator=agent_id) for r in EXPECTED_RECORDS], records
+    _assert_events(rt, agent_id, user_id)
+    searches = [row for row in rt.store.search_log_rows() if row["session_id"] == session_id]
+    assert [(row["trigger"], row["agent_id"], row["user_id"]) for row in searches] == [
+        ("tool", agent_id, user_id)]
+    assert json.loads(searches[0]["request"])["queries"] == ["Aditya answer style preference"]
+    session = rt.store.get_session(session_id)
+    assert session is not None and session.ended_at is not None, "the session was not ended"
+
+
+def _assert_turns(rt: Runtime, session_id: str) -> None:
+    turns = rt.store.turns(session_id)
+    expected = expected_turns()
+    got = [(t.role, t.content) for t in turns]
+    # Every turn once and in order, however often the framework replayed the history.
+    assert [n.turn for n in turns] == list(range(1, len(turns) + 1))
+    assert [role for role, _ in got] == [role for role, _ in expected], got
+    calls = [call for exchange in CONVERSATION for call in exchange.calls]
+    tool_texts = [content for role, content in got if role == "tool"]
+    for (role, content), (_, want) in zip(got, expected, strict=True):
+        if want is not None:
+            assert (role, content) == (role, want)
+    for call, text in zip(calls, tool_texts, strict=True):
+        assert text, f"{call.id}: empty tool turn"
+        if call.name == "memory_search":
+            assert "Aditya prefers detailed answers with examples." in text
+            assert "short technical answers" not in text  # superseded: not served
+        else:
+            assert "error" not in json.loads(text), f"{call.id}: {text}"
+
+
+def _assert_events(rt: Runtime, agent_id: str, user_id: str) -> None:
+    ids = {r.content: r.id for r in rt.store.find_records(scopes=[Scope("user", user_id)])}
+    old, editor = ids["Aditya prefers short technical answers."], ids["Aditya edits code in vim."]
+    new = ids["Aditya prefers detailed answers with examples."]
+    kinds = ("record.created", "record.superseded", "record.forgotten")
+    seen = [(e["kind"], e["record_id"], e["actor"]) for e in rt.store.events() if e["kind"] in kinds]
+    assert seen == [
+        ("record.created", old, agent_id), ("record.created", editor, agent_id),
+        ("record.superseded", old, agent_id), ("record.created", new, agent_id),
+        ("record.forgotten", editor, agent_id),
+    ], seen
+    (superseded,) = rt.store.events(record_id=old, kind="record.superseded")
+    assert superseded["payload"]["by"] == new
+    assert superseded["payload"]["reason"] == "The user corrected their answer style."
+    (forgotten,) = rt.store.events(record_id=editor, kind="record.forgotten")
+    assert forgotten["payload"]["reason"] == "The user asked to forget their editor."
+
