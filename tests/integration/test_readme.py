@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from retold import build_runtime, load_config
 from retold.testing.anthropic_stub import AnthropicStub, text_only, tool_use
+from tests.optional import need
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -77,3 +79,29 @@ def test_readme_anthropic_tool_loop_runs_against_the_messages_api(
         "memory_search", "memory_get", "memory_write", "memory_revise", "memory_forget"]
     tool_result = second["messages"][-1]["content"][0]
     assert tool_result["type"] == "tool_result" and '"outcome":"created"' in tool_result["content"]
+
+
+@pytest.mark.model
+def test_readme_deep_agents_example_runs_with_a_scripted_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    need("deepagents")
+    from tests.adapter_contract import Exchange
+    from tests.integration.test_adapter_deepagents import ScriptedModel
+
+    code = _readme_block("LangChain Deep Agents")
+    assert '"anthropic:claude-sonnet-4-6"' in code
+    model = ScriptedModel(script=[Exchange(user="Keep every answer short.", calls=(), reply="Will do.")])
+    shutil.copy(ROOT / "config.yaml", tmp_path / "config.yaml")
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code.replace('"anthropic:claude-sonnet-4-6"', "MODEL"), "README.md", "exec"),
+         {"MODEL": model})
+    rt = build_runtime(load_config("config.yaml", overrides={"store": {"path": "mem.sqlite"},
+                                                             "embedding": {"model": "fake"}}))
+    try:
+        session = rt.store.get_session("chat-42")
+        assert session is not None and session.ended_at is not None
+        assert [(t.role, t.content) for t in rt.store.turns("chat-42")] == [
+            ("user", "Keep every answer short."), ("assistant", "Will do.")]
+    finally:
+        rt.close()
