@@ -216,6 +216,7 @@ def main() -> None:
         for query in data["queries"]:
             principal = Principal(AGENT, query["user"], None, None)
             outcome = rt.retriever.search(principal, SearchRequest(queries=[query["text"]]))  # type: ignore[attr-defined]
+            rt.flush_search_log()  # type: ignore[attr-defined]
             row = rt.store.search_log_row(outcome.response.search_id)  # type: ignore[attr-defined]
             rows.append(row)
             logged.append(to_logged(row, query, keys, floors))

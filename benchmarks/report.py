@@ -26,6 +26,12 @@ def summarize(samples_ms: Sequence[float]) -> dict[str, float]:
     return {"p50": round(statistics.median(ordered), 3), "p95": round(p95, 3), "n": len(ordered)}
 
 
+def percentile(samples_ms: Sequence[float], fraction: float) -> float:
+    """The nearest-rank percentile (``fraction`` 0.99 for p99), as ``summarize`` ranks p95."""
+    ordered = sorted(samples_ms)
+    return round(ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))], 3)
+
+
 def machine() -> dict[str, object]:
     return {
         "python": platform.python_version(),

@@ -49,6 +49,7 @@ __all__ = [
     "RerankerConfig",
     "RetrievalConfig",
     "RewriteConfig",
+    "SearchLogConfig",
     "SessionsConfig",
     "SourceRanks",
     "StoreConfig",
@@ -61,6 +62,7 @@ Device = Literal["auto", "cpu", "cuda", "mps"]
 RerankMode = Literal["rrf_cross_encoder", "cross_encoder_only"]
 RerankOnFailure = Literal["fallback", "fail"]
 TriggerMode = Literal["tool_only", "auto", "hybrid"]
+LogWrites = Literal["background", "inline"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +71,7 @@ class StoreConfig:
 
     path: str = "./memory.sqlite"
     busy_timeout_seconds: float = 30.0
+    read_only: bool = False  # open the file read-only: searches work, every write fails
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +172,17 @@ class FreshnessConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class SearchLogConfig:
+    """``retrieval.search_log:`` - how each search's log row reaches the store
+    (docs/decisions.md, "Search-log rows are written off the search path")."""
+
+    writes: LogWrites = "background"
+    queue_size: int = 1024  # rows waiting for the writer; a row beyond this is dropped
+    batch_size: int = 64  # most rows one write transaction takes
+    flush_timeout_seconds: float = 5.0  # longest wait of a flush (close, `retold search`, an erase)
+
+
+@dataclass(frozen=True, slots=True)
 class RetrievalConfig:
     """``retrieval:`` - the search pipeline (docs/architecture.md "The search path")."""
 
@@ -183,6 +197,7 @@ class RetrievalConfig:
     dedup_cosine: float = 0.92
     gate: GateConfig = field(default_factory=GateConfig)
     freshness: FreshnessConfig = field(default_factory=FreshnessConfig)
+    search_log: SearchLogConfig = field(default_factory=SearchLogConfig)
 
 
 @dataclass(frozen=True, slots=True)

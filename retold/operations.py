@@ -23,6 +23,7 @@ from retold.errors import RetoldError, StoreError
 from retold.index.embedder import Embedder, embedder_from_config
 from retold.index.vector import VectorIndex
 from retold.models import ACTIVE_STATUSES, Principal, Record, Scope, SearchRequest
+from retold.retrieve.search_log import SearchLogWriter
 from retold.store import Store
 from retold.store.erasure import Erasure
 from retold.store.maintenance import MigrationIssue
@@ -130,13 +131,15 @@ class Operations:
     """Maintenance over one store, this process's vector index and the configuration.
 
     ``search`` runs a retrieval (the runtime passes its retriever's, built on first use,
-    so commands that never search never build it).
+    so commands that never search never build it); ``search_log`` is the writer its rows
+    go through, flushed before a row is read back and before an erase.
     """
 
     def __init__(self, store: Store, index: VectorIndex, embedder: Embedder, config: Config,
-                 clock: Clock, search: Search) -> None:
+                 clock: Clock, search: Search, *, search_log: SearchLogWriter | None = None) -> None:
         self.store, self.index, self.embedder = store, index, embedder
         self.config, self.clock, self._search = config, clock, search
+        self._search_log = search_log
 
     # -- lifecycle sweeps -------------------------------------------------------------------
 
@@ -185,6 +188,9 @@ class Operations:
         return self._erase(lambda: self.store.erase_user(user_id, actor, _reason(reason)))
 
     def _erase(self, run: Callable[[], Erasure]) -> EraseResult:
+        # Rows this process queued before the erase land first, so the erase removes them;
+        # a row still late is refused by the store (Store.insert_search_logs).
+        self._flush_search_log()
         # secure_delete zeroes freed cells as the erase writes; VACUUM afterwards rebuilds
         # the file and the truncating checkpoint empties the WAL: no residue anywhere.
         self.store.set_secure_delete(True)
@@ -210,6 +216,7 @@ class Operations:
         """Raise OperationError when the latest logged search ran under another embedding
         with the dense floors the configuration still carries: nobody recalibrated the
         floors for the new model. No logged search: allowed."""
+        self._flush_search_log()  # this process's latest search may still be queued
         latest = self.store.latest_search_flags()
         if latest is None:
             return
@@ -364,7 +371,12 @@ class Operations:
         except ValueError as exc:
             raise OperationError(str(exc)) from exc
         outcome = self._search(principal, SearchRequest(queries=[query], k=k))
+        self._flush_search_log()  # the row is written off the search path
         return SearchReport(outcome, self.store.search_log_row(outcome.response.search_id) or {})
+
+    def _flush_search_log(self) -> None:
+        if self._search_log is not None:
+            self._search_log.flush()
 
 
 def _reason(reason: str) -> str:

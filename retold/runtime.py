@@ -36,6 +36,7 @@ from retold.operations import Operations
 from retold.policy.lifecycle import Lifecycle
 from retold.retrieve.retriever import Retriever
 from retold.retrieve.rewrite import QueryRewriter, rewriter_from_config
+from retold.retrieve.search_log import SearchLogWriter
 from retold.store import Store
 from retold.tools.handlers import ToolHandlers
 from retold.util import Clock, SystemClock
@@ -71,6 +72,8 @@ class Runtime:
         self.lifecycle = Lifecycle(config.policy, config.ingestion)
         self.host = MemoryHost(store, clock)
         self.scheduler: ExtractionScheduler = scheduler or InProcessScheduler()
+        # Its thread starts with the first search, so building a runtime starts none.
+        self.search_log = SearchLogWriter(store, config.retrieval.search_log)
         self.hooks = SessionHooks(
             store, self.scheduler,
             timedelta(minutes=config.ingestion.session_idle_timeout_minutes), clock,
@@ -118,7 +121,8 @@ class Runtime:
     def operations(self) -> Operations:
         """Maintenance: sweeps, erasure, re-embedding, snapshots, debugging reads."""
         return Operations(self.store, self.index, self.embedder, self.config, self.clock,
-                          lambda principal, request: self.retriever.search(principal, request))
+                          lambda principal, request: self.retriever.search(principal, request),
+                          search_log=self.search_log)
 
     def session(self, agent_id: str, user_id: str, *, session_id: str | None = None,
                 project_id: str | None = None) -> MemorySession:
@@ -167,7 +171,7 @@ class Runtime:
         return Retriever(
             self.store, self.index, self.embedder, rewriter,
             self._reranker or reranker_from_config(self.config.reranker), self.config,
-            self.lifecycle, self.clock,
+            self.lifecycle, self.clock, search_log=self.search_log,
         )
 
     @cached_property
@@ -180,11 +184,21 @@ class Runtime:
         """Bring this process's vector index up to the store's records_version."""
         return self.index.refresh(self.store, self.config.embedding.incremental_reload_max)
 
+    def flush_search_log(self, timeout_seconds: float | None = None) -> bool:
+        """Wait until every search so far has its search_log row written (or counted as
+        failed or dropped); False when the wait, ``retrieval.search_log.flush_timeout_seconds``
+        unless given, ran out. Call it before reading rows this process just logged."""
+        return self.search_log.flush(timeout_seconds)
+
     def close(self) -> None:
-        """Close the store; safe to call twice."""
+        """Write the queued search-log rows (a bounded wait), then close the store; safe to
+        call twice."""
         if not self._closed:
             self._closed = True
-            self.store.close()
+            try:
+                self.search_log.close()
+            finally:
+                self.store.close()
 
     def __enter__(self) -> Runtime:
         return self
@@ -224,6 +238,7 @@ def build_runtime(
         busy_timeout_seconds=config.store.busy_timeout_seconds,
         clock=clock,
         allow_migration_issues=allow_migration_issues,
+        read_only=config.store.read_only,
     )
     try:
         chosen = embedder or embedder_from_config(config.embedding)

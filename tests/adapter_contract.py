@@ -201,6 +201,7 @@ def assert_contract(rt: Runtime, agent_id: str, user_id: str, session_id: str) -
     records = semantic_records(rt, user_id)
     assert records == [dict(r, creator=agent_id) for r in EXPECTED_RECORDS], records
     _assert_events(rt, agent_id, user_id)
+    assert rt.flush_search_log()
     searches = [row for row in rt.store.search_log_rows() if row["session_id"] == session_id]
     assert [(row["trigger"], row["agent_id"], row["user_id"]) for row in searches] == [
         ("tool", agent_id, user_id)]

@@ -1,6 +1,7 @@
 """The retrieval pipeline: one search, eleven stages, one search_log row.
 
-Every stage runs in order with a Timer mark after it. The eligible set is computed
+Every stage runs in order with a Timer mark after it. The finished search_log row goes to
+the :class:`SearchLogWriter`, which writes it off the search path. The eligible set is computed
 before any candidate is generated, every generator is restricted to it, and the fused
 list is filtered against it again before records are loaded (the hard isolation
 invariant), so no stage can surface a record the caller may not read.
@@ -42,6 +43,7 @@ from retold.retrieve.generators import (
     resolve_entity_aliases,
 )
 from retold.retrieve.rewrite import QueryRewriter, rewrite_stage
+from retold.retrieve.search_log import SearchLogWriter
 from retold.store import EligibleSet, Store
 from retold.util import Clock, Timer, new_id, to_iso
 
@@ -75,10 +77,13 @@ class Retriever:
         config: Config,
         lifecycle: Lifecycle,
         clock: Clock,
+        *,
+        search_log: SearchLogWriter,
     ) -> None:
         self.store, self.index, self.embedder = store, index, embedder
         self.rewriter, self.reranker = rewriter, reranker
         self.config, self.lifecycle, self.clock = config, lifecycle, clock
+        self.search_log = search_log
         self._eligible_cache: OrderedDict[tuple[Any, ...], EligibleSet] = OrderedDict()
 
     def search(self, principal: Principal, request: SearchRequest) -> SearchOutcome:
@@ -162,7 +167,8 @@ class Retriever:
                           rewritten, empty_reason)
         timer.mark("explain")
 
-        self.store.insert_search_log({
+        # Handed over, not written: the answer never waits for the store's write lock.
+        self.search_log.submit({
             "id": search_id, "at": to_iso(started), "agent_id": principal.agent_id,
             "user_id": principal.user_id, "session_id": principal.session_id,
             "trigger": request.trigger,

@@ -18,13 +18,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
 from retold.errors import MigrationIssuesError, NotADatabaseError, StoreError
 from retold.models import RECORD_STATUSES, Scope
-from retold.store.migrations import MigrationReport, check_not_newer, migrate
+from retold.store.migrations import MIGRATIONS, MigrationReport, check_not_newer, migrate
 from retold.util import Clock, SystemClock, from_iso, new_id, to_iso
 
 __all__ = ["LINK_ROLES", "Embedding", "NewEvent", "StoreBase", "chunks", "dt", "marks", "scope_clause", "ts"]
@@ -99,30 +99,40 @@ class StoreBase:
         clock: Clock | None = None,
         allow_migration_issues: bool = False,
         migrate_schema: bool = True,
+        read_only: bool = False,
     ) -> None:
         self.path = str(path)
         self.clock: Clock = clock or SystemClock()
+        self.busy_timeout_seconds = busy_timeout_seconds
+        self.read_only = read_only and self.path != ":memory:"
         self._lock = threading.RLock()
         self._depth = 0
         self._refuse_foreign_file()
         try:
             self._conn = sqlite3.connect(
-                self.path,
+                # mode=ro: SQLite itself refuses every write, as it would for a file the
+                # process may not write; TEMP tables still work.
+                Path(self.path).resolve().as_uri() + "?mode=ro" if self.read_only else self.path,
                 timeout=busy_timeout_seconds,
                 isolation_level=None,  # we issue BEGIN IMMEDIATE ourselves
                 check_same_thread=False,  # guarded by self._lock
+                uri=self.read_only,
             )
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open store {self.path}: {exc}") from exc
         try:
             self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_seconds * 1000)}")
             # Read-only checks first, so a refused file is left exactly as it was.
-            check_not_newer(self._conn, self.path)
-            if self.path != ":memory:":
+            version = check_not_newer(self._conn, self.path)
+            if self.read_only and version < MIGRATIONS[-1].version:
+                raise StoreError(f"store {self.path} needs a migration and is opened read-only")
+            if self.path != ":memory:" and not self.read_only:
                 self._conn.execute("PRAGMA journal_mode = WAL")
             self._conn.execute("PRAGMA foreign_keys = ON")
             self._conn.execute("PRAGMA synchronous = NORMAL")  # safe under WAL
-            self.migration_report = migrate(self._conn, self.path) if migrate_schema else None
+            self.migration_report = (
+                migrate(self._conn, self.path) if migrate_schema and not self.read_only else None
+            )
         except sqlite3.DatabaseError as exc:
             self._conn.close()
             raise NotADatabaseError(f"{self.path} is not a Retold store: {exc}") from exc
@@ -136,6 +146,15 @@ class StoreBase:
                 f"store {self.path} has {report.unresolved} legacy records that a migration "
                 "could not map; run `retold migrate` to review them"
             )
+
+    def second_connection(self) -> Self:
+        """Another Store on the same file with its own connection (and lock), for work that
+        must never make this one's threads wait, such as a background writer queueing on
+        ``busy_timeout``. The schema is not migrated again. ``:memory:`` cannot be shared."""
+        if self.path == ":memory:":
+            raise StoreError("an in-memory store cannot be opened twice")
+        return type(self)(self.path, busy_timeout_seconds=self.busy_timeout_seconds,
+                          clock=self.clock, migrate_schema=False, read_only=self.read_only)
 
     def _refuse_foreign_file(self) -> None:
         """Refuse a file that is not SQLite before sqlite3 writes anything to it."""

@@ -151,17 +151,42 @@ class SearchMixin(StoreBase):
 
     # -- search_log: one row per search ------------------------------------------------
 
-    def insert_search_log(self, row: Mapping[str, Any]) -> None:
-        """Insert one complete row; JSON columns arrive already serialised."""
-        missing = [c for c in SEARCH_LOG_COLUMNS if c not in row]
-        if missing:
-            raise ValueError(f"search_log row lacks {', '.join(missing)}")
+    def insert_search_logs(self, rows: Sequence[Mapping[str, Any]]) -> int:
+        """Insert complete rows in one transaction; return how many were written.
+
+        JSON columns arrive already serialised. A row whose user or session was erased at
+        or after the moment its search started is left out: rows may reach the store late
+        (the background writer of this or another process), and a late row must not bring
+        back what an erase removed (docs/decisions.md, "Search-log rows are written off
+        the search path").
+        """
+        for row in rows:
+            missing = [c for c in SEARCH_LOG_COLUMNS if c not in row]
+            if missing:
+                raise ValueError(f"search_log row lacks {', '.join(missing)}")
+        if not rows:
+            return 0
+        oldest = min(str(row["at"]) for row in rows)
         with self.atomic() as conn:
-            conn.execute(
+            # Read under the write lock, so no erase can commit between this and the insert.
+            erased: dict[tuple[str, str], str] = {}
+            for kind, at, user_id, session_id in conn.execute(
+                "SELECT kind, at, json_extract(payload, '$.user_id'),"
+                " json_extract(payload, '$.session_id') FROM events"
+                " WHERE kind IN ('user.erased', 'session.erased') AND at >= ?", (oldest,),
+            ):
+                key = ("user", user_id) if kind == "user.erased" else ("session", session_id)
+                if key[1] is not None and at > erased.get(key, ""):
+                    erased[key] = at
+            kept = [row for row in rows
+                    if str(row["at"]) > erased.get(("user", row["user_id"]), "")
+                    and str(row["at"]) > erased.get(("session", row["session_id"]), "")]
+            conn.executemany(
                 f"INSERT INTO search_log({', '.join(SEARCH_LOG_COLUMNS)})"
                 f" VALUES ({marks(SEARCH_LOG_COLUMNS)})",
-                [row[c] for c in SEARCH_LOG_COLUMNS],
+                [[row[c] for c in SEARCH_LOG_COLUMNS] for row in kept],
             )
+        return len(kept)
 
     def search_log_row(self, search_id: str) -> dict[str, Any] | None:
         """One logged search as a column -> value dict (JSON left as text)."""

@@ -124,6 +124,8 @@ class World:
         return found
 
     def counts(self) -> dict[str, int]:
+        """Rows per table, once every search so far has its log row written."""
+        self.rt.flush_search_log()
         return self.rt.store.row_counts()
 
     def events(self, kind: str) -> list[dict[str, Any]]:

@@ -125,6 +125,7 @@ class Harness:
         return result
 
     def auto_searches(self) -> list[dict[str, Any]]:
+        assert self.rt.flush_search_log()
         return [row for row in self.rt.store.search_log_rows() if row["trigger"] == "auto"]
 
 

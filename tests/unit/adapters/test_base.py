@@ -63,6 +63,7 @@ def test_the_search_context_is_the_current_turn_cut_to_the_configured_length(wor
     limit = world.rt.config.retrieval.rewrite.max_context_chars
     assert len(s.context()) == limit and s.context().endswith("x")
     found = s.search("editor")
+    assert world.rt.flush_search_log()
     logged = world.rt.store.search_log_row(found["search_id"])
     assert logged is not None and logged["context"] and "x" in logged["context"]
 
@@ -148,6 +149,7 @@ def test_one_host_search_per_new_user_turn_and_none_for_other_turns(world: World
     s.say("assistant", "I will configure vim for you.")
     s.say("tool", "setup finished")
     assert s.recall() is None  # assistant and tool turns issue no search
+    assert world.rt.flush_search_log()
     logged = [row for row in world.rt.store.search_log_rows() if row["trigger"] == "auto"]
     assert len(logged) == 1
 
@@ -157,6 +159,7 @@ def test_the_host_search_is_logged_as_auto_with_auto_k(world: World) -> None:
     s = _session(world, "auto", auto_k=2)
     s.say("user", "Set up my editor: does Aditya edit code in vim?")
     assert s.recall() is not None
+    assert world.rt.flush_search_log()
     (row,) = [r for r in world.rt.store.search_log_rows() if r["trigger"] == "auto"]
     assert json.loads(row["request"])["k"] == 2
     assert row["session_id"] == "sess-auto"
@@ -168,6 +171,7 @@ def test_a_short_user_turn_is_skipped_with_an_event(world: World) -> None:
     assert s.recall() is None
     (event,) = world.events("trigger.skipped")
     assert event["payload"] == {"session_id": "sess-auto", "chars": 7, "min_chars": 12}
+    assert world.rt.flush_search_log()
     assert [r for r in world.rt.store.search_log_rows() if r["trigger"] == "auto"] == []
 
 
@@ -175,6 +179,7 @@ def test_an_empty_host_search_shows_nothing(world: World) -> None:
     s = _session(world, "auto")
     s.say("user", "What is the capital of the moon's largest crater?")
     assert s.recall() is None
+    assert world.rt.flush_search_log()
     assert len([r for r in world.rt.store.search_log_rows() if r["trigger"] == "auto"]) == 1
 
 

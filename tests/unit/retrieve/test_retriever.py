@@ -27,6 +27,7 @@ def ids(outcome: SearchOutcome) -> list[str]:
 
 
 def log(world: World, outcome: SearchOutcome) -> dict[str, Any]:
+    assert world.rt.flush_search_log()
     row = world.rt.store.search_log_row(outcome.response.search_id)
     assert row is not None
     return row

@@ -331,6 +331,7 @@ def test_search_result_carries_the_public_keys(world: World) -> None:
     assert hit["explanation"]["matched_by"] and isinstance(hit["explanation"]["created_at"], str)
     assert hit["short_id"] in found["rendered"]
     json.dumps(found)
+    assert world.rt.flush_search_log()
     row = world.rt.store.search_log_row(found["search_id"])
     assert row is not None and row["trigger"] == "tool"
     empty = tools(world).call("memory_search", world.p, {"queries": ["kubernetes ingress timeouts"]})
@@ -558,5 +559,6 @@ def test_host_issued_search_uses_the_same_result_shape(world: World) -> None:
         queries=["concise technical explanations"], context="user: how should you answer?",
         trigger="auto"))
     assert [r["id"] for r in answer["results"]] == [record_id]
+    assert world.rt.flush_search_log()
     row = world.rt.store.search_log_row(answer["search_id"])
     assert row is not None and row["trigger"] == "auto"
