@@ -8,7 +8,9 @@ the values that maximise F1 on classes 1-2 (evidence present / absent) subject t
 injection rate <= 10% on class 3 (ordinary turns). The chosen floors are checked against
 ``replay_gate`` on every logged search.
 
-Run: ``.venv/bin/python -m benchmarks.calibrate_gate [--write-defaults]``. Writes
+Run: ``.venv/bin/python -m benchmarks.calibrate_gate [--model M --version V --dims N]
+[--write-defaults]``. ``--model``/``--version``/``--dims`` calibrate another embedding
+(what ``retold reembed`` asks for before it switches models). Writes
 benchmarks/results/calibration.json and calibration.md; ``--write-defaults`` also writes
 the chosen floors into config.yaml and the defaults in retold/config.py.
 """
@@ -52,10 +54,12 @@ GRID = [round(x, 2) for x in np.arange(0.30, 0.801, 0.05)]
 RELATIVE = [0.0, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95]
 
 
-def build(store_path: Path, data: dict) -> tuple[object, dict[str, str]]:
-    """Write every record through the ingestor; return the runtime and key -> record id."""
+def build(store_path: Path, data: dict, embedding: dict[str, object] | None = None,
+          ) -> tuple[object, dict[str, str]]:
+    """Write every record through the ingestor; return the runtime and key -> record id.
+    ``embedding`` overrides the embedding block (another model, version or width)."""
     config = load_config(overrides={"store": {"path": str(store_path)},
-                                    "embedding": {"torch_threads": 1}})
+                                    "embedding": {"torch_threads": 1, **(embedding or {})}})
     rt = build_runtime(config, judge=ExactJudge())
     names = {r["user"]: r["about"][1] for r in data["records"]
              if r["scope"] == f"user:{r['user']}" and r["about"] and r["about"][0] == "person"}
@@ -205,11 +209,18 @@ def write_defaults(dense: np.ndarray, relative: float, session_summary: float) -
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write-defaults", action="store_true")
+    parser.add_argument("--write-defaults", action="store_true",
+                        help="write the chosen floors into config.yaml and retold/config.py")
+    parser.add_argument("--model", help="embedding model to calibrate (default: embedding.model)")
+    parser.add_argument("--version", help="its embedding version tag (default: embedding.version)")
+    parser.add_argument("--dims", type=int, help="its vector width (default: embedding.dims)")
     args = parser.parse_args()
+    embedding = {key: value for key, value in
+                 (("model", args.model), ("version", args.version), ("dims", args.dims))
+                 if value is not None}
     data = json.loads(DATA.read_text())
     with tempfile.TemporaryDirectory() as tmp:
-        rt, keys = build(Path(tmp) / "calibration.sqlite", data)
+        rt, keys = build(Path(tmp) / "calibration.sqlite", data, embedding)
         cfg = rt.config.retrieval  # type: ignore[attr-defined]
         floors = floors_for(cfg.gate, "tool")
         logged, rows = [], []

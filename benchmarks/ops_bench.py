@@ -63,10 +63,11 @@ def populate(path: Path, n: int) -> None:
 def bench_reembed(tmp: Path, n: int) -> dict[str, object]:
     path = tmp / "reembed.sqlite"
     populate(path, n)
-    # The runtime is configured for the target version, so reembed uses its (warm) embedder.
+    # The runtime is configured for the target version, so reembed uses its (warm) embedder;
+    # like `retold reembed`, it opens a store that still holds the old family.
     config = load_config(overrides={"store": {"path": str(path)},
                                     "embedding": {"model": MODEL, "version": "2", "torch_threads": 1}})
-    with build_runtime(config) as rt:
+    with build_runtime(config, allow_embedding_mismatch=True) as rt:
         rt.embedder.embed_documents(["warm up the model"])  # load outside the timing
         model_s = 0.0
         inner = rt.embedder.embed_documents

@@ -7,6 +7,7 @@ package loads no model and never imports torch.
 from retold.config import Config, load_config
 from retold.errors import (
     ConfigError,
+    EmbeddingMismatchError,
     MigrationIssuesError,
     ModelError,
     NotADatabaseError,
@@ -22,6 +23,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Config",
     "ConfigError",
+    "EmbeddingMismatchError",
     "MigrationIssuesError",
     "ModelError",
     "NotADatabaseError",

@@ -70,15 +70,16 @@ def _actor(args: argparse.Namespace, default: str = "admin") -> str:
     return str(args.actor or default)
 
 
-def _runtime(args: argparse.Namespace, *, existing: bool = True) -> Runtime:
+def _runtime(args: argparse.Namespace, *, existing: bool = True, repairs: bool = False) -> Runtime:
     """Build the runtime; ``existing`` refuses a store path that does not exist yet, so a
-    mistyped path never creates an empty store."""
+    mistyped path never creates an empty store. ``repairs`` marks a command that fixes or
+    replaces the store's vectors, so it may open a store of another embedding family."""
     from retold.runtime import build_runtime
 
     config = _config(args)
     if existing and config.store.path != ":memory:" and not Path(config.store.path).exists():
         raise _Refused(f"no store at {config.store.path}")
-    return build_runtime(config)
+    return build_runtime(config, allow_embedding_mismatch=repairs)
 
 
 def _scope(text: str) -> Scope:
@@ -113,12 +114,16 @@ def _print_json(value: Any) -> None:
 def _cmd_migrate(args: argparse.Namespace) -> int:
     from retold.runtime import build_runtime
 
-    with build_runtime(_config(args), allow_migration_issues=True) as rt:
+    with build_runtime(_config(args), allow_migration_issues=True, allow_embedding_mismatch=True) as rt:
         # Opening the store already applied pending migrations; report what it did.
         result = rt.operations.migrate(expire_unmapped=args.expire_unmapped,
                                   allow_unmapped=args.allow_unmapped, actor=_actor(args))
         applied = ", ".join(map(str, result.applied)) or "none pending"
         print(f"{rt.store.path}: schema version {result.version} (applied: {applied})")
+        family = rt.store.embedding_family()
+        print(f"  embedding family: {family or 'none recorded'}")
+        for note in result.notes:
+            print(f"  {note}")
         for issue in result.issues:
             state = "expired" if issue.record_id in result.expired else "unresolved"
             print(f"  {issue.record_id}  migration {issue.migration_version}: {issue.issue} [{state}]")
@@ -235,7 +240,7 @@ def _cmd_reembed(args: argparse.Namespace) -> int:
         sys.stderr.write(f"\rreembed [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
         sys.stderr.flush()
 
-    with _runtime(args) as rt:
+    with _runtime(args, repairs=True) as rt:
         result = rt.operations.reembed(args.model, args.version, dims=args.dims, progress=bar,
                                   actor=_actor(args))
     sys.stderr.write("\n")
@@ -254,7 +259,7 @@ def _cmd_snapshot(args: argparse.Namespace) -> int:
     if not args.yes:
         raise _Refused("snapshot load replaces the store file under any open connection; stop the"
                        " host and add --yes to confirm", EXIT_REFUSED)
-    with _runtime(args, existing=False) as rt:
+    with _runtime(args, existing=False, repairs=True) as rt:
         result = rt.operations.snapshot_load(args.path)
         target = rt.store.path
     print(f"loaded {result.records} records from {result.path} into {target}")
@@ -356,8 +361,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     migrate = _command(commands, "migrate", _cmd_migrate, "apply pending schema migrations to the store",
-                       "Apply forward-only schema migrations and list legacy records a migration could"
-                       " not map; exit 2 while any remain.")
+                       "Apply forward-only schema migrations, print the embedding family the store's"
+                       " vectors belong to, and list legacy records a migration could not map; exit 2"
+                       " while any remain.")
     migrate.add_argument("--expire-unmapped", action="store_true",
                          help="retire every unmapped legacy record (status expired, one event each)")
     migrate.add_argument("--allow-unmapped", action="store_true",
@@ -408,7 +414,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     reembed = _command(commands, "reembed", _cmd_reembed, "re-embed every record with another model",
                        "Re-embed every record with text, drop the old vectors and log one"
-                       " store.reembedded event; refuses while the dense floors are uncalibrated.")
+                       " store.reembedded event, and record the new embedding family as the store's."
+                       " A new version of the same model is accepted; another model is refused while"
+                       " the dense floors are still those of the old one.")
     reembed.add_argument("--model", required=True, help="embedding model name or path ('fake' for tests)")
     reembed.add_argument("--version", required=True, help="embedding version tag for the new vectors")
     reembed.add_argument("--dims", type=_positive, help="vector width (default: embedding.dims)")

@@ -4,6 +4,7 @@
 
     RetoldError
     ├── ConfigError            bad config.yaml or overrides; the message names the key
+    │   └── EmbeddingMismatchError the store holds vectors of another embedding family
     ├── StoreError             the SQLite store cannot be used
     │   ├── NotADatabaseError      the file is not a SQLite database (left untouched)
     │   ├── SchemaTooNewError      written by a newer Retold (left untouched)
@@ -24,6 +25,10 @@ class RetoldError(Exception):
 
 class ConfigError(RetoldError):
     """A configuration value is unknown, mistyped or out of range."""
+
+
+class EmbeddingMismatchError(ConfigError):
+    """The configured embedder is not the family the store's vectors belong to."""
 
 
 class StoreError(RetoldError):

@@ -98,6 +98,7 @@ class MigrateResult:
     expired: list[str]
     unresolved: int
     acknowledged: bool
+    notes: tuple[str, ...] = ()  # what the migrations applied on opening want said
 
 
 @dataclass(frozen=True)
@@ -212,27 +213,33 @@ class Operations:
 
     # -- re-embedding --------------------------------------------------------------------------------
 
-    def check_reembed(self, model: str, version: str) -> None:
+    def check_reembed(self, model: str, version: str, dims: int | None = None) -> None:
         """Raise OperationError when the latest logged search ran under another embedding
-        with the dense floors the configuration still carries: nobody recalibrated the
-        floors for the new model. No logged search: allowed."""
+        model with the dense floors the configuration still carries: nobody recalibrated
+        the floors for the new model. A new version of the same model keeps its floors, so
+        a version bump is allowed; so is any re-embed before the first logged search."""
         self._flush_search_log()  # this process's latest search may still be queued
         latest = self.store.latest_search_flags()
         if latest is None:
             return
         trigger, flags = latest
         logged_model, logged_version = flags.get("embedding_model"), flags.get("embedding_version")
-        if (logged_model, logged_version) == (model, version):
+        if logged_model == model:
             return
         gate = self.config.retrieval.gate
-        floors = dataclasses.asdict(gate.auto.dense_floor if trigger == "auto" else gate.dense_floor)
+        auto = trigger == "auto"
+        floors = dataclasses.asdict(gate.auto.dense_floor if auto else gate.dense_floor)
         logged_gate = flags.get("gate")
         logged_floors = logged_gate.get("dense_floor") if isinstance(logged_gate, dict) else None
         if _same_floors(logged_floors, floors):
+            key = "retrieval.gate.auto.dense_floor" if auto else "retrieval.gate.dense_floor"
+            width = dims or self.config.embedding.dims  # what reembed would use
             raise OperationError(
                 f"refusing to re-embed with {model} version {version}: the latest search ran under "
                 f"{logged_model} version {logged_version} with the dense floors the config still "
-                "carries; recalibrate retrieval.gate.dense_floor for the new model first"
+                f"carries; recalibrate {key} for the new model first: run `python -m "
+                f"benchmarks.calibrate_gate --model {model} --version {version} --dims {width}` and set "
+                f"{key} to the floors it reports, then run reembed again"
             )
 
     def reembed(
@@ -245,11 +252,12 @@ class Operations:
         actor: str = "admin",
     ) -> ReembedResult:
         """Embed every record with text under ``model``/``version`` in batches of
-        ``embedding.reembed_batch_size``, drop every other vector, and append one
-        ``store.reembedded`` event. ``progress(done, total)`` is called after each batch."""
+        ``embedding.reembed_batch_size``, drop every other vector, record the new family as
+        the store's, and append one ``store.reembedded`` event. ``progress(done, total)`` is
+        called after each batch."""
         if not model.strip() or not version.strip():
             raise OperationError("reembed needs a non-empty model and version")
-        self.check_reembed(model, version)
+        self.check_reembed(model, version, dims)
         embedder = self._embedder(model, version, dims)
         batch_size = self.config.embedding.reembed_batch_size
         total = self.store.count_embeddable()
@@ -272,7 +280,9 @@ class Operations:
             batches += 1
             if progress:
                 progress(min(done, max(total, done)), max(total, done))
-        dropped = self.store.drop_other_embeddings(embedder.name, embedder.version)
+        # The swap: other vectors go and the store's recorded family becomes this one, so
+        # a runtime still configured for the old family refuses to start.
+        dropped = self.store.drop_other_embeddings(embedder.name, embedder.version, embedder.dims)
         seconds = time.perf_counter() - started
         rate = done / seconds if seconds > 0 else 0.0
         event_id = self.store.append_event("store.reembedded", actor, {
@@ -341,7 +351,8 @@ class Operations:
         if acknowledged:
             self.store.append_event("migration.acknowledged", actor, {
                 "unresolved": unresolved, "record_ids": [i.record_id for i in issues]})
-        return MigrateResult(report.version, report.applied, issues, expired, unresolved, acknowledged)
+        return MigrateResult(report.version, report.applied, issues, expired, unresolved, acknowledged,
+                             report.notes)
 
     # -- debugging reads --------------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from retold.adapters.base import MemorySession, new_session_id
 from retold.config import Config, load_config
+from retold.errors import EmbeddingMismatchError
 from retold.host import MemoryHost
 from retold.hosted import CompletionClient, HostedError, client_from_config
 from retold.index.embedder import Embedder, embedder_from_config
@@ -37,7 +38,7 @@ from retold.policy.lifecycle import Lifecycle
 from retold.retrieve.retriever import Retriever
 from retold.retrieve.rewrite import QueryRewriter, rewriter_from_config
 from retold.retrieve.search_log import SearchLogWriter
-from retold.store import Store
+from retold.store import EmbeddingFamily, Store
 from retold.tools.handlers import ToolHandlers
 from retold.util import Clock, SystemClock
 
@@ -220,6 +221,7 @@ def build_runtime(
     reviewer: CandidateReviewer | None = None,
     environ: Mapping[str, str] | None = None,
     allow_migration_issues: bool = False,
+    allow_embedding_mismatch: bool = False,
 ) -> Runtime:
     """Open (and migrate) the configured store and wire every part.
 
@@ -227,6 +229,11 @@ def build_runtime(
     ``reviewer`` replace the configured ones (tests pass fakes); ``clock`` replaces the
     wall clock. ``environ`` is where hosted API keys are looked up: the process environment
     by default, read here in the composition root and nowhere else.
+
+    A store whose recorded embedding family differs from the embedder's raises
+    :class:`~retold.errors.EmbeddingMismatchError`: its vectors would never reach the index
+    and dense search would find nothing. ``allow_embedding_mismatch`` is for the commands
+    that repair or replace the store (``migrate``, ``reembed``, ``snapshot load``).
     """
     config = config or load_config()
     clock = clock or SystemClock()
@@ -242,9 +249,25 @@ def build_runtime(
     )
     try:
         chosen = embedder or embedder_from_config(config.embedding)
+        if not allow_embedding_mismatch:
+            _check_family(store, chosen)
     except BaseException:
         store.close()
         raise
     return Runtime(config, store, chosen, clock, judge=judge, scheduler=scheduler,
                    rewriter=rewriter, reranker=reranker, extractor=extractor, reviewer=reviewer,
                    environ=os.environ if environ is None else environ)
+
+
+def _check_family(store: Store, embedder: Embedder) -> None:
+    """Refuse an embedder of another family than the store's vectors, naming both."""
+    held = store.embedding_family()
+    wanted = EmbeddingFamily(embedder.name, embedder.version, embedder.dims)
+    if held is None or held == wanted:
+        return
+    dims = f" --dims {wanted.dims}" if wanted.dims != held.dims else ""
+    raise EmbeddingMismatchError(
+        f"store {store.path} holds {held} vectors but the config asks for {wanted}; run "
+        f"`retold reembed --model {wanted.model} --version {wanted.version}{dims}` or set "
+        f"embedding.model/version/dims back to {held.model} / {held.version} / {held.dims}"
+    )

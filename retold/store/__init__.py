@@ -2,11 +2,12 @@
 
 from retold.store.base import Embedding, NewEvent
 from retold.store.eligible import EligibleSet
+from retold.store.family import EmbeddingFamily
 from retold.store.records import RecordWrite, Transition
 from retold.store.store import Store
 from retold.store.vectors import IndexChange, VectorSnapshot
 
 __all__ = [
-    "EligibleSet", "Embedding", "IndexChange", "NewEvent", "RecordWrite", "Store", "Transition",
-    "VectorSnapshot",
+    "EligibleSet", "Embedding", "EmbeddingFamily", "IndexChange", "NewEvent", "RecordWrite", "Store",
+    "Transition", "VectorSnapshot",
 ]

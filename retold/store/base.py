@@ -24,6 +24,7 @@ import numpy as np
 
 from retold.errors import MigrationIssuesError, NotADatabaseError, StoreError
 from retold.models import RECORD_STATUSES, Scope
+from retold.store.family import EmbeddingFamily, read_family, write_family
 from retold.store.migrations import MIGRATIONS, MigrationReport, check_not_newer, migrate
 from retold.util import Clock, SystemClock, from_iso, new_id, to_iso
 
@@ -365,13 +366,23 @@ class StoreBase:
         self, conn: sqlite3.Connection, rows: Iterable[tuple[str, np.ndarray]], model: str,
         version: str, index_version: int,
     ) -> None:
-        """Store L2-normalised float32 vectors (replacing older ones) under ``index_version``."""
+        """Store L2-normalised float32 vectors (replacing older ones) under ``index_version``.
+
+        The first vectors a store receives record its embedding family. A later write of
+        another family leaves the record alone: only the re-embed swap changes it, and the
+        runtime, not the store, refuses a process whose embedder disagrees.
+        """
+        params = [(rid, model, version, int(np.asarray(vec).shape[-1]),
+                   np.ascontiguousarray(vec, dtype=np.float32).tobytes(), index_version)
+                  for rid, vec in rows]
+        if not params:
+            return
         conn.executemany(
             "INSERT INTO embeddings(record_id, model, version, dims, vector, index_version)"
             " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(record_id) DO UPDATE SET"
             " model = excluded.model, version = excluded.version, dims = excluded.dims,"
             " vector = excluded.vector, index_version = excluded.index_version",
-            [(rid, model, version, int(np.asarray(vec).shape[-1]),
-              np.ascontiguousarray(vec, dtype=np.float32).tobytes(), index_version)
-             for rid, vec in rows],
+            params,
         )
+        if read_family(conn) is None:
+            write_family(conn, EmbeddingFamily(model, version, params[0][3]))

@@ -3,27 +3,32 @@
 Each migration runs inside one ``BEGIN IMMEDIATE`` transaction together with the row in
 ``schema_migrations`` that records it, so a crash leaves either both or neither. Two
 processes opening a new store at once serialise on the write lock and the second finds
-the work done.
+the work done. A migration may return a note for the operator; ``retold migrate`` prints
+it and the store logs it.
 """
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import resources
 
 from retold.errors import SchemaTooNewError
+from retold.store.family import families_of_vectors, write_family
 from retold.util import SystemClock, to_iso
 
 __all__ = ["MIGRATIONS", "Migration", "MigrationReport", "current_version", "migrate"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class Migration:
     version: int
     name: str
-    apply: Callable[[sqlite3.Connection], None]
+    apply: Callable[[sqlite3.Connection], str | None]  # may return a note for the operator
 
 
 @dataclass(frozen=True)
@@ -31,6 +36,7 @@ class MigrationReport:
     applied: tuple[int, ...]  # versions applied by this call, in order
     version: int  # schema version after the call
     unresolved: int  # rows in migration_issues that still need an operator
+    notes: tuple[str, ...] = ()  # what the migrations applied by this call want said
 
 
 def _statements(script: str) -> Iterator[str]:
@@ -72,9 +78,34 @@ def _extraction_stages(conn: sqlite3.Connection) -> None:
     )
 
 
+def _embedding_family(conn: sqlite3.Connection) -> str | None:
+    """Let ``store_meta`` hold text and record the family of the stored vectors.
+
+    The value column was declared INTEGER, whose affinity would turn a version tag such
+    as "1.0" into the number 1; the table is rebuilt with an undeclared type, which keeps
+    every value as written (``records_version`` stays an integer). A store whose vectors
+    are of one family records it; an empty store records none until its first vector; a
+    store holding several families (an interrupted re-embed) records none and says so.
+    """
+    conn.execute("CREATE TABLE store_meta_next (key TEXT PRIMARY KEY, value NOT NULL)")
+    conn.execute("INSERT INTO store_meta_next(key, value) SELECT key, value FROM store_meta")
+    conn.execute("DROP TABLE store_meta")
+    conn.execute("ALTER TABLE store_meta_next RENAME TO store_meta")
+    families = families_of_vectors(conn)
+    if len(families) == 1:
+        write_family(conn, families[0][0])
+        return None
+    if not families:
+        return None
+    held = "; ".join(f"{family}: {count} vectors" for family, count in families)
+    return (f"the store holds vectors of {len(families)} embedding families ({held}), so none is "
+            "recorded; run `retold reembed --model ... --version ...` to settle on one")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _initial_schema),
     Migration(2, "extraction stages", _extraction_stages),
+    Migration(3, "embedding family", _embedding_family),
 )
 LATEST = MIGRATIONS[-1].version
 
@@ -116,6 +147,7 @@ def migrate(
 ) -> MigrationReport:
     """Apply every pending migration; idempotent. ``conn`` must be in autocommit mode."""
     applied: list[int] = []
+    notes: list[str] = []
     conn.execute(
         "CREATE TABLE IF NOT EXISTS schema_migrations ("
         " version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
@@ -127,7 +159,7 @@ def migrate(
             if check_not_newer(conn, path) >= migration.version:
                 conn.execute("ROLLBACK")
                 continue
-            migration.apply(conn)
+            note = migration.apply(conn)
             conn.execute(
                 "INSERT INTO schema_migrations(version, name, applied_at) VALUES (?, ?, ?)",
                 (migration.version, migration.name, to_iso(SystemClock().now())),
@@ -141,4 +173,7 @@ def migrate(
                 pass  # the original error is the one worth reporting
             raise
         applied.append(migration.version)
-    return MigrationReport(tuple(applied), current_version(conn), _unresolved(conn))
+        if note:
+            log.warning("store %s, migration %d: %s", path, migration.version, note)
+            notes.append(f"migration {migration.version}: {note}")
+    return MigrationReport(tuple(applied), current_version(conn), _unresolved(conn), tuple(notes))

@@ -3,7 +3,8 @@
 A vector change bumps ``records_version`` and stamps the embedding row, so
 :meth:`VectorsMixin.index_changes` finds it by delta (docs/architecture.md, "Index
 coherence across processes"). Re-embedding reads records in ``seq`` batches and swaps
-the vector family in place.
+the vector family in place; the store's recorded family (``retold/store/family.py``)
+changes in the same transaction as the swap.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from retold.store.base import StoreBase, chunks, marks
+from retold.store.family import EmbeddingFamily, read_family, write_family
 
 __all__ = ["IndexChange", "VectorSnapshot", "VectorsMixin"]
 
@@ -41,6 +43,12 @@ class IndexChange:
 
 class VectorsMixin(StoreBase):
     """Rows of ``embeddings`` and the vector-index projection."""
+
+    def embedding_family(self) -> EmbeddingFamily | None:
+        """The family the store's vectors belong to; None until a first vector (or a
+        migrated store whose vectors were of several families)."""
+        with self.snapshot() as conn:
+            return read_family(conn)
 
     def put_embedding(self, record_id: str, model: str, version: str, vector: np.ndarray) -> int:
         """Store one L2-normalised float32 vector; return the committed index_version."""
@@ -123,16 +131,18 @@ class VectorsMixin(StoreBase):
                 " ORDER BY model, version").fetchall()
         return [(str(m), str(v), int(n)) for m, v, n in rows]
 
-    def drop_other_embeddings(self, model: str, version: str) -> int:
-        """Delete every vector not of ``model``/``version``; the records carry the bump."""
+    def drop_other_embeddings(self, model: str, version: str, dims: int) -> int:
+        """Delete every vector not of ``model``/``version``/``dims`` and record that family
+        as the store's, in one transaction; the records carry the bump."""
         with self.atomic() as conn:
             gone = [r[0] for r in conn.execute(
-                "DELETE FROM embeddings WHERE NOT (model = ? AND version = ?) RETURNING record_id",
-                (model, version))]
+                "DELETE FROM embeddings WHERE NOT (model = ? AND version = ? AND dims = ?)"
+                " RETURNING record_id", (model, version, dims))]
             if gone:
                 index_version = self.bump_version(conn)
                 for chunk in chunks(gone):
                     conn.execute(
                         f"UPDATE records SET index_version = ? WHERE id IN ({marks(chunk)})",
                         [index_version, *chunk])
+            write_family(conn, EmbeddingFamily(model, version, dims))
             return len(gone)

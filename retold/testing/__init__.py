@@ -135,15 +135,17 @@ class World:
 def make_world(tmp_path: Path, *, grant_personal: bool = True, **ingestion: Any) -> World:
     """A store under ``tmp_path`` with ``research-agent`` granted ``user:aditya``, the user
     provisioned, and session ``s1`` open; ``ingestion`` overrides that config block."""
+    embedder = FakeEmbedder()
+    # The config names the fake's own family, as the store records it, so a CLI or worker
+    # given this config opens the world's store without an embedding mismatch.
     config = load_config(overrides={
         "store": {"path": str(tmp_path / "memory.sqlite")},
-        "embedding": {"model": "fake"},
+        "embedding": {"model": "fake", "version": embedder.version, "dims": embedder.dims},
         "ingestion": ingestion,
         "retrieval": {"gate": TEST_GATE},
     })
     clock = ManualClock(T0)
     judge = FakeJudge()
-    embedder = FakeEmbedder()
     # No hosted-model key reaches a test world, whatever the environment holds.
     rt = build_runtime(config, clock=clock, embedder=embedder, judge=judge, environ={})
     if grant_personal:

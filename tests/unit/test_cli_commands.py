@@ -163,6 +163,25 @@ def test_reembed_shows_progress_and_refuses_bad_input(store: tuple[str, str]) ->
     _fails(2, "required", "reembed", "--model", "fake", *common)
 
 
+def test_a_config_of_another_embedding_family_is_refused_until_reembed(
+    store: tuple[str, str], tmp_path: Path
+) -> None:
+    path, config = store
+    other = tmp_path / "bumped.yaml"
+    other.write_text("embedding:\n  model: fake\n  version: '2'\n")
+    search = ("search", "--agent", AGENT, "--user", USER, "--store", path, "river")
+    _fails(1, f"retold search: store {path} holds fake version 1 (384-d) vectors but the config asks"
+              " for fake version 2 (384-d); run `retold reembed --model fake --version 2`",
+           *search, "--config", str(other))
+    # migrate still opens it and names the family; reembed does what the refusal says.
+    assert "embedding family: fake version 1 (384-d)" in _ok("migrate", "--store", path, "--config",
+                                                            str(other)).stdout
+    _ok("reembed", "--model", "fake", "--version", "2", "--store", path, "--config", str(other))
+    assert "rec-live" in _ok(*search, "--json", "--config", str(other)).stdout
+    _fails(1, "holds fake version 2 (384-d) vectors but the config asks for fake version 1 (384-d)",
+           *search, "--config", config)
+
+
 def test_snapshot_save_and_load(store: tuple[str, str], tmp_path: Path) -> None:
     path, config = store
     common = ("--store", path, "--config", config)

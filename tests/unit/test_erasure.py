@@ -66,7 +66,7 @@ def test_erase_user_leaves_no_canary_in_the_file_or_wal(tmp_path: Path) -> None:
     assert U_CANARY.encode() in _raw(store_path)  # the plant reached the file
 
     config = tmp_path / "config.yaml"
-    config.write_text("embedding:\n  model: fake\n")
+    config.write_text("embedding:\n  model: fake\n  version: fake-1\n")  # the world's fake family
     idle = Store(store_path)  # an open, idle connection must not keep the WAL alive
     try:
         result = subprocess.run(

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 
 from retold import build_runtime, load_config
-from retold.errors import MigrationIssuesError
+from retold.errors import EmbeddingMismatchError, MigrationIssuesError
 from retold.index.embedder import FakeEmbedder
 from retold.ingest.equivalence import FakeJudge
 from retold.models import Scope, SearchRequest
 from retold.operations import OperationError, Operations
 from retold.runtime import Runtime
-from retold.store import Store
+from retold.store import EmbeddingFamily, Store
 from retold.testing import ADITYA, T0, TEST_GATE, World, make_record
 from retold.util import ManualClock, to_iso
 from tests.sql import execute, rows
@@ -148,10 +148,12 @@ def test_erase_session_blanks_turns_and_quotes_but_keeps_the_claim(world: World)
 # -- review-due --------------------------------------------------------------------------------------
 
 
-def _runtime(path: Path, clock: ManualClock, **over: object) -> Runtime:
+def _runtime(path: Path, clock: ManualClock, *, embedder: FakeEmbedder | None = None,
+             allow_embedding_mismatch: bool = False, **over: object) -> Runtime:
     config = load_config(overrides={"store": {"path": str(path)}, "embedding": {"model": "fake"},
                                     "retrieval": {"gate": TEST_GATE}, **over})
-    return build_runtime(config, clock=clock, embedder=FakeEmbedder(), judge=FakeJudge())
+    return build_runtime(config, clock=clock, embedder=embedder or FakeEmbedder(), judge=FakeJudge(),
+                         allow_embedding_mismatch=allow_embedding_mismatch)
 
 
 def test_review_due_racing_callers_flag_each_row_once(tmp_path: Path) -> None:
@@ -225,20 +227,46 @@ def test_reembed_writes_the_new_version_and_drops_the_old(world: World) -> None:
     assert events[0]["payload"]["before"] == [{"model": "fake", "version": "fake-1", "vectors": 6}]
 
 
-def test_reembed_refuses_while_the_logged_floors_are_uncalibrated(world: World, tmp_path: Path) -> None:
+def test_reembed_accepts_a_version_bump_and_records_the_new_family(world: World) -> None:
+    _written(world)
+    world.rt.retriever.search(world.p, SearchRequest(queries=["answer style"]))  # logged under fake-1
+    assert world.rt.store.embedding_family() == EmbeddingFamily("fake", "fake-1", 384)
+
+    # Same model, new version: the floors still fit, so no recalibration is asked for.
+    result = _ops(world).reembed("fake", "2")
+    assert result.embedded == 1 and set(_vectors(world).values()) == {("fake", "2")}
+    assert world.rt.store.embedding_family() == EmbeddingFamily("fake", "2", 384)
+    path = Path(world.rt.store.path)
+    world.rt.close()
+    with pytest.raises(EmbeddingMismatchError, match="holds fake version 2 .* asks for fake version fake-1"):
+        _runtime(path, ManualClock(T0))  # still configured for the old version
+    with _runtime(path, ManualClock(T0), embedder=FakeEmbedder(version="2")) as bumped:
+        assert bumped.refresh_index() == "reload" and len(bumped.index) == 1
+
+
+def test_reembed_to_another_model_refuses_while_the_logged_floors_are_uncalibrated(world: World) -> None:
     _written(world)
     world.rt.retriever.search(world.p, SearchRequest(queries=["answer style"]))
     ops = _ops(world)
-    with pytest.raises(OperationError, match="recalibrate"):
-        ops.reembed("fake", "2")
-    assert not world.events("store.reembedded")
+    before = world.counts()
+    with pytest.raises(OperationError, match="recalibrate") as refused:
+        ops.reembed("fake-b", "1")
+    message = str(refused.value)
+    assert "`python -m benchmarks.calibrate_gate --model fake-b --version 1 --dims 384`" in message
+    assert "set retrieval.gate.dense_floor to the floors it reports" in message
+    assert not world.events("store.reembedded") and world.counts() == before
+    assert world.rt.store.embedding_family() == EmbeddingFamily("fake", "fake-1", 384)
     ops.reembed("fake", "fake-1")  # the version the search ran under: nothing to recalibrate
-    path = world.rt.store.path
+    path = Path(world.rt.store.path)
     world.rt.close()
+    # Recalibrated floors and a config naming the new model, opened the way `retold reembed`
+    # opens a store that still holds the old family.
     floors = {**TEST_GATE, "dense_floor": {**TEST_GATE["dense_floor"], "semantic": 0.5}}  # type: ignore[dict-item]
-    recalibrated = _runtime(Path(path), ManualClock(T0), retrieval={"gate": floors})
+    recalibrated = _runtime(path, ManualClock(T0), retrieval={"gate": floors},
+                            embedder=FakeEmbedder(name="fake-b", version="1"), allow_embedding_mismatch=True)
     with recalibrated:
-        assert recalibrated.operations.reembed("fake", "2").embedded == 1
+        assert recalibrated.operations.reembed("fake-b", "1").embedded == 1
+        assert recalibrated.store.embedding_family() == EmbeddingFamily("fake-b", "1", 384)
 
 
 # -- snapshots -----------------------------------------------------------------------------------------------

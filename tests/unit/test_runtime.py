@@ -10,9 +10,9 @@ import pytest
 
 import retold
 from retold import build_runtime, load_config
-from retold.errors import StoreError
+from retold.errors import EmbeddingMismatchError, StoreError
 from retold.index.embedder import FakeEmbedder
-from retold.store import Store
+from retold.store import EmbeddingFamily, Store
 from retold.testing import make_record
 
 
@@ -106,3 +106,28 @@ def test_importing_retold_and_opening_a_session_imports_no_agent_framework(tmp_p
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_runtime_refuses_a_store_of_another_embedding_family(tmp_path: Path) -> None:
+    path = tmp_path / "memory.sqlite"
+    with build_runtime(fake_config(path)) as rt:
+        assert rt.store.embedding_family() is None  # nothing written yet: any family may start
+        rec = make_record()
+        with rt.store.atomic():
+            rt.store.write_record(rec)
+            rt.store.put_embedding(rec.id, rt.embedder.name, rt.embedder.version,
+                                   rt.embedder.embed_documents([rec.content])[0])
+    other = load_config(overrides={"store": {"path": str(path)},
+                                   "embedding": {"model": "fake", "version": "2", "dims": 8}})
+    with pytest.raises(EmbeddingMismatchError) as refused:
+        build_runtime(other)
+    assert isinstance(refused.value, retold.ConfigError)
+    assert str(refused.value) == (
+        f"store {path} holds fake version 1 (384-d) vectors but the config asks for fake version 2"
+        " (8-d); run `retold reembed --model fake --version 2 --dims 8` or set"
+        " embedding.model/version/dims back to fake / 1 / 384")
+    assert "\n" not in str(refused.value)
+    with build_runtime(fake_config(path)) as same:  # the refused runtime closed its store
+        assert same.refresh_index() == "reload" and len(same.index) == 1
+    with build_runtime(other, allow_embedding_mismatch=True) as repairing:
+        assert repairing.store.embedding_family() == EmbeddingFamily("fake", "1", 384)

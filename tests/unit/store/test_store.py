@@ -32,14 +32,14 @@ def _digest(path: Path) -> str:
 def test_new_store_records_each_migration_once(store_path: Path) -> None:
     first = Store(store_path)
     assert first.migration_report is not None
-    assert first.migration_report.applied == (1, 2)
+    assert first.migration_report.applied == (1, 2, 3)
     first.close()
     again = Store(store_path)
     assert again.migration_report is not None
     assert again.migration_report.applied == ()
     assert again.migrate().applied == ()
     rows = sqlite3.connect(store_path).execute("SELECT version, name FROM schema_migrations").fetchall()
-    assert rows == [(1, "initial schema"), (2, "extraction stages")]
+    assert rows == [(1, "initial schema"), (2, "extraction stages"), (3, "embedding family")]
     again.close()
 
 
@@ -50,11 +50,12 @@ def test_failed_migration_leaves_neither_schema_nor_record(store_path: Path) -> 
 
     Store(store_path).close()
     conn = sqlite3.connect(store_path, isolation_level=None)
+    latest = MIGRATIONS[-1].version
     with pytest.raises(sqlite3.OperationalError):
-        migrate(conn, str(store_path), (*MIGRATIONS, Migration(3, "broken", half_applied)))
+        migrate(conn, str(store_path), (*MIGRATIONS, Migration(latest + 1, "broken", half_applied)))
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert "doomed" not in tables
-    assert conn.execute("SELECT max(version) FROM schema_migrations").fetchone()[0] == 2
+    assert conn.execute("SELECT max(version) FROM schema_migrations").fetchone()[0] == latest
 
 
 def test_store_written_by_newer_schema_is_refused_untouched(store_path: Path) -> None:
@@ -128,7 +129,7 @@ def test_every_index_change_bumps_records_version_and_stamps_the_row(store: Stor
     v1 = store.write_record(rec).index_version
     v2 = store.put_embedding(rec.id, "m", "1", np.ones(4, dtype=np.float32) / 2)
     v3 = _set_status(store, rec.id, "superseded")
-    assert store.drop_other_embeddings("other-model", "1") == 1
+    assert store.drop_other_embeddings("other-model", "1", 4) == 1
     v4 = store.records_version()
     assert [v1, v2, v3, v4] == [1, 2, 3, 4]
     assert store.records_version() == 4
