@@ -10,6 +10,8 @@ COPY pyproject.toml README.md beat_schedule.py config.yaml ./
 COPY retold ./retold
 COPY workers ./workers
 RUN pip install --no-cache-dir '.[models,hosted,monitor]'
+# Export the default model to ONNX at build time, so workers start without importing torch.
+RUN python -c "from retold.index.onnx_export import ensure_exported; print(ensure_exported())"
 VOLUME ["/data"]
 ENV RETOLD_CONFIG=/app/config.yaml
 CMD ["celery", "-A", "workers", "worker", "--loglevel=INFO", "-Q", "extraction,maintenance"]

@@ -9,13 +9,18 @@ STAMP  := $(VENV)/.retold-installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench onnx clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check torch==2.13.0
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[models,hosted,monitor,dev,mcp,deepagents,crewai]'
 	touch $@
+
+# Export the default model to ONNX into the user cache now, so no later process needs torch
+# to start (otherwise the first process that embeds does it).
+onnx: $(STAMP)
+	$(BIN)/python -c "from retold.index.onnx_export import ensure_exported; print(ensure_exported())"
 
 demo: $(STAMP)
 	rm -rf .demo && mkdir -p .demo
@@ -34,6 +39,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.ops_bench
 	$(BIN)/python -m benchmarks.extraction_bench
 	$(BIN)/python -m benchmarks.pipeline_bench
+	$(BIN)/python -m benchmarks.encoder_bench
 
 clean:
 	rm -rf .demo .pytest_cache .mypy_cache .ruff_cache

@@ -59,6 +59,7 @@ __all__ = [
 ]
 
 Device = Literal["auto", "cpu", "cuda", "mps"]
+EmbeddingBackend = Literal["auto", "onnx", "sentence-transformers"]
 RerankMode = Literal["rrf_cross_encoder", "cross_encoder_only"]
 RerankOnFailure = Literal["fallback", "fail"]
 TriggerMode = Literal["tool_only", "auto", "hybrid"]
@@ -79,14 +80,20 @@ class EmbeddingConfig:
     """``embedding:`` - the dense embedder (default: the packaged, offline model); ``fake`` = FakeEmbedder."""
 
     model: str = "sentence-transformers/all-MiniLM-L6-v2"
+    # auto = ONNX Runtime for the packaged model when it is installed, else
+    # sentence-transformers (docs/decisions.md "The ONNX encoder is exported on first use
+    # into a cache")
+    backend: EmbeddingBackend = "auto"
     version: str = "1"
     dims: int = 384
     device: Device = "auto"
+    onnx_cache_dir: str | None = None  # None = $XDG_CACHE_HOME/retold/onnx (~/.cache/retold/onnx)
     max_chars: int = 2000
     query_cache_entries: int = 4096
     incremental_reload_max: int = 512
     reembed_batch_size: int = 64
-    torch_threads: int | None = None  # None leaves torch's own thread count alone
+    # CPU threads for torch, or ONNX Runtime's intra-op pool; None leaves the library default
+    torch_threads: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

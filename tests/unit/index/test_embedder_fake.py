@@ -175,8 +175,8 @@ def test_bad_settings_raise_config_error_naming_the_key(kwargs: dict[str, Any], 
 
 
 def _cfg(**overrides: object) -> Any:  # duck-typed stand-in for EmbeddingConfig
-    base = dict(model="fake", version="v7", dims=32, device="auto", max_chars=100,
-                query_cache_entries=5, torch_threads=None)
+    base = dict(model="fake", backend="auto", version="v7", dims=32, device="auto", max_chars=100,
+                query_cache_entries=5, torch_threads=None, onnx_cache_dir=None)
     return SimpleNamespace(**{**base, **overrides})
 
 

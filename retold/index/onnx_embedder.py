@@ -1,0 +1,147 @@
+"""OnnxEmbedder: the packaged MiniLM run by ONNX Runtime, with no torch in the process.
+
+It gives the vectors sentence-transformers gives (same tokenizer file and truncation
+length, mean pooling over the attention mask, L2 normalisation), so it keeps the model's
+name and version tag and stored vectors stay valid. The ONNX file comes from the cache of
+``onnx_export``; only when it is missing does the first load export it, which needs torch.
+Neither onnxruntime nor tokenizers is imported before the first load.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from retold.errors import ConfigError, ModelError
+from retold.index.embedder import (
+    DEFAULT_MODEL,
+    Matrix,
+    _CachedEmbedder,
+    mean_pool,
+    normalise,
+    resolve_model_path,
+)
+from retold.index.local_models import LazyModel
+from retold.index.onnx_export import configured_cache_dir, export_onnx, max_seq_length, onnx_cache_path
+
+__all__ = ["OnnxEmbedder"]
+
+log = logging.getLogger(__name__)
+
+# Texts per forward pass. They are sorted by length first, as sentence-transformers does,
+# so a long document does not pad a whole batch of short ones.
+_BATCH_SIZE = 32
+
+
+@dataclass(frozen=True, slots=True)
+class _Loaded:
+    tokenizer: Any  # tokenizers.Tokenizer, untyped
+    session: Any  # onnxruntime.InferenceSession
+    inputs: frozenset[str]
+    pad_id: int
+    path: Path
+
+
+class OnnxEmbedder(_CachedEmbedder, LazyModel):
+    """The packaged all-MiniLM-L6-v2 on ONNX Runtime (CPU), loaded lazily and at most once."""
+
+    def __init__(
+        self, model: str = DEFAULT_MODEL, version: str = "1", dims: int = 384,
+        max_chars: int = 2000, query_cache_entries: int = 4096, threads: int | None = None,
+        cache_dir: str | None = None,
+    ) -> None:
+        _CachedEmbedder.__init__(self, dims, max_chars, query_cache_entries)
+        LazyModel.__init__(self)
+        if threads is not None and threads < 1:
+            raise ConfigError(f"embedding.torch_threads: must be at least 1, got {threads}")
+        self.name = model
+        self.version = version
+        self.threads = threads
+        self.cache_dir = cache_dir
+
+    @property
+    def onnx_path(self) -> Path | None:
+        """The ONNX file in use, once loaded."""
+        loaded: _Loaded | None = self._model
+        return loaded.path if loaded else None
+
+    def _load(self) -> _Loaded:
+        try:
+            import onnxruntime
+            from tokenizers import Tokenizer
+        except ImportError as exc:
+            raise ModelError(f"embedding model {self.name} on ONNX needs onnxruntime and tokenizers; "
+                             f"install the `models` extra ({exc})") from exc
+        model_dir = Path(resolve_model_path(self.name))
+        length = max_seq_length(model_dir)
+        path = onnx_cache_path(self.name, self.version, model_dir, configured_cache_dir(self.cache_dir))
+        if not path.is_file():
+            log.info("embedding: no ONNX file at %s yet; exporting it once (needs torch)", path)
+            export_onnx(model_dir, path, length)
+        try:
+            tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+            # The file pads to and truncates at 128 tokens; sentence-transformers pads each
+            # batch to its longest text and truncates at max_seq_length, and so do we.
+            pad_id = int((tokenizer.padding or {}).get("pad_id", 0))
+            tokenizer.no_padding()
+            tokenizer.enable_truncation(length)
+            options = onnxruntime.SessionOptions()
+            if self.threads is not None:
+                options.intra_op_num_threads = self.threads
+            session = onnxruntime.InferenceSession(str(path), options,
+                                                   providers=["CPUExecutionProvider"])
+        except Exception as exc:
+            first = (str(exc).strip().splitlines() or [""])[0]
+            raise ModelError(f"cannot load embedding model {self.name} from {path}: "
+                             f"{type(exc).__name__}: {first} (delete the file to export it again)"
+                             ) from exc
+        loaded = _Loaded(tokenizer, session, frozenset(i.name for i in session.get_inputs()),
+                         pad_id, path)
+        width = int(self._run(loaded, ["probe"]).shape[1])
+        if width != self.dims:  # stored vectors and the index assume the configured width
+            raise ConfigError(f"embedding.dims: is {self.dims} but model {self.name} "
+                              f"produces {width}-dimensional vectors")
+        log.info("embedding: %s on ONNX Runtime from %s", self.name, path)
+        return loaded
+
+    def _encode(self, texts: list[str]) -> Matrix:
+        self.load()
+        try:
+            return normalise(self._run(self._model, texts))
+        except ModelError:
+            raise
+        except Exception as exc:
+            raise ModelError(f"embedding model {self.name} failed: {exc}") from exc
+
+    def _run(self, loaded: _Loaded, texts: list[str]) -> Matrix:
+        """Mean-pooled (not yet normalised) vectors of ``texts``, in order."""
+        # Truncate what the model sees; stored content is never truncated. One text at a
+        # time: the batch call would start the tokenizer's own thread pool, beyond the
+        # configured thread count, to save microseconds.
+        encodings = [loaded.tokenizer.encode(text[: self.max_chars]) for text in texts]
+        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
+        out: Matrix | None = None
+        for start in range(0, len(order), _BATCH_SIZE):
+            rows = order[start : start + _BATCH_SIZE]
+            width = max(len(encodings[i].ids) for i in rows)
+            ids = np.full((len(rows), width), loaded.pad_id, dtype=np.int64)
+            mask = np.zeros((len(rows), width), dtype=np.int64)
+            types = np.zeros((len(rows), width), dtype=np.int64)
+            for row, i in enumerate(rows):
+                enc = encodings[i]
+                n = len(enc.ids)
+                ids[row, :n], mask[row, :n], types[row, :n] = enc.ids, enc.attention_mask, enc.type_ids
+            feeds = {name: array for name, array in
+                     (("input_ids", ids), ("attention_mask", mask), ("token_type_ids", types))
+                     if name in loaded.inputs}
+            (hidden,) = loaded.session.run(["last_hidden_state"], feeds)
+            pooled = mean_pool(np.asarray(hidden, dtype=np.float32), mask)
+            if out is None:
+                out = np.empty((len(texts), pooled.shape[1]), dtype=np.float32)
+            out[rows] = pooled
+        assert out is not None  # texts is never empty here
+        return out

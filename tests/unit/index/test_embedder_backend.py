@@ -1,0 +1,111 @@
+"""Which embedder ``embedding.backend`` selects, decided without importing a model library."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import pytest
+
+from retold.config import EmbeddingConfig, load_config
+from retold.errors import ConfigError
+from retold.index.embedder import (
+    FakeEmbedder,
+    SentenceTransformerEmbedder,
+    choose_backend,
+    embedder_from_config,
+)
+from retold.index.onnx_embedder import OnnxEmbedder
+
+EVERYTHING = {"onnxruntime", "tokenizers", "torch", "transformers", "onnx"}
+RUNTIME_ONLY = {"onnxruntime", "tokenizers"}  # a torch-free install with a pre-exported file
+
+
+def _cfg(**changes: object) -> EmbeddingConfig:
+    return dataclasses.replace(EmbeddingConfig(), **changes)  # type: ignore[arg-type]
+
+
+def _has(modules: set[str]) -> Callable[[str], bool]:
+    return modules.__contains__
+
+
+def _exported(answer: bool) -> Callable[[EmbeddingConfig], bool]:
+    def check(cfg: EmbeddingConfig) -> bool:
+        return answer
+
+    return check
+
+
+def _never_asked(cfg: EmbeddingConfig) -> bool:
+    raise AssertionError("looked for the ONNX file although export is possible")
+
+
+def test_backend_defaults_to_auto_and_is_validated() -> None:
+    assert EmbeddingConfig().backend == "auto"
+    assert load_config(overrides={"embedding": {"backend": "onnx"}}).embedding.backend == "onnx"
+    with pytest.raises(ConfigError, match=r"embedding\.backend: must be one of"):
+        load_config(overrides={"embedding": {"backend": "tensorrt"}})
+
+
+def test_auto_picks_onnx_for_the_packaged_model_when_it_can_export() -> None:
+    for name in ("sentence-transformers/all-MiniLM-L6-v2", "all-MiniLM-L6-v2"):
+        for device in ("auto", "cpu"):
+            cfg = _cfg(model=name, device=device)
+            assert choose_backend(cfg, installed=_has(EVERYTHING), exported=_never_asked) == "onnx"
+
+
+def test_auto_without_torch_uses_an_exported_file_and_never_needs_torch() -> None:
+    cfg = _cfg()
+    assert choose_backend(cfg, installed=_has(RUNTIME_ONLY), exported=_exported(True)) == "onnx"
+    # no file and no way to make one: sentence-transformers reports what is missing
+    assert (choose_backend(cfg, installed=_has(RUNTIME_ONLY), exported=_exported(False))
+            == "sentence-transformers")
+
+
+def test_auto_keeps_sentence_transformers_where_onnx_does_not_apply() -> None:
+    everything = _has(EVERYTHING)
+    assert choose_backend(_cfg(model="BAAI/bge-m3", dims=1024), installed=everything,
+                          exported=_never_asked) == "sentence-transformers"
+    assert choose_backend(_cfg(model="/models/local-minilm"), installed=everything,
+                          exported=_never_asked) == "sentence-transformers"
+    for device in ("cuda", "mps"):
+        assert choose_backend(_cfg(device=device), installed=everything,
+                              exported=_never_asked) == "sentence-transformers"
+    no_runtime = _has(EVERYTHING - {"onnxruntime"})
+    assert choose_backend(_cfg(), installed=no_runtime, exported=_exported(True)) == "sentence-transformers"
+
+
+def test_explicit_backends_are_obeyed() -> None:
+    nothing = _has(set())
+    assert choose_backend(_cfg(backend="sentence-transformers"), installed=_has(EVERYTHING),
+                          exported=_exported(True)) == "sentence-transformers"
+    # explicit onnx is chosen even when a library is missing: the first load names it
+    assert choose_backend(_cfg(backend="onnx"), installed=nothing, exported=_exported(False)) == "onnx"
+    assert choose_backend(_cfg(model="fake", backend="onnx"), installed=nothing,
+                          exported=_never_asked) == "fake"
+
+
+def test_explicit_onnx_where_it_cannot_apply_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match=r"embedding\.backend: onnx has an export path only"):
+        choose_backend(_cfg(backend="onnx", model="BAAI/bge-m3"))
+    with pytest.raises(ConfigError, match=r"embedding\.backend: onnx runs on the CPU.*cuda"):
+        choose_backend(_cfg(backend="onnx", device="cuda"))
+
+
+def test_embedder_from_config_builds_the_chosen_backend_without_loading() -> None:
+    onnx = embedder_from_config(_cfg(backend="onnx", torch_threads=1, onnx_cache_dir="/x",
+                                     query_cache_entries=7))
+    assert isinstance(onnx, OnnxEmbedder)
+    assert (onnx.name, onnx.version, onnx.dims, onnx.threads, onnx.cache_dir) == (
+        "sentence-transformers/all-MiniLM-L6-v2", "1", 384, 1, "/x")
+    assert not onnx.is_loaded and onnx.onnx_path is None
+    st = embedder_from_config(_cfg(backend="sentence-transformers", torch_threads=2))
+    assert isinstance(st, SentenceTransformerEmbedder) and st.torch_threads == 2
+    assert isinstance(embedder_from_config(_cfg(model="fake", dims=8)), FakeEmbedder)
+
+
+def test_onnx_embedder_checks_its_settings() -> None:
+    with pytest.raises(ConfigError, match=r"embedding\.torch_threads"):
+        OnnxEmbedder(threads=0)
+    with pytest.raises(ConfigError, match=r"embedding\.max_chars"):
+        OnnxEmbedder(max_chars=0)
