@@ -136,7 +136,7 @@ class Harness:
         return str(crew.kickoff(inputs=self.inputs).raw)
 
     def auto_searches(self) -> list[dict[str, Any]]:
-        return [row for row in self.rt.store.search_log_rows() if row["trigger"] == "auto"]
+        return [row for row in _logged(self.rt) if row["trigger"] == "auto"]
 
 
 def _seed_vim(rt: Runtime) -> None:
@@ -226,7 +226,7 @@ def test_the_argument_models_are_generated_from_the_published_schemas(rt: Runtim
     tool = next(t for t in memory.tools() if t.name == "memory_search").to_structured_tool()
     answer = tool.invoke({"queries": ["answer style"]})
     assert "error" not in answer  # a null k or include_history would be refused as invalid_input
-    (row,) = rt.store.search_log_rows()
+    (row,) = _logged(rt)
     assert row["trigger"] == "tool" and json.loads(row["request"])["include_history"] is False
 
 
@@ -328,7 +328,7 @@ def test_the_auto_search_is_logged_with_trigger_auto_and_uses_auto_k(tmp_path: P
     (row,) = h.auto_searches()
     assert (row["session_id"], row["agent_id"], row["user_id"]) == (SESSION, AGENT_ID, USER_ID)
     assert json.loads(row["request"])["k"] == 2
-    assert [r["trigger"] for r in rt.store.search_log_rows()] == ["auto"]
+    assert [r["trigger"] for r in _logged(rt)] == ["auto"]
     rt.close()
 
 
@@ -370,9 +370,15 @@ def test_tool_only_mode_recalls_nothing(rt: Runtime) -> None:
     _seed_vim(rt)
     h = Harness(rt, [Exchange(QUESTION, reply="vim")])
     h.kickoff()
-    assert _recalled(h.llm.seen[0]) == [] and rt.store.search_log_rows() == []
+    assert _recalled(h.llm.seen[0]) == [] and _logged(rt) == []
 
 
 def test_the_crew_agent_is_a_plain_crewai_agent(rt: Runtime) -> None:
     h = Harness(rt, [])
     assert isinstance(h.agent, Agent) and h.agent.role == ROLE and h.agent.cache is False
+
+
+def _logged(rt: Runtime) -> list[dict[str, Any]]:
+    """Every logged search, after this process's queued log rows are written."""
+    assert rt.flush_search_log()
+    return rt.store.search_log_rows()
