@@ -20,11 +20,14 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from retold.adapters.base import MemorySession
+from retold.config import load_config
 from retold.models import Scope
-from retold.runtime import Runtime
+from retold.runtime import Runtime, build_runtime
+from retold.testing import T0, TEST_GATE, FakeEmbedder, FakeJudge, ManualClock
 
 __all__ = [
     "AGENT_ID",
@@ -120,6 +123,23 @@ CONVERSATION: tuple[Exchange, ...] = (
         reply="Done, I no longer remember your editor.",
     ),
 )
+
+
+
+def contract_runtime(tmp_path: Path, mode: str = "tool_only", **trigger: Any) -> Runtime:
+    """A runtime over a store under ``tmp_path`` with fakes at the model boundaries, the
+    contract's agent granted the user's scope and the user provisioned; ``mode`` and
+    ``trigger`` set ``retrieval.trigger``."""
+    config = load_config(overrides={
+        "store": {"path": str(tmp_path / "memory.sqlite")},
+        "embedding": {"model": "fake"},
+        "retrieval": {"gate": TEST_GATE, "trigger": {"mode": mode, **trigger}},
+    })
+    rt = build_runtime(config, clock=ManualClock(T0), embedder=FakeEmbedder(), judge=FakeJudge(),
+                       environ={})
+    rt.host.grant(AGENT_ID, Scope("user", USER_ID), read=True, write=True)
+    rt.host.provision_user(USER_ID, aliases=["Aditya"])
+    return rt
 
 
 def resolve(args: Mapping[str, Any], results: Mapping[str, str]) -> dict[str, Any]:

@@ -33,11 +33,9 @@ from pydantic import ValidationError  # noqa: E402
 
 from retold.adapters.base import RECALLED_HEADER  # noqa: E402
 from retold.adapters.crewai import CrewMemory, MemoryLLM, agent_id_for, args_model  # noqa: E402
-from retold.config import load_config  # noqa: E402
 from retold.models import Scope  # noqa: E402
 from retold.policy.prompt import policy_text  # noqa: E402
-from retold.runtime import Runtime, build_runtime  # noqa: E402
-from retold.testing import T0, TEST_GATE, FakeEmbedder, FakeJudge, ManualClock  # noqa: E402
+from retold.runtime import Runtime  # noqa: E402
 from retold.tools.schemas import tool_schemas  # noqa: E402
 from tests.adapter_contract import (  # noqa: E402
     AGENT_ID,
@@ -46,6 +44,7 @@ from tests.adapter_contract import (  # noqa: E402
     Exchange,
     ToolCall,
     assert_contract,
+    contract_runtime,
     drive_session,
     resolve,
     semantic_records,
@@ -97,22 +96,9 @@ def _observed(step: str) -> str:
     return json.dumps(value)
 
 
-def _runtime(tmp_path: Path, mode: str = "tool_only", **trigger: Any) -> Runtime:
-    config = load_config(overrides={
-        "store": {"path": str(tmp_path / "memory.sqlite")},
-        "embedding": {"model": "fake"},
-        "retrieval": {"gate": TEST_GATE, "trigger": {"mode": mode, **trigger}},
-    })
-    rt = build_runtime(config, clock=ManualClock(T0), embedder=FakeEmbedder(), judge=FakeJudge(),
-                       environ={})
-    rt.host.grant(AGENT_ID, Scope("user", USER_ID), read=True, write=True)
-    rt.host.provision_user(USER_ID, aliases=["Aditya"])
-    return rt
-
-
 @pytest.fixture
 def rt(tmp_path: Path) -> Iterator[Runtime]:
-    made = _runtime(tmp_path)
+    made = contract_runtime(tmp_path)
     yield made
     made.close()
 
@@ -160,7 +146,7 @@ def test_the_scripted_conversation_meets_the_adapter_contract(rt: Runtime, tmp_p
     assert_contract(rt, AGENT_ID, USER_ID, SESSION)
     assert len(h.llm.seen) == sum(len(e.calls) + 1 for e in CONVERSATION)
     # Field by field the same records as the same script played without a framework.
-    reference = _runtime(tmp_path / "reference")
+    reference = contract_runtime(tmp_path / "reference")
     drive_session(reference.session(AGENT_ID, USER_ID, session_id="reference"))
     assert semantic_records(rt) == semantic_records(reference)
     reference.close()
@@ -256,7 +242,7 @@ def test_the_tool_turn_is_the_tools_own_answer_not_crewais_reminder(rt: Runtime)
 
 @pytest.mark.parametrize("mode", ["tool_only", "auto", "hybrid"])
 def test_the_policy_goes_into_the_backstory(tmp_path: Path, mode: str) -> None:
-    rt = _runtime(tmp_path, mode)
+    rt = contract_runtime(tmp_path, mode)
     h = Harness(rt, [Exchange("Please keep every answer short and technical.", reply="Noted.")])
     assert h.agent.backstory.startswith("You are Aditya's research assistant.")
     assert h.agent.backstory.endswith(policy_text(mode))  # type: ignore[arg-type]
@@ -283,7 +269,7 @@ def test_end_session_ends_the_session_once(rt: Runtime) -> None:
 
 
 def test_auto_mode_registers_no_memory_search(tmp_path: Path) -> None:
-    rt = _runtime(tmp_path, "auto")
+    rt = contract_runtime(tmp_path, "auto")
     h = Harness(rt, [Exchange("Which editor should the setup script configure?", reply="vim")])
     names = [t.name for t in h.agent.tools or []]
     assert "memory_search" not in names and {"memory_write", "memory_get"} <= set(names)
@@ -295,7 +281,7 @@ def test_auto_mode_registers_no_memory_search(tmp_path: Path) -> None:
 
 
 def test_one_host_search_per_new_user_turn_and_none_for_tool_steps(tmp_path: Path) -> None:
-    rt = _runtime(tmp_path, "auto")
+    rt = contract_runtime(tmp_path, "auto")
     _seed_vim(rt)
     script = [
         Exchange(QUESTION, calls=(ToolCall("call_get", "memory_get", {"ids": ["unknown"]}),),
@@ -311,7 +297,7 @@ def test_one_host_search_per_new_user_turn_and_none_for_tool_steps(tmp_path: Pat
 
 
 def test_a_short_user_turn_is_skipped_with_a_trigger_skipped_event(tmp_path: Path) -> None:
-    rt = _runtime(tmp_path, "auto", auto_min_query_chars=12)
+    rt = contract_runtime(tmp_path, "auto", auto_min_query_chars=12)
     h = Harness(rt, [Exchange("thanks!", reply="You're welcome.")])
     h.kickoff()
     (event,) = rt.store.events(kind="trigger.skipped")
@@ -321,7 +307,7 @@ def test_a_short_user_turn_is_skipped_with_a_trigger_skipped_event(tmp_path: Pat
 
 
 def test_the_auto_search_is_logged_with_trigger_auto_and_uses_auto_k(tmp_path: Path) -> None:
-    rt = _runtime(tmp_path, "auto", auto_k=2)
+    rt = contract_runtime(tmp_path, "auto", auto_k=2)
     _seed_vim(rt)
     h = Harness(rt, [Exchange(QUESTION, reply="vim")])
     h.kickoff()
@@ -334,7 +320,7 @@ def test_the_auto_search_is_logged_with_trigger_auto_and_uses_auto_k(tmp_path: P
 
 @pytest.mark.parametrize("mode", ["auto", "hybrid"])
 def test_a_recalled_block_is_added_once_under_the_recalled_memory_header(tmp_path: Path, mode: str) -> None:
-    rt = _runtime(tmp_path, mode)
+    rt = contract_runtime(tmp_path, mode)
     _seed_vim(rt)
     script = [Exchange(QUESTION, calls=(ToolCall("call_get", "memory_get", {"ids": ["unknown"]}),),
                        reply="It should configure vim."),
@@ -356,7 +342,7 @@ def test_a_recalled_block_is_added_once_under_the_recalled_memory_header(tmp_pat
 
 
 def test_an_empty_recall_adds_nothing(tmp_path: Path) -> None:
-    rt = _runtime(tmp_path, "auto")
+    rt = contract_runtime(tmp_path, "auto")
     question = "What is the capital of the largest crater on the moon?"
     h = Harness(rt, [Exchange(question, reply="There is none.")])
     h.kickoff()

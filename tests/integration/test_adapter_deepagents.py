@@ -23,11 +23,9 @@ from pydantic import Field  # noqa: E402
 
 from retold.adapters.base import RECALLED_HEADER  # noqa: E402
 from retold.adapters.deepagents import RECALL_TOOL, RetoldDeepAgents  # noqa: E402
-from retold.config import load_config  # noqa: E402
 from retold.models import Scope  # noqa: E402
 from retold.policy.prompt import policy_text  # noqa: E402
-from retold.runtime import Runtime, build_runtime  # noqa: E402
-from retold.testing import T0, TEST_GATE, FakeEmbedder, FakeJudge, ManualClock  # noqa: E402
+from retold.runtime import Runtime  # noqa: E402
 from tests.adapter_contract import (  # noqa: E402
     AGENT_ID,
     CONVERSATION,
@@ -35,6 +33,7 @@ from tests.adapter_contract import (  # noqa: E402
     Exchange,
     ToolCall,
     assert_contract,
+    contract_runtime,
     drive_session,
     resolve,
     semantic_records,
@@ -79,22 +78,9 @@ class ScriptedModel(BaseChatModel):
         return ChatResult(generations=[ChatGeneration(message=reply)])
 
 
-def _runtime(tmp_path: Path, mode: str = "tool_only", **trigger: Any) -> Runtime:
-    config = load_config(overrides={
-        "store": {"path": str(tmp_path / "memory.sqlite")},
-        "embedding": {"model": "fake"},
-        "retrieval": {"gate": TEST_GATE, "trigger": {"mode": mode, **trigger}},
-    })
-    rt = build_runtime(config, clock=ManualClock(T0), embedder=FakeEmbedder(), judge=FakeJudge(),
-                       environ={})
-    rt.host.grant(AGENT_ID, Scope("user", USER_ID), read=True, write=True)
-    rt.host.provision_user(USER_ID, aliases=["Aditya"])
-    return rt
-
-
 @pytest.fixture
 def rt(tmp_path: Path) -> Iterator[Runtime]:
-    made = _runtime(tmp_path)
+    made = contract_runtime(tmp_path)
     yield made
     made.close()
 
@@ -159,7 +145,7 @@ def test_the_scripted_conversation_meets_the_adapter_contract(rt: Runtime, tmp_p
     # The framework handed the whole history to the model on every call.
     assert len(h.model.seen) == sum(len(e.calls) + 1 for e in CONVERSATION)
     # Field by field the same records as the same script played without a framework.
-    reference = _runtime(tmp_path / "reference")
+    reference = contract_runtime(tmp_path / "reference")
     drive_session(reference.session(AGENT_ID, USER_ID, session_id="reference"))
     assert semantic_records(rt) == semantic_records(reference)
     reference.close()
@@ -220,7 +206,7 @@ def test_a_restarted_host_does_not_record_the_replayed_history_again(rt: Runtime
 
 
 def test_auto_mode_registers_no_memory_search(tmp_path: Path) -> None:
-    rt = _runtime(tmp_path, "auto")
+    rt = contract_runtime(tmp_path, "auto")
     h = Harness(rt, [Exchange("Which editor should the setup script configure?", reply="vim")])
     assert "memory_search" not in [t.name for t in h.memory.tools()]
     h.say("Which editor should the setup script configure?")
@@ -230,7 +216,7 @@ def test_auto_mode_registers_no_memory_search(tmp_path: Path) -> None:
 
 
 def test_one_host_search_per_new_user_turn_and_none_for_assistant_or_tool_turns(tmp_path: Path) -> None:
-    rt = _runtime(tmp_path, "auto")
+    rt = contract_runtime(tmp_path, "auto")
     _seed_vim(rt)
     question = QUESTION
     script = [
@@ -249,7 +235,7 @@ def test_one_host_search_per_new_user_turn_and_none_for_assistant_or_tool_turns(
 
 
 def test_a_short_user_turn_is_skipped_with_a_trigger_skipped_event(tmp_path: Path) -> None:
-    rt = _runtime(tmp_path, "auto", auto_min_query_chars=12)
+    rt = contract_runtime(tmp_path, "auto", auto_min_query_chars=12)
     h = Harness(rt, [Exchange("thanks!", reply="You're welcome.")])
     h.say("thanks!")
     (event,) = rt.store.events(kind="trigger.skipped")
@@ -259,7 +245,7 @@ def test_a_short_user_turn_is_skipped_with_a_trigger_skipped_event(tmp_path: Pat
 
 
 def test_the_auto_search_is_logged_with_trigger_auto_and_uses_auto_k(tmp_path: Path) -> None:
-    rt = _runtime(tmp_path, "auto", auto_k=2)
+    rt = contract_runtime(tmp_path, "auto", auto_k=2)
     _seed_vim(rt)
     question = QUESTION
     h = Harness(rt, [Exchange(question, reply="vim")])
@@ -274,7 +260,7 @@ def test_the_auto_search_is_logged_with_trigger_auto_and_uses_auto_k(tmp_path: P
 @pytest.mark.parametrize("mode", ["auto", "hybrid"])
 def test_a_recalled_block_is_one_tool_call_pair_under_the_recalled_memory_header(
         tmp_path: Path, mode: str) -> None:
-    rt = _runtime(tmp_path, mode)
+    rt = contract_runtime(tmp_path, mode)
     _seed_vim(rt)
     question = QUESTION
     script = [Exchange(question, calls=(ToolCall("call_get", "memory_get", {"ids": ["unknown"]}),),
@@ -303,7 +289,7 @@ def test_a_recalled_block_is_one_tool_call_pair_under_the_recalled_memory_header
 
 
 def test_an_empty_recall_appends_nothing(tmp_path: Path) -> None:
-    rt = _runtime(tmp_path, "auto")
+    rt = contract_runtime(tmp_path, "auto")
     question = "What is the capital of the largest crater on the moon?"
     h = Harness(rt, [Exchange(question, reply="There is none.")])
     h.say(question)
@@ -315,7 +301,7 @@ def test_an_empty_recall_appends_nothing(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("mode", ["tool_only", "auto", "hybrid"])
 def test_the_system_prompt_prefix_is_byte_identical_across_turns(tmp_path: Path, mode: str) -> None:
-    rt = _runtime(tmp_path, mode)
+    rt = contract_runtime(tmp_path, mode)
     _seed_vim(rt)
     script = [Exchange(QUESTION,
                        calls=(ToolCall("call_get", "memory_get", {"ids": ["unknown"]}),), reply="vim"),
