@@ -273,7 +273,7 @@ def _report(rt: Runtime, principal: Principal, result: DemoResult, say: Callable
     say("\n== session summaries")
     for record in rt.store.find_records(source_kind="session_summary"):
         result.summaries.append(record.content)
-        say(f"  {record.source_ref}: {record.content}")
+        say(f"  {record.source_ref} [{record.status}]: {record.content}")
     say("\n== event trail")
     for event in rt.store.events():
         result.event_kinds.append(event["kind"])

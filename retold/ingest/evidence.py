@@ -17,6 +17,7 @@ __all__ = [
     "EVIDENCE_NOT_PROVIDED",
     "EvidenceKind",
     "normalize_ws",
+    "session_of",
     "source_ref",
     "validate_evidence",
 ]
@@ -47,6 +48,16 @@ def normalize_ws(text: str) -> str:
 def source_ref(session_id: str, turn: int) -> str:
     """The ``source_ref`` of a matched turn: ``session:<id><turn:n>``."""
     return f"session:{session_id}<turn:{turn}>"
+
+
+def session_of(ref: str | None) -> str | None:
+    """The session a ``session:<id>`` or ``session:<id><turn:n>`` reference names; None for
+    any other reference (a tool call id, a document id) or none."""
+    if not ref or not ref.startswith("session:"):
+        return None
+    body = ref.removeprefix("session:")
+    head, turn, _ = body.rpartition("<turn:")
+    return (head if turn else body) or None
 
 
 def _rank(ranks: Mapping[str, int] | SourceRanks, kind: str) -> int:

@@ -24,8 +24,8 @@ from retold.ingest.entities import EntityError, EntityResolver
 from retold.ingest.equivalence import EquivalenceJudge
 from retold.ingest.evidence import normalize_ws, source_ref, validate_evidence
 from retold.ingest.subject import normalize_attribute, subject_of
+from retold.ingest.summary import retire_superseded
 from retold.models import (
-    ACTIVE_STATUSES,
     RECORD_TYPES,
     EntityMention,
     Principal,
@@ -449,16 +449,13 @@ class Ingestor:
         else:
             outcome = "created"
         # A superseded incumbent must leave the live-summary and active sets before its
-        # successor arrives, so retire it first.
+        # successor arrives, so retire it first, with the session summaries restating it.
         if decision.action == "supersede":
             assert target is not None
             for old in [target, *decision.also_superseded]:
-                retired = store.transition(
-                    old.id, "superseded", from_statuses=ACTIVE_STATUSES,
-                    event=NewEvent("record.superseded", candidate.creator_agent_id,
-                                   {"by": candidate.id}, old.id))
-                assert retired is not None  # scanned as active under this same write lock
-                changes.append((old.id, retired.index_version, None, None))
+                retired = retire_superseded(store, old.id, candidate, NewEvent(
+                    "record.superseded", candidate.creator_agent_id, {"by": candidate.id}, old.id))
+                changes += [(rid, version, None, None) for rid, version in retired]
             payload["also_superseded"] = [r.id for r in decision.also_superseded]
         written = store.write_record(
             candidate, links=links,

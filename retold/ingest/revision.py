@@ -21,6 +21,7 @@ from retold.errors import RetoldError
 from retold.index.embedder import Embedder
 from retold.index.vector import VectorIndex
 from retold.ingest.ingestor import Ingestor, WriteRequest
+from retold.ingest.summary import retire_superseded
 from retold.models import ACTIVE_STATUSES, RECORD_STATUSES, Principal, Record
 from retold.policy.lifecycle import Lifecycle
 from retold.store import Embedding, NewEvent, Store
@@ -141,11 +142,11 @@ class Reviser:
             if fresh is None or is_history(fresh, now):
                 raise _history(old.id)
             self._check_authority(candidate, fresh, prov.notes)
-            retired = store.transition(
-                old.id, "superseded", from_statuses=ACTIVE_STATUSES,
-                event=NewEvent("record.superseded", principal.agent_id,
-                               {"by": candidate.id, "manual_revision": True, "reason": reason}, old.id))
-            assert retired is not None  # checked under the same lock just above
+            # Checked active under this same lock just above; the session summaries that
+            # restate the old record retire with it.
+            retired = retire_superseded(store, old.id, candidate, NewEvent(
+                "record.superseded", principal.agent_id,
+                {"by": candidate.id, "manual_revision": True, "reason": reason}, old.id))
             links = store.record_links(old.id)  # (entity_id, stored role), about first
             candidate.entity_ids = [entity_id for entity_id, _ in links]
 
@@ -169,7 +170,8 @@ class Reviser:
             event_id = written.event_id
             timer.mark("event_log")
         timer.mark("transaction")
-        self.index.acknowledge(old.id, retired.index_version)
+        for retired_id, version in retired:
+            self.index.acknowledge(retired_id, version)
         self.index.upsert(candidate.id, vector, written.index_version, written.seq)
         timer.mark("index_update")
         return Revision(candidate.id, old.id, candidate.status, candidate.source_kind,

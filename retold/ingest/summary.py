@@ -1,8 +1,13 @@
-"""Session summaries: one live episodic record per session.
+"""Session summaries: one live episodic record per session, retired with what it restates.
 
 The summary is keyed by ``session:<id>``: the same text again is ``already_reinforced``,
 new text supersedes the live one (which stays as history). Its subject is the principal's
 person entity; other names it mentions are linked when they resolve to one entity.
+
+A summary restates its session, so when a record that session stated or reinforced is
+superseded, :func:`retire_superseded` retires the summary in the same transaction: it
+would otherwise go on presenting the old value as current (docs/decisions.md, "A session
+summary retires with the records it restates").
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from typing import Any
 
 from retold.index.embedder import Embedder
 from retold.ingest.entities import EntityError, EntityResolver
-from retold.ingest.evidence import normalize_ws
+from retold.ingest.evidence import normalize_ws, session_of
 from retold.ingest.subject import EPISODIC_ATTRIBUTE, subject_of
 from retold.models import ACTIVE_STATUSES, Principal, Record, Scope, SessionSummary
 from retold.policy import grants
@@ -21,7 +26,33 @@ from retold.store import Embedding, NewEvent, Store
 from retold.store.sessions import SessionRow
 from retold.util import Clock, new_id
 
-__all__ = ["SummaryWriter"]
+__all__ = ["SummaryWriter", "retire_superseded"]
+
+
+def retire_superseded(store: Store, record_id: str, successor: Record,
+                      event: NewEvent) -> list[tuple[str, int]]:
+    """Mark ``record_id`` superseded by ``successor`` (with ``event``), then retire the live
+    summaries of the sessions that stated or reinforced it, inside the caller's transaction.
+
+    The successor's own session is spared: its summary is written knowing the new value.
+    Returns ``(record id, index_version)`` for every row retired, the record first, so the
+    caller can acknowledge them in its vector index after the commit.
+    """
+    change = store.transition(record_id, "superseded", from_statuses=ACTIVE_STATUSES, event=event)
+    assert change is not None  # callers read the record as active under this same write lock
+    retired = [(record_id, change.index_version)]
+    sessions = {session_of(ref) for ref in store.counted_refs(record_id)}
+    sessions -= {session_of(successor.source_ref), None}
+    for session_id in sorted(s for s in sessions if s is not None):
+        for summary in store.find_records(source_kind="session_summary", source_ref=f"session:{session_id}",
+                                          statuses=ACTIVE_STATUSES):
+            done = store.transition(summary.id, "superseded", from_statuses=ACTIVE_STATUSES,
+                                    event=NewEvent("record.superseded", successor.creator_agent_id, {
+                                        "by": successor.id, "restates": record_id,
+                                        "reason": "restates a superseded record"}, summary.id))
+            if done is not None:
+                retired.append((summary.id, done.index_version))
+    return retired
 
 
 class SummaryWriter:
@@ -32,15 +63,20 @@ class SummaryWriter:
 
     def write(self, session: SessionRow, principal: Principal, scope: Scope,
                        summary: SessionSummary, content: str, vector: Any) -> tuple[str, str | None]:
-        """One confirmed episodic record per session, keyed by
-        ``session:<id>``: identical text is already_reinforced, new text supersedes."""
+        """One confirmed episodic record per session, keyed by ``session:<id>``: identical
+        text is already_reinforced, new text supersedes. Text identical to a summary that
+        already left the live set (retired, forgotten, expired) is not written again, so a
+        re-run cannot bring back what retirement or forgetting removed."""
         store, life, now = self.store, self.lifecycle, self.clock.now()
         if not content or vector is None:
             return "skipped_empty", None
         ref = f"session:{session.id}"
-        live = store.find_records(source_kind="session_summary", source_ref=ref, statuses=ACTIVE_STATUSES)
-        if live and normalize_ws(live[0].content).casefold() == content.casefold():
-            return "already_reinforced", live[0].id
+        past = store.find_records(source_kind="session_summary", source_ref=ref)
+        if past and normalize_ws(past[-1].content).casefold() == content.casefold():
+            latest = past[-1]
+            is_live = latest.status in ACTIVE_STATUSES
+            return ("already_reinforced" if is_live else f"already_{latest.status}"), latest.id
+        live = [r for r in past if r.status in ACTIVE_STATUSES]
         links, dropped = self._links(principal, scope, summary)
         subject = links[0][0] if links and links[0][1] == "about" else None
         record = Record(

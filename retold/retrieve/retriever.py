@@ -136,6 +136,9 @@ class Retriever:
         timer.mark("dedup")
         kept, rerank = self._rerank(kept, records, queries, kinds, floors, cross_only)
         timer.mark("rerank")
+        # A session summary digests records that are searchable on their own: when both
+        # match, the records lead and the summary takes what room is left.
+        kept = sorted(kept, key=lambda c: kinds[c.record_id].source_kind == "session_summary")
 
         counterparts: dict[str, Record] = {}
         budget = fill_budget(kept, records, k, cfg.token_budget,

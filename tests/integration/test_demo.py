@@ -48,8 +48,12 @@ def test_demo_tells_the_acme_north_story(tmp_path: Path) -> None:
     assert "extraction of acme-north-2: extracted (replayed)" in out
     assert "current billing contact: Billing contact for Acme North is Marcus Chen." in out
     assert "[superseded] Billing contact for Acme North is Dana Reyes." in out
-    assert "session:acme-north-1: The account manager prepared the Acme North renewal" in out
-    assert "session:acme-north-2: The account manager reported that Dana Reyes left" in out
+    # The first session's summary names Dana as the contact: history, never served as current.
+    assert "session:acme-north-1 [superseded]: The account manager prepared the Acme North renewal" in out
+    assert "session:acme-north-2 [confirmed]: The account manager reported that Dana Reyes left" in out
+    seen = out.split("explanation (what the model sees):", 1)[1].split("== with include_history", 1)[0]
+    assert "named Dana Reyes as the billing contact" not in seen
+    assert "Billing contact for Acme North is Dana Reyes." not in seen
     trail = out.split("== event trail", 1)[1]
     for kind in ("record.created", "record.reinforced", "record.superseded"):
         assert kind in trail
@@ -71,7 +75,16 @@ def test_demo_falls_back_to_in_process_extraction(tmp_path: Path) -> None:
     assert result.extraction == "in-process" and result.extractor == "replayed"
     assert result.outcomes == {"acme-north-1": "extracted", "acme-north-2": "extracted"}
     assert result.current == "Billing contact for Acme North is Marcus Chen."
-    assert result.superseded == ["Billing contact for Acme North is Dana Reyes."]
+    assert result.superseded == [
+        "Billing contact for Acme North is Dana Reyes.",
+        "The account manager prepared the Acme North renewal and named Dana Reyes as the billing contact.",
+    ]
     assert len(result.summaries) == 2
+    # What the model sees for the question: Marcus first, and no block names Dana as current.
+    start = lines.index("explanation (what the model sees):") + 1
+    seen = [line.strip() for line in lines[start:lines.index("\n== with include_history")]]
+    contents = [line for line in seen if line and not line.startswith(("searched for:", "[", "matched:"))]
+    assert contents[0] == "Billing contact for Acme North is Marcus Chen."
+    assert not any("Dana Reyes as the billing contact" in c or c.endswith("is Dana Reyes.") for c in contents)
     assert {"record.reinforced", "record.superseded", "extraction.run"} <= set(result.event_kinds)
     assert result.worker_exit_codes == []

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from retold.config import EvidenceConfig, SourceRanks
-from retold.ingest.evidence import normalize_ws, source_ref, validate_evidence
+from retold.ingest.evidence import normalize_ws, session_of, source_ref, validate_evidence
 from retold.models import EvidenceCheck, Turn
 from retold.testing import T0
 
@@ -94,6 +94,13 @@ def test_returned_turn_is_the_matched_turn_and_source_ref_points_to_it() -> None
     assert TRANSCRIPT[3].turn == result.turn
     assert source_ref("s1", 4) == "session:s1<turn:4>"
     assert source_ref("sess_42~2", 12) == "session:sess_42~2<turn:12>"
+
+
+def test_a_session_reference_names_its_session_and_other_references_none() -> None:
+    assert session_of(source_ref("sess_42~2", 12)) == "sess_42~2"
+    assert session_of("session:acme-north-1") == "acme-north-1"  # a summary's key
+    for other in (None, "", "tool:call_7", "session:", "doc:session:s1"):
+        assert session_of(other) is None
 
 
 def test_whitespace_differences_still_match() -> None:

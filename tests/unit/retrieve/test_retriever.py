@@ -14,6 +14,7 @@ from retold.models import Principal, Scope, SearchRequest
 from retold.retrieve.gate import floors_for, replay_gate
 from retold.retrieve.retriever import SearchOutcome
 from retold.retrieve.rewrite import FakeRewriter
+from retold.store import Embedding
 from retold.testing import AGENT, T0, World, make_record, make_world
 from retold.util import new_id
 
@@ -97,6 +98,22 @@ def test_eligible_lexical_match_survives_many_stronger_ineligible_ones(tmp_path:
     assert ids(outcome) == [mine]
     assert len(json.loads(log(world, outcome)["lexical"])) == 1
     world.rt.close()
+
+
+def test_a_session_summary_never_ranks_above_a_matching_record(world: World) -> None:
+    concise = fact(world, CONCISE, "explanation_style")
+    digest = "In this session Aditya asked for concise technical explanations."
+    summary = make_record(type="episodic", content=digest, attribute=None, subject="-/-",
+                          source_kind="session_summary", source_ref="session:s0")
+    embedder = world.embedder
+    vector = embedder.vector(digest)
+    world.rt.store.write_record(summary, embedding=Embedding(embedder.name, embedder.version, vector))
+    query = "concise technical explanations"
+    embedder.pin(query, vector)  # the summary is the closer match
+    outcome = search(world, query, k=2)
+    assert ids(outcome) == [concise, summary.id]
+    assert outcome.response.results[1].explanation.dense.rank == 1  # type: ignore[union-attr]
+    assert ids(search(world, query, k=1)) == [concise]
 
 
 def test_gate_returns_nothing_with_a_reason_when_no_candidate_passes(world: World) -> None:
