@@ -11,12 +11,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 import numpy as np
 
 from retold.index.vector import VectorIndex
 from retold.ingest.entities import normalize_alias
 from retold.models import ACTIVE_STATUSES, LexicalMatch, LexicalTerm, Scope
+from retold.retrieve.stemmer import porter_stem
 from retold.retrieve.terms import QueryTerm, alias_ngrams, fts_tokens, query_terms
 from retold.store import EligibleSet, Store
 
@@ -111,7 +113,7 @@ def lexical_candidates(
         best_terms: list[QueryTerm] = []
         best_total = len(per_query[0])
         for terms in per_query:
-            matched = [term for term in terms if fields.contains(term.tokens)]
+            matched = [term for term in terms if fields.covers(term)]
             # Best fraction first; on a tie, the query that matched more terms.
             key = (len(matched) / len(terms), len(matched))
             if key > best:
@@ -132,7 +134,8 @@ class _FieldTokens:
     """The token sequences of one row's indexed fields, for term coverage.
 
     Each field is kept both as FTS5 indexed it and with contractions reduced as query
-    terms are, so "aditya's" in a record covers the term "aditya" either way.
+    terms are, so "aditya's" in a record covers the term "aditya" either way; each
+    sequence also in Porter stems, which plain words are compared by.
     """
 
     def __init__(self, fields: Sequence[str]) -> None:
@@ -144,19 +147,29 @@ class _FieldTokens:
             if reduced != raw:
                 self.sequences.append(reduced)
         self.words = {token for sequence in self.sequences for token in sequence}
+        self.stemmed = [[porter_stem(token) for token in sequence] for sequence in self.sequences]
+        self.stems = {stem for sequence in self.stemmed for stem in sequence}
 
-    def contains(self, tokens: tuple[str, ...]) -> bool:
-        """A single token anywhere; several only contiguous within one field."""
-        if len(tokens) == 1:
-            return tokens[0] in self.words
-        if not tokens or not all(token in self.words for token in tokens):
-            return False
-        width = len(tokens)
-        for sequence in self.sequences:
-            for start in range(len(sequence) - width + 1):
-                if tuple(sequence[start : start + width]) == tokens:
-                    return True
+    def covers(self, term: QueryTerm) -> bool:
+        """Whether the row holds ``term``: identifiers and names as spelled, plain words
+        by stem, so "deploying" covers "deploys" but ``Deploys`` only "deploys"."""
+        if term.is_exact:
+            return _holds(self.sequences, self.words, term.tokens)
+        return _holds(self.stemmed, self.stems, term.stems)
+
+
+def _holds(sequences: list[list[str]], words: set[str], tokens: tuple[str, ...]) -> bool:
+    """A single token anywhere; several only contiguous within one sequence."""
+    if len(tokens) == 1:
+        return tokens[0] in words
+    if not tokens or not all(token in words for token in tokens):
         return False
+    width = len(tokens)
+    for sequence in sequences:
+        for start in range(len(sequence) - width + 1):
+            if tuple(sequence[start : start + width]) == tokens:
+                return True
+    return False
 
 
 # -- entities ---------------------------------------------------------------------------
@@ -169,13 +182,15 @@ def resolve_entity_aliases(
     scopes: Sequence[Scope],
     max_alias_tokens: int,
     broad_links: int | None = None,
+    now: datetime | None = None,
 ) -> dict[str, list[str]]:
     """``{alias_norm: [entity_id, ...]}`` for every alias the request names.
 
     ``broad_links``: an entity found only in the query text that links more records than
     this is not a discriminating mention (the user's own person entity is the subject of
     nearly every personal memory) and is left out; an entity named in ``entities`` always
-    counts. See docs/decisions.md "Broad entities in query text".
+    counts. Only records active at ``now`` count (default: the store's clock). See
+    docs/decisions.md "Broad entities in query text".
 
     The explicit ``entities`` strings are normalised whole; query text contributes every
     n-gram of up to ``max_alias_tokens`` words (possessives and contractions removed).
@@ -209,7 +224,7 @@ def resolve_entity_aliases(
             out[alias] = list(ids)
     if broad_links is not None:
         implicit = [eid for alias, ids in out.items() if alias not in explicit for eid in ids]
-        counts = store.link_counts(implicit, broad_links) if implicit else {}
+        counts = store.link_counts(implicit, broad_links, now) if implicit else {}
         out = {alias: kept for alias, ids in out.items()
                if (kept := [e for e in ids if alias in explicit or counts.get(e, 0) <= broad_links])}
     return out

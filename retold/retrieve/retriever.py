@@ -109,7 +109,8 @@ class Retriever:
         dense = dense_candidates(self.index, qvecs, eligible, cfg.per_generator_k)
         timer.mark("dense")
         aliases = resolve_entity_aliases(self.store, request.entities, queries, scopes,
-                                         cfg.max_alias_tokens, broad_links=cfg.entity_max_links)
+                                         cfg.max_alias_tokens, broad_links=cfg.entity_max_links,
+                                         now=started)
         lexical = lexical_candidates(self.store, queries, eligible, cfg.per_generator_k,
                                      frozenset(aliases))
         timer.mark("lexical")

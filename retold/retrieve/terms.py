@@ -3,16 +3,19 @@
 A query is split on whitespace first, so identifier detection sees ``bge-m3`` and
 ``deploy.yml`` whole; each raw token then becomes one term whose tokens follow the FTS5
 ``unicode61 remove_diacritics 2`` rules of ``records_fts``, so a term and the index
-agree on what a word is.
+agree on what a word is. The index stores Porter stems of those words; a term keeps its
+words unstemmed, and :attr:`QueryTerm.stems` gives what a plain word is compared by.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from dataclasses import dataclass, replace
 
 from retold.ingest.entities import normalize_alias
+from retold.retrieve.stemmer import porter_stem
 from retold.retrieve.stopwords import STOPWORDS
 
 __all__ = ["QueryTerm", "alias_ngrams", "fts_tokens", "is_identifier", "query_terms"]
@@ -129,12 +132,25 @@ class QueryTerm:
     is_identifier: bool
     is_proper: bool
 
+    @property
+    def is_exact(self) -> bool:
+        """Identifiers and names count only where a record spells them as the query
+        does: "Deploys" the project is not "deploy" the verb."""
+        return self.is_identifier or self.is_proper
+
+    @functools.cached_property
+    def stems(self) -> tuple[str, ...]:
+        """The tokens as the index stores them: "deploying" -> "deploy"."""
+        return tuple(porter_stem(token) for token in self.tokens)
+
 
 def query_terms(query: str) -> list[QueryTerm]:
     """The lexical terms of one query, in order and de-duplicated.
 
-    Terms shorter than two characters are dropped, and so are terms made only of
-    stopwords, unless the term is an identifier or a proper noun: a capitalised word
+    Terms shorter than two characters are dropped, except a number ("Acme North 2" keeps
+    "2", which tells it from "Acme North"; a one-digit number alone is too common to count
+    as an identifier). Terms made only of stopwords are dropped too, unless the term is
+    an identifier or a proper noun: a capitalised word
     that does not start a sentence, or an all-caps word of two or more letters ("US",
     "IT"); capitals count for nothing when the whole query is in capitals. A
     contraction never counts as a proper noun, so "I'm", "What's" and "Don't" never
@@ -149,14 +165,16 @@ def query_terms(query: str) -> list[QueryTerm]:
         tokens = tuple(fts_tokens(word, reduce_contractions=False))
         starts, sentence_start = sentence_start, ends_sentence
         value = " ".join(tokens)
-        if len(value) < 2:
+        number = value.isdecimal()
+        if len(value) < 2 and not number:
             continue
-        identifier = is_identifier(word)
+        # A lone digit has a digit in it but is far too common to stand alone.
+        identifier = is_identifier(word) and len(value) >= 2
         letters = [ch for ch in word if ch.isalpha()]
         capitalised = word[:1].isupper() and not starts
         all_caps = len(letters) >= 2 and all(ch.isupper() for ch in letters)
         # Only stopwords and single letters: "the", "and/or", "e.g.".
-        plain = all(token in STOPWORDS or len(token) < 2 for token in tokens)
+        plain = not number and all(token in STOPWORDS or len(token) < 2 for token in tokens)
         # Capitals carry no signal in a shouted query, and a reduced stopword
         # ("Don't" -> "Do") is a contraction, not a name.
         proper = (capitalised or all_caps) and not shouting and not (reduced and plain)

@@ -25,6 +25,7 @@ import numpy as np
 from retold.errors import MigrationIssuesError, NotADatabaseError, StoreError
 from retold.models import RECORD_STATUSES, Scope
 from retold.store.family import EmbeddingFamily, read_family, write_family
+from retold.store.fts import write_fts_rows
 from retold.store.migrations import MIGRATIONS, MigrationReport, check_not_newer, migrate
 from retold.util import Clock, SystemClock, from_iso, new_id, to_iso
 
@@ -316,37 +317,9 @@ class StoreBase:
     # -- a record's FTS row and status ---------------------------------------------------
 
     def _write_fts(self, conn: sqlite3.Connection, record_ids: Iterable[str]) -> None:
-        """Rewrite the FTS rows of these records from their content, subject and the
-        aliases of every entity they link to.
-
-        The aliases column is a copy, so a new link, a new alias or an entity merge must
-        call this for every record it touches. A deleted record keeps no FTS row: a
-        forgotten memory must not be found by its words.
-        """
-        for record_id in dict.fromkeys(record_ids):
-            row = conn.execute(
-                "SELECT seq, content, subject, status FROM records WHERE id = ?", (record_id,)
-            ).fetchone()
-            if row is None:
-                continue
-            seq, content, subject, status = row
-            conn.execute("DELETE FROM records_fts WHERE rowid = ?", (seq,))
-            if status == "deleted":
-                continue
-            aliases = " ".join(
-                alias
-                for (alias,) in conn.execute(
-                    "SELECT DISTINCT a.alias_norm FROM record_entities re"
-                    " JOIN entity_aliases a ON a.entity_id = re.entity_id"
-                    " WHERE re.record_id = ? ORDER BY a.alias_norm",
-                    (record_id,),
-                )
-            )
-            conn.execute(
-                "INSERT INTO records_fts(rowid, record_id, content, subject, aliases)"
-                " VALUES (?, ?, ?, ?, ?)",
-                (seq, record_id, content, subject, aliases),
-            )
+        """Rewrite the FTS rows of these records (content, subject and the aliases of
+        every linked entity); a deleted record keeps none. See :func:`write_fts_rows`."""
+        write_fts_rows(conn, record_ids)
 
     def _set_status(
         self, conn: sqlite3.Connection, record_ids: Sequence[str], status: str, version: int

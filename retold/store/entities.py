@@ -12,12 +12,13 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, cast
 
 from retold.errors import StoreError
 from retold.models import ACTIVE_STATUSES, ENTITY_KINDS, Entity, EntityKind, Scope, ScopeKind
 from retold.store.base import LINK_ROLES, NewEvent, StoreBase, chunks, marks, scope_clause, ts
-from retold.util import from_iso, new_id
+from retold.util import from_iso, new_id, to_iso
 
 if TYPE_CHECKING:
     from retold.models import EntityStatus
@@ -268,14 +269,25 @@ class EntitiesMixin(StoreBase):
             ).fetchall()
         return [(entity_id, role) for entity_id, role in rows]
 
-    def link_counts(self, entity_ids: Sequence[str], cap: int) -> dict[str, int]:
-        """How many records link each entity, counted up to ``cap + 1`` (an index range
-        scan on record_entities_by_entity, so a broad entity costs no more than cap rows)."""
+    def link_counts(
+        self, entity_ids: Sequence[str], cap: int, now: datetime | None = None
+    ) -> dict[str, int]:
+        """How many active, unexpired records link each entity, counted up to ``cap + 1``.
+
+        Superseded, expired and deleted records are history: an entity updated many times
+        is no broader than one written once (docs/decisions.md, "Only active records make
+        an entity broad"). The scan walks record_entities_by_entity and stops at
+        ``cap + 1`` active links.
+        """
+        moment = to_iso(now or self.clock.now())
         with self._lock:
             return {
                 eid: int(self._conn.execute(
-                    "SELECT count(*) FROM (SELECT 1 FROM record_entities WHERE entity_id = ?"
-                    " LIMIT ?)", (eid, cap + 1),
+                    "SELECT count(*) FROM (SELECT 1 FROM record_entities re"
+                    " JOIN records r ON r.id = re.record_id"
+                    f" WHERE re.entity_id = ? AND r.status IN ({marks(ACTIVE_STATUSES)})"
+                    " AND (r.expires_at IS NULL OR r.expires_at >= ?) LIMIT ?)",
+                    (eid, *ACTIVE_STATUSES, moment, cap + 1),
                 ).fetchone()[0])
                 for eid in dict.fromkeys(entity_ids)
             }

@@ -17,6 +17,7 @@ from importlib import resources
 
 from retold.errors import SchemaTooNewError
 from retold.store.family import families_of_vectors, write_family
+from retold.store.fts import create_fts_table, is_stemmed, write_fts_rows
 from retold.util import SystemClock, to_iso
 
 __all__ = ["MIGRATIONS", "Migration", "MigrationReport", "current_version", "migrate"]
@@ -102,10 +103,27 @@ def _embedding_family(conn: sqlite3.Connection) -> str | None:
             "recorded; run `retold reembed --model ... --version ...` to settle on one")
 
 
+def _stemmed_fts(conn: sqlite3.Connection) -> None:
+    """Rebuild ``records_fts`` with the Porter tokenizer and index every record again.
+
+    An FTS5 table cannot change its tokenizer in place, so the table is dropped, created
+    as a new store creates it and refilled by the store's own row writer, which skips
+    deleted records as it always does. A store created with the stemming schema already
+    has the table and is left alone.
+    """
+    if is_stemmed(conn):
+        return
+    conn.execute("DROP TABLE records_fts")
+    create_fts_table(conn)
+    write_fts_rows(conn, [rid for (rid,) in conn.execute(
+        "SELECT id FROM records WHERE status != 'deleted' ORDER BY seq").fetchall()])
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _initial_schema),
     Migration(2, "extraction stages", _extraction_stages),
     Migration(3, "embedding family", _embedding_family),
+    Migration(4, "stemmed full-text index", _stemmed_fts),
 )
 LATEST = MIGRATIONS[-1].version
 

@@ -76,13 +76,15 @@ CREATE TABLE store_meta (
 INSERT INTO store_meta(key, value) VALUES ('records_version', 0);
 
 -- The rowid of each FTS row is its record's seq, so the writer can replace or delete it,
--- and the lexical generator can join the eligible set, without scanning record_id.
+-- and the lexical generator can join the eligible set, without scanning record_id. Words
+-- are indexed as Porter stems; stores created before stemming get this table from
+-- migration 4 (retold/store/fts.py holds the same definition).
 CREATE VIRTUAL TABLE records_fts USING fts5(
   record_id UNINDEXED,
   content,
   subject,
   aliases,                                    -- space-joined aliases of linked entities
-  tokenize = 'unicode61 remove_diacritics 2'
+  tokenize = 'porter unicode61 remove_diacritics 2'
 );
 
 CREATE TABLE entities (

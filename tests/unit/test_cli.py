@@ -44,7 +44,7 @@ def test_migrate_creates_and_reports_a_store(tmp_path: Path) -> None:
     store = tmp_path / "mem.sqlite"
     first = run_cli("migrate", "--store", str(store))
     assert first.returncode == 0, first.stderr
-    assert "schema version 3 (applied: 1, 2, 3)" in first.stdout
+    assert "schema version 4 (applied: 1, 2, 3, 4)" in first.stdout
     assert "embedding family: none recorded" in first.stdout  # no vector yet
     again = run_cli("migrate", "--store", str(store))
     assert "none pending" in again.stdout

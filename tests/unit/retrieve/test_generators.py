@@ -188,6 +188,56 @@ def test_a_multi_token_term_matches_only_where_its_tokens_are_adjacent(world: Wo
     assert [hit.record_id for hit in only_phrase] == [together]
 
 
+def test_plain_words_match_by_their_stem(world: World) -> None:
+    store = world.rt.store
+    deploys = remember(world, "Priya deploys the billing services on Fridays.")
+    prefers = remember(world, "Her preference is a dark editor theme.")
+    eligible = eligible_for(store, *readable_scopes(store, world.p))
+
+    (hit,) = lexical_candidates(store, ["deploying billing service"], eligible, K)
+    assert hit.record_id == deploys
+    assert [t.value for t in hit.match.terms] == ["deploying", "billing", "service"]
+    (hit,) = lexical_candidates(store, ["editor preferences"], eligible, K)
+    assert hit.record_id == prefers and len(hit.match.terms) == 2
+
+
+def test_identifiers_and_names_count_only_where_spelled_as_queried(world: World) -> None:
+    store = world.rt.store
+    exact = remember(world, "Edit deploy.yml before the release.")
+    inflected = remember(world, "The deploys yml folder is empty.")
+    named = remember(world, "Rivers owns the roadmap.")
+    common = remember(world, "The river roadmap is drafted.")
+    eligible = eligible_for(store, *readable_scopes(store, world.p))
+
+    # The index stems both records into "deploy yml"; only one spells the identifier.
+    found = {hit.record_id: hit.match for hit in lexical_candidates(store, ["deploy.yml"], eligible, K)}
+    assert set(found) == {exact, inflected}
+    assert [(t.value, t.is_identifier) for t in found[exact].terms] == [("deploy yml", True)]
+    assert found[inflected].terms == ()
+
+    found = {hit.record_id: hit.match
+             for hit in lexical_candidates(store, ["roadmap by Rivers"], eligible, K)}
+    assert [t.value for t in found[named].terms] == ["roadmap", "rivers"]
+    assert [t.value for t in found[common].terms] == ["roadmap"]  # "river" is not the name
+
+
+def test_a_number_tells_numbered_names_apart(world: World) -> None:
+    store = world.rt.store
+    numbered = remember(world, "Acme North 2 pays by wire transfer.",
+                        entities=[("org", "Acme North 2", "about")])
+    plain = remember(world, "Acme North pays by card.", entities=[("org", "Acme North", "about")])
+    query = "How does Acme North 2 pay?"
+    scopes = readable_scopes(store, world.p)
+    assert {"acme north 2", "acme north"} <= set(resolve_entity_aliases(store, None, [query], scopes, 4))
+
+    hits = lexical_candidates(store, [query], eligible_for(store, *scopes), K)
+
+    assert [hit.record_id for hit in hits] == [numbered, plain]
+    assert [t.value for t in hits[0].match.terms] == ["acme", "north", "2", "pay"]
+    assert [t.value for t in hits[1].match.terms] == ["acme", "north", "pay"]
+    assert hits[0].match.total_terms == hits[1].match.total_terms == 4
+
+
 @pytest.mark.parametrize(
     "query",
     ['"unbalanced', "deploy*", "(open", "NEAR(a b)", "-excluded", "content:secret", "a AND OR NOT",
@@ -305,3 +355,37 @@ def test_entity_candidates_use_the_resolved_aliases(world: World) -> None:
 
     assert [record_id for record_id, _ in hits] == [written]
     assert entity_candidates(store, {}, eligible_for(store, *scopes), K) == []
+
+
+def test_an_often_updated_entity_is_not_broad_for_its_superseded_records(world: World) -> None:
+    store = world.rt.store
+    for contact in ("Ana", "Ben", "Cy", "Dee", "Eve", "Fay", "Gus"):  # six supersessions
+        remember(world, f"The billing contact for Acme North 2 is {contact}.", attribute="billing_contact",
+                 entities=[("org", "Acme North 2", "about")])
+    for topic in ("pricing", "renewal", "support", "security", "onboarding", "travel"):
+        remember(world, f"Acme West has a {topic} plan.", entities=[("org", "Acme West", "about")])
+    scopes = readable_scopes(store, world.p)
+    query = "Who is the billing contact for Acme North 2 or Acme West?"
+
+    found = resolve_entity_aliases(store, None, [query], scopes, 4, broad_links=5)
+
+    # Seven records link "Acme North 2" but one is active; "Acme West" has six active.
+    assert "acme north 2" in found and "acme west" not in found
+
+
+def test_link_counts_leave_out_every_record_that_is_not_active(store: Store) -> None:
+    entity = store.create_entity("org", "Acme North", ADITYA)
+    records = [
+        make_record(content="active"),
+        make_record(content="provisional", status="provisional", expires_at=T0 + timedelta(days=9)),
+        make_record(content="superseded", status="superseded"),
+        make_record(content="expired", status="expired"),
+        make_record(content="past its expiry", expires_at=T0 - timedelta(days=1)),
+        make_record(content="deleted", status="deleted"),
+    ]
+    for record in records:
+        store.write_record(record, links=[(entity.id, "about")])
+
+    assert store.link_counts([entity.id], 10, now=T0) == {entity.id: 2}
+    assert store.link_counts([entity.id], 10, now=T0 + timedelta(days=10)) == {entity.id: 1}
+    assert store.link_counts([entity.id], 0, now=T0) == {entity.id: 1}  # counted up to cap + 1

@@ -80,6 +80,20 @@ def test_one_character_terms_and_stopwords_are_dropped() -> None:
     assert values("e.g. and/or") == []
 
 
+def test_numbers_are_kept_however_short() -> None:
+    terms = {term.value: term for term in query_terms("Acme North 2 and room 42")}
+    assert list(terms) == ["acme", "north", "2", "room", "42"]
+    # One digit alone is too common to stand for an identifier; longer numbers still do.
+    assert not terms["2"].is_identifier and terms["42"].is_identifier
+    assert "acme north 2" in alias_ngrams("Who is Acme North 2's contact?", 4)
+
+
+def test_plain_words_compare_by_stem_identifiers_and_names_exactly() -> None:
+    terms = {term.value: term for term in query_terms("deploying Atlas with deploy.yml")}
+    assert terms["deploying"].stems == ("deploi",) and not terms["deploying"].is_exact
+    assert terms["atlas"].is_exact and terms["deploy yml"].is_exact
+
+
 def test_proper_nouns_and_identifiers_survive_stopword_removal() -> None:
     found = {term.value: term for term in query_terms("Tell the US team about IT and Will")}
     assert found["us"].is_proper and found["it"].is_proper and found["will"].is_proper

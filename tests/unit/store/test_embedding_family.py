@@ -66,7 +66,7 @@ def test_migration_3_records_the_one_family_of_an_older_store(store_path: Path) 
     store = Store(store_path)
     try:
         assert store.migration_report is not None
-        assert store.migration_report.applied == (3,) and store.migration_report.notes == ()
+        assert store.migration_report.applied == (3, 4) and store.migration_report.notes == ()
         assert store.embedding_family() == EmbeddingFamily("all-MiniLM-L6-v2", "1.0", 384)
         assert store.records_version() == 7  # the counter survives the rebuilt table
         record = make_record()
@@ -102,7 +102,7 @@ def test_an_empty_older_store_migrates_and_records_no_family(store_path: Path) -
     _older_store(store_path, [])
     store = Store(store_path)
     try:
-        assert store.migration_report is not None and store.migration_report.applied == (3,)
+        assert store.migration_report is not None and store.migration_report.applied == (3, 4)
         assert store.embedding_family() is None and store.records_version() == 0
     finally:
         store.close()

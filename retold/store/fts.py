@@ -1,0 +1,67 @@
+"""The ``records_fts`` table: its definition and the one function that writes its rows.
+
+Both the store's writer and the migration that rebuilt the table with stemming fill it
+through :func:`write_fts_rows`, so a migrated store indexes exactly what a new one would.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable
+
+__all__ = ["FTS_TOKENIZER", "create_fts_table", "is_stemmed", "write_fts_rows"]
+
+# Porter stems over unicode61 words: "deploying" finds "deploys" (docs/decisions.md,
+# "The lexical channel stems words").
+FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
+
+
+def create_fts_table(conn: sqlite3.Connection) -> None:
+    """Create an empty ``records_fts`` as schema.sql declares it."""
+    conn.execute(
+        "CREATE VIRTUAL TABLE records_fts USING fts5("
+        " record_id UNINDEXED, content, subject, aliases,"
+        f" tokenize = '{FTS_TOKENIZER}')"
+    )
+
+
+def is_stemmed(conn: sqlite3.Connection) -> bool:
+    """Whether ``records_fts`` already uses :data:`FTS_TOKENIZER`."""
+    row = conn.execute(
+        "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'records_fts'"
+    ).fetchone()
+    return row is not None and FTS_TOKENIZER in str(row[0])
+
+
+def write_fts_rows(conn: sqlite3.Connection, record_ids: Iterable[str]) -> None:
+    """Rewrite the FTS rows of these records from their content, subject and the
+    aliases of every entity they link to.
+
+    The aliases column is a copy, so a new link, a new alias or an entity merge must
+    rewrite every record it touches. A deleted record keeps no FTS row: a forgotten
+    memory must not be found by its words.
+    """
+    for record_id in dict.fromkeys(record_ids):
+        row = conn.execute(
+            "SELECT seq, content, subject, status FROM records WHERE id = ?", (record_id,)
+        ).fetchone()
+        if row is None:
+            continue
+        seq, content, subject, status = row
+        conn.execute("DELETE FROM records_fts WHERE rowid = ?", (seq,))
+        if status == "deleted":
+            continue
+        aliases = " ".join(
+            alias
+            for (alias,) in conn.execute(
+                "SELECT DISTINCT a.alias_norm FROM record_entities re"
+                " JOIN entity_aliases a ON a.entity_id = re.entity_id"
+                " WHERE re.record_id = ? ORDER BY a.alias_norm",
+                (record_id,),
+            )
+        )
+        conn.execute(
+            "INSERT INTO records_fts(rowid, record_id, content, subject, aliases)"
+            " VALUES (?, ?, ?, ?, ?)",
+            (seq, record_id, content, subject, aliases),
+        )
