@@ -152,6 +152,8 @@ class AutoGateConfig:
     lexical_min_matched_terms: int = 2
     relative_floor: float = 0.95
     exclude_source_kinds: tuple[SourceKind, ...] = ("session_summary",)
+    name_only_margin: float = 0.0
+    unknown_name_floor: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +165,8 @@ class GateConfig:
     lexical_min_term_fraction: float = 0.5
     lexical_min_matched_terms: int = 2
     relative_floor: float = 0.95
+    name_only_margin: float = 0.0
+    unknown_name_floor: float = 1.0
     auto: AutoGateConfig = field(default_factory=AutoGateConfig)
 
 

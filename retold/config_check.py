@@ -27,6 +27,7 @@ _RANGES: tuple[tuple[str, tuple[float, float, bool]], ...] = (
     ("*floor", _UNIT),  # relative_floor, entail/contradict floors, freshness, reranker
     ("*.dense_floor.*", _UNIT),
     ("*fraction", _UNIT),
+    ("*.name_only_margin", _UNIT),  # 0 = a shared name raises no floor
     ("store.busy_timeout_seconds", _NON_NEGATIVE),  # 0 = fail at once on a held lock
     ("policy.source_rank.*", _NON_NEGATIVE),
     ("ingestion.evidence.min_*", _NON_NEGATIVE),  # 0 = no minimum

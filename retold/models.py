@@ -25,6 +25,7 @@ __all__ = [
     "LexicalMatch",
     "LexicalTerm",
     "Principal",
+    "QueryShape",
     "Record",
     "RecordStatus",
     "RecordType",
@@ -233,12 +234,48 @@ class LexicalTerm:
     value: str
     is_identifier: bool
     is_entity_alias: bool
+    is_proper: bool = False  # a capitalised word that is not a sentence start or a date word
+
+    @property
+    def is_name(self) -> bool:
+        """Whether the term names something (who or what) rather than what is asked."""
+        return self.is_identifier or self.is_entity_alias or self.is_proper
 
 
 @dataclass(frozen=True)
 class LexicalMatch:
+    """The query terms a record contains, out of the query's ``total_terms``, of which
+    ``name_terms`` name something; the rest are what the query asks about."""
+
     terms: tuple[LexicalTerm, ...]
     total_terms: int
+    name_terms: int = 0
+
+    @property
+    def asked_terms(self) -> int:
+        return self.total_terms - self.name_terms
+
+    @property
+    def asked_matched(self) -> int:
+        return sum(not term.is_name for term in self.terms)
+
+    @property
+    def names_matched(self) -> int:
+        return sum(term.is_name for term in self.terms)
+
+
+@dataclass(frozen=True)
+class QueryShape:
+    """What the gate needs to know about the queries as a whole.
+
+    ``asks`` is False when every query only names things ("Maya", "ATL-204"): then a record
+    that matches the names is the answer. ``unknown_names`` are names that no readable
+    record or entity carries, when every query has one: the question is about something
+    the store does not know.
+    """
+
+    asks: bool = True
+    unknown_names: tuple[str, ...] = ()
 
 
 @dataclass

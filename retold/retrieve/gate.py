@@ -1,12 +1,19 @@
 """The relevance gate, and its offline replay from a search_log row.
 
-Step 1 keeps a candidate that clears any absolute floor (entity match, per-type dense
-floor, lexical term fraction with its matched-term rule). Step 2 drops survivors below
-``relative_floor`` times the best fused score among survivors with the same number of
-contributing channels (entity hits exempt; see ``docs/decisions.md``, "The relative floor
-compares records with the same channel count"). Step 3 names the best candidate's missed
-floors when nothing survives. Every dropped candidate carries the step and floor that
-dropped it, so a logged search can be re-decided with other floors.
+The gate asks whether a candidate is relevant to what the question asks, not whether it
+shares a word or a name with it. Query terms are split into names (identifiers, proper
+nouns, entity aliases) and asked terms (the rest). Step 0: a question that names something
+no readable record carries is about something the store does not know, and only a
+near-duplicate cosine (``unknown_name_floor``) survives it. Step 1 keeps a candidate that
+clears an absolute floor: the per-type dense floor (raised by ``name_only_margin`` when the
+record shares the question's names but none of its asked terms, because a shared name
+inflates the cosine whatever attribute is asked), or the lexical floor on the asked terms
+(on the names when the question only names things); an entity match counts as a name
+match, never as a pass of its own unless the question only names things. Step 2 drops
+survivors below ``relative_floor`` times the best fused score among survivors with the
+same number of channels (0 disables it). Every dropped candidate carries the step and floor
+that dropped it, so a logged search can be re-decided with other floors
+(``docs/decisions.md``, "The gate judges what is asked").
 """
 
 from __future__ import annotations
@@ -17,9 +24,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from retold.config import AutoGateConfig, DenseFloors, GateConfig
-from retold.models import Candidate, GeneratorHit, LexicalMatch, LexicalTerm
+from retold.models import Candidate, GeneratorHit, LexicalMatch, LexicalTerm, QueryShape
 
-__all__ = ["GateFloors", "GateResult", "RecordKind", "floors_for", "gate", "replay_gate"]
+__all__ = ["GateFloors", "GateResult", "RecordKind", "floors_for", "gate", "logged_candidates",
+           "replay_gate"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +47,8 @@ class GateFloors:
     lexical_min_matched_terms: int
     relative_floor: float
     exclude_source_kinds: tuple[str, ...] = ()
+    name_only_margin: float = 0.0
+    unknown_name_floor: float = 1.0
 
     def dense_for(self, kind: RecordKind) -> tuple[float, str]:
         """The dense floor and its label: session summaries, long and broad, have their own."""
@@ -54,6 +64,8 @@ class GateFloors:
             "lexical_min_matched_terms": self.lexical_min_matched_terms,
             "relative_floor": self.relative_floor,
             "exclude_source_kinds": list(self.exclude_source_kinds),
+            "name_only_margin": self.name_only_margin,
+            "unknown_name_floor": self.unknown_name_floor,
         }
 
 
@@ -62,7 +74,8 @@ def floors_for(cfg: GateConfig, trigger: str) -> GateFloors:
     source: GateConfig | AutoGateConfig = cfg.auto if trigger == "auto" else cfg
     excluded = cfg.auto.exclude_source_kinds if trigger == "auto" else ()
     return GateFloors(source.dense_floor, source.lexical_min_term_fraction,
-                      source.lexical_min_matched_terms, source.relative_floor, tuple(excluded))
+                      source.lexical_min_matched_terms, source.relative_floor, tuple(excluded),
+                      source.name_only_margin, source.unknown_name_floor)
 
 
 @dataclass
@@ -76,43 +89,68 @@ def _channels(c: Candidate) -> int:
     return sum(hit is not None for hit in (c.dense, c.lexical, c.entity))
 
 
-def _step1(c: Candidate, kind: RecordKind, floors: GateFloors) -> tuple[str | None, list[str]]:
+def _step1(
+    c: Candidate, kind: RecordKind, floors: GateFloors, shape: QueryShape
+) -> tuple[str | None, list[str]]:
     """(why it passed, or None) and the floors it missed."""
     missed: list[str] = []
-    if c.entity is not None:
-        return f"entity match {c.entity_id}", missed
     floor, label = floors.dense_for(kind)
+    if shape.unknown_names:
+        names = ", ".join(shape.unknown_names)
+        if c.dense is not None and c.dense.score >= floors.unknown_name_floor:
+            return (f"dense {c.dense.score:.3f} >= {floors.unknown_name_floor:.2f}"
+                    f" (unknown name {names})"), missed
+        return None, [f"the question names {names}, which no readable record carries"]
+    match = c.lexical_terms
+    names_hit = c.entity is not None or (match is not None and match.names_matched > 0)
+    asked_hit = match.asked_matched if match is not None else 0
+    if shape.asks and names_hit and asked_hit == 0 and floors.name_only_margin:
+        floor, label = floor + floors.name_only_margin, label + ", shares only a name"
     if c.dense is not None:
         if c.dense.score >= floor:
             return f"dense {c.dense.score:.3f} >= {floor:.2f} ({label})", missed
         missed.append(f"dense {c.dense.score:.3f} < {floor:.2f} ({label})")
     else:
         missed.append(f"no dense match >= {floor:.2f} ({label})")
-    match = c.lexical_terms
-    if c.lexical is not None and match is not None and match.total_terms:
-        matched = len(match.terms)
-        fraction = matched / match.total_terms
-        precise = any(t.is_identifier or t.is_entity_alias for t in match.terms)
-        enough = matched >= floors.lexical_min_matched_terms or precise
-        if fraction >= floors.lexical_min_term_fraction and enough:
-            why = "identifier or alias" if precise and matched < floors.lexical_min_matched_terms else "terms"
-            return f"lexical {matched}/{match.total_terms} {why}", missed
-        detail = f"lexical {matched}/{match.total_terms} terms"
-        if fraction < floors.lexical_min_term_fraction:
-            detail += f" < {floors.lexical_min_term_fraction:.2f}"
-        if not enough:
-            detail += f", {matched} matched < {floors.lexical_min_matched_terms}"
+    if match is not None and match.total_terms:
+        passed, detail = _lexical(match, floors)
+        if passed:
+            return detail, missed
         missed.append(detail)
     else:
         missed.append("no lexical match")
-    missed.append("no entity match")
+    if c.entity is not None and not shape.asks:
+        return f"entity match {c.entity_id} (the question only names things)", missed
+    missed.append("entity match without what is asked" if c.entity is not None else "no entity match")
     return None, missed
 
 
+def _lexical(match: LexicalMatch, floors: GateFloors) -> tuple[bool, str]:
+    """The lexical floor on the asked terms, or on the names when nothing else is asked."""
+    if match.asked_terms:
+        matched, total, what = match.asked_matched, match.asked_terms, "asked terms"
+    else:
+        matched, total, what = match.names_matched, match.name_terms, "names"
+    fraction = matched / total if total else 0.0
+    least = max(1, floors.lexical_min_matched_terms)
+    detail = f"lexical {matched}/{total} {what}"
+    if fraction >= floors.lexical_min_term_fraction and matched >= min(least, total):
+        return True, detail
+    if fraction < floors.lexical_min_term_fraction:
+        detail += f" < {floors.lexical_min_term_fraction:.2f}"
+    if matched < min(least, total):
+        detail += f", {matched} matched < {min(least, total)}"
+    return False, detail
+
+
 def gate(
-    candidates: Sequence[Candidate], kinds: Mapping[str, RecordKind], floors: GateFloors
+    candidates: Sequence[Candidate],
+    kinds: Mapping[str, RecordKind],
+    floors: GateFloors,
+    shape: QueryShape | None = None,
 ) -> GateResult:
-    """Apply steps 1-3 to candidates in score order; sets ``gate_reason``."""
+    """Apply the steps to candidates in score order; sets ``gate_reason``."""
+    shape = shape or QueryShape()
     gated_out: list[tuple[str, str]] = []
     step1: list[Candidate] = []
     best_missed: list[str] | None = None
@@ -122,7 +160,7 @@ def gate(
             c.gate_reason = f"excluded source kind {kind.source_kind} (host-issued search)"
             gated_out.append((c.record_id, c.gate_reason))
             continue
-        passed, missed = _step1(c, kind, floors)
+        passed, missed = _step1(c, kind, floors, shape)
         if passed is None:
             c.gate_reason = "step 1: " + "; ".join(missed)
             gated_out.append((c.record_id, c.gate_reason))
@@ -158,14 +196,29 @@ def replay_gate(log_row: Mapping[str, Any], floors: GateFloors) -> GateResult:
     """Re-decide a logged search's gate with other floors, from its logged scores alone.
 
     Uses the ``fused`` column (rank order, score, record type and source kind), the
-    ``freshness`` multipliers and the per-channel hits; nothing is read from the store.
+    ``freshness`` multipliers, the per-channel hits and the query shape logged with the
+    lexical hits; nothing is read from the store.
     """
+    candidates, kinds, shape = logged_candidates(log_row)
+    return gate(candidates, kinds, floors, shape)
+
+
+def logged_candidates(
+    log_row: Mapping[str, Any],
+) -> tuple[list[Candidate], dict[str, RecordKind], QueryShape]:
+    """A logged search's fused candidates in score order, their kinds and the query shape:
+    what :func:`gate` needs, rebuilt from the row (a sweep parses each row once)."""
     def col(name: str) -> list[Any]:
         value = log_row[name]
         return json.loads(value) if isinstance(value, str) else list(value)
 
     dense = {rid: GeneratorHit(rank, cos) for rid, rank, cos in col("dense")}
-    lexical = {row[0]: row for row in col("lexical")}
+    logged = log_row["lexical"]
+    logged = json.loads(logged) if isinstance(logged, str) else logged
+    # Rows written before the gate judged asked terms hold a bare list of hits.
+    hits, shape = (logged, QueryShape()) if isinstance(logged, list) else (
+        logged["hits"], QueryShape(bool(logged["asks"]), tuple(logged["unknown_names"])))
+    lexical = {row[0]: row for row in hits}
     entity = {rid: (rank, eid) for rid, rank, eid in col("entity")}
     multipliers = dict(col("freshness"))
     candidates: list[Candidate] = []
@@ -174,8 +227,9 @@ def replay_gate(log_row: Mapping[str, Any], floors: GateFloors) -> GateResult:
         lex = lexical.get(rid)
         match = None
         if lex is not None:
-            terms = tuple(LexicalTerm(v, bool(i), bool(a)) for v, i, a in lex[3])
-            match = LexicalMatch(terms, lex[4])
+            terms = tuple(LexicalTerm(t[0], bool(t[1]), bool(t[2]), bool(t[3:4] and t[3]))
+                          for t in lex[3])
+            match = LexicalMatch(terms, lex[4], lex[5] if len(lex) > 5 else 0)
         multiplier = multipliers.get(rid)
         candidates.append(Candidate(
             record_id=rid, dense=dense.get(rid),
@@ -187,4 +241,4 @@ def replay_gate(log_row: Mapping[str, Any], floors: GateFloors) -> GateResult:
         ))
         kinds[rid] = RecordKind(type_, source_kind)
     candidates.sort(key=lambda c: -c.score)
-    return gate(candidates, kinds, floors)
+    return candidates, kinds, shape

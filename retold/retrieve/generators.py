@@ -17,7 +17,7 @@ import numpy as np
 
 from retold.index.vector import VectorIndex
 from retold.ingest.entities import normalize_alias
-from retold.models import ACTIVE_STATUSES, LexicalMatch, LexicalTerm, Scope
+from retold.models import ACTIVE_STATUSES, LexicalMatch, LexicalTerm, QueryShape, Scope
 from retold.retrieve.stemmer import porter_stem
 from retold.retrieve.terms import QueryTerm, alias_ngrams, fts_tokens, query_terms
 from retold.store import EligibleSet, Store
@@ -28,6 +28,7 @@ __all__ = [
     "entity_candidates",
     "fts_match_expression",
     "lexical_candidates",
+    "query_shape",
     "resolve_entity_aliases",
 ]
 
@@ -58,12 +59,14 @@ def dense_candidates(
 @dataclass(frozen=True)
 class LexicalHit:
     """One lexical candidate: 1-based rank in bm25 order, SQLite's bm25 (lower is
-    better) and the matched terms of the query that covered it best."""
+    better), the matched terms of the query that covered it best, and the indexed
+    fields (content, subject, aliases) they were matched in."""
 
     record_id: str
     rank: int
     bm25: float
     match: LexicalMatch
+    fields: tuple[str, str, str] = ("", "", "")
 
 
 def fts_match_expression(terms: Sequence[QueryTerm]) -> str:
@@ -102,25 +105,67 @@ def lexical_candidates(
     alias_norms = {normalize_alias(alias) for alias in entity_aliases}
     alias_tokens = {tuple(fts_tokens(alias, reduce_contractions=False)) for alias in entity_aliases}
 
-    def flagged(term: QueryTerm) -> LexicalTerm:
-        is_alias = term.tokens in alias_tokens or normalize_alias(term.value) in alias_norms
-        return LexicalTerm(term.value, term.is_identifier, is_alias)
+    flags = {term.value: _flagged(term, alias_tokens, alias_norms)
+             for terms in per_query for term in terms}
+    names = [sum(flags[term.value].is_name for term in terms) for terms in per_query]
 
     hits: list[LexicalHit] = []
     for rank, row in enumerate(store.fts_candidates(match, eligible, k), start=1):
-        fields = _field_tokens((row.content, row.subject, row.aliases))
+        text = (row.content, row.subject, row.aliases)
+        fields = _field_tokens(text)
         best: tuple[float, int] = (-1.0, 0)
         best_terms: list[QueryTerm] = []
-        best_total = len(per_query[0])
-        for terms in per_query:
+        best_total, best_names = len(per_query[0]), names[0]
+        for terms, name_count in zip(per_query, names, strict=True):
             matched = [term for term in terms if fields.covers(term)]
             # Best fraction first; on a tie, the query that matched more terms.
             key = (len(matched) / len(terms), len(matched))
             if key > best:
-                best, best_terms, best_total = key, matched, len(terms)
-        found = LexicalMatch(tuple(flagged(term) for term in best_terms), best_total)
-        hits.append(LexicalHit(row.record_id, rank, row.bm25, found))
+                best, best_terms, best_total, best_names = key, matched, len(terms), name_count
+        found = LexicalMatch(tuple(flags[term.value] for term in best_terms), best_total, best_names)
+        hits.append(LexicalHit(row.record_id, rank, row.bm25, found, text))
     return hits
+
+
+def _flagged(term: QueryTerm, alias_tokens: set[tuple[str, ...]], alias_norms: set[str]) -> LexicalTerm:
+    is_alias = term.tokens in alias_tokens or normalize_alias(term.value) in alias_norms
+    # A bare number is part of a name ("Acme North 2"), never what the question asks.
+    return LexicalTerm(term.value, term.is_identifier, is_alias, term.is_proper or term.value.isdigit())
+
+
+def query_shape(
+    queries: list[str], hits: Sequence[LexicalHit], entity_aliases: frozenset[str] = frozenset()
+) -> QueryShape:
+    """Whether the queries ask about something beyond names, and which names nobody has.
+
+    A name (identifier or proper noun) is known when a lexical candidate contains it or a
+    resolved entity alias holds it. The lexical candidates are the best bm25 matches over
+    every term, and a name is a rare term, so a readable record that carries it ranks among
+    them. Unknown names count only when every query has one: one query about a stranger
+    among paraphrases about known people still has something to find. A bare number is
+    never an unknown name: dates and counts are asked about, not stored as names.
+    """
+    per_query = [terms for terms in (query_terms(query) for query in queries) if terms]
+    if not per_query:
+        return QueryShape()
+    alias_norms = {normalize_alias(alias) for alias in entity_aliases}
+    alias_tokens = {tuple(fts_tokens(alias, reduce_contractions=False)) for alias in entity_aliases}
+    alias_words = {token for tokens in alias_tokens for token in tokens}
+    seen = [_field_tokens(hit.fields) for hit in hits]
+    asks = False
+    unknown: dict[str, None] = {}
+    every_query_unknown = True
+    for terms in per_query:
+        missing = []
+        for term in terms:
+            if not _flagged(term, alias_tokens, alias_norms).is_name:
+                asks = True
+            elif not (term.value.isdigit() or set(term.tokens) <= alias_words
+                      or any(_holds(fields.sequences, fields.words, term.tokens) for fields in seen)):
+                missing.append(term.value)
+        every_query_unknown = every_query_unknown and bool(missing)
+        unknown.update(dict.fromkeys(missing))
+    return QueryShape(asks, tuple(unknown) if every_query_unknown else ())
 
 
 @functools.lru_cache(maxsize=8192)
@@ -222,12 +267,25 @@ def resolve_entity_aliases(
                 ids[survivor.id] = None
         if ids:
             out[alias] = list(ids)
+    out = _longest_mentions(out, explicit)
     if broad_links is not None:
         implicit = [eid for alias, ids in out.items() if alias not in explicit for eid in ids]
         counts = store.link_counts(implicit, broad_links, now) if implicit else {}
         out = {alias: kept for alias, ids in out.items()
                if (kept := [e for e in ids if alias in explicit or counts.get(e, 0) <= broad_links])}
     return out
+
+
+def _longest_mentions(found: dict[str, list[str]], explicit: set[str]) -> dict[str, list[str]]:
+    """Drop a query-text alias inside a longer one that also matched.
+
+    "Acme North 2" in a question also contains the n-gram "acme north", another entity's
+    name; the user named the longer one, so the shorter match is not a mention.
+    """
+    spans = {alias: f" {alias} " for alias in found if alias not in explicit}
+    return {alias: ids for alias, ids in found.items()
+            if alias in explicit or not any(len(other) > len(alias) and spans[alias] in padded
+                                            for other, padded in spans.items())}
 
 
 def entity_candidates(

@@ -22,6 +22,7 @@ from retold.index.vector import VectorIndex
 from retold.models import (
     Candidate,
     Principal,
+    QueryShape,
     Record,
     Scope,
     SearchRequest,
@@ -40,6 +41,7 @@ from retold.retrieve.generators import (
     dense_candidates,
     entity_candidates,
     lexical_candidates,
+    query_shape,
     resolve_entity_aliases,
 )
 from retold.retrieve.rewrite import QueryRewriter, rewrite_stage
@@ -113,6 +115,7 @@ class Retriever:
                                          now=started)
         lexical = lexical_candidates(self.store, queries, eligible, cfg.per_generator_k,
                                      frozenset(aliases))
+        shape = query_shape(queries, lexical, frozenset(aliases))
         timer.mark("lexical")
         entity = entity_candidates(self.store, aliases, eligible, cfg.per_generator_k)
         timer.mark("entity")
@@ -129,13 +132,13 @@ class Retriever:
         floors = floors_for(cfg.gate, request.trigger)
         kinds = {rid: RecordKind(m.type, m.source_kind) for rid, m in meta.items()}
         cross_only = self.config.reranker.enabled and self.config.reranker.mode == "cross_encoder_only"
-        gated = gate(candidates, kinds, _policy_only(floors) if cross_only else floors)
+        gated = gate(candidates, kinds, _policy_only(floors) if cross_only else floors, shape)
         timer.mark("gate")
         kept, deduped_out = collapse_duplicates(gated.kept, self.index, cfg.dedup_cosine)
         # Full records only for the survivors: the earlier stages needed four columns.
         records = {r.id: r for r in self.store.records([c.record_id for c in kept])}
         timer.mark("dedup")
-        kept, rerank = self._rerank(kept, records, queries, kinds, floors, cross_only)
+        kept, rerank = self._rerank(kept, records, queries, kinds, floors, cross_only, shape)
         timer.mark("rerank")
         # A session summary digests records that are searchable on their own: when both
         # match, the records lead and the summary takes what room is left.
@@ -184,9 +187,11 @@ class Retriever:
             "rewritten_queries": _json(rewritten) if rewritten is not None else None,
             "readable_scopes": _json([str(s) for s in scopes]),
             "dense": _json([[rid, rank, round(cos, 6)] for rank, (rid, cos) in enumerate(dense, 1)]),
-            "lexical": _json([[h.record_id, h.rank, h.bm25,
-                               [[t.value, t.is_identifier, t.is_entity_alias] for t in h.match.terms],
-                               h.match.total_terms] for h in lexical]),
+            "lexical": _json({
+                "hits": [[h.record_id, h.rank, h.bm25,
+                          [[t.value, t.is_identifier, t.is_entity_alias, t.is_proper] for t in h.match.terms],
+                          h.match.total_terms, h.match.name_terms] for h in lexical],
+                "asks": shape.asks, "unknown_names": list(shape.unknown_names)}),
             "entity": _json([[rid, rank, eid] for rank, (rid, eid) in enumerate(entity, 1)]),
             "fused": _json(fused_log), "freshness": _json(freshness_log),
             "gated_out": _json(gated.gated_out), "deduped_out": _json(deduped_out),
@@ -237,6 +242,7 @@ class Retriever:
         kinds: dict[str, RecordKind],
         floors: GateFloors,
         cross_only: bool,
+        shape: QueryShape,
     ) -> tuple[list[Candidate], _Rerank]:
         """The optional cross-encoder over the shortlist, with its fallback."""
         rcfg = self.config.reranker
@@ -251,7 +257,7 @@ class Retriever:
             # Fallback serves the RRF order with nothing removed; with the cross-encoder as
             # the only relevance decision, the floors it replaced must run first.
             if cross_only:
-                kept = gate(kept, kinds, floors).kept
+                kept = gate(kept, kinds, floors, shape).kept
             return kept, _Rerank(outcome.status, None, [], outcome.error)
         omitted: list[list[Any]] = [[c.record_id, "outside reranker shortlist", None] for c in rest]
         assert rcfg.floor is not None  # load_config refuses an enabled reranker without one

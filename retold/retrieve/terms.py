@@ -31,6 +31,12 @@ _CONTRACTION = re.compile(r"^(?P<stem>.+?)(?:n't|'s|'m|'re|'ve|'d|'ll|')$", re.I
 _SENTENCE_END = (".", "!", "?")
 _ASCII_TOKEN = re.compile(r"[a-z0-9]+")
 _CLOSERS = "\"')]}>`*\u201d\u00bb"
+# Capitalised, but dates rather than names: "in March" asks about a time, it names nobody.
+_CALENDAR = frozenset((
+    "january", "february", "march", "april", "may", "june", "july", "august", "september",
+    "october", "november", "december",
+    "monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday",
+))
 
 
 def _strip_edges(raw: str) -> str:
@@ -152,7 +158,8 @@ def query_terms(query: str) -> list[QueryTerm]:
     as an identifier). Terms made only of stopwords are dropped too, unless the term is
     an identifier or a proper noun: a capitalised word
     that does not start a sentence, or an all-caps word of two or more letters ("US",
-    "IT"); capitals count for nothing when the whole query is in capitals. A
+    "IT"); capitals count for nothing when the whole query is in capitals, and month and
+    weekday names are dates, not names. A
     contraction never counts as a proper noun, so "I'm", "What's" and "Don't" never
     survive.
     """
@@ -177,7 +184,8 @@ def query_terms(query: str) -> list[QueryTerm]:
         plain = not number and all(token in STOPWORDS or len(token) < 2 for token in tokens)
         # Capitals carry no signal in a shouted query, and a reduced stopword
         # ("Don't" -> "Do") is a contraction, not a name.
-        proper = (capitalised or all_caps) and not shouting and not (reduced and plain)
+        proper = ((capitalised or all_caps) and not shouting and not (reduced and plain)
+                  and value not in _CALENDAR)
         if plain and not (identifier or proper):
             continue
         term = QueryTerm(value, tokens, identifier, proper)

@@ -1,27 +1,42 @@
-"""The retrieval gate on its own: floors, relative floor and the k cut."""
+"""The retrieval gate on its own: what is asked, names, unknown names and the relative floor."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from retold.config import load_config
-from retold.models import Candidate, GeneratorHit, LexicalMatch, LexicalTerm
+from retold.models import Candidate, GeneratorHit, LexicalMatch, LexicalTerm, QueryShape
 from retold.retrieve.gate import RecordKind, floors_for, gate
 
 FLOORS = floors_for(load_config(overrides={"retrieval": {"gate": {
     "dense_floor": {"semantic": 0.45, "episodic": 0.40, "procedural": 0.45, "session_summary": 0.50},
-    "relative_floor": 0.5,
+    "relative_floor": 0.5, "name_only_margin": 0.2, "unknown_name_floor": 0.9,
+    "lexical_min_term_fraction": 0.5, "lexical_min_matched_terms": 2,
 }}}).retrieval.gate, "tool")
 SEMANTIC = RecordKind("semantic", "user_statement")
 EPISODIC = RecordKind("episodic", "agent_inference")
+NAMES_ONLY = QueryShape(asks=False)
 
 
 def dense(rid: str, cosine: float, score: float = 0.016) -> Candidate:
     return Candidate(rid, dense=GeneratorHit(1, cosine), rrf_score=score, score=score, fused_rank=1)
 
 
-def lexical(rid: str, terms: list[tuple[str, bool, bool]], total: int, score: float = 0.016) -> Candidate:
-    match = LexicalMatch(tuple(LexicalTerm(*t) for t in terms), total)
-    return Candidate(rid, lexical=GeneratorHit(1, -3.2), lexical_terms=match, rrf_score=score,
-                     score=score, fused_rank=1)
+def term(value: str, *, name: bool = False) -> LexicalTerm:
+    return LexicalTerm(value, False, False, name)
+
+
+def lexical(rid: str, terms: list[LexicalTerm], total: int, names: int = 0, score: float = 0.016,
+            cosine: float | None = None) -> Candidate:
+    match = LexicalMatch(tuple(terms), total, names)
+    return Candidate(rid, lexical=GeneratorHit(1, -3.2), lexical_terms=match,
+                     dense=GeneratorHit(1, cosine) if cosine is not None else None,
+                     rrf_score=score, score=score, fused_rank=1)
+
+
+def kept(result_candidates: list[Candidate], shape: QueryShape | None = None) -> list[str]:
+    kinds = {c.record_id: SEMANTIC for c in result_candidates}
+    return [c.record_id for c in gate(result_candidates, kinds, FLOORS, shape).kept]
 
 
 def test_dense_floor_is_per_type_and_named_in_the_reason() -> None:
@@ -31,29 +46,68 @@ def test_dense_floor_is_per_type_and_named_in_the_reason() -> None:
     assert rid == "sem" and "dense 0.420 < 0.45 (semantic)" in reason
 
 
-def test_lexical_one_plain_word_is_dropped_an_identifier_or_two_words_pass() -> None:
-    plain = lexical("plain", [("deployment", False, False)], 1)
-    ident = lexical("ident", [("err42", True, False)], 1)
-    two = lexical("two", [("deploy", False, False), ("staging", False, False)], 2)
-    kinds = {"plain": SEMANTIC, "ident": SEMANTIC, "two": SEMANTIC}
-    result = gate([plain, ident, two], kinds, FLOORS)
-    assert {c.record_id for c in result.kept} == {"ident", "two"}
-    assert "1 matched < 2" in dict(result.gated_out)["plain"]
+def test_a_one_word_question_passes_on_that_word() -> None:
+    # "peanuts": one asked term, held by the record.
+    assert kept([lexical("r", [term("peanuts")], 1)]) == ["r"]
 
 
-def test_lexical_only_match_on_an_entity_alias_passes() -> None:
-    alias = lexical("alias", [("atlas", False, True)], 1)
-    assert [c.record_id for c in gate([alias], {"alias": SEMANTIC}, FLOORS).kept] == ["alias"]
+def test_a_shared_generic_word_is_not_enough_when_more_is_asked() -> None:
+    # "deploy staging cluster checklist": one of four asked terms.
+    one = lexical("one", [term("deploy")], 4)
+    two = lexical("two", [term("deploy"), term("staging")], 4)
+    assert kept([one, two]) == ["two"]
+
+
+def test_sharing_only_the_names_of_the_question_does_not_pass_the_lexical_floor() -> None:
+    # "What is Acme North's stock ticker?": the record names Acme North, holds no ticker.
+    named = lexical("named", [term("acme", name=True), term("north", name=True)], 4, names=2)
+    result = gate([named], {"named": SEMANTIC}, FLOORS)
+    assert result.kept == []
+    assert "lexical 0/2 asked terms" in (result.empty_reason or "")
+
+
+def test_a_shared_name_raises_the_dense_floor_by_the_margin() -> None:
+    named = lexical("named", [term("acme", name=True)], 3, names=1, cosine=0.60)
+    paraphrase = lexical("para", [term("acme", name=True)], 3, names=1, cosine=0.70)
+    unnamed = dense("plain", 0.50)
+    result = gate([named, paraphrase, unnamed], dict.fromkeys(("named", "para", "plain"), SEMANTIC), FLOORS)
+    assert [c.record_id for c in result.kept] == ["para", "plain"]
+    assert "< 0.65 (semantic, shares only a name)" in dict(result.gated_out)["named"]
+
+
+def test_an_entity_match_passes_only_a_question_that_only_names_things() -> None:
+    entity = Candidate("e", entity=GeneratorHit(1, 0.0), entity_id="ent_maya", rrf_score=0.01, score=0.01)
+    assert kept([entity], NAMES_ONLY) == ["e"]  # "Who is Maya?"
+    result = gate([entity], {"e": SEMANTIC}, FLOORS, QueryShape(asks=True))
+    assert result.kept == [] and "entity match without what is asked" in (result.empty_reason or "")
+
+
+def test_a_question_of_names_needs_the_names_matched() -> None:
+    # "Acme North 2": the record of Acme North lacks the number.
+    full = lexical("full", [term("acme", name=True), term("north", name=True), term("2", name=True)], 3, 3)
+    prefix = lexical("prefix", [term("acme", name=True)], 3, 3)
+    loose = replace(FLOORS, lexical_min_term_fraction=1.0)
+    kinds = {"full": SEMANTIC, "prefix": SEMANTIC}
+    assert [c.record_id for c in gate([full, prefix], kinds, loose, NAMES_ONLY).kept] == ["full"]
+
+
+def test_an_unknown_name_keeps_only_near_duplicates() -> None:
+    # "Who is the billing contact for Brightwater Labs?" with no Brightwater anywhere.
+    shape = QueryShape(asks=True, unknown_names=("brightwater", "labs"))
+    generic = lexical("generic", [term("billing"), term("contact")], 4, names=2, cosine=0.8)
+    twin = dense("twin", 0.95)
+    result = gate([generic, twin], {"generic": SEMANTIC, "twin": SEMANTIC}, FLOORS, shape)
+    assert [c.record_id for c in result.kept] == ["twin"]
+    assert "names brightwater, labs, which no readable record carries" in dict(result.gated_out)["generic"]
 
 
 def test_relative_floor_drops_a_weak_peer_of_its_channel_group_but_not_an_entity_hit() -> None:
     corroborated = Candidate("both", dense=GeneratorHit(1, 0.8), lexical=GeneratorHit(1, -5.0),
-                             lexical_terms=LexicalMatch((LexicalTerm("a", False, False),
-                                                         LexicalTerm("b", False, False)), 2),
+                             lexical_terms=LexicalMatch((term("a"), term("b")), 2),
                              rrf_score=0.0328, score=0.0328, fused_rank=1)
     strong_single = dense("strong", 0.9, score=0.0164)
     weak_single = dense("weak", 0.5, score=0.0070)  # below 0.5 x 0.0164
-    entity = Candidate("entity", entity=GeneratorHit(1, 0.0), entity_id="ent_x",
+    entity = Candidate("entity", dense=GeneratorHit(3, 0.7), entity=GeneratorHit(1, 0.0), entity_id="ent_x",
                        rrf_score=0.0070, score=0.0070, fused_rank=4)
     kinds = dict.fromkeys(("both", "strong", "weak", "entity"), SEMANTIC)
     result = gate([corroborated, strong_single, weak_single, entity], kinds, FLOORS)
@@ -62,20 +116,22 @@ def test_relative_floor_drops_a_weak_peer_of_its_channel_group_but_not_an_entity
     assert dict(result.gated_out)["weak"].startswith("step 2:")
 
 
-def test_relative_floor_is_a_no_op_for_a_single_survivor() -> None:
-    lone = dense("lone", 0.5, score=0.0001)
-    assert [c.record_id for c in gate([lone], {"lone": SEMANTIC}, FLOORS).kept] == ["lone"]
+def test_relative_floor_zero_keeps_every_survivor() -> None:
+    off = replace(FLOORS, relative_floor=0.0)
+    result = gate([dense("strong", 0.9, score=0.03), dense("weak", 0.5, score=0.001)],
+                  {"strong": SEMANTIC, "weak": SEMANTIC}, off)
+    assert [c.record_id for c in result.kept] == ["strong", "weak"]
 
 
 def test_empty_reason_names_every_missed_floor_of_the_best_candidate() -> None:
     best = Candidate("best", dense=GeneratorHit(1, 0.38), lexical=GeneratorHit(2, -1.0),
-                     lexical_terms=LexicalMatch((LexicalTerm("deploy", False, False),), 4),
+                     lexical_terms=LexicalMatch((term("deploy"),), 4),
                      rrf_score=0.03, score=0.03, fused_rank=1)
     result = gate([best, dense("other", 0.1, score=0.01)], {"best": SEMANTIC, "other": SEMANTIC}, FLOORS)
     assert result.kept == []
     reason = result.empty_reason or ""
     assert "dense 0.380 < 0.45 (semantic)" in reason
-    assert "lexical 1/4 terms < 0.50, 1 matched < 2" in reason
+    assert "lexical 1/4 asked terms < 0.50, 1 matched < 2" in reason
     assert "no entity match" in reason
 
 

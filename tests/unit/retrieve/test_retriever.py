@@ -96,7 +96,7 @@ def test_eligible_lexical_match_survives_many_stronger_ineligible_ones(tmp_path:
     world.embedder.make_similar("ERR_CONN_RESET", text, 0.0)
     outcome = search(world, "ERR_CONN_RESET")
     assert ids(outcome) == [mine]
-    assert len(json.loads(log(world, outcome)["lexical"])) == 1
+    assert len(json.loads(log(world, outcome)["lexical"])["hits"]) == 1
     world.rt.close()
 
 
@@ -118,7 +118,7 @@ def test_a_session_summary_never_ranks_above_a_matching_record(world: World) -> 
 
 def test_gate_returns_nothing_with_a_reason_when_no_candidate_passes(world: World) -> None:
     fact(world, CONCISE, "explanation_style")
-    outcome = search(world, "weather forecast in Lisbon tomorrow")
+    outcome = search(world, "weather forecast for tomorrow afternoon")
     assert outcome.response.results == []
     reason = outcome.response.empty_reason or ""
     assert "dense" in reason and "(semantic)" in reason and "no entity match" in reason
@@ -235,7 +235,7 @@ def test_explanations_match_the_logged_generator_ranks_and_scores(world: World) 
     outcome = search(world, "concise explanations", "release notes Friday")
     row = log(world, outcome)
     dense = {rid: (rank, cos) for rid, rank, cos in json.loads(row["dense"])}
-    lexical = {r[0]: (r[1], r[2]) for r in json.loads(row["lexical"])}
+    lexical = {r[0]: (r[1], r[2]) for r in json.loads(row["lexical"])["hits"]}
     assert outcome.response.results
     for result in outcome.response.results:
         ex = result.explanation
@@ -280,7 +280,11 @@ def test_replaying_a_logged_search_reproduces_the_gate(world: World) -> None:
 
     impossible = replace(strict, dense_floor=DenseFloors(1.0, 1.0, 1.0, 1.0),
                          lexical_min_term_fraction=1.0, lexical_min_matched_terms=99)
-    assert replay_gate(row, impossible).kept == []
+    # Only a record holding every asked term of a query survives these floors.
+    survivors = replay_gate(row, impossible).kept
+    assert survivors and all(c.lexical_terms is not None
+                             and c.lexical_terms.asked_matched == c.lexical_terms.asked_terms
+                             for c in survivors)
 
 
 def test_authority_counterpart_that_outranks_its_conflict_survives_k1(world: World) -> None:

@@ -1,0 +1,426 @@
+"""Retrieval quality on the labelled conversational set, against a hybrid baseline.
+
+Loads benchmarks/data/conversations.json (built by ``benchmarks.conversations``): each
+conversation becomes one user's memory, written through the real write path in session
+order (so later billing contacts and plans supersede earlier ones) with the configured
+embedder (MiniLM on ONNX by default) and the exact judge. Every question is then asked
+through the real retriever with the shipped defaults, k = 10.
+
+The baseline runs in the same process on the same vectors: dense cosine over every fact
+the conversation ever stated (superseded ones included, as a plain index keeps them),
+BM25 from an SQLite FTS5 table with the porter stemmer, and their reciprocal rank fusion
+(k = 60, top 30 of each). Dense-only and BM25-only figures come from the same lists.
+
+Reported per question kind and per half (even conversations = half A, odd = half B, so a
+floor tuned on A is checked on B): R@1/5/10 (share of the expected records found in the
+top k, averaged), abstention (unanswerable questions that return nothing), right-at-1 on
+each unanswerable question's answerable twin, current value at rank 1 and stale results on
+questions about facts that changed, results and tokens per search.
+
+Run: ``.venv/bin/python -m benchmarks.retrieval_bench [--conversations N] [--dump PATH]``;
+``--dump`` also writes every logged search row with its question, for offline gate sweeps
+(``benchmarks.calibrate_gate --conversational PATH``). Writes
+benchmarks/results/retrieval.json and retrieval.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from benchmarks.report import machine, pin_threads, write_report  # noqa: E402
+
+pin_threads()
+
+import numpy as np  # noqa: E402
+
+from retold import build_runtime, load_config  # noqa: E402
+from retold.ingest.equivalence import ExactJudge  # noqa: E402
+from retold.ingest.ingestor import WriteRequest  # noqa: E402
+from retold.models import EntityMention, Principal, Scope, SearchRequest  # noqa: E402
+from retold.retrieve.budget import record_tokens  # noqa: E402
+from retold.retrieve.gate import floors_for  # noqa: E402
+from retold.retrieve.stopwords import STOPWORDS  # noqa: E402
+
+DATA = Path(__file__).resolve().parent / "data" / "conversations.json"
+AGENT = "bench-agent"
+K = 10
+PER_LIST = 30
+RRF_K = 60
+ANSWERABLE_KINDS = (
+    "single_hop",
+    "multi_hop",
+    "temporal",
+    "open_domain",
+    "wrong_speaker",
+    "one_word",
+    "two_word",
+    "identifier",
+    "numbered_name",
+    "update",
+)
+UNANSWERABLE_KINDS = (
+    "unanswerable_person",
+    "unanswerable_account",
+    "unanswerable_project",
+    "unanswerable_attribute",
+)
+SYSTEMS = ("retold", "rrf", "dense", "bm25")
+
+
+@dataclass
+class Outcome:
+    """One question's ranked answer from one system (record keys, best first)."""
+
+    keys: list[str]
+    tokens: int = 0
+
+
+@dataclass
+class Question:
+    conv: int
+    key: str
+    kind: str
+    text: str
+    expected: list[str]
+    twin: str | None
+    current: str | None
+    stale: list[str]
+    numbered: bool
+    outcomes: dict[str, Outcome] = field(default_factory=dict)
+    search_id: str | None = None
+
+
+def _parse_date(value: str) -> datetime:
+    return datetime.fromisoformat(value).replace(hour=12, tzinfo=UTC)
+
+
+def load_conversation(rt: Any, conv: dict[str, Any]) -> dict[str, str]:
+    """Write one conversation's records in session order; return record id -> key."""
+    user = conv["user"]
+    rt.host.grant(AGENT, Scope("user", user), read=True, write=True)
+    rt.host.provision_user(user, aliases=[conv["speakers"][0]])
+    principal = Principal(AGENT, user, None, None)
+    ids: dict[str, str] = {}
+    for rec in sorted(conv["records"], key=lambda r: (r["session"], r["key"])):
+        mentions = [EntityMention(kind, name, "mentions") for kind, name in rec["mentions"]]
+        mentions.insert(0, EntityMention(rec["about"][0], rec["about"][1], "about"))
+        result = rt.ingestor.write(
+            principal,
+            WriteRequest(
+                type=rec["type"],
+                content=rec["content"],
+                attribute=rec["attribute"],
+                target=Scope("user", user),
+                source_kind="system",
+                event_at=_parse_date(rec["date"]),
+                entities=tuple(mentions),
+            ),
+            origin="host",
+        )
+        if not result.ok or result.record_id is None:
+            raise SystemExit(f"{rec['key']}: {result.outcome} {result.note}")
+        ids[result.record_id] = rec["key"]
+    return ids
+
+
+class Baseline:
+    """Dense + BM25 (porter) + RRF over one conversation's facts, all of them."""
+
+    def __init__(self, embedder: Any, records: Sequence[dict[str, Any]]) -> None:
+        self.keys = [r["key"] for r in records]
+        self.vectors = np.asarray(embedder.embed_documents([r["content"] for r in records]))
+        self.embedder = embedder
+        self.db = sqlite3.connect(":memory:")
+        self.db.execute("CREATE VIRTUAL TABLE f USING fts5(body, tokenize='porter unicode61')")
+        self.db.executemany(
+            "INSERT INTO f(rowid, body) VALUES (?, ?)",
+            [(i, r["content"]) for i, r in enumerate(records)],
+        )
+
+    def dense(self, text: str) -> list[str]:
+        q = np.asarray(self.embedder.embed_queries([text]))[0]
+        order = np.argsort(-(self.vectors @ q))[:PER_LIST]
+        return [self.keys[i] for i in order]
+
+    def bm25(self, text: str) -> list[str]:
+        words = [
+            w
+            for w in "".join(ch.lower() if ch.isalnum() else " " for ch in text).split()
+            if w not in STOPWORDS
+        ]
+        if not words:
+            return []
+        match = " OR ".join(f'"{w}"' for w in dict.fromkeys(words))
+        rows = self.db.execute(
+            "SELECT rowid FROM f WHERE f MATCH ? ORDER BY bm25(f) LIMIT ?", (match, PER_LIST)
+        ).fetchall()
+        return [self.keys[row[0]] for row in rows]
+
+    def answer(self, text: str) -> dict[str, list[str]]:
+        dense, bm25 = self.dense(text), self.bm25(text)
+        score: dict[str, float] = defaultdict(float)
+        for ranking in (dense, bm25):
+            for rank, key in enumerate(ranking, 1):
+                score[key] += 1.0 / (RRF_K + rank)
+        rrf = sorted(score, key=lambda key: -score[key])
+        return {"dense": dense, "bm25": bm25, "rrf": rrf}
+
+
+def recall_at(outcome: Outcome, expected: Iterable[str], k: int) -> float:
+    wanted = set(expected)
+    return len(wanted & set(outcome.keys[:k])) / len(wanted)
+
+
+def _mean(values: list[float]) -> float | None:
+    return round(float(np.mean(values)), 4) if values else None
+
+
+def score(questions: list[Question], system: str) -> dict[str, Any]:
+    """Every figure of one system over a set of questions."""
+    by_key = {q.key: q for q in questions}
+    out: dict[str, Any] = {"kinds": {}}
+    answerable = [q for q in questions if q.expected]
+    for kind in ANSWERABLE_KINDS:
+        qs = [q for q in answerable if q.kind == kind]
+        if qs:
+            out["kinds"][kind] = {
+                f"r@{k}": _mean([recall_at(q.outcomes[system], q.expected, k) for q in qs])
+                for k in (1, 5, 10)
+            } | {"n": len(qs)}
+    out["answerable"] = {
+        f"r@{k}": _mean([recall_at(q.outcomes[system], q.expected, k) for q in answerable])
+        for k in (1, 5, 10)
+    } | {"n": len(answerable)}
+    unanswerable = [q for q in questions if not q.expected]
+    abstain: dict[str, Any] = {}
+    for kind in UNANSWERABLE_KINDS:
+        qs = [q for q in unanswerable if q.kind == kind]
+        if qs:
+            abstain[kind] = {
+                "abstained": _mean([float(not q.outcomes[system].keys) for q in qs]),
+                "n": len(qs),
+            }
+    abstain["all"] = {
+        "abstained": _mean([float(not q.outcomes[system].keys) for q in unanswerable]),
+        "n": len(unanswerable),
+    }
+    twins = [by_key[q.twin] for q in unanswerable if q.twin in by_key]
+    abstain["twin_right_at_1"] = _mean(
+        [
+            float(bool(t.outcomes[system].keys) and t.outcomes[system].keys[0] in t.expected)
+            for t in twins
+        ]
+    )
+    abstain["twin_answered"] = _mean([float(bool(t.outcomes[system].keys)) for t in twins])
+    out["abstention"] = abstain
+    changed = [q for q in questions if q.current is not None and q.stale]
+    for label, qs in (
+        ("all", changed),
+        ("numbered", [q for q in changed if q.numbered]),
+        ("plain", [q for q in changed if not q.numbered]),
+    ):
+        out.setdefault("current", {})[label] = {
+            "current_at_1": _mean(
+                [
+                    float(bool(q.outcomes[system].keys) and q.outcomes[system].keys[0] == q.current)
+                    for q in qs
+                ]
+            ),
+            "stale_returned": _mean(
+                [float(bool(set(q.stale) & set(q.outcomes[system].keys))) for q in qs]
+            ),
+            "n": len(qs),
+        }
+    out["results_per_search"] = _mean([float(len(q.outcomes[system].keys)) for q in questions])
+    out["tokens_per_search"] = _mean([float(q.outcomes[system].tokens) for q in questions])
+    return out
+
+
+def run(
+    conversations: list[dict[str, Any]], store_path: Path
+) -> tuple[list[Question], dict[str, Any], Any]:
+    config = load_config(
+        overrides={"store": {"path": str(store_path)}, "embedding": {"torch_threads": 1}}
+    )
+    rt = build_runtime(config, judge=ExactJudge())
+    questions: list[Question] = []
+    all_ids: dict[str, str] = {}
+    for index, conv in enumerate(conversations):
+        started = time.perf_counter()
+        ids = load_conversation(rt, conv)
+        all_ids.update(ids)
+        baseline = Baseline(rt.embedder, conv["records"])
+        by_key = {r["key"]: r for r in conv["records"]}
+        principal = Principal(AGENT, conv["user"], None, None)
+        orgs = {name for name in conv["orgs"] if name.split()[-1].isdigit()}
+        for raw in conv["questions"]:
+            q = Question(
+                index,
+                raw["key"],
+                raw["kind"],
+                raw["text"],
+                raw["expected"],
+                raw.get("twin"),
+                raw.get("current"),
+                raw.get("stale", []),
+                any(name in raw["text"] for name in orgs),
+            )
+            outcome = rt.retriever.search(principal, SearchRequest(queries=[q.text], k=K))
+            results = outcome.response.results
+            q.outcomes["retold"] = Outcome(
+                [ids.get(r.record.id, r.record.id) for r in results],
+                sum(record_tokens(r.record) for r in results),
+            )
+            q.search_id = outcome.response.search_id
+            for name, keys in baseline.answer(q.text).items():
+                top = keys[:K]
+                q.outcomes[name] = Outcome(
+                    top, sum(len(by_key[k]["content"]) // 4 + 30 for k in top)
+                )
+            questions.append(q)
+        print(
+            f"conversation {index}: {len(conv['records'])} records, {len(conv['questions'])} questions, "
+            f"{time.perf_counter() - started:.1f} s",
+            flush=True,
+        )
+    rt.flush_search_log()
+    rows = {row["id"]: row for row in rt.store.search_log_rows()}
+    logged = {
+        "keys": all_ids,
+        "searches": [
+            {
+                "question": q.key,
+                "kind": q.kind,
+                "half": "AB"[q.conv % 2],
+                "expected": q.expected,
+                "twin": q.twin,
+                "current": q.current,
+                "stale": q.stale,
+                "row": rows.get(q.search_id or ""),
+            }
+            for q in questions
+        ],
+    }
+    return questions, logged, rt
+
+
+def _fmt(value: Any) -> str:
+    return "-" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def table(report: dict[str, Any]) -> list[list[str]]:
+    rows = [["half", "kind", "n", *[f"{s} R@1/5/10" for s in SYSTEMS]]]
+    for half in ("A", "B", "all"):
+        part = report["halves"][half]
+        kinds = [*part["retold"]["kinds"], "answerable"]
+        for kind in kinds:
+            cells = []
+            for system in SYSTEMS:
+                figs = (
+                    part[system]["kinds"].get(kind)
+                    if kind != "answerable"
+                    else part[system]["answerable"]
+                )
+                cells.append("/".join(_fmt(figs[f"r@{k}"]) for k in (1, 5, 10)) if figs else "-")
+            n = (part["retold"]["kinds"].get(kind) or part["retold"]["answerable"])["n"]
+            rows.append([half, kind, str(n), *cells])
+        ab = part["retold"]["abstention"]
+        for kind, figs in ab.items():
+            if isinstance(figs, dict):
+                rows.append(
+                    [half, f"abstain: {kind}", str(figs["n"]), _fmt(figs["abstained"]), "", "", ""]
+                )
+        rows.append(
+            [
+                half,
+                "twin right-at-1 / answered",
+                "",
+                f"{_fmt(ab['twin_right_at_1'])} / {_fmt(ab['twin_answered'])}",
+                "",
+                "",
+                "",
+            ]
+        )
+        for label, figs in part["retold"]["current"].items():
+            base = part["rrf"]["current"][label]
+            rows.append(
+                [
+                    half,
+                    f"current@1 / stale: {label}",
+                    str(figs["n"]),
+                    f"{_fmt(figs['current_at_1'])} / {_fmt(figs['stale_returned'])}",
+                    f"{_fmt(base['current_at_1'])} / {_fmt(base['stale_returned'])}",
+                    "",
+                    "",
+                ]
+            )
+        rows.append(
+            [
+                half,
+                "results / tokens per search",
+                "",
+                *[
+                    f"{_fmt(part[s]['results_per_search'])} / {_fmt(part[s]['tokens_per_search'])}"
+                    for s in SYSTEMS
+                ],
+            ]
+        )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--conversations", type=int, default=None, help="only the first N")
+    parser.add_argument("--dump", type=Path, default=None, help="write logged rows here (JSON)")
+    parser.add_argument("--no-report", action="store_true", help="do not write benchmarks/results")
+    args = parser.parse_args()
+    data = json.loads(DATA.read_text())
+    conversations = data["conversations"][: args.conversations]
+    with tempfile.TemporaryDirectory() as tmp:
+        questions, logged, rt = run(conversations, Path(tmp) / "memory.sqlite")
+        halves = {
+            "A": [q for q in questions if q.conv % 2 == 0],
+            "B": [q for q in questions if q.conv % 2],
+            "all": questions,
+        }
+        report = {
+            "machine": machine(),
+            "k": K,
+            "records": sum(len(c["records"]) for c in conversations),
+            "questions": len(questions),
+            "conversations": len(conversations),
+            "embedding": {"model": rt.embedder.name, "version": rt.embedder.version},
+            "gate": floors_for(rt.config.retrieval.gate, "tool").as_dict(),
+            "halves": {h: {s: score(qs, s) for s in SYSTEMS} for h, qs in halves.items()},
+        }
+        rt.close()
+    if args.dump is not None:
+        args.dump.write_text(json.dumps(logged))
+    for row in table(report):
+        print(" | ".join(row))
+    if not args.no_report:
+        write_report(
+            "retrieval",
+            report,
+            table(report),
+            notes=f"{report['records']} records, {report['questions']} questions, "
+            f"{report['conversations']} conversations; k = {K}. Baselines: dense "
+            "cosine, BM25 (porter), RRF of both, over every stated fact.",
+        )
+
+
+if __name__ == "__main__":
+    main()
