@@ -20,7 +20,7 @@ from kombu.entity import Queue
 from retold.config import Config
 
 __all__ = [
-    "EXTRACTION_TASKS", "PUBLISH_RETRY_POLICY", "PUBLISH_SOCKET_TIMEOUT_SECONDS", "Role",
+    "EXTRACTION_TASKS", "PUBLISH_SOCKET_TIMEOUT_SECONDS", "Role",
     "VISIBILITY_TIMEOUT_SECONDS", "WORKER_SOCKET_TIMEOUT_SECONDS", "broker_url", "celery_app",
 ]
 
@@ -33,16 +33,11 @@ VISIBILITY_TIMEOUT_SECONDS = 2 * 3600
 """Redis redelivers an unacknowledged (late-ack) message only after this long, so it must
 exceed the longest task: an extraction is bounded by its claim timeout (30 min default)."""
 
-PUBLISH_SOCKET_TIMEOUT_SECONDS = 0.5
-"""A publisher's wait for one connect or one reply. A hung broker costs at most three of
-them (the publish, the reconnect's check, the retried publish): 1.5 s, inside the two
-seconds an agent may spend."""
-
-PUBLISH_RETRY_POLICY: dict[str, Any] = {
-    "max_retries": 1, "interval_start": 0, "interval_step": 0.1, "interval_max": 0.1,
-}
-"""One quick retry, so a pooled connection the broker closed meanwhile is replaced
-rather than reported as an outage."""
+PUBLISH_SOCKET_TIMEOUT_SECONDS = 0.75
+"""A publisher's wait for one connect or one reply. A publish is not retried (redis-py
+already replaces a pooled connection the broker closed, and a retry would only double
+the wait on a hung broker), so a hung broker costs one such wait, leaving room inside the
+two seconds an agent may spend for a process's first publish to import Celery."""
 
 WORKER_SOCKET_TIMEOUT_SECONDS = 10.0
 """A worker's wait for one Redis reply: long enough for a busy broker, short enough that
@@ -72,20 +67,22 @@ def _is_redis(url: str) -> bool:
 
 def _transport_options(url: str, role: Role) -> dict[str, Any]:
     publisher = role == "publisher"
+    # kombu otherwise retries a refused connection for a while before a publish even starts.
+    options: dict[str, Any] = {"max_retries": 0} if publisher else {}
     if _is_redis(url):
         timeout = PUBLISH_SOCKET_TIMEOUT_SECONDS if publisher else WORKER_SOCKET_TIMEOUT_SECONDS
-        return {
+        options.update({
             "visibility_timeout": VISIBILITY_TIMEOUT_SECONDS,
             # kombu sets no socket timeout by default: a broker that stops answering
             # without closing the connection would hold every caller for as long as it hangs.
             "socket_timeout": timeout,
             "socket_connect_timeout": PUBLISH_SOCKET_TIMEOUT_SECONDS if publisher else 1.0,
-        }
-    if url.startswith("sqla+") and publisher:
-        # The SQLAlchemy transport hands its options to create_engine; sqlite3 would
+        })
+    elif url.startswith("sqla+") and publisher:
+        # The SQLAlchemy transport hands its other options to create_engine; sqlite3 would
         # otherwise wait five seconds for a lock a worker holds.
-        return {"connect_args": {"timeout": EMBEDDED_PUBLISH_BUSY_SECONDS}}
-    return {}
+        options["connect_args"] = {"timeout": EMBEDDED_PUBLISH_BUSY_SECONDS}
+    return options
 
 
 def celery_app(config: Config, role: Role = "worker") -> Celery:

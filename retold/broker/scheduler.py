@@ -56,11 +56,8 @@ class CeleryScheduler:
             return self._app
 
     def schedule(self, session_id: str) -> None:
-        """Publish one session id; raises the broker's error when it cannot."""
-        from retold.broker.celery_app import PUBLISH_RETRY_POLICY
-
-        self.app.send_task("retold.extract_session", args=[session_id], queue=self.queue,
-                           retry=True, retry_policy=PUBLISH_RETRY_POLICY)
+        """Publish one session id, once; raises the broker's error when it cannot."""
+        self.app.send_task("retold.extract_session", args=[session_id], queue=self.queue, retry=False)
 
     def close(self) -> None:
         """Release the broker connections of an app this scheduler built; safe to call twice."""
