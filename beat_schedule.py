@@ -6,6 +6,8 @@ only make sense with one kind of broker, ``"brokers"``. The Celery app
 
 - ``recover`` re-enqueues ended sessions that were never extracted or whose claim expired
   (SQLite, not the broker, knows what is pending), so a lost message costs at most a minute.
+- ``end_idle_sessions`` ends sessions idle past ``ingestion.session_idle_timeout_minutes``
+  and schedules their extraction, for frameworks that never signal a session's end.
 - ``temporal_review`` flags records whose ``review_at`` arrived.
 - ``expire`` and ``retain`` are the lifecycle sweeps: records past their expiry, and
   transcripts of extracted sessions older than ``sessions.retain_days``.
@@ -27,6 +29,7 @@ EMBEDDED = "embedded"
 
 SCHEDULE: dict[str, dict[str, Any]] = {
     "recover": {"task": "retold.recover", "seconds": 60},
+    "end_idle_sessions": {"task": "retold.end_idle_sessions", "seconds": 60},
     "temporal_review": {"task": "retold.temporal_review", "seconds": 600},
     "expire": {"task": "retold.expire", "seconds": 3600},
     "retain": {"task": "retold.retain", "seconds": 86400},

@@ -57,8 +57,6 @@ from retold import build_runtime, load_config  # noqa: E402
 from retold.models import Principal, Scope  # noqa: E402
 from retold.runtime import Runtime  # noqa: E402
 from retold.testing.anthropic_stub import AnthropicStub, Behaviour, tool_use  # noqa: E402
-from workers.app import create_app  # noqa: E402
-from workers.scheduler import CeleryScheduler  # noqa: E402
 
 AGENT, USER = "bench-agent", "aditya"
 TURNS, CANDIDATES = 20, 5
@@ -183,8 +181,9 @@ def run_config(tmp: Path, stub: LatencyStub, broker: str, latency_ms: int, proce
     config = load_config(config_path, overrides=overrides)
     stub.latency_s = latency_ms / 1000
     requests_before = len(stub.requests)
-    rt = build_runtime(config, scheduler=CeleryScheduler(create_app(config), config.queue.extraction_queue),
-                       environ={})  # this process never extracts
+    # queue.scheduler's default publishes to the broker the worker reads; no key, so this
+    # process never extracts
+    rt = build_runtime(config, environ={})
     rt.host.grant(AGENT, Scope("user", USER), read=True, write=True)
     rt.host.provision_user(USER, aliases=["Aditya"])
     made = Sessions(rt, stub, name.replace("-", "").replace("ms", "m"))

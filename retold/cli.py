@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sqlite3
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from retold.config import Config, load_config
+from retold.config import Config
+from retold.config_env import load_config_from_environment
 from retold.errors import RetoldError
 from retold.models import Scope
 from retold.util import to_plain
@@ -53,17 +55,21 @@ class _Refused(Exception):
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--store", help="SQLite store file (default: store.path from config)")
-    parser.add_argument("--config", help="config YAML (defaults apply without one)")
+    parser.add_argument("--store", help="SQLite store file (default: $RETOLD_STORE, else store.path "
+                        "from the config)")
+    parser.add_argument("--config", help="config YAML (default: $RETOLD_CONFIG; defaults apply without "
+                        "either)")
     parser.add_argument("--as", dest="actor", default=None,
                         help="operator identity recorded on audit events (default: admin)")
 
 
 def _config(args: argparse.Namespace) -> Config:
+    """The config as workers and agents find it (the file, then RETOLD_* variables), with
+    this command's flags on top."""
     overrides: dict[str, Any] = {}
     if args.store:
         overrides["store"] = {"path": args.store}
-    return load_config(args.config, overrides=overrides)
+    return load_config_from_environment(os.environ, args.config, overrides)
 
 
 def _actor(args: argparse.Namespace, default: str = "admin") -> str:

@@ -45,6 +45,7 @@ __all__ = [
     "RerankerConfig",
     "RetrievalConfig",
     "RewriteConfig",
+    "SchedulerMode",
     "SearchLogConfig",
     "SessionsConfig",
     "SourceRanks",
@@ -60,6 +61,7 @@ RerankMode = Literal["rrf_cross_encoder", "cross_encoder_only"]
 RerankOnFailure = Literal["fallback", "fail"]
 TriggerMode = Literal["tool_only", "auto", "hybrid"]
 LogWrites = Literal["background", "inline"]
+SchedulerMode = Literal["celery", "in_process"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,6 +297,9 @@ class QueueConfig:
     stays the truth); with no URL an embedded file broker needs no server."""
 
     broker_url: str | None = None  # None = embedded file broker next to the store
+    # celery = publish each ended session to the broker above for a worker; in_process =
+    # extract it in the agent's own process when it ends (tests, notebooks)
+    scheduler: SchedulerMode = "celery"
     extraction_queue: str = "extraction"
     maintenance_queue: str = "maintenance"
     result_backend: str | None = None  # None = no Celery result backend
@@ -371,6 +376,9 @@ def _from_layers(layers: list[Mapping[str, Any]]) -> Config:
     # A null floor means "not calibrated", so an enabled reranker needs a real one.
     if built.reranker.enabled and built.reranker.floor is None:
         raise ConfigError("reranker.floor: must be set when reranker.enabled is true")
+    # A worker is another process, and no other process can open an in-memory store.
+    if built.queue.scheduler == "celery" and built.store.path == ":memory:":
+        raise ConfigError("queue.scheduler: a worker cannot open a :memory: store; set it to in_process")
     token_errors = _mcp_token_errors(built.mcp)
     if token_errors:
         raise ConfigError("; ".join(token_errors))

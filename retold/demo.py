@@ -28,10 +28,10 @@ from typing import Any
 
 import yaml
 
-from retold.config import Config, load_config
+from retold.config import load_config
 from retold.ingest.extractor import ReplayExtractor
 from retold.ingest.reviewer import TableReviewer
-from retold.ingest.session import ExtractionScheduler
+from retold.ingest.session import InProcessScheduler
 from retold.models import Principal, Scope
 from retold.runtime import Runtime, build_runtime
 
@@ -99,7 +99,9 @@ def run_demo(store_dir: Path, say: Callable[[str], None] = print, *, use_worker:
     hosted = bool(env.get(API_KEY_ENV))
     recordings = _copy_recordings(store_dir)
     worker = use_worker and _worker_supported()
-    scheduler = _celery_scheduler(config) if worker else None
+    # With a worker, the config's own scheduler publishes to the worker's broker; without
+    # one the story extracts each session itself, so ending one only records it.
+    scheduler = None if worker else InProcessScheduler()
     result = DemoResult(store_path, "worker" if worker else "in-process",
                         "hosted" if hosted else "replayed")
     say(f"retold demo: fresh store in {store_dir}")
@@ -158,27 +160,18 @@ def _copy_recordings(store_dir: Path) -> list[Path]:
 
 
 def _worker_supported() -> bool:
-    """True when the ``workers`` package has the scheduler, the app factory and the replay
-    switch this demo drives (it is built separately and may not be there yet)."""
+    """True when the ``workers`` package has the app factory and the replay switch this
+    demo drives (it is built separately and may not be there yet)."""
     try:
         spec = importlib.util.find_spec("workers.runtime")
-        if spec is None or spec.origin is None or importlib.util.find_spec("workers.scheduler") is None:
+        if spec is None or spec.origin is None:
             return False
         if "RETOLD_REPLAY_EXTRACTION" not in Path(spec.origin).read_text("utf-8"):
             return False
         from workers.app import create_app  # noqa: F401
-        from workers.scheduler import CeleryScheduler  # noqa: F401
     except Exception:  # an unfinished workers package means: run in-process
         return False
     return importlib.util.find_spec("celery") is not None
-
-
-def _celery_scheduler(config: Config) -> ExtractionScheduler:
-    from workers.app import create_app
-    from workers.scheduler import CeleryScheduler
-
-    scheduler: ExtractionScheduler = CeleryScheduler(create_app(config), config.queue.extraction_queue)
-    return scheduler
 
 
 def _extract_in_process(rt: Runtime, principal: Principal, recording: Path | None) -> str:

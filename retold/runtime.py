@@ -18,7 +18,9 @@ from functools import cached_property
 from pathlib import Path
 
 from retold.adapters.base import MemorySession, new_session_id
-from retold.config import Config, load_config
+from retold.broker.scheduler import CeleryScheduler, scheduler_from_config
+from retold.config import Config
+from retold.config_env import load_config_from_environment
 from retold.errors import EmbeddingMismatchError
 from retold.host import MemoryHost
 from retold.hosted import CompletionClient, HostedError, client_from_config
@@ -31,7 +33,7 @@ from retold.ingest.extractor import Extractor, StructuredLLMExtractor
 from retold.ingest.ingestor import Ingestor
 from retold.ingest.reviewer import CandidateReviewer, StructuredLLMReviewer
 from retold.ingest.revision import Reviser
-from retold.ingest.session import ExtractionScheduler, InProcessScheduler, SessionHooks
+from retold.ingest.session import ExtractionScheduler, SessionHooks
 from retold.models import Principal
 from retold.operations import Operations
 from retold.policy.lifecycle import Lifecycle
@@ -72,7 +74,12 @@ class Runtime:
         self.index = VectorIndex(embedder.name, embedder.version, embedder.dims)
         self.lifecycle = Lifecycle(config.policy, config.ingestion)
         self.host = MemoryHost(store, clock)
-        self.scheduler: ExtractionScheduler = scheduler or InProcessScheduler()
+        # The scheduler queue.scheduler names, unless one is injected; the runtime closes
+        # only one it built.
+        self._built_scheduler: ExtractionScheduler | None = None
+        if scheduler is None:
+            scheduler = self._built_scheduler = scheduler_from_config(config, self._extract_now)
+        self.scheduler: ExtractionScheduler = scheduler
         # Its thread starts with the first search, so building a runtime starts none.
         self.search_log = SearchLogWriter(store, config.retrieval.search_log)
         self.hooks = SessionHooks(
@@ -181,6 +188,10 @@ class Runtime:
         input; ``rt.tools.schemas(principal)`` gives the per-session schemas."""
         return ToolHandlers(self)
 
+    def _extract_now(self, session_id: str) -> None:
+        """``queue.scheduler: in_process``: extract an ended session in this process."""
+        self.extraction.run(session_id)
+
     def refresh_index(self) -> RefreshOutcome:
         """Bring this process's vector index up to the store's records_version."""
         return self.index.refresh(self.store, self.config.embedding.incremental_reload_max)
@@ -192,12 +203,14 @@ class Runtime:
         return self.search_log.flush(timeout_seconds)
 
     def close(self) -> None:
-        """Write the queued search-log rows (a bounded wait), then close the store; safe to
-        call twice."""
+        """Write the queued search-log rows (a bounded wait), release the broker
+        connections of the scheduler it built, then close the store; safe to call twice."""
         if not self._closed:
             self._closed = True
             try:
                 self.search_log.close()
+                if isinstance(self._built_scheduler, CeleryScheduler):
+                    self._built_scheduler.close()
             finally:
                 self.store.close()
 
@@ -225,17 +238,25 @@ def build_runtime(
 ) -> Runtime:
     """Open (and migrate) the configured store and wire every part.
 
+    Without ``config`` it is loaded as every Retold process loads it: the file named by
+    ``RETOLD_CONFIG``, then the ``RETOLD_STORE`` and ``RETOLD_BROKER_URL`` overrides
+    (:func:`retold.config_env.load_config_from_environment`). ``queue.scheduler`` picks
+    where ended sessions go: a worker over the configured broker (``celery``) or this
+    process (``in_process``).
+
     ``embedder``, ``judge``, ``scheduler``, ``rewriter``, ``reranker``, ``extractor`` and
     ``reviewer`` replace the configured ones (tests pass fakes); ``clock`` replaces the
-    wall clock. ``environ`` is where hosted API keys are looked up: the process environment
-    by default, read here in the composition root and nowhere else.
+    wall clock. ``environ`` is where the config variables and hosted API keys are looked
+    up: the process environment by default, read here in the composition root and nowhere
+    else.
 
     A store whose recorded embedding family differs from the embedder's raises
     :class:`~retold.errors.EmbeddingMismatchError`: its vectors would never reach the index
     and dense search would find nothing. ``allow_embedding_mismatch`` is for the commands
     that repair or replace the store (``migrate``, ``reembed``, ``snapshot load``).
     """
-    config = config or load_config()
+    env: Mapping[str, str] = os.environ if environ is None else environ
+    config = config or load_config_from_environment(env)
     clock = clock or SystemClock()
     path = Path(config.store.path)
     if str(path) != ":memory:":
@@ -256,7 +277,7 @@ def build_runtime(
         raise
     return Runtime(config, store, chosen, clock, judge=judge, scheduler=scheduler,
                    rewriter=rewriter, reranker=reranker, extractor=extractor, reviewer=reviewer,
-                   environ=os.environ if environ is None else environ)
+                   environ=env)
 
 
 def _check_family(store: Store, embedder: Embedder) -> None:

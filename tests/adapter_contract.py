@@ -27,7 +27,7 @@ from retold.adapters.base import MemorySession
 from retold.config import load_config
 from retold.models import Scope
 from retold.runtime import Runtime, build_runtime
-from retold.testing import T0, TEST_GATE, FakeEmbedder, FakeJudge, ManualClock
+from retold.testing import T0, TEST_GATE, FakeEmbedder, FakeJudge, InProcessScheduler, ManualClock
 
 __all__ = [
     "AGENT_ID",
@@ -135,8 +135,9 @@ def contract_runtime(tmp_path: Path, mode: str = "tool_only", **trigger: Any) ->
         "embedding": {"model": "fake"},
         "retrieval": {"gate": TEST_GATE, "trigger": {"mode": mode, **trigger}},
     })
+    # Ended sessions are recorded, not published: the contract is about the adapter.
     rt = build_runtime(config, clock=ManualClock(T0), embedder=FakeEmbedder(), judge=FakeJudge(),
-                       environ={})
+                       scheduler=InProcessScheduler(), environ={})
     rt.host.grant(AGENT_ID, Scope("user", USER_ID), read=True, write=True)
     rt.host.provision_user(USER_ID, aliases=["Aditya"])
     return rt

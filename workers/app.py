@@ -1,13 +1,14 @@
-"""The Celery application, built from ``config.queue``: one code path for the embedded file
-broker (no server, the default) and Redis.
+"""The worker side's Celery application: :func:`retold.broker.celery_app.celery_app` for the
+config every Retold process loads, plus the beat schedule and Flower's auth.
 
 Worker, beat and Flower processes are started by the Celery command line, which offers
-no other way to pass settings, so this entry point (and only it, plus
-:mod:`workers.runtime` for the replay switch; the library never reads the environment)
-takes:
+no other way to pass settings, so they find their config the way an agent's
+``build_runtime()`` and the ``retold`` command do
+(:func:`retold.config_env.load_config_from_environment`): ``RETOLD_CONFIG`` (the config
+file), then ``RETOLD_STORE`` (``store.path``) and ``RETOLD_BROKER_URL``
+(``queue.broker_url``). Only this entry point (plus :mod:`workers.runtime` for the replay
+switch) reads the environment, for these and:
 
-- ``RETOLD_CONFIG`` (the config file), ``RETOLD_STORE`` (overrides ``store.path``) and
-  ``RETOLD_BROKER_URL`` (overrides ``queue.broker_url``);
 - ``RETOLD_FLOWER_AUTH`` (``user:password``): Flower's basic auth, set as
   ``flower_basic_auth`` and handed to Flower as ``FLOWER_BASIC_AUTH`` (the variable
   Flower itself reads) unless that is already set;
@@ -24,22 +25,16 @@ from pathlib import Path
 from typing import Any
 
 from celery import Celery
-from kombu.entity import Queue
 
 from beat_schedule import schedule_for
-from retold.config import Config, load_config
+from retold.broker.celery_app import EXTRACTION_TASKS, VISIBILITY_TIMEOUT_SECONDS, broker_url, celery_app
+from retold.config import Config
+from retold.config_env import load_config_from_environment
 
 __all__ = [
     "EXTRACTION_TASKS", "FAST_SCHEDULE", "VISIBILITY_TIMEOUT_SECONDS", "app", "broker_url",
     "config_from_environment", "create_app", "purge_consumed_messages",
 ]
-
-EXTRACTION_TASKS = ("retold.extract_session", "retold.review_session")
-"""Tasks routed to ``queue.extraction_queue``; every other task goes to the maintenance queue."""
-
-VISIBILITY_TIMEOUT_SECONDS = 2 * 3600
-"""Redis redelivers an unacknowledged (late-ack) message only after this long, so it must
-exceed the longest task: an extraction is bounded by its claim timeout (30 min default)."""
 
 EMBEDDED_POLLING_INTERVAL_SECONDS = 0.1
 
@@ -51,21 +46,8 @@ FAST_SCHEDULE: dict[str, dict[str, Any]] = {
 
 
 def config_from_environment() -> Config:
-    """The config a worker process runs with: the file, then the two overrides."""
-    overrides: dict[str, dict[str, str]] = {}
-    if store := os.environ.get("RETOLD_STORE"):
-        overrides["store"] = {"path": store}
-    if broker := os.environ.get("RETOLD_BROKER_URL"):
-        overrides["queue"] = {"broker_url": broker}
-    return load_config(os.environ.get("RETOLD_CONFIG"), overrides=overrides)
-
-
-def broker_url(config: Config) -> str:
-    """``queue.broker_url``, or the embedded file broker next to the store when unset."""
-    if config.queue.broker_url:
-        return config.queue.broker_url
-    queue_file = Path(config.store.path).resolve().with_name("queue.sqlite")
-    return f"sqla+sqlite:///{queue_file}"
+    """The config this process runs with, found as every Retold process finds it."""
+    return load_config_from_environment(os.environ)
 
 
 def _use_short_embedded_polling() -> None:
@@ -78,48 +60,21 @@ def _use_short_embedded_polling() -> None:
     sqla_transport.Transport.polling_interval = EMBEDDED_POLLING_INTERVAL_SECONDS
 
 
-def _queue(name: str) -> Queue:
-    make: Any = Queue  # kombu's constructor is untyped
-    queue: Queue = make(name)
-    return queue
-
-
 def create_app(config: Config | None = None, *, schedule: dict[str, dict[str, Any]] | None = None) -> Celery:
-    """A Celery app for ``config``: JSON only, late acks, one message prefetched.
+    """The worker app for ``config``: the shared broker settings plus the beat schedule.
 
     ``schedule`` replaces :data:`beat_schedule.SCHEDULE` (tests pass their own); entries
     that do not apply to the broker are dropped by :func:`beat_schedule.schedule_for`.
     """
     config = config or config_from_environment()
-    url = broker_url(config)
-    queue = config.queue
-    celery = Celery("retold", broker=url, backend=queue.result_backend)
+    celery = celery_app(config, "worker")
     settings: dict[str, Any] = {
-        "task_serializer": "json",
-        "result_serializer": "json",
-        "accept_content": ["json"],
-        "task_acks_late": True,
-        "task_reject_on_worker_lost": True,
-        "worker_prefetch_multiplier": 1,
-        "task_ignore_result": True,
-        "task_queues": [_queue(queue.extraction_queue), _queue(queue.maintenance_queue)],
-        "task_default_queue": queue.maintenance_queue,
-        "task_routes": {name: {"queue": queue.extraction_queue} for name in EXTRACTION_TASKS},
-        # An unreachable broker fails fast; the caller (SessionHooks) logs and recovery
-        # re-enqueues, since SQLite, not the broker, records which sessions still need work.
-        "broker_connection_timeout": 1.0,
-        "broker_connection_retry_on_startup": True,
         "beat_schedule": {
             name: {"task": entry["task"], "schedule": float(entry["seconds"])}
             for name, entry in schedule_for(config, schedule).items()
         },
     }
-    if url.startswith(("redis://", "rediss://", "redis+socket://")):
-        settings["broker_transport_options"] = {
-            "visibility_timeout": VISIBILITY_TIMEOUT_SECONDS,
-            "socket_connect_timeout": 1.0,
-        }
-    if url.startswith("sqla+"):
+    if str(celery.conf.broker_url).startswith("sqla+"):
         _use_short_embedded_polling()
     if auth := os.environ.get("RETOLD_FLOWER_AUTH"):
         settings["flower_basic_auth"] = [auth]

@@ -23,11 +23,11 @@ from typing import Any
 
 from celery.signals import worker_process_init, worker_process_shutdown, worker_shutdown
 
+from retold.broker import CeleryScheduler
 from retold.ingest.extractor import ReplayExtractor
 from retold.ingest.reviewer import TableReviewer
 from retold.runtime import Runtime, build_runtime
 from workers.app import app, config_from_environment
-from workers.scheduler import CeleryScheduler
 
 __all__ = ["close_runtime", "current_runtime", "open_runtime"]
 
@@ -38,9 +38,11 @@ _runtime: Runtime | None = None
 
 
 def open_runtime() -> Runtime:
-    """Build this process's runtime from the environment's config."""
+    """Build this process's runtime from the environment's config. Its scheduler publishes
+    through this worker's own app (the idle sweep schedules what it ends), whatever
+    ``queue.scheduler`` says: a worker exists to take sessions off the broker."""
     config = config_from_environment()
-    scheduler = CeleryScheduler(app, config.queue.extraction_queue)
+    scheduler = CeleryScheduler(config, app=app)
     replay = os.environ.get("RETOLD_REPLAY_EXTRACTION")
     if replay:
         log.warning("replay mode: extracting with %s and accepting every candidate", replay)

@@ -1,5 +1,5 @@
 """The Celery tasks: each loads ids, calls one part the worker's runtime built
-(``rt.extraction``, ``rt.operations``) and returns a small JSON dict, so the logic stays
+(``rt.extraction``, ``rt.operations``, ``rt.hooks``) and returns a small JSON dict, so the logic stays
 testable without Celery. Every task is idempotent, so
 a redelivered or re-enqueued message is harmless: the session claim makes a second
 extraction of the same session a no-op, the sweeps change only rows still due, and
@@ -20,8 +20,8 @@ from workers.app import app, purge_consumed_messages
 from workers.runtime import current_runtime
 
 __all__ = [
-    "expire", "extract_session", "queue_maintenance", "recover", "reembed", "retain",
-    "review_session", "temporal_review",
+    "end_idle_sessions", "expire", "extract_session", "queue_maintenance", "recover", "reembed",
+    "retain", "review_session", "temporal_review",
 ]
 
 
@@ -59,6 +59,11 @@ def recover() -> dict[str, Any]:
         task = review_session if stage == "review" else extract_session
         task.apply_async(args=[session_id])
     return {"enqueued": [session_id for session_id, _ in pending]}
+
+
+@_task("retold.end_idle_sessions")
+def end_idle_sessions() -> dict[str, Any]:
+    return {"ended": current_runtime().hooks.end_idle()}
 
 
 @_task("retold.temporal_review")

@@ -4,7 +4,9 @@ The adapter stores every turn as it arrives, so ``memory_write`` and the extract
 the same transcript. Ending a session schedules extraction through an
 :class:`ExtractionScheduler`; the queue only ever carries the session id (all state
 lives in SQLite), and a queue failure never fails the agent: a beat task re-enqueues
-ended sessions that were never extracted. See ``docs/architecture.md``, "The session path".
+ended sessions that were never extracted. A session whose framework never signals its end
+is ended by the idle sweep (:meth:`SessionHooks.end_idle`). See ``docs/architecture.md``,
+"The session path".
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Protocol, get_args
 
+from retold.ingest.outage import RETRY_AFTER, QueueOutage
 from retold.models import Principal, Role, Turn
 from retold.store import Store
 from retold.util import Clock
@@ -41,10 +44,11 @@ class ExtractionScheduler(Protocol):
 class InProcessScheduler:
     """A scheduler with no queue: records each id and optionally runs it right away.
 
-    Tests use it, and so does any runtime without a Celery scheduler.
+    ``queue.scheduler: in_process`` runs extraction with it; tests use it without ``run``
+    to record what was scheduled and run nothing.
     """
 
-    def __init__(self, run: Callable[[str], None] | None = None) -> None:
+    def __init__(self, run: Callable[[str], object] | None = None) -> None:
         self.scheduled: list[str] = []
         self._run = run
 
@@ -84,6 +88,8 @@ class SessionHooks:
         scheduler: ExtractionScheduler,
         idle_timeout: timedelta,
         clock: Clock | None = None,
+        *,
+        queue_retry_after: timedelta = RETRY_AFTER,
     ) -> None:
         if idle_timeout <= timedelta(0):
             raise ValueError("idle_timeout must be positive")
@@ -91,6 +97,7 @@ class SessionHooks:
         self.scheduler = scheduler
         self.idle_timeout = idle_timeout
         self.clock: Clock = clock or store.clock
+        self.outage = QueueOutage(self.clock, queue_retry_after)
 
     def on_session_start(self, principal: Principal) -> None:
         """Create the session tied to this principal; calling it again changes nothing."""
@@ -147,12 +154,38 @@ class SessionHooks:
         """Mark the session ended and schedule its extraction, once.
 
         A second call, or a call for a session already ended by an idle split, schedules
-        nothing. A scheduler failure is logged, never raised: the maintenance task
-        re-enqueues the session later.
+        nothing. A scheduler failure is logged (once per outage), never raised: the
+        ``recover`` task enqueues the session later.
         """
         session_id = _session_id(principal)
         if self.store.end_session(session_id, self.clock.now()):
             self._schedule(session_id)
+
+    def end_idle(self) -> list[str]:
+        """End every open session idle longer than ``idle_timeout`` and schedule its
+        extraction; return the ids ended, longest idle first.
+
+        For a framework that never signals a session's end. A session that gets a turn
+        while this runs either keeps it (and stays open) or is ended first (and the turn
+        starts ``<id>~n``), because both sides decide under the store's write lock. Once a
+        publish fails, the rest are left pending for ``recover`` instead of each waiting
+        on the broker.
+        """
+        now = self.clock.now()
+        with self.store.atomic():
+            idle = self.store.idle_sessions(now - self.idle_timeout)
+            for session in idle:
+                self.store.end_session(session.id, now)
+                self.store.append_event("session.ended_idle", session.agent_id, {
+                    "session": session.id,
+                    "idle_minutes": round((now - session.last_active_at).total_seconds() / 60, 2),
+                })
+        ended = [session.id for session in idle]
+        for index, session_id in enumerate(ended):
+            if not self._schedule(session_id):
+                log.debug("%d idle sessions left pending for the recover task", len(ended) - index - 1)
+                break
+        return ended
 
     # -- internals ------------------------------------------------------------------------
 
@@ -170,12 +203,28 @@ class SessionHooks:
             number += 1
         return f"{base}~{number}"
 
-    def _schedule(self, session_id: str) -> None:
+    def _schedule(self, session_id: str) -> bool:
+        """Hand one ended session to the scheduler; False when it stays pending instead."""
+        if not self.outage.should_try():
+            log.debug("extraction queue down: session %s left pending for the recover task", session_id)
+            return False
         try:
             self.scheduler.schedule(session_id)
         except Exception as exc:  # the agent is never failed by the queue
-            log.warning(
-                "could not schedule extraction of session %s (%s: %s); the maintenance"
-                " task will re-enqueue it",
-                session_id, type(exc).__name__, exc,
+            if self.outage.failed():
+                log.warning(
+                    "could not schedule extraction of session %s (%s: %s); sessions ended while"
+                    " the queue is down stay pending and the recover task enqueues them (not"
+                    " logged again until the queue accepts a session)",
+                    session_id, type(exc).__name__, exc,
+                )
+            else:
+                log.debug("could not schedule extraction of session %s (%s)", session_id, exc)
+            return False
+        if (ended := self.outage.succeeded()) is not None:
+            log.info(
+                "the extraction queue accepts sessions again (down since %s); %d sessions"
+                " ended meanwhile are left to the recover task",
+                ended.since.isoformat(timespec="seconds"), ended.left_pending,
             )
+        return True

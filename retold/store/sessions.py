@@ -19,7 +19,7 @@ from retold.models import Role, Turn
 from retold.store.base import StoreBase, dt, ts
 from retold.util import from_iso, to_iso
 
-__all__ = ["ClaimOutcome", "SessionRow", "SessionsMixin", "Stage", "StageRow"]
+__all__ = ["ClaimOutcome", "IdleSession", "SessionRow", "SessionsMixin", "Stage", "StageRow"]
 
 _ROLES: tuple[str, ...] = get_args(Role)
 Stage = Literal["extract", "review"]
@@ -39,6 +39,15 @@ class SessionRow:
     ended_at: datetime | None
     extraction_started_at: datetime | None
     extracted_at: datetime | None
+
+
+@dataclass(frozen=True)
+class IdleSession:
+    """An open session and when it last saw a turn (its start, before the first turn)."""
+
+    id: str
+    agent_id: str
+    last_active_at: datetime
 
 
 @dataclass(frozen=True)
@@ -152,6 +161,20 @@ class SessionsMixin(StoreBase):
                 (ts(at), session_id),
             )
             return cursor.rowcount == 1
+
+    def idle_sessions(self, last_active_before: datetime) -> list[IdleSession]:
+        """Open sessions whose last turn (or start, without turns) is older than
+        ``last_active_before``, longest idle first: what the idle sweep ends."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT id, agent_id, last_active_at FROM ("
+                " SELECT s.id, s.agent_id, coalesce((SELECT t.at FROM session_turns t"
+                "  WHERE t.session_id = s.id ORDER BY t.turn DESC LIMIT 1), s.started_at)"
+                "  AS last_active_at FROM sessions s WHERE s.ended_at IS NULL)"
+                " WHERE last_active_at < ? ORDER BY last_active_at, id",
+                (to_iso(last_active_before),),
+            ).fetchall()
+        return [IdleSession(str(sid), str(agent), from_iso(at)) for sid, agent, at in rows]
 
     # -- extraction claims: a timed claim per session ---------------------------------------
 

@@ -22,6 +22,7 @@ from retold.ingest.equivalence import ExactJudge, FakeJudge
 from retold.ingest.extractor import FakeExtractor, ReplayExtractor
 from retold.ingest.ingestor import WriteRequest, WriteResult
 from retold.ingest.reviewer import TableReviewer
+from retold.ingest.session import InProcessScheduler
 from retold.models import EntityMention, Principal, Record, Scope
 from retold.retrieve.rewrite import FakeRewriter, NoRewriter
 from retold.runtime import Runtime, build_runtime
@@ -39,6 +40,7 @@ __all__ = [
     "FakeJudge",
     "FakeReranker",
     "FakeRewriter",
+    "InProcessScheduler",
     "ManualClock",
     "NoReranker",
     "NoRewriter",
@@ -93,7 +95,8 @@ def make_record(**fields: Any) -> Record:
 
 @dataclass
 class World:
-    """A runtime over a real store file with fakes at every model boundary."""
+    """A runtime over a real store file with fakes at every model boundary; ended sessions
+    are recorded in ``rt.scheduler.scheduled`` and left for the test to extract."""
 
     rt: Runtime
     judge: FakeJudge
@@ -147,7 +150,8 @@ def make_world(tmp_path: Path, *, grant_personal: bool = True, **ingestion: Any)
     clock = ManualClock(T0)
     judge = FakeJudge()
     # No hosted-model key reaches a test world, whatever the environment holds.
-    rt = build_runtime(config, clock=clock, embedder=embedder, judge=judge, environ={})
+    rt = build_runtime(config, clock=clock, embedder=embedder, judge=judge,
+                       scheduler=InProcessScheduler(), environ={})
     if grant_personal:
         rt.host.grant(AGENT, ADITYA, read=True, write=True)
     rt.host.provision_user("aditya", aliases=["Aditya"])

@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -15,13 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.ports import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _get(url: str, auth: str | None) -> tuple[int, bytes]:
@@ -39,7 +34,7 @@ def _get(url: str, auth: str | None) -> tuple[int, bytes]:
 def test_flower_requires_basic_auth_and_lists_both_queues(tmp_path: Path) -> None:
     config = tmp_path / "config.yaml"
     config.write_text(f"store:\n  path: {tmp_path / 'memory.sqlite'}\nembedding:\n  model: fake\n")
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "RETOLD_CONFIG": str(config), "RETOLD_FLOWER_AUTH": "admin:secret",
            "RETOLD_BROKER_URL": "redis://127.0.0.1:6379/12"}
     flower = subprocess.Popen(

@@ -33,6 +33,7 @@ from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from retold import build_runtime, load_config  # noqa: E402
 from retold.mcp_server import token_digest  # noqa: E402
 from retold.models import Principal, Scope  # noqa: E402
+from tests.ports import free_port  # noqa: E402
 from tests.sql import rows  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -173,17 +174,10 @@ def test_stdio_stops_on_sigterm_with_stdin_open_and_ends_its_session(store: tupl
 # -- streamable HTTP -------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.fixture
 def http_server(store: tuple[Path, Path]) -> Iterator[str]:
     path, config = store
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "retold.cli", "mcp", "--store", str(path), "--config", str(config),
          "--http", f"127.0.0.1:{port}"],

@@ -82,6 +82,7 @@ def test_readme_anthropic_tool_loop_runs_against_the_messages_api(
 
 
 @pytest.mark.model
+@pytest.mark.filterwarnings("ignore:.*noload.*")  # kombu's SQLAlchemy transport (the session end publishes)
 def test_readme_deep_agents_example_runs_with_a_scripted_model(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

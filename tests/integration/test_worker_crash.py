@@ -34,7 +34,6 @@ from retold.util import to_iso
 from tests.celery_support import flushed_redis as flushed
 from tests.celery_support import wait_for as shared_wait_for
 from workers.app import create_app
-from workers.scheduler import CeleryScheduler
 
 ROOT = Path(__file__).resolve().parents[2]
 REDIS_DB = 8  # test_workers.py uses 7
@@ -129,8 +128,9 @@ def ready(log: Path) -> Callable[[], bool]:
 
 
 def open_runtime(config: Config) -> Runtime:
-    scheduler = CeleryScheduler(create_app(config), config.queue.extraction_queue)
-    rt = build_runtime(config, scheduler=scheduler, environ={})  # this process never extracts
+    # The config's own scheduler publishes to the worker's broker; no key reaches this
+    # process, which never extracts.
+    rt = build_runtime(config, environ={})
     rt.host.grant(AGENT, Scope("user", "aditya"), read=True, write=True)
     rt.host.provision_user("aditya", aliases=["Aditya"])
     return rt

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from retold import build_runtime, load_config
+from retold.broker import CeleryScheduler
 from retold.config import Config
 from retold.ingest.extractor import output_to_json
 from retold.ingest.session import ExtractionScheduler, InProcessScheduler
@@ -32,7 +33,6 @@ from retold.testing import make_record
 from tests.celery_support import flushed_redis as flushed
 from tests.celery_support import wait_for as shared_wait_for
 from workers.app import create_app
-from workers.scheduler import CeleryScheduler
 
 ROOT = Path(__file__).resolve().parents[2]
 REDIS_DB = 7
@@ -174,7 +174,7 @@ def end_to_end(setup: Setup, broker: str | None,
     worker_log = setup.tmp / f"{name}.log"
     processes(worker_args(name), setup.env(broker), worker_log.name)
     wait_for(lambda: worker_log.exists() and b"ready." in worker_log.read_bytes(), "the worker", [worker_log])
-    rt = open_runtime(config, CeleryScheduler(create_app(config), config.queue.extraction_queue))
+    rt = open_runtime(config, CeleryScheduler(config))
     searcher = subprocess.Popen([sys.executable, "-c", SEARCH_SCRIPT, str(setup.config_path), AGENT, QUERY],
                                 cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
@@ -220,7 +220,7 @@ def test_a_session_ended_while_the_broker_is_down_is_recovered(
     setup: Setup, flushed_redis: None, processes: Callable[..., subprocess.Popen[bytes]]
 ) -> None:
     dead = setup.config(DEAD_BROKER)
-    rt = open_runtime(dead, CeleryScheduler(create_app(dead), dead.queue.extraction_queue))
+    rt = open_runtime(dead, CeleryScheduler(dead))
     try:
         p = talk(rt, "s-outage")
         started = time.monotonic()

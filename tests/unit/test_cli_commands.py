@@ -100,6 +100,25 @@ def test_dump_runs_without_importing_torch(store: tuple[str, str]) -> None:
     assert "rec-live" in result.stdout
 
 
+def test_the_cli_finds_its_config_and_store_as_workers_and_agents_do(
+    store: tuple[str, str], tmp_path: Path
+) -> None:
+    path, config = store
+
+    def dump(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        argv = ["dump", "--scope", f"user:{USER}", *args]
+        code = f"import sys\nfrom retold.cli import main\nsys.exit(main({argv!r}))"
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                              env={**{k: v for k, v in os.environ.items() if not k.startswith("RETOLD_")},
+                                   **env})
+
+    found = dump(RETOLD_CONFIG=config, RETOLD_STORE=path)
+    assert found.returncode == 0 and "rec-live" in found.stdout, found.stderr
+    elsewhere = str(tmp_path / "elsewhere.sqlite")
+    refused = dump("--store", elsewhere, RETOLD_CONFIG=config, RETOLD_STORE=path)  # the flag wins
+    assert refused.returncode == 1 and refused.stderr.strip() == f"retold dump: no store at {elsewhere}"
+
+
 def test_search_prints_results_and_the_log_row(store: tuple[str, str]) -> None:
     path, config = store
     common = ("--store", path, "--config", config)

@@ -71,6 +71,7 @@ def test_tasks_route_to_the_configured_queues_and_the_broker_settings_fit_it(tmp
     assert {name for name in default_app.tasks if name.startswith("retold.")} == {
         "retold.extract_session", "retold.review_session", "retold.recover", "retold.temporal_review",
         "retold.expire", "retold.retain", "retold.reembed", "retold.queue_maintenance",
+        "retold.end_idle_sessions",
     }
     config = load_config(overrides={"store": {"path": str(tmp_path / "m.sqlite")},
                                     "queue": {"broker_url": "redis://127.0.0.1:6379/0"}})
@@ -85,6 +86,7 @@ def test_tasks_route_to_the_configured_queues_and_the_broker_settings_fit_it(tmp
     assert app.conf.broker_connection_timeout <= 2
     assert "queue_maintenance" not in app.conf.beat_schedule
     assert app.conf.beat_schedule["recover"]["schedule"] == 60
+    assert app.conf.beat_schedule["end_idle_sessions"]["schedule"] == 60
 
 
 def test_the_embedded_broker_polls_quickly_and_sweeps_consumed_messages(tmp_path: Path) -> None:

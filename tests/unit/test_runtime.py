@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,9 @@ import retold
 from retold import build_runtime, load_config
 from retold.errors import EmbeddingMismatchError, StoreError
 from retold.index.embedder import FakeEmbedder
+from retold.ingest.extractor import FakeExtractor
+from retold.ingest.reviewer import TableReviewer
+from retold.models import ExtractionOutput, Principal, SessionSummary
 from retold.store import EmbeddingFamily, Store
 from retold.testing import make_record
 
@@ -131,3 +135,63 @@ def test_runtime_refuses_a_store_of_another_embedding_family(tmp_path: Path) -> 
         assert same.refresh_index() == "reload" and len(same.index) == 1
     with build_runtime(other, allow_embedding_mismatch=True) as repairing:
         assert repairing.store.embedding_family() == EmbeddingFamily("fake", "1", 384)
+
+
+@pytest.mark.filterwarnings("ignore:.*noload.*")  # kombu's SQLAlchemy transport, not ours
+def test_a_session_ended_by_a_default_runtime_waits_on_the_queue_its_worker_reads(tmp_path: Path) -> None:
+    from workers.app import create_app
+
+    config = fake_config(tmp_path / "m.sqlite")  # no broker configured: the embedded one
+    with build_runtime(config, environ={}) as rt:
+        p = Principal("research-agent", "aditya", "s-queued", None)
+        rt.hooks.on_turn(p, "user", "Keep every answer short.")
+        rt.hooks.on_session_end(p)
+    with create_app(config).connection_for_read() as conn:  # what a worker of this config consumes
+        queue = conn.SimpleQueue(config.queue.extraction_queue)
+        try:
+            message = queue.get(timeout=5)
+            assert message.headers["task"] == "retold.extract_session"
+            assert message.payload[0] == ["s-queued"]
+            message.ack()
+        finally:
+            queue.close()
+
+
+def test_the_in_process_scheduler_extracts_a_session_when_it_ends(tmp_path: Path) -> None:
+    config = fake_config(tmp_path / "m.sqlite").replace({"queue": {"scheduler": "in_process"}})
+    extractor = FakeExtractor(ExtractionOutput([], SessionSummary("Aditya asked for short answers.", [], [])))
+    with build_runtime(config, extractor=extractor, reviewer=TableReviewer(), environ={}) as rt:
+        p = Principal("research-agent", "aditya", "s-now", None)
+        rt.hooks.on_turn(p, "user", "Keep every answer short.")
+        rt.hooks.on_session_end(p)
+        session = rt.store.get_session("s-now")
+        assert session is not None and session.extracted_at is not None
+        assert len(extractor.calls) == 1
+    assert not (tmp_path / "queue.sqlite").exists()  # no broker involved
+
+
+def test_an_in_memory_store_needs_the_in_process_scheduler() -> None:
+    with pytest.raises(retold.ConfigError, match="queue.scheduler: a worker cannot open a :memory: store"):
+        load_config(overrides={"store": {"path": ":memory:"}})
+    config = load_config(overrides={"store": {"path": ":memory:"}, "embedding": {"model": "fake"},
+                                    "queue": {"scheduler": "in_process"}})
+    with build_runtime(config, environ={}) as rt:
+        p = Principal("research-agent", "aditya", "s-mem", None)
+        rt.hooks.on_turn(p, "user", "Keep every answer short.")
+        rt.hooks.on_session_end(p)  # no hosted model: reported, not raised
+        assert rt.store.events(kind="extraction.not_configured")
+
+
+def test_building_a_runtime_imports_no_celery(tmp_path: Path) -> None:
+    # The broker is reached on the first session end, so CLI commands never pay for Celery.
+    config = tmp_path / "config.yaml"
+    config.write_text(f"store:\n  path: {tmp_path / 'x.sqlite'}\nembedding:\n  model: fake\n")
+    lines = [
+        "import sys, retold",
+        "rt = retold.build_runtime()",
+        "assert type(rt.scheduler).__name__ == 'CeleryScheduler'",
+        "rt.close()",
+        "assert not {'celery', 'kombu'} & set(sys.modules)",
+    ]
+    env = {**os.environ, "RETOLD_CONFIG": str(config)}
+    subprocess.run([sys.executable, "-c", "\n".join(lines)], check=True, timeout=60, env=env)

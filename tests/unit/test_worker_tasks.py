@@ -7,6 +7,7 @@ import inspect
 import logging
 import sqlite3
 import time
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -15,16 +16,17 @@ import pytest
 
 import workers.runtime
 import workers.tasks
+from retold.broker import CeleryScheduler
 from retold.config import load_config
 from retold.ingest.extractor import ReplayExtractor
-from retold.testing import T0, World, make_record
-from workers.app import create_app, purge_consumed_messages
-from workers.scheduler import CeleryScheduler
+from retold.testing import T0, InProcessScheduler, World, make_record
+from workers.app import app as worker_app
+from workers.app import purge_consumed_messages
 
 DEAD_BROKER = "redis://127.0.0.1:1/0"
-TASKS = ("extract_session", "review_session", "recover", "temporal_review", "expire", "retain",
-         "reembed", "queue_maintenance")
-RETOLD_CALLS = ("_extract(", ".extraction.", ".operations.")
+TASKS = ("extract_session", "review_session", "recover", "end_idle_sessions", "temporal_review",
+         "expire", "retain", "reembed", "queue_maintenance")
+RETOLD_CALLS = ("_extract(", ".extraction.", ".operations.", ".hooks.")
 
 
 @pytest.mark.parametrize("name", TASKS)
@@ -41,27 +43,37 @@ def test_each_task_is_a_thin_wrapper_over_a_plain_function(name: str) -> None:
 
 
 def test_the_scheduler_raises_quickly_when_the_broker_is_unreachable() -> None:
-    app = create_app(load_config(overrides={"queue": {"broker_url": DEAD_BROKER}}))
+    scheduler = CeleryScheduler(load_config(overrides={"queue": {"broker_url": DEAD_BROKER}}))
     started = time.monotonic()
-    with pytest.raises(Exception):  # noqa: B017  (kombu's OperationalError, whatever the cause)
-        CeleryScheduler(app, "extraction").schedule("s1")
+    try:
+        with pytest.raises(Exception):  # noqa: B017  (kombu's OperationalError, whatever the cause)
+            scheduler.schedule("s1")
+    finally:
+        scheduler.close()
     assert time.monotonic() - started < 2
 
 
-def test_session_end_with_an_unreachable_broker_logs_one_warning_and_returns(
+def test_sessions_ended_while_the_broker_is_unreachable_log_one_warning_and_stay_pending(
     world: World, caplog: pytest.LogCaptureFixture
 ) -> None:
-    app = create_app(load_config(overrides={"queue": {"broker_url": DEAD_BROKER}}))
-    world.rt.hooks.scheduler = CeleryScheduler(app, "extraction")
-    world.say("user", "Please keep every answer short.")
-    started = time.monotonic()
-    with caplog.at_level(logging.WARNING, logger="retold"):
-        world.rt.hooks.on_session_end(world.p)
-    assert time.monotonic() - started < 2
-    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1 and "could not schedule extraction of session s1" in warnings[0].getMessage()
-    session = world.rt.store.get_session("s1")
-    assert session is not None and session.ended_at is not None
+    scheduler = CeleryScheduler(load_config(overrides={"queue": {"broker_url": DEAD_BROKER}}))
+    world.rt.hooks.scheduler = scheduler
+    ended = []
+    try:
+        with caplog.at_level(logging.DEBUG, logger="retold"):
+            for n, wait in enumerate((0, 5, 60)):  # the last one tries the broker again
+                world.clock.advance(seconds=wait)
+                p = replace(world.p, session_id=f"s{n}")
+                world.rt.hooks.on_turn(p, "user", "Please keep every answer short.")
+                started = time.monotonic()
+                world.rt.hooks.on_session_end(p)
+                ended.append(time.monotonic() - started)
+    finally:
+        scheduler.close()
+    assert max(ended) < 2
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "could not schedule extraction of session s0" in warnings[0]
+    assert [sid for sid, _stage in world.rt.extraction.pending()] == ["s0", "s1", "s2"]
 
 
 def test_recover_enqueues_each_pending_session_by_stage(
@@ -95,6 +107,18 @@ def test_the_sweep_tasks_call_operations_on_the_process_runtime(
     assert workers.tasks.extract_session.run("s1")["outcome"] == "not_configured"
 
 
+def test_the_idle_task_ends_quiet_sessions_and_schedules_them(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(workers.tasks, "current_runtime", lambda: world.rt)
+    world.say("user", "Please keep every answer short.")
+    world.clock.advance(minutes=world.rt.config.ingestion.session_idle_timeout_minutes - 1)
+    assert workers.tasks.end_idle_sessions.run() == {"ended": []}
+    world.clock.advance(minutes=2)
+    assert workers.tasks.end_idle_sessions.run() == {"ended": ["s1"]}
+    assert isinstance(world.rt.scheduler, InProcessScheduler) and world.rt.scheduler.scheduled == ["s1"]
+
+
 def test_queue_maintenance_deletes_only_consumed_messages(tmp_path: Path) -> None:
     queue = tmp_path / "queue.sqlite"
     url = f"sqla+sqlite:///{queue}"
@@ -122,7 +146,8 @@ def test_the_worker_runtime_is_built_once_and_closed(
         assert workers.runtime.current_runtime() is first
         assert first.config.store.path == str(tmp_path / "w.sqlite")
         assert not isinstance(first.extractor, ReplayExtractor)
-        assert isinstance(first.scheduler, CeleryScheduler)
+        # the worker publishes (what the idle sweep ends) through its own app
+        assert isinstance(first.scheduler, CeleryScheduler) and first.scheduler.app is worker_app
     finally:
         workers.runtime.close_runtime()
     assert workers.runtime._runtime is None

@@ -231,3 +231,103 @@ def test_turn_after_explicit_end_continues_in_a_derived_session(
     assert moved.session_id == "s1~2"
     assert [t.content for t in store.turns("s1")] == ["hello"]
     assert scheduler.scheduled == ["s1"]  # not scheduled twice
+
+
+# -- the idle sweep -----------------------------------------------------------------------
+
+
+def _open(hooks: SessionHooks, session_id: str, *, turn: bool = True) -> Principal:
+    p = Principal("research-agent", "aditya", session_id, None)
+    hooks.on_session_start(p)
+    if turn:
+        hooks.on_turn(p, "user", f"hello from {session_id}")
+    return p
+
+
+def test_end_idle_ends_and_schedules_only_sessions_idle_past_the_timeout(
+    hooks: SessionHooks, store: Store, scheduler: InProcessScheduler, clock: ManualClock
+) -> None:
+    _open(hooks, "quiet", turn=False)  # idle since its start
+    clock.advance(minutes=5)
+    _open(hooks, "stale")
+    done = _open(hooks, "done")
+    hooks.on_session_end(done)
+    clock.advance(minutes=20)
+    _open(hooks, "busy")
+    clock.advance(minutes=10, seconds=1)  # stale: 30m01s since its turn; busy: 10m01s
+    assert hooks.end_idle() == ["quiet", "stale"]
+    assert scheduler.scheduled == ["done", "quiet", "stale"]
+    for session_id, ended in (("quiet", True), ("stale", True), ("busy", False)):
+        row = store.get_session(session_id)
+        assert row is not None and (row.ended_at == clock.now()) is ended
+    events = store.events(kind="session.ended_idle")
+    assert [(e["actor"], e["payload"]) for e in events] == [
+        ("research-agent", {"session": "quiet", "idle_minutes": 35.02}),
+        ("research-agent", {"session": "stale", "idle_minutes": 30.02}),
+    ]
+    assert hooks.end_idle() == []  # nothing ended twice
+    assert scheduler.scheduled == ["done", "quiet", "stale"]
+
+
+def test_a_turn_after_the_idle_sweep_goes_to_a_derived_session(
+    hooks: SessionHooks, store: Store, clock: ManualClock
+) -> None:
+    p = _open(hooks, "s1")
+    clock.advance(minutes=45)
+    assert hooks.end_idle() == ["s1"]
+    moved = hooks.on_turn(p, "user", "back again")
+    assert moved.session_id == "s1~2"
+    assert [t.content for t in store.turns("s1")] == ["hello from s1"]
+
+
+def test_end_idle_stops_publishing_at_the_first_queue_failure(
+    store: Store, clock: ManualClock
+) -> None:
+    broken = BrokenScheduler()
+    hooks = SessionHooks(store, broken, IDLE, clock)
+    for session_id in ("a", "b", "c"):
+        _open(hooks, session_id)
+    clock.advance(hours=1)
+    assert hooks.end_idle() == ["a", "b", "c"]
+    assert broken.calls == 1  # the rest wait for recover instead of each waiting on the broker
+    pending = store.pending_sessions(clock.now(), timedelta(minutes=30))
+    assert [sid for sid, _stage in pending] == ["a", "b", "c"]
+
+
+# -- a queue that is down ------------------------------------------------------------------
+
+
+class FlakyScheduler:
+    """A queue that is down until ``up`` is set."""
+
+    def __init__(self) -> None:
+        self.up = False
+        self.attempts: list[str] = []
+
+    def schedule(self, session_id: str) -> None:
+        self.attempts.append(session_id)
+        if not self.up:
+            raise ConnectionError("broker unreachable")
+
+
+def test_a_queue_outage_is_logged_once_and_left_alone_for_a_while(
+    store: Store, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    queue = FlakyScheduler()
+    hooks = SessionHooks(store, queue, IDLE, clock, queue_retry_after=timedelta(seconds=30))
+    with caplog.at_level(logging.INFO, logger="retold.ingest.session"):
+        for session_id, wait in (("s1", 0), ("s2", 10), ("s3", 25), ("s4", 10)):
+            clock.advance(seconds=wait)
+            hooks.on_session_end(_open(hooks, session_id))
+        assert queue.attempts == ["s1", "s3"]  # s2 and s4 fell inside the pause after a failure
+        assert hooks.outage.down
+        queue.up = True
+        clock.advance(seconds=30)
+        hooks.on_session_end(_open(hooks, "s5"))
+    assert queue.attempts == ["s1", "s3", "s5"] and not hooks.outage.down
+    messages = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert [level for level, _ in messages] == [logging.WARNING, logging.INFO]
+    assert "could not schedule extraction of session s1" in messages[0][1]
+    assert "accepts sessions again" in messages[1][1] and "4 sessions" in messages[1][1]
+    pending = store.pending_sessions(clock.now(), timedelta(minutes=30))
+    assert [sid for sid, _stage in pending] == ["s1", "s2", "s3", "s4", "s5"]  # none lost

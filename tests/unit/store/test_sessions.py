@@ -10,7 +10,7 @@ import pytest
 
 from retold.errors import StoreError
 from retold.store import Store
-from retold.store.sessions import SessionRow
+from retold.store.sessions import IdleSession, SessionRow
 from retold.testing import T0
 
 
@@ -78,6 +78,20 @@ def test_end_session_sets_ended_at_once(store: Store) -> None:
     row = store.get_session("s1")
     assert row is not None and row.ended_at == T0 + timedelta(minutes=5)
     assert store.end_session("missing", T0) is False
+
+
+def test_idle_sessions_are_open_sessions_quiet_since_before_the_cutoff(store: Store) -> None:
+    _start(store, "quiet")  # no turns: idle since T0
+    _start(store, "talked")
+    store.append_turn("talked", "user", "hello", T0 + timedelta(minutes=10))
+    _start(store, "ended")
+    store.end_session("ended", T0)
+    assert store.idle_sessions(T0) == []  # a session last active exactly at the cutoff is not idle
+    cutoff = T0 + timedelta(minutes=10, microseconds=1)
+    assert store.idle_sessions(cutoff) == [
+        IdleSession("quiet", "research-agent", T0),
+        IdleSession("talked", "research-agent", T0 + timedelta(minutes=10)),
+    ]
 
 
 def test_concurrent_appenders_on_one_file_never_collide(store_path: Path) -> None:

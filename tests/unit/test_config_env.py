@@ -1,0 +1,73 @@
+"""One configuration for every process: the file and variables an agent's runtime, the CLI
+and the workers read, in one order."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from retold import build_runtime
+from retold.broker import CeleryScheduler
+from retold.config_env import load_config_from_environment
+from retold.errors import ConfigError
+
+REDIS = "redis://127.0.0.1:6390/3"
+
+
+@pytest.fixture
+def config_file(tmp_path: Path) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(f"store:\n  path: {tmp_path / 'file.sqlite'}\nembedding:\n  model: fake\n"
+                    "queue:\n  broker_url: redis://127.0.0.1:6390/1\n")
+    return path
+
+
+def test_the_file_named_by_retold_config_is_read(config_file: Path, tmp_path: Path) -> None:
+    config = load_config_from_environment({"RETOLD_CONFIG": str(config_file)})
+    assert config.store.path == str(tmp_path / "file.sqlite")
+    assert config.queue.broker_url == "redis://127.0.0.1:6390/1"
+    assert load_config_from_environment({}).store.path == "./memory.sqlite"  # defaults alone
+
+
+def test_variables_beat_the_file_and_explicit_overrides_beat_both(config_file: Path, tmp_path: Path) -> None:
+    env = {"RETOLD_CONFIG": str(config_file), "RETOLD_STORE": str(tmp_path / "env.sqlite"),
+           "RETOLD_BROKER_URL": REDIS}
+    config = load_config_from_environment(env)
+    assert (config.store.path, config.queue.broker_url) == (str(tmp_path / "env.sqlite"), REDIS)
+    assert config.embedding.model == "fake"  # the rest of the file still applies
+    flag = load_config_from_environment(env, overrides={"store": {"path": str(tmp_path / "flag.sqlite")}})
+    assert flag.store.path == str(tmp_path / "flag.sqlite")
+
+
+def test_an_explicit_path_beats_retold_config_and_empty_variables_count_as_unset(
+    config_file: Path, tmp_path: Path
+) -> None:
+    other = tmp_path / "other.yaml"
+    other.write_text("queue:\n  extraction_queue: other-extraction\n")
+    config = load_config_from_environment(
+        {"RETOLD_CONFIG": str(config_file), "RETOLD_STORE": " ", "RETOLD_BROKER_URL": ""}, other)
+    assert config.queue.extraction_queue == "other-extraction"
+    assert (config.store.path, config.queue.broker_url) == ("./memory.sqlite", None)
+
+
+def test_a_missing_config_file_is_one_error_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="nowhere.yaml: config file not found"):
+        load_config_from_environment({"RETOLD_CONFIG": str(tmp_path / "nowhere.yaml")})
+
+
+def test_an_agent_runtime_and_a_worker_read_the_same_config(
+    config_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from workers.app import config_from_environment, create_app
+
+    env = {"RETOLD_CONFIG": str(config_file), "RETOLD_BROKER_URL": REDIS}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("RETOLD_STORE", raising=False)
+    worker_config = config_from_environment()
+    with build_runtime(environ=env) as rt:  # an agent given no config
+        assert rt.config == worker_config
+        assert rt.store.path == str(tmp_path / "file.sqlite")
+        assert isinstance(rt.scheduler, CeleryScheduler)
+        assert rt.scheduler.broker_url == REDIS == create_app(worker_config).conf.broker_url
