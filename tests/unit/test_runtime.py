@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,8 @@ import pytest
 
 import retold
 from retold import build_runtime, load_config
-from retold.errors import EmbeddingMismatchError, StoreError
+from retold.cli import main
+from retold.errors import EmbeddingMismatchError, ModelMissingError, StoreError
 from retold.index.embedder import FakeEmbedder
 from retold.store import EmbeddingFamily, Store
 from retold.testing import make_record
@@ -131,3 +133,22 @@ def test_runtime_refuses_a_store_of_another_embedding_family(tmp_path: Path) -> 
         assert same.refresh_index() == "reload" and len(same.index) == 1
     with build_runtime(other, allow_embedding_mismatch=True) as repairing:
         assert repairing.store.embedding_family() == EmbeddingFamily("fake", "1", 384)
+
+
+def test_a_missing_model_fails_the_build_in_one_line_before_the_store_opens(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    store, model = tmp_path / "m.sqlite", tmp_path / "models" / "mini"
+    config = load_config(overrides={"store": {"path": str(store)},
+                                    "embedding": {"model": str(model), "backend": "sentence-transformers"}})
+    if importlib.util.find_spec("sentence_transformers") is None:
+        pytest.skip("without sentence-transformers, the library is what is reported missing")
+    with pytest.raises(ModelMissingError, match=f"embedding.model: no model folder at {model}"):
+        build_runtime(config)
+    assert not store.exists()
+    with build_runtime(config, allow_embedding_mismatch=True) as repairing:  # a repair needs no model
+        assert not repairing.embedder.is_loaded
+    yaml = tmp_path / "config.yaml"
+    yaml.write_text(f"embedding:\n  model: {model}\n  backend: sentence-transformers\n")
+    assert main(["dump", "--scope", "user:x", "--store", str(store), "--config", str(yaml)]) == 1
+    assert capsys.readouterr().err == f"retold dump: embedding.model: no model folder at {model}\n"
