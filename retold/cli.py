@@ -1,9 +1,10 @@
 """The ``retold`` command line: maintenance, debugging and evaluation over one store. It
 only calls library functions, so it follows the same store and lifecycle rules as agents.
 
-Errors are one line on stderr and a non-zero exit, never a traceback. Commands that
-need no model never import torch: everything heavy is imported inside the command
-that needs it, and :mod:`retold.runtime` loads models lazily.
+Errors are one line on stderr and a non-zero exit, with a traceback only when ``-v`` asks
+for one (see :mod:`retold.cli_failure`). Commands that need no model never import torch:
+everything heavy is imported inside the command that needs it, and :mod:`retold.runtime`
+loads models lazily.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from retold.cli_failure import EXIT_ERROR, report_failure
 from retold.config import Config
 from retold.config_env import load_config_from_environment
 from retold.errors import RetoldError
@@ -29,7 +31,6 @@ if TYPE_CHECKING:
 
 __all__ = ["build_parser", "main"]
 
-EXIT_ERROR = 1
 EXIT_UNRESOLVED = 2  # migrate exits 2 while unmapped legacy rows remain
 EXIT_REFUSED = 2  # an irreversible command without --yes
 EXIT_PENDING = 3  # extract: no hosted model is configured, so the session stays pending
@@ -61,6 +62,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
                         "either)")
     parser.add_argument("--as", dest="actor", default=None,
                         help="operator identity recorded on audit events (default: admin)")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="after a one-line error, print its causes and traceback")
 
 
 def _config(args: argparse.Namespace) -> Config:
@@ -481,22 +484,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _Refused as exc:
         print(f"retold {args.command}: {exc}", file=sys.stderr)
         return exc.code
-    except RetoldError as exc:
-        print(f"retold {args.command}: {_one_line(exc)}", file=sys.stderr)
-        return EXIT_ERROR
     except KeyboardInterrupt:
         print(f"retold {args.command}: interrupted", file=sys.stderr)
         return 130
-    except OSError as exc:
-        print(f"retold {args.command}: {exc.strerror or exc}", file=sys.stderr)
-        return EXIT_ERROR
-    except (sqlite3.Error, ValueError) as exc:  # a locked or damaged file, a bad value
-        print(f"retold {args.command}: {_one_line(exc)}", file=sys.stderr)
-        return EXIT_ERROR
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
+    except (RetoldError, OSError, sqlite3.Error, ValueError) as exc:  # see retold.cli_failure
+        return report_failure(args.command, exc, verbose=args.verbose)
 
 
 if __name__ == "__main__":

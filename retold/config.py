@@ -50,6 +50,7 @@ __all__ = [
     "SessionsConfig",
     "SourceRanks",
     "StoreConfig",
+    "ToolsConfig",
     "TriggerConfig",
     "config_to_dict",
     "load_config",
@@ -325,6 +326,24 @@ class McpConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolsConfig:
+    """``tools:`` - the most one tool call may carry; more is refused as ``invalid_input`` naming
+    the field and the limit, before any search or write (docs/decisions.md "Bounded tool input")."""
+
+    max_queries: int = 3  # queries in one memory_search (at most 3)
+    max_query_chars: int = 500
+    max_entities: int = 10  # entity names of memory_search, mentions of memory_write
+    max_entity_name_chars: int = 200
+    max_tags: int = 10
+    max_tag_chars: int = 64
+    max_content_chars: int = 1000  # memory_write, and a supersede's new content
+    max_evidence_chars: int = 2000
+    max_attribute_chars: int = 100
+    max_reason_chars: int = 1000
+    max_id_chars: int = 100  # record and entity ids, write_target and date-time strings
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     """The whole configuration; build it with :func:`load_config`."""
 
@@ -338,6 +357,7 @@ class Config:
     sessions: SessionsConfig = field(default_factory=SessionsConfig)
     queue: QueueConfig = field(default_factory=QueueConfig)
     mcp: McpConfig = field(default_factory=McpConfig)
+    tools: ToolsConfig = field(default_factory=ToolsConfig)
 
     def replace(self, overrides: Mapping[str, object]) -> Config:
         """Return a copy with ``overrides`` (a nested mapping) deep-merged and re-validated."""

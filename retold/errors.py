@@ -6,10 +6,19 @@
     ├── ConfigError            bad config.yaml or overrides; the message names the key
     │   └── EmbeddingMismatchError the store holds vectors of another embedding family
     ├── StoreError             the SQLite store cannot be used
-    │   ├── NotADatabaseError      the file is not a SQLite database (left untouched)
+    │   ├── NotADatabaseError      not SQLite, or another application's database (left untouched)
     │   ├── SchemaTooNewError      written by a newer Retold (left untouched)
-    │   └── MigrationIssuesError   legacy rows need review before use
+    │   ├── MigrationIssuesError   legacy rows need review before use
+    │   ├── StoreLockedError       another connection held the write lock past the wait
+    │   ├── StoreReadOnlyError     the file, its folder or the config forbids writing
+    │   ├── StoreFullError         the disk (or the database's size limit) is full
+    │   └── StoreCorruptError      SQLite found damaged pages
     └── ModelError             an embedding or other local model failed to load or run
+        └── ModelMissingError      the configured model's files are not where it says
+
+Every store error leaves the file as it was: a refused write has rolled back. Their
+messages are one line that says what to do, and never suggest deleting a store that is
+merely busy or read-only.
 
 Structured tool errors (``invalid_input``, ``not_found``, ...) are data returned by the
 tool handlers, not exceptions: a refused call changes nothing and tells the model what to
@@ -36,7 +45,8 @@ class StoreError(RetoldError):
 
 
 class NotADatabaseError(StoreError):
-    """The store path holds something that is not a SQLite database."""
+    """The store path holds something that is not a Retold store: not SQLite at all, or
+    another application's SQLite database."""
 
 
 class SchemaTooNewError(StoreError):
@@ -47,5 +57,27 @@ class MigrationIssuesError(StoreError):
     """Legacy rows could not be mapped by a migration and need an operator."""
 
 
+class StoreLockedError(StoreError):
+    """Another connection kept the write lock for longer than the busy timeout."""
+
+
+class StoreReadOnlyError(StoreError):
+    """A write reached a store opened read-only (by config, or because the file or its
+    folder cannot be written); reads keep working."""
+
+
+class StoreFullError(StoreError):
+    """A write ran out of disk space (or hit the database's page limit) and rolled back."""
+
+
+class StoreCorruptError(StoreError):
+    """SQLite reported damaged pages or a file that stopped being a database."""
+
+
 class ModelError(RetoldError):
     """A local model could not be loaded or failed while running."""
+
+
+class ModelMissingError(ModelError):
+    """The configured model's package, folder or files are missing, found before any
+    tool call would try to load it."""

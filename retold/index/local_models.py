@@ -1,22 +1,30 @@
 """Loading local sentence-transformers models: once, lazily, offline.
 
 The embedder, the reranker and the NLI judge share this: a thread-safe load-once holder,
-the ``device: auto`` rule, and construction from local files only with one-line errors.
-Nothing here imports torch or sentence-transformers until a model is actually loaded.
+the ``device: auto`` rule, construction from local files only with one-line errors, and
+the check that a model's files are there at all, made before anything loads. Nothing here
+imports torch or sentence-transformers until a model is actually loaded.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from retold.errors import ModelError
 
-__all__ = ["LazyModel", "load_local", "predict_logits", "resolve_device"]
+__all__ = ["LazyModel", "load_local", "missing_local_model", "predict_logits", "resolve_device"]
+
+# What a Hugging Face hub id looks like ("org/name" or "name"); anything else is a path.
+_HUB_ID = re.compile(r"[\w.-]+(/[\w.-]+)?")
+# Files of which a loadable model folder holds at least one.
+_MODEL_FILES = ("modules.json", "config.json")
 
 
 class LazyModel:
@@ -41,6 +49,30 @@ class LazyModel:
 
     def _load(self) -> Any:
         raise NotImplementedError
+
+
+def missing_local_model(name: str) -> str | None:
+    """What keeps ``name`` (a folder, or a hub id) from loading offline, or None when its
+    files are there. A folder needs a model in it; a hub id needs a copy in the local
+    Hugging Face cache (``sentence-transformers/`` is tried before a bare name, as the
+    library does). Reads files only; huggingface_hub, not torch, is imported for a hub id.
+    """
+    folder = Path(name).expanduser()
+    if folder.is_dir():
+        if any((folder / file).is_file() for file in _MODEL_FILES):
+            return None
+        return f"{name} is a folder without a model in it (no {' or '.join(_MODEL_FILES)})"
+    if folder.exists() or name.startswith((".", "/", "~")) or not _HUB_ID.fullmatch(name):
+        return f"no model folder at {name}"
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return f"{name} is not a local folder, and huggingface_hub is not installed to find it"
+    for repo in (name, f"sentence-transformers/{name}") if "/" not in name else (name,):
+        if any(isinstance(try_to_load_from_cache(repo, file), str) for file in _MODEL_FILES):
+            return None
+    return (f"{name} is neither a local folder nor in the local Hugging Face cache; models load "
+            "offline, so download it once or point the config at a folder")
 
 
 def resolve_device(device: str) -> str:

@@ -4,15 +4,17 @@ The parts of :class:`retold.store.Store` (records, vectors, entities, sessions, 
 search, maintenance, erasure) are mixins over this base. Every write goes through
 :meth:`StoreBase.atomic` (``BEGIN IMMEDIATE``; a SAVEPOINT when nested). The helpers every
 part needs live here too: the ``records_version`` counter, the audit log, a record's FTS
-row and its status, so no part reaches into a sibling. See docs/architecture.md, "The
-store".
+row and its status, so no part reaches into a sibling. Every access holds the
+connection's :class:`~retold.store.failures.StoreLock`, which reports a held lock, a
+read-only file, a full disk or a damaged page as its own Retold error. See
+docs/architecture.md, "The store".
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
-import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -22,16 +24,20 @@ from typing import Any, Self
 
 import numpy as np
 
-from retold.errors import MigrationIssuesError, NotADatabaseError, StoreError
+from retold.errors import MigrationIssuesError, NotADatabaseError, StoreError, StoreReadOnlyError
 from retold.models import RECORD_STATUSES, Scope
+from retold.store.failures import StoreLock
 from retold.store.family import EmbeddingFamily, read_family, write_family
 from retold.store.fts import write_fts_rows
-from retold.store.migrations import MIGRATIONS, MigrationReport, check_not_newer, migrate
+from retold.store.migrations import LATEST, MigrationReport, check_is_retold, check_not_newer, migrate
+from retold.store.opening import connect, journal_mode, read_only_reason
 from retold.util import Clock, SystemClock, from_iso, new_id, to_iso
 
 __all__ = ["LINK_ROLES", "Embedding", "NewEvent", "StoreBase", "chunks", "dt", "marks", "scope_clause", "ts"]
 
 LINK_ROLES: tuple[str, ...] = ("about", "mentions")  # a record is about one entity, mentions others
+log = logging.getLogger(__name__)
+
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _CHUNK = 500  # ids per IN list: far below SQLite's bound-parameter limit
 _EVENT_KEYS = ("id", "at", "kind", "actor", "record_id", "entity_id", "payload")
@@ -106,41 +112,22 @@ class StoreBase:
         self.path = str(path)
         self.clock: Clock = clock or SystemClock()
         self.busy_timeout_seconds = busy_timeout_seconds
-        self.read_only = read_only and self.path != ":memory:"
-        self._lock = threading.RLock()
+        self._read_only_asked = read_only
+        reason = None if self.path == ":memory:" else read_only_reason(self.path, read_only)
+        self.read_only = reason is not None
+        if reason and not read_only:
+            log.warning("store %s: %s; opened read-only, so searches and reads work and writes "
+                        "are refused", self.path, reason)
+        self._lock = StoreLock(self.path, busy_timeout_seconds, reason)
         self._depth = 0
         self._refuse_foreign_file()
-        try:
-            self._conn = sqlite3.connect(
-                # mode=ro: SQLite itself refuses every write, as it would for a file the
-                # process may not write; TEMP tables still work.
-                Path(self.path).resolve().as_uri() + "?mode=ro" if self.read_only else self.path,
-                timeout=busy_timeout_seconds,
-                isolation_level=None,  # we issue BEGIN IMMEDIATE ourselves
-                check_same_thread=False,  # guarded by self._lock
-                uri=self.read_only,
-            )
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot open store {self.path}: {exc}") from exc
-        try:
-            self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_seconds * 1000)}")
-            # Read-only checks first, so a refused file is left exactly as it was.
-            version = check_not_newer(self._conn, self.path)
-            if self.read_only and version < MIGRATIONS[-1].version:
-                raise StoreError(f"store {self.path} needs a migration and is opened read-only")
-            if self.path != ":memory:" and not self.read_only:
-                self._conn.execute("PRAGMA journal_mode = WAL")
-            self._conn.execute("PRAGMA foreign_keys = ON")
-            self._conn.execute("PRAGMA synchronous = NORMAL")  # safe under WAL
-            self.migration_report = (
-                migrate(self._conn, self.path) if migrate_schema and not self.read_only else None
-            )
-        except sqlite3.DatabaseError as exc:
-            self._conn.close()
-            raise NotADatabaseError(f"{self.path} is not a Retold store: {exc}") from exc
-        except BaseException:
-            self._conn.close()
-            raise
+        with self._lock:  # a failure while opening is reported like any later one
+            self._conn = connect(self.path, busy_timeout_seconds, reason)
+            try:
+                self.migration_report = self._prepare(migrate_schema)
+            except BaseException:
+                self._conn.close()
+                raise
         report = self.migration_report
         if report and report.unresolved and not allow_migration_issues:
             self._conn.close()
@@ -149,6 +136,26 @@ class StoreBase:
                 "could not map; run `retold migrate` to review them"
             )
 
+    def _prepare(self, migrate_schema: bool) -> MigrationReport | None:
+        """Check the file, set the connection's pragmas and apply pending migrations.
+
+        Everything before a migration only reads, so a refused file is left exactly as it
+        was, and a store with no migration pending opens without taking the write lock.
+        """
+        conn = self._conn
+        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_seconds * 1000)}")
+        version = check_not_newer(conn, self.path)
+        check_is_retold(conn, self.path, version)
+        if self.read_only and version < LATEST:
+            raise StoreReadOnlyError(
+                f"store {self.path} has schema version {version} and needs a migration to {LATEST}, "
+                f"but it is read-only ({self._lock.read_only_reason}); open it once with write access")
+        if not self.read_only and self.path != ":memory:" and journal_mode(conn) != "wal":
+            conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("PRAGMA synchronous = NORMAL")  # safe under WAL
+        return migrate(conn, self.path) if migrate_schema and not self.read_only else None
+
     def second_connection(self) -> Self:
         """Another Store on the same file with its own connection (and lock), for work that
         must never make this one's threads wait, such as a background writer queueing on
@@ -156,7 +163,7 @@ class StoreBase:
         if self.path == ":memory:":
             raise StoreError("an in-memory store cannot be opened twice")
         return type(self)(self.path, busy_timeout_seconds=self.busy_timeout_seconds,
-                          clock=self.clock, migrate_schema=False, read_only=self.read_only)
+                          clock=self.clock, migrate_schema=False, read_only=self._read_only_asked)
 
     def _refuse_foreign_file(self) -> None:
         """Refuse a file that is not SQLite before sqlite3 writes anything to it."""

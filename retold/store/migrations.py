@@ -3,8 +3,9 @@
 Each migration runs inside one ``BEGIN IMMEDIATE`` transaction together with the row in
 ``schema_migrations`` that records it, so a crash leaves either both or neither. Two
 processes opening a new store at once serialise on the write lock and the second finds
-the work done. A migration may return a note for the operator; ``retold migrate`` prints
-it and the store logs it.
+the work done. Whether anything is pending is read first, without a lock, so opening an
+up-to-date store never waits for (or blocks) another process's write. A migration may
+return a note for the operator; ``retold migrate`` prints it and the store logs it.
 """
 
 from __future__ import annotations
@@ -15,12 +16,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import resources
 
-from retold.errors import SchemaTooNewError
+from retold.errors import NotADatabaseError, SchemaTooNewError
 from retold.store.family import families_of_vectors, write_family
 from retold.store.fts import create_fts_table, is_stemmed, write_fts_rows
 from retold.util import SystemClock, to_iso
 
-__all__ = ["MIGRATIONS", "Migration", "MigrationReport", "current_version", "migrate"]
+__all__ = [
+    "LATEST", "MIGRATIONS", "Migration", "MigrationReport", "check_is_retold", "check_not_newer",
+    "current_version", "migrate",
+]
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +158,23 @@ def check_not_newer(conn: sqlite3.Connection, path: str) -> int:
     return version
 
 
+def check_is_retold(conn: sqlite3.Connection, path: str, version: int) -> None:
+    """Refuse another application's SQLite database: tables, but no migration of ours.
+
+    ``schema_migrations`` alone is a store whose first migration did not finish."""
+    if version:
+        return
+    row = conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name != 'schema_migrations'"
+        " AND name NOT LIKE 'sqlite_%' LIMIT 1"
+    ).fetchone()
+    if row is not None:
+        raise NotADatabaseError(
+            f"{path} is a SQLite database of another application (it has a table {row[0]!r} but "
+            "no Retold schema); refusing to add Retold's tables to it"
+        )
+
+
 def _unresolved(conn: sqlite3.Connection) -> int:
     if not _has_table(conn, "migration_issues"):
         return 0
@@ -163,9 +184,13 @@ def _unresolved(conn: sqlite3.Connection) -> int:
 def migrate(
     conn: sqlite3.Connection, path: str = "", migrations: tuple[Migration, ...] = MIGRATIONS
 ) -> MigrationReport:
-    """Apply every pending migration; idempotent. ``conn`` must be in autocommit mode."""
+    """Apply every pending migration; idempotent. ``conn`` must be in autocommit mode.
+
+    With none pending it only reads; each pending one is checked again under the lock."""
     applied: list[int] = []
     notes: list[str] = []
+    if check_not_newer(conn, path) >= migrations[-1].version:
+        return MigrationReport((), current_version(conn), _unresolved(conn))
     conn.execute(
         "CREATE TABLE IF NOT EXISTS schema_migrations ("
         " version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"

@@ -19,6 +19,15 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, Literal, Protocol, cast
 
+from retold.config import Config
+from retold.errors import (
+    ModelError,
+    StoreCorruptError,
+    StoreError,
+    StoreFullError,
+    StoreLockedError,
+    StoreReadOnlyError,
+)
 from retold.index.vector import VectorIndex
 from retold.ingest.ingestor import Ingestor
 from retold.ingest.revision import Reviser, RevisionError, StatusAction, is_history
@@ -43,6 +52,15 @@ logger = logging.getLogger(__name__)
 _SHORT_ID = re.compile(r"[0-9a-f]{8}")
 _RECENT_EVENTS = 20
 _MAX_LINEAGE = 50  # a supersedes chain longer than this is corrupt data, not history
+# What the model is told when the store cannot serve a call; the operator's log line has
+# the full message with the file's path.
+_STORE_CONDITIONS: dict[type[StoreError], str] = {
+    StoreLockedError: "memory is busy with another write; try again shortly",
+    StoreReadOnlyError: "memory is read-only here: searches work, but nothing can be saved",
+    StoreFullError: "memory storage is full",
+    StoreCorruptError: "memory storage is damaged and needs an administrator",
+}
+_UNAVAILABLE: tuple[type[Exception], ...] = (*_STORE_CONDITIONS, ModelError)
 _FORGET_NOTE = ("forgotten: no tool returns this memory any more; its content stays in the store "
                 "until an administrator erases it (retold erase --record <id>)")
 
@@ -54,6 +72,8 @@ def _ts(moment: datetime | None) -> str | None:
 class ToolParts(Protocol):
     """What the handlers use; the runtime provides each part, built on first use."""
 
+    @property
+    def config(self) -> Config: ...
     @property
     def store(self) -> Store: ...
     @property
@@ -72,6 +92,15 @@ def _not_found(raw_id: str) -> ToolError:
     # One message shape for a missing and an unreadable id, built only from what the
     # caller sent, so no answer confirms that a foreign id exists.
     return ToolError("not_found", f"no memory with id {raw_id}")
+
+
+def _unavailable(name: str, exc: Exception) -> ToolError:
+    """``store_unavailable`` or ``model_unavailable``, in words the model can pass on."""
+    if isinstance(exc, ModelError):
+        return ToolError("model_unavailable", f"{name} failed: the memory model is unavailable; "
+                         "nothing was changed")
+    why = next(text for kind, text in _STORE_CONDITIONS.items() if isinstance(exc, kind))
+    return ToolError("store_unavailable", f"{name} failed: {why}; nothing was changed")
 
 
 def _entity_not_found(raw_id: str) -> ToolError:
@@ -115,7 +144,7 @@ class ToolHandlers:
         write now, and the tool is left out when there is none.
         """
         targets = grants.write_targets(self.parts.store, principal)
-        return tool_schemas(list(targets))
+        return tool_schemas(list(targets), self.parts.config.tools)
 
     def anthropic_tools(self, principal: Principal) -> list[dict[str, Any]]:
         """This session's tools for the Anthropic Messages API ``tools`` parameter."""
@@ -132,15 +161,20 @@ class ToolHandlers:
         """Run one tool call; never raises for bad input.
 
         ``context`` is the adapter's current-turn context for ``memory_search``; the model
-        cannot supply it. An unexpected failure is logged and answered
-        as ``internal_error``; the store's transaction has rolled back by then.
+        cannot supply it. A store that is locked, read-only, full or damaged answers
+        ``store_unavailable``, a model that cannot load ``model_unavailable``, and any other
+        failure is logged and answered as ``internal_error``; the store's transaction has
+        rolled back by then.
         """
         try:
-            validate_payload(name, payload)
+            validate_payload(name, payload, self.parts.config.tools)
             assert isinstance(payload, dict)  # validate_payload checked the shape
             return self._handlers[name](principal, payload, context)
         except ToolError as err:
             return err.as_result()
+        except _UNAVAILABLE as exc:
+            logger.warning("memory tool %s failed: %s", name, exc)
+            return _unavailable(name, exc).as_result()
         except Exception:
             logger.exception("memory tool %s failed", name)
             return ToolError("internal_error", f"{name} failed unexpectedly; nothing was changed").as_result()

@@ -5,7 +5,9 @@ per tool. The schemas are data, built fresh on each call so no caller can mutate
 copy. No ``$schema`` key is published (some model providers refuse it); validate with
 ``jsonschema.Draft202012Validator``. ``memory_write``'s ``write_target`` enum is per
 session: the handler passes the labels this principal can write, so the model never sees
-a target it could not use, and omits the tool when there are none.
+a target it could not use, and omits the tool when there are none. Every string and list
+carries the ``maxLength``/``maxItems`` of the configured ``tools:`` limits, so the model
+sees the bounds the handler enforces.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import copy
 from collections.abc import Sequence
 from typing import Any
 
+from retold.config import ToolsConfig
 from retold.models import ENTITY_KINDS, RECORD_TYPES
 from retold.policy.grants import DEFAULT_TARGETS
 
@@ -46,7 +49,19 @@ REVISE_RECORD_FIELDS: tuple[str, ...] = (
 )
 REVISE_MERGE_FIELDS: tuple[str, ...] = ("entity_id", "merge_into", "reason")
 SUPERSEDE_ONLY_FIELDS: tuple[str, ...] = ("content", "source_kind", "evidence", "evidence_turn")
-_CONTENT_MAX = 1000
+# The ``tools:`` limit on a string property's length, wherever the property appears.
+_STRING_LIMITS: dict[str, str] = {
+    "content": "max_content_chars", "evidence": "max_evidence_chars", "reason": "max_reason_chars",
+    "attribute": "max_attribute_chars", "name": "max_entity_name_chars",
+    **dict.fromkeys(("id", "entity_id", "merge_into", "write_target", "since", "until", "event_at"),
+                    "max_id_chars"),
+}
+# Array properties: the limit on the number of items (None: fixed in the schema) and, for
+# arrays of strings, on each item's length.
+_LIST_LIMITS: dict[str, tuple[str | None, str]] = {
+    "queries": ("max_queries", "max_query_chars"), "tags": ("max_tags", "max_tag_chars"),
+    "entities": ("max_entities", "max_entity_name_chars"), "ids": (None, "max_id_chars"),
+}
 
 _SEARCH: ToolSchema = {
     "name": "memory_search",
@@ -135,8 +150,7 @@ _WRITE: ToolSchema = {
             "type": {"enum": list(RECORD_TYPES),
                      "description": "semantic: a current fact or preference; episodic: something "
                                     "that happened or was decided; procedural: how to do something."},
-            "content": {"type": "string", "maxLength": _CONTENT_MAX,
-                        "description": "The memory as one standalone sentence."},
+            "content": {"type": "string", "description": "The memory as one standalone sentence."},
             "attribute": {
                 "type": "string",
                 "description": "Current-fact attribute such as 'timezone'. Required for semantic "
@@ -178,8 +192,7 @@ _REVISE: ToolSchema = {
             "id": {"type": "string", "description": "The record to revise."},
             "action": {"enum": list(REVISE_ACTIONS)},
             "reason": {"type": "string", "description": "Why, in a sentence; kept in the audit log."},
-            "content": {"type": "string", "maxLength": _CONTENT_MAX,
-                        "description": "supersede only: the replacing memory."},
+            "content": {"type": "string", "description": "supersede only: the replacing memory."},
             "source_kind": {"enum": list(EVIDENCE_SOURCE_KINDS),
                             "description": "supersede only: the source of the new content."},
             "evidence": {"type": "string",
@@ -233,8 +246,10 @@ _BY_NAME: dict[str, ToolSchema] = {
 }
 
 
-def tool_schema(name: str, write_targets: Sequence[str] | None = None) -> ToolSchema:
-    """One tool's schema; raises KeyError for an unknown name.
+def tool_schema(name: str, write_targets: Sequence[str] | None = None,
+                limits: ToolsConfig | None = None) -> ToolSchema:
+    """One tool's schema, bounded by ``limits`` (the defaults when None); raises KeyError
+    for an unknown name.
 
     For ``memory_write``, ``write_targets`` replaces the ``write_target`` enum (None keeps
     the full static enum). An empty list still returns the schema; :func:`tool_schemas`
@@ -244,12 +259,28 @@ def tool_schema(name: str, write_targets: Sequence[str] | None = None) -> ToolSc
     out = copy.deepcopy(_BY_NAME[name])
     if name == "memory_write" and write_targets is not None:
         out["input_schema"]["properties"]["write_target"]["enum"] = list(write_targets)
+    _bound(out["input_schema"], limits or ToolsConfig())
     return out
 
 
-def tool_schemas(principal_targets: list[str] | None) -> list[ToolSchema]:
+def _bound(node: dict[str, Any], limits: ToolsConfig) -> None:
+    """Stamp the configured ``maxLength``/``maxItems`` on every property of ``node`` that
+    has a limit, descending into array items that are objects."""
+    for prop_name, prop in node.get("properties", {}).items():
+        if prop.get("type") == "string" and prop_name in _STRING_LIMITS:
+            prop["maxLength"] = getattr(limits, _STRING_LIMITS[prop_name])
+        if prop.get("type") == "array" and prop_name in _LIST_LIMITS:
+            count, chars = _LIST_LIMITS[prop_name]
+            if count is not None:
+                prop["maxItems"] = getattr(limits, count)
+            if prop["items"].get("type") == "string":
+                prop["items"]["maxLength"] = getattr(limits, chars)
+            _bound(prop["items"], limits)
+
+
+def tool_schemas(principal_targets: list[str] | None, limits: ToolsConfig | None = None) -> list[ToolSchema]:
     """All tool schemas in :data:`TOOL_NAMES` order, with ``memory_write``'s enum set to
-    the labels the principal can write.
+    the labels the principal can write, bounded by ``limits`` (the defaults when None).
 
     ``None`` is the static contract with the full enum (documentation, adapters that
     register before a principal exists). An empty list means nothing is writable, so
@@ -259,14 +290,14 @@ def tool_schemas(principal_targets: list[str] | None) -> list[ToolSchema]:
     for name in TOOL_NAMES:
         if name == "memory_write" and principal_targets is not None and not principal_targets:
             continue
-        out.append(tool_schema(name, principal_targets))
+        out.append(tool_schema(name, principal_targets, limits))
     return out
 
 
-def validation_schema(name: str) -> dict[str, Any]:
+def validation_schema(name: str, limits: ToolsConfig | None = None) -> dict[str, Any]:
     """The input schema the handler checks ``name``'s payloads against: the published one,
     plus for ``memory_revise`` the rule that exactly one of its two shapes applies."""
-    schema: dict[str, Any] = tool_schema(name)["input_schema"]
+    schema: dict[str, Any] = tool_schema(name, limits=limits)["input_schema"]
     if name == "memory_revise":
         schema.pop("required")
         schema["oneOf"] = copy.deepcopy(REVISE_SHAPES)

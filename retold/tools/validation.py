@@ -1,21 +1,26 @@
 """Tool input checks and the typed requests built from valid input.
 
-Every payload is checked against its tool's published JSON Schema (Draft 2020-12) before
-a handler sees it, then against the rules a schema cannot state well: blank text, dates,
-and the supersede-only fields of ``memory_revise``. None of these checks looks at a stored
-record or entity, so each may run before authorization without describing a target.
-A failed check is a :class:`ToolError` whose message names the field.
+Every payload is first screened for what no schema check should have to walk (nesting
+deeper than any tool's shape, more values than any call needs, text that is not valid
+Unicode), then checked against its tool's published JSON Schema (Draft 2020-12, bounded
+by the configured ``tools:`` limits) before a handler sees it, then against the rules a
+schema cannot state well: blank text, dates, and the supersede-only fields of
+``memory_revise``. None of these checks looks at a stored record or entity, so each may
+run before authorization without describing a target. A failed check is a
+:class:`ToolError` whose message names the field.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
+from functools import cache
 from typing import Any, cast
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
+from retold.config import ToolsConfig
 from retold.ingest.ingestor import WriteRequest
 from retold.models import EntityMention, SearchRequest
 from retold.tools.schemas import (
@@ -38,8 +43,14 @@ __all__ = [
 # Every ``error.code`` a tool answers with.
 ERROR_CODES: frozenset[str] = frozenset({
     "invalid_input", "not_found", "scope_not_writable", "invalid_write_target",
-    "entity_ambiguous", "invalid_source_kind", "invalid_subject", "internal_error",
+    "entity_ambiguous", "invalid_source_kind", "invalid_subject", "store_unavailable",
+    "model_unavailable", "internal_error",
 })
+# The deepest valid input (memory_write's entities[i].name) is three levels down, and no
+# valid call holds more than a few dozen values; these bound the work of refusing one.
+_MAX_DEPTH = 8
+_MAX_VALUES = 1000
+_MAX_KEY_CHARS = 64  # no tool has a field name anywhere near this long
 # The host and the extractor own these kinds; naming one is the
 # invalid_source_kind outcome rather than a malformed payload.
 _RESERVED_SOURCES = ("system", "session_summary")
@@ -66,18 +77,15 @@ class ToolError(Exception):
         return {"error": {"code": self.code, "message": self.message, **self.details}}
 
 
-def _validation_schema(schema: dict[str, Any]) -> dict[str, Any]:
+@cache
+def _validator(tool: str, limits: ToolsConfig) -> Draft202012Validator:
+    schema = validation_schema(tool, limits)
     # The published write_target enum is per session; the check accepts any label so that
     # an unoffered one reaches the ingestor and answers invalid_write_target.
     props = schema.get("properties", {})
     if "write_target" in props:
-        props["write_target"] = {"type": "string"}
-    return schema
-
-
-_VALIDATORS: dict[str, Draft202012Validator] = {
-    name: Draft202012Validator(_validation_schema(validation_schema(name))) for name in TOOL_NAMES
-}
+        props["write_target"] = {k: v for k, v in props["write_target"].items() if k != "enum"}
+    return Draft202012Validator(schema)
 
 
 def _field(error: ValidationError) -> str:
@@ -142,7 +150,8 @@ def _describe(tool: str, error: ValidationError) -> ToolError:
         return ToolError("invalid_input", f"{name} must be {side} {value}")
     if rule in ("minItems", "maxItems"):
         low, high = error.schema.get("minItems", 0), error.schema.get("maxItems")
-        span = f"{low} to {high}" if high is not None else f"at least {low}"
+        span = (f"at least {low}" if high is None else f"at most {high}" if not low
+                else f"{low} to {high}")
         return ToolError("invalid_input", f"{name} must have {span} items")
     if rule == "maxLength":
         return ToolError("invalid_input", f"{name} must be at most {value} characters")
@@ -178,11 +187,56 @@ def _rank(error: ValidationError) -> tuple[int, int, str]:
     return (base, len(error.absolute_path), _field(error))
 
 
-def validate_payload(tool: str, payload: object) -> None:
-    """Raise ToolError when ``payload`` is not valid input for ``tool``."""
-    if not isinstance(tool, str) or tool not in _VALIDATORS:
-        raise ToolError("invalid_input", f"unknown tool {tool!r}; the tools are {', '.join(TOOL_NAMES)}")
-    errors = sorted(_VALIDATORS[tool].iter_errors(payload), key=_rank)
+def _text(where: str, text: str) -> None:
+    # A lone surrogate is a legal JSON escape but no UTF-8 text: it could be neither
+    # stored nor sent on, so it is refused here rather than failing deep inside.
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ToolError("invalid_input", f"{where} is not valid Unicode text (a lone surrogate "
+                        f"{text[exc.start]!r} at character {exc.start})") from None
+
+
+def _screen(payload: object) -> None:
+    """Refuse nesting deeper than any tool's shape, more values than any call needs, and
+    text that is not valid Unicode, before the schema check walks (and quotes) the input.
+    Iterative, so no depth of nesting can exhaust the stack."""
+    pending: list[tuple[object, str, int]] = [(payload, "input", 0)]
+    for _ in range(_MAX_VALUES + 1):
+        if not pending:
+            return
+        value, where, depth = pending.pop()
+        if isinstance(value, str):
+            _text(where, value)
+            continue
+        if not isinstance(value, Mapping | list | tuple):
+            continue
+        if depth == _MAX_DEPTH:
+            raise ToolError("invalid_input", f"{where} is nested more than {_MAX_DEPTH} levels deep")
+        if len(value) + len(pending) > _MAX_VALUES:
+            break
+        prefix = "" if where == "input" else where
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                name = str(key)
+                _text(f"a field name in {where}", name)
+                if len(name) > _MAX_KEY_CHARS:
+                    raise ToolError("invalid_input", f"unknown field {name[:20]!r}... in {where}: no "
+                                    f"field name is longer than {_MAX_KEY_CHARS} characters")
+                pending.append((item, f"{prefix}.{name}" if prefix else name, depth + 1))
+        else:
+            pending.extend((item, f"{where}[{i}]", depth + 1) for i, item in enumerate(value))
+    raise ToolError("invalid_input", f"input holds more than {_MAX_VALUES} values")
+
+
+def validate_payload(tool: str, payload: object, limits: ToolsConfig | None = None) -> None:
+    """Raise ToolError when ``payload`` is not valid input for ``tool`` under ``limits``
+    (the configured ``tools:`` block; the defaults when None)."""
+    if not isinstance(tool, str) or tool not in TOOL_NAMES:
+        shown = tool[:64] if isinstance(tool, str) else tool
+        raise ToolError("invalid_input", f"unknown tool {shown!r}; the tools are {', '.join(TOOL_NAMES)}")
+    _screen(payload)
+    errors = sorted(_validator(tool, limits or ToolsConfig()).iter_errors(payload), key=_rank)
     if errors:
         raise _describe(tool, errors[0])
     assert isinstance(payload, dict)

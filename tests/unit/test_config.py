@@ -208,6 +208,15 @@ def test_out_of_range_values(overrides: dict[str, object], key: str) -> None:
     assert _error(overrides).startswith(f"{key}: must be")
 
 
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"tools": {"max_queries": 4}}, "tools.max_queries: must be between 1 and 3, got 4"),
+    ({"tools": {"max_query_chars": 0}}, "tools.max_query_chars: must be between 1 and 100000, got 0"),
+    ({"tools": {"max_tags": 101}}, "tools.max_tags: must be between 1 and 100, got 101"),
+])
+def test_tool_limits_stay_within_their_ranges(overrides: dict[str, object], message: str) -> None:
+    assert _error(overrides) == message
+
+
 def test_zero_is_allowed_where_it_means_something() -> None:
     cfg = load_config(
         overrides={

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -11,7 +12,8 @@ import pytest
 
 import retold
 from retold import build_runtime, load_config
-from retold.errors import EmbeddingMismatchError, StoreError
+from retold.cli import main
+from retold.errors import EmbeddingMismatchError, ModelMissingError, StoreError
 from retold.index.embedder import FakeEmbedder
 from retold.ingest.extractor import FakeExtractor
 from retold.ingest.reviewer import TableReviewer
@@ -195,3 +197,22 @@ def test_building_a_runtime_imports_no_celery(tmp_path: Path) -> None:
     ]
     env = {**os.environ, "RETOLD_CONFIG": str(config)}
     subprocess.run([sys.executable, "-c", "\n".join(lines)], check=True, timeout=60, env=env)
+
+
+def test_a_missing_model_fails_the_build_in_one_line_before_the_store_opens(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    store, model = tmp_path / "m.sqlite", tmp_path / "models" / "mini"
+    config = load_config(overrides={"store": {"path": str(store)},
+                                    "embedding": {"model": str(model), "backend": "sentence-transformers"}})
+    if importlib.util.find_spec("sentence_transformers") is None:
+        pytest.skip("without sentence-transformers, the library is what is reported missing")
+    with pytest.raises(ModelMissingError, match=f"embedding.model: no model folder at {model}"):
+        build_runtime(config)
+    assert not store.exists()
+    with build_runtime(config, allow_embedding_mismatch=True) as repairing:  # a repair needs no model
+        assert not repairing.embedder.is_loaded
+    yaml = tmp_path / "config.yaml"
+    yaml.write_text(f"embedding:\n  model: {model}\n  backend: sentence-transformers\n")
+    assert main(["dump", "--scope", "user:x", "--store", str(store), "--config", str(yaml)]) == 1
+    assert capsys.readouterr().err == f"retold dump: embedding.model: no model folder at {model}\n"

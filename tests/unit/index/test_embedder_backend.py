@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from retold.config import EmbeddingConfig, load_config
-from retold.errors import ConfigError
+from retold.errors import ConfigError, ModelMissingError
 from retold.index.embedder import (
     FakeEmbedder,
     SentenceTransformerEmbedder,
+    check_model_files,
     choose_backend,
     embedder_from_config,
 )
@@ -109,3 +111,37 @@ def test_onnx_embedder_checks_its_settings() -> None:
         OnnxEmbedder(threads=0)
     with pytest.raises(ConfigError, match=r"embedding\.max_chars"):
         OnnxEmbedder(max_chars=0)
+
+
+# -- the model's files are checked before anything loads ---------------------------------------
+
+WITH_ST = _has(EVERYTHING | {"sentence_transformers"})
+
+
+def test_the_fake_needs_nothing_and_a_missing_library_is_named() -> None:
+    check_model_files(_cfg(model="fake"), installed=_has(set()))
+    with pytest.raises(ModelMissingError, match="needs sentence_transformers; install the `models` extra"):
+        check_model_files(_cfg(backend="sentence-transformers"), installed=_has(EVERYTHING))
+
+
+@pytest.mark.model
+def test_the_packaged_model_passes_the_file_check() -> None:
+    check_model_files(_cfg(backend="sentence-transformers"))
+
+
+@pytest.mark.parametrize(("model", "needle"), [
+    ("{tmp}/no-such-model", "embedding.model: no model folder at {tmp}/no-such-model"),
+    ("{tmp}", "is a folder without a model in it"),
+])
+def test_a_model_folder_that_is_not_there_is_one_clear_error(tmp_path: Path, model: str, needle: str) -> None:
+    cfg = _cfg(backend="sentence-transformers", model=model.format(tmp=tmp_path))
+    with pytest.raises(ModelMissingError) as caught:
+        check_model_files(cfg, installed=WITH_ST)
+    assert needle.format(tmp=tmp_path) in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_hub_id_missing_from_the_local_cache_is_one_clear_error() -> None:
+    pytest.importorskip("huggingface_hub")
+    with pytest.raises(ModelMissingError, match="neither a local folder nor in the local Hugging Face cache"):
+        check_model_files(_cfg(backend="sentence-transformers", model="retold-tests/no-such-model"),
+                          installed=WITH_ST)

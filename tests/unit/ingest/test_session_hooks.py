@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
+from retold.errors import StoreFullError, StoreLockedError, StoreReadOnlyError
 from retold.ingest.session import InProcessScheduler, SessionBuffer, SessionHooks
 from retold.models import Principal
 from retold.store import Store
 from retold.testing import T0
 from retold.util import ManualClock
+from tests.conditions import FullDiskStore, write_lock_held
 
 IDLE = timedelta(minutes=30)
 P = Principal(agent_id="research-agent", user_id="aditya", session_id="s1", project_id="retold")
@@ -331,3 +334,24 @@ def test_a_queue_outage_is_logged_once_and_left_alone_for_a_while(
     assert "accepts sessions again" in messages[1][1] and "4 sessions" in messages[1][1]
     pending = store.pending_sessions(clock.now(), timedelta(minutes=30))
     assert [sid for sid, _stage in pending] == ["s1", "s2", "s3", "s4", "s5"]  # none lost
+
+
+def test_store_conditions_reach_the_host_as_retold_errors(
+    store_path: Path, scheduler: InProcessScheduler, clock: ManualClock,
+) -> None:
+    """A full disk, a read-only file and a held lock each raise their own Retold error from
+    the hooks, never a raw sqlite3 error, and the turn is not half written."""
+    Store(store_path, clock=clock).close()
+    full = FullDiskStore(store_path, clock=clock)
+    with pytest.raises(StoreFullError):
+        SessionHooks(full, scheduler, IDLE, clock).on_turn(P, "user", "a long paste " * 20_000)
+    assert full.get_session("s1") is None
+    full.close()
+    read_only = Store(store_path, clock=clock, read_only=True)
+    with pytest.raises(StoreReadOnlyError):
+        SessionHooks(read_only, scheduler, IDLE, clock).on_session_start(P)
+    read_only.close()
+    busy = Store(store_path, clock=clock, busy_timeout_seconds=0.1)
+    with write_lock_held(store_path), pytest.raises(StoreLockedError):
+        SessionHooks(busy, scheduler, IDLE, clock).on_session_end(P)
+    busy.close()

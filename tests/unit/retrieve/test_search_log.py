@@ -4,11 +4,9 @@ a full queue never slows or fails a search, and a late row never outlives an era
 from __future__ import annotations
 
 import logging
-import sqlite3
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import closing, contextmanager
+from contextlib import closing
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -24,21 +22,11 @@ from retold.runtime import Runtime
 from retold.store import Store
 from retold.testing import TEST_GATE, World, make_world
 from retold.util import new_id, to_iso
+from tests.conditions import write_lock_held
 from tests.sql import rows
 
 FACT = "Aditya prefers concise technical explanations."
 QUERY = "concise technical explanations"
-
-
-@contextmanager
-def write_lock_held(path: str) -> Iterator[None]:
-    """Another connection (as another process would) holds the write lock for the body."""
-    with closing(sqlite3.connect(path, isolation_level=None)) as conn:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        finally:
-            conn.execute("ROLLBACK")
 
 
 def hold_write_lock(path: str, seconds: float) -> threading.Thread:

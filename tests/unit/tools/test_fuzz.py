@@ -1,9 +1,12 @@
-"""Arbitrary JSON into every tool: no exception escapes, the
-answer is a JSON-serialisable dict, and an error changes nothing in the store."""
+"""Arbitrary JSON into every tool: no exception escapes, no call answers internal_error,
+the answer is a JSON-serialisable dict that encodes as UTF-8, and an error changes nothing
+in the store. Hostile values are mixed in everywhere: lone surrogates (legal JSON escapes
+that are not text), megabyte strings and nesting deeper than any tool's shape."""
 
 from __future__ import annotations
 
 import json
+from functools import reduce
 from typing import Any
 
 import pytest
@@ -19,10 +22,15 @@ from retold.tools.validation import ERROR_CODES
 SETTINGS = settings(max_examples=2000, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
+HOSTILE_TEXT = st.sampled_from(["\udfff", "fine \ud800 then", "\udc00" * 3, "x" * 1_000_000,
+                                "word " * 200_000, "Aditya \udfff prefers concise answers."])
+# Lists or objects nested 9 to 5,000 deep around a string.
+DEEP = st.tuples(st.integers(9, 5000), st.booleans()).map(
+    lambda shape: reduce(lambda inner, _: {"a": inner} if shape[1] else [inner], range(shape[0]), "x"))
 SCALARS = (st.none() | st.booleans() | st.integers()
-           | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=30))
+           | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=30) | HOSTILE_TEXT)
 JSON = st.recursive(
-    SCALARS,
+    SCALARS | DEEP,
     lambda children: (st.lists(children, max_size=4)
                       | st.dictionaries(st.text(max_size=12), children, max_size=4)),
     max_leaves=12,
@@ -58,8 +66,8 @@ def _keys(name: str) -> list[str]:
 def _near_valid(name: str, ids: list[str]) -> st.SearchStrategy[dict[str, Any]]:
     """Objects with the tool's required keys and mostly well-typed values, so that many
     examples get past validation into authorization, the ingestor and the retriever."""
-    some_id = st.sampled_from(ids) | st.text(max_size=12)
-    text = st.sampled_from(QUOTES) | st.text(max_size=60)
+    some_id = st.sampled_from(ids) | st.text(max_size=12) | HOSTILE_TEXT
+    text = st.sampled_from(QUOTES) | st.text(max_size=60) | HOSTILE_TEXT
     when = st.text(max_size=20) | st.sampled_from([
         "2026-09-03T12:00:00Z", "2026-01-01", "2026-09-03T12:00:00+05:30", "0999-01-01T00:00:00Z",
         "9999-12-31T23:59:59-05:00", "soon"])
@@ -125,7 +133,7 @@ def _check(world: World, handlers: ToolHandlers, name: str, payload: Any) -> Non
     before = world.counts()
     result = handlers.call(name, world.p, payload)
     assert isinstance(result, dict)
-    json.dumps(result)
+    json.dumps(result, ensure_ascii=False).encode("utf-8")
     if "error" in result:
         code = result["error"]["code"]
         assert code in ERROR_CODES and code != "internal_error", result

@@ -1,0 +1,104 @@
+"""SQLite failures as Retold errors, and the connection lock that raises them.
+
+SQLite reports a held write lock, a read-only file, a full disk and a damaged page all as
+``OperationalError`` or ``DatabaseError``; only the result code tells them apart. The
+remedies are opposite (wait, fix permissions, free space, restore a copy), and a message
+that lumps them together invites an operator to delete a healthy store that was merely
+busy. So every store access runs under :class:`StoreLock`, and a SQLite error of one of
+these kinds leaves the store as its own :class:`~retold.errors.StoreError` subclass, with
+the SQLite error kept as its cause. Other SQLite errors (a constraint, a bad statement)
+are bugs or caller mistakes and pass through unchanged.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from types import TracebackType
+
+from retold.errors import (
+    StoreCorruptError,
+    StoreError,
+    StoreFullError,
+    StoreLockedError,
+    StoreReadOnlyError,
+)
+
+__all__ = ["CANTOPEN", "READONLY", "StoreLock", "primary_code", "translate"]
+
+# SQLite's primary result codes (an extended code keeps the primary one in its low byte).
+BUSY, READONLY, IOERR, CORRUPT, FULL, CANTOPEN, NOTADB = 5, 8, 10, 11, 13, 14, 26
+_READONLY_DBMOVED = READONLY | (4 << 8)  # the file was renamed or deleted while open
+
+
+def primary_code(exc: sqlite3.Error) -> int | None:
+    """SQLite's primary result code of ``exc``, or None when it carries none."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return None if code is None else int(code) & 0xFF
+
+
+def translate(exc: sqlite3.Error, path: str, *, waited: float, busy_timeout: float,
+              read_only_reason: str | None = None) -> StoreError | None:
+    """The Retold error for ``exc``, or None when it is not a condition of the file.
+
+    ``waited`` is how long the failed access had been running, which for a lock is the
+    wait SQLite gave up on; ``read_only_reason`` says why the store was opened read-only.
+    """
+    code = primary_code(exc)
+    reason = " ".join(str(exc).split())
+    if code == BUSY:
+        return StoreLockedError(
+            f"store {path} is locked by another connection's write; gave up after waiting "
+            f"{waited:.1f} s (store.busy_timeout_seconds: {busy_timeout:g}); nothing was changed, "
+            "retry when that write has finished")
+    if code == READONLY:
+        if getattr(exc, "sqlite_errorcode", None) == _READONLY_DBMOVED:
+            return StoreReadOnlyError(f"store {path} was moved or deleted while open; reopen it")
+        why = f"{read_only_reason}; " if read_only_reason else ""
+        return StoreReadOnlyError(f"store {path} is read-only ({why}{reason}): searches and reads "
+                                  "work, this write was refused and nothing was changed")
+    if code == FULL:
+        return StoreFullError(f"store {path} cannot grow: the disk is full ({reason}); the write was "
+                              "rolled back, free some space and retry")
+    if code in (CORRUPT, NOTADB):
+        return StoreCorruptError(f"store {path} is damaged ({reason}); nothing was changed: keep the "
+                                 "file for inspection and restore the store from a snapshot")
+    if code in (IOERR, CANTOPEN):
+        return StoreError(f"store {path}: the file cannot be read or written ({reason})")
+    return None
+
+
+class StoreLock:
+    """The re-entrant lock that serialises a Store's threads on its one connection.
+
+    Leaving it with a SQLite error of a known kind raises the matching Retold error
+    instead (see the module docstring); the time since the outermost acquisition is the
+    wait a lock error reports.
+    """
+
+    def __init__(self, path: str, busy_timeout: float, read_only_reason: str | None = None) -> None:
+        self.path = path
+        self.busy_timeout = busy_timeout
+        self.read_only_reason = read_only_reason
+        self._lock = threading.RLock()
+        self._held = 0
+        self._since = 0.0
+
+    def __enter__(self) -> StoreLock:
+        self._lock.acquire()
+        if not self._held:
+            self._since = time.monotonic()
+        self._held += 1
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        waited = time.monotonic() - self._since
+        self._held -= 1
+        self._lock.release()
+        if isinstance(exc, sqlite3.Error):
+            translated = translate(exc, self.path, waited=waited, busy_timeout=self.busy_timeout,
+                                   read_only_reason=self.read_only_reason)
+            if translated is not None:
+                raise translated from exc

@@ -1,0 +1,85 @@
+"""How a store file is opened: read-write, or read-only when the config asks for it or
+this process may not write the file.
+
+A read-only store still serves searches and reads; SQLite's ``mode=ro`` refuses every
+write, which the store reports as :class:`~retold.errors.StoreReadOnlyError`. See
+docs/decisions.md, "A store that cannot be written opens read-only".
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+from retold.errors import StoreReadOnlyError
+from retold.store.failures import CANTOPEN, READONLY, primary_code
+from retold.store.migrations import current_version
+
+__all__ = ["connect", "journal_mode", "read_only_reason"]
+
+
+def read_only_reason(path: str, asked: bool) -> str | None:
+    """Why the store at ``path`` must be opened read-only, or None when it may be written.
+
+    ``access(2)`` grants root every write except on a read-only mount, which is also what
+    SQLite will find; a write SQLite refuses anyway is reported as read-only all the same.
+    """
+    if asked:
+        return "store.read_only is set"
+    target = Path(path)
+    if target.exists() and not os.access(target, os.W_OK):
+        return "the file is not writable by this process"
+    # A write needs the -wal and -shm files beside the store: writable if they exist, or
+    # a folder that lets SQLite create them.
+    if all(os.access(f"{path}{suffix}", os.W_OK) for suffix in ("-wal", "-shm")):
+        return None
+    folder = target.parent
+    if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):
+        return "its folder is not writable by this process"
+    return None
+
+
+def _open(target: str, busy_timeout: float, *, uri: bool = False) -> sqlite3.Connection:
+    return sqlite3.connect(
+        target,
+        timeout=busy_timeout,
+        isolation_level=None,  # the store issues BEGIN IMMEDIATE itself
+        check_same_thread=False,  # the store's lock guards it
+        uri=uri,
+    )
+
+
+def connect(path: str, busy_timeout: float, read_only_reason: str | None) -> sqlite3.Connection:
+    """A read-write connection, or (with a ``read_only_reason``) a read-only one through
+    ``mode=ro``, so that SQLite itself refuses every write; TEMP tables still work."""
+    if read_only_reason is None:
+        return _open(path, busy_timeout)
+    target = Path(path)
+    if not target.exists():
+        raise StoreReadOnlyError(f"no store at {path}, and none is created when it must be opened "
+                                 f"read-only ({read_only_reason})")
+    uri = target.resolve().as_uri() + "?mode=ro"
+    conn = _open(uri, busy_timeout, uri=True)
+    try:
+        current_version(conn)  # the first read opens the WAL index beside the file
+        return conn
+    except sqlite3.OperationalError as exc:
+        conn.close()
+        if primary_code(exc) not in (READONLY, CANTOPEN):
+            raise
+        wal = Path(f"{path}-wal")
+        if wal.exists() and wal.stat().st_size > 0:
+            raise StoreReadOnlyError(
+                f"store {path} cannot be read here: its -wal file holds changes that need a -shm "
+                "file SQLite cannot create in this folder; open it once with write access, or "
+                "copy the store with its -wal file to a writable folder") from exc
+    # The folder refuses the -shm file, but no -wal holds changes, so the main file is the
+    # whole database: immutable=1 reads it without the -shm. A writer with more rights
+    # could change it meanwhile; on a read-only mount there is none.
+    return _open(uri + "&immutable=1", busy_timeout, uri=True)
+
+
+def journal_mode(conn: sqlite3.Connection) -> str:
+    """The connection's journal mode, lower case (``wal`` once a store has been set up)."""
+    return str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()

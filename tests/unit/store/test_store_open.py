@@ -1,0 +1,222 @@
+"""Opening a store says what is wrong: a held lock, a read-only file, a full disk, a file
+that is not SQLite or not Retold's, a newer schema, a damaged page, each its own error and
+none of them "not a Retold store". An up-to-date store opens without the write lock, and a
+read-only one opens for reading.
+
+Tests may run as root, where chmod stops no write: those cases open the copy with
+``read_only=True`` (SQLite's ``mode=ro``, the open the permission check picks), and the
+checks that need a real permission denial skip under root."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from retold.errors import (
+    NotADatabaseError,
+    StoreCorruptError,
+    StoreFullError,
+    StoreLockedError,
+    StoreReadOnlyError,
+)
+from retold.models import Scope
+from retold.store import Store
+from retold.store.migrations import LATEST
+from retold.testing import make_record
+from tests.conditions import FullDiskStore, corrupt_page, write_lock_held
+from tests.sql import execute
+
+USER = Scope("user", "aditya")
+AS_ROOT = os.geteuid() == 0
+needs_non_root = pytest.mark.skipif(AS_ROOT, reason="root writes through chmod; read_only=True covers it")
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _store_with_a_record(path: Path) -> str:
+    with_record = Store(path)
+    record = make_record(scope=USER)
+    with_record.write_record(record)
+    with_record.close()
+    return record.id
+
+
+# -- locked ------------------------------------------------------------------------------------
+
+
+def test_an_up_to_date_store_opens_and_reads_while_another_write_holds_the_lock(store_path: Path) -> None:
+    record_id = _store_with_a_record(store_path)
+    with write_lock_held(store_path):
+        started = time.monotonic()
+        opened = Store(store_path, busy_timeout_seconds=5)
+        assert time.monotonic() - started < 1  # no migration pending: no wait for the lock
+        assert opened.get_record(record_id) is not None
+        opened.close()
+
+
+def test_a_write_that_outwaits_the_busy_timeout_says_locked_and_how_long(store_path: Path) -> None:
+    _store_with_a_record(store_path)
+    opened = Store(store_path, busy_timeout_seconds=0.2)
+    before = opened.row_counts()
+    with write_lock_held(store_path), pytest.raises(StoreLockedError) as caught:
+        opened.write_record(make_record(scope=USER))
+    message = str(caught.value)
+    assert "is locked by another connection" in message and "waiting 0.2 s" in message
+    assert "\n" not in message and "not a Retold store" not in message
+    assert opened.row_counts() == before
+    opened.close()
+
+
+def test_a_migration_that_outwaits_the_lock_says_locked_and_leaves_the_file(store_path: Path) -> None:
+    _store_with_a_record(store_path)
+    execute(store_path, "DELETE FROM schema_migrations WHERE version = ?", LATEST)  # one pending
+    before = _digest(store_path)
+    with write_lock_held(store_path), pytest.raises(StoreLockedError, match=r"waiting 0\.\d s"):
+        Store(store_path, busy_timeout_seconds=0.3)
+    assert _digest(store_path) == before
+
+
+# -- read-only ---------------------------------------------------------------------------------
+
+
+def _read_only_copy(source: Path, folder: Path, *, with_wal: bool) -> Path:
+    """A copy of an open store's file (and its -wal, holding changes not yet in the file),
+    made read-only with chmod 0444."""
+    folder.mkdir()
+    for suffix in ("", "-wal") if with_wal else ("",):
+        shutil.copy(f"{source}{suffix}", folder / f"copy.sqlite{suffix}")
+        (folder / f"copy.sqlite{suffix}").chmod(0o444)
+    return folder / "copy.sqlite"
+
+
+def test_a_read_only_store_serves_reads_and_refuses_writes_with_one_line(store_path: Path) -> None:
+    record_id = _store_with_a_record(store_path)
+    before = _digest(store_path)
+    opened = Store(store_path, read_only=True)
+    assert opened.get_record(record_id) is not None
+    with pytest.raises(StoreReadOnlyError) as caught:
+        opened.write_record(make_record(scope=USER))
+    assert "is read-only (store.read_only is set" in str(caught.value)
+    assert "\n" not in str(caught.value)
+    opened.close()
+    assert _digest(store_path) == before
+
+
+def test_a_read_only_copy_with_a_wal_shows_the_changes_in_its_wal(store_path: Path, tmp_path: Path) -> None:
+    live = Store(store_path)
+    record = make_record(scope=USER)
+    live.write_record(record)  # committed to the -wal; no checkpoint while the store is open
+    copy = _read_only_copy(store_path, tmp_path / "copy", with_wal=True)
+    live.close()
+    assert Path(f"{copy}-wal").stat().st_size > 0
+    opened = Store(copy, read_only=True)
+    assert opened.get_record(record.id) is not None
+    with pytest.raises(StoreReadOnlyError):
+        opened.append_event("probe", "test")
+    opened.close()
+
+
+@needs_non_root
+def test_a_file_this_process_cannot_write_opens_read_only(store_path: Path, tmp_path: Path) -> None:
+    record_id = _store_with_a_record(store_path)
+    copy = _read_only_copy(store_path, tmp_path / "copy", with_wal=False)
+    opened = Store(copy)
+    assert opened.read_only and opened.get_record(record_id) is not None
+    with pytest.raises(StoreReadOnlyError, match="the file is not writable by this process"):
+        opened.write_record(make_record(scope=USER))
+    opened.close()
+
+
+@needs_non_root
+def test_a_read_only_folder_serves_a_checkpointed_store_and_explains_a_pending_wal(
+    store_path: Path, tmp_path: Path,
+) -> None:
+    record_id = _store_with_a_record(store_path)
+    copy = _read_only_copy(store_path, tmp_path / "quiet", with_wal=False)
+    copy.parent.chmod(0o555)
+    try:
+        opened = Store(copy)  # no -shm can be created, and none is needed
+        assert opened.get_record(record_id) is not None
+        opened.close()
+    finally:
+        copy.parent.chmod(0o755)
+    live = Store(store_path)
+    live.write_record(make_record(scope=USER))
+    pending = _read_only_copy(store_path, tmp_path / "pending", with_wal=True)
+    live.close()
+    pending.parent.chmod(0o555)
+    try:
+        with pytest.raises(StoreReadOnlyError, match="-wal file holds changes"):
+            Store(pending)
+    finally:
+        pending.parent.chmod(0o755)
+
+
+def test_a_read_only_store_that_needs_a_migration_is_refused_untouched(store_path: Path) -> None:
+    _store_with_a_record(store_path)
+    execute(store_path, "DELETE FROM schema_migrations WHERE version = ?", LATEST)
+    before = _digest(store_path)
+    with pytest.raises(StoreReadOnlyError, match=f"needs a migration to {LATEST}"):
+        Store(store_path, read_only=True)
+    assert _digest(store_path) == before
+
+
+def test_no_store_is_created_when_it_must_be_read_only(tmp_path: Path) -> None:
+    with pytest.raises(StoreReadOnlyError, match="none is created"):
+        Store(tmp_path / "missing.sqlite", read_only=True)
+    assert list(tmp_path.iterdir()) == []
+
+
+# -- full disk ---------------------------------------------------------------------------------
+
+
+def test_a_full_disk_refuses_the_write_whole_and_keeps_serving_reads(store_path: Path) -> None:
+    record_id = _store_with_a_record(store_path)
+    full = FullDiskStore(store_path)
+    before = full.row_counts()
+    with pytest.raises(StoreFullError, match="the disk is full") as caught:
+        full.write_record(make_record(scope=USER, content="x" * 200_000))
+    assert isinstance(caught.value.__cause__, sqlite3.OperationalError)
+    assert full.row_counts() == before
+    assert full.get_record(record_id) is not None
+    full.close()
+
+
+# -- not SQLite, not Retold's, damaged ------------------------------------------------------------
+
+
+def test_another_applications_database_is_refused_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "app.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL)")
+    before = _digest(path)
+    with pytest.raises(NotADatabaseError, match="another application"):
+        Store(path)
+    assert _digest(path) == before
+
+
+def test_a_damaged_schema_page_is_reported_as_damage_when_opening(store_path: Path) -> None:
+    _store_with_a_record(store_path)
+    corrupt_page(store_path)
+    before = _digest(store_path)
+    with pytest.raises(StoreCorruptError, match="is damaged") as caught:
+        Store(store_path)
+    assert "not a Retold store" not in str(caught.value)
+    assert _digest(store_path) == before
+
+
+def test_a_damaged_table_page_is_reported_as_damage_when_read(store_path: Path) -> None:
+    record_id = _store_with_a_record(store_path)
+    corrupt_page(store_path, "records")
+    opened = Store(store_path)  # the pages read while opening are intact
+    with pytest.raises(StoreCorruptError, match="malformed"):
+        opened.get_record(record_id)
+    opened.close()

@@ -1,0 +1,108 @@
+"""Each store condition through the real entry point: one line on stderr naming it and an
+exit code, a traceback only with -v, and reads that keep working where they can.
+
+Tests may run as root, where chmod stops no write, so the read-only store is simulated
+with ``store.read_only: true`` (SQLite's ``mode=ro``, the same open a file this process
+cannot write gets)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from retold import build_runtime, load_config
+from retold.cli import main
+from retold.cli_failure import EXIT_ERROR, EXIT_LOCKED
+from retold.models import Scope
+from retold.testing import make_record
+from tests.conditions import FullDiskStore, corrupt_page, write_lock_held
+from tests.sql import execute
+
+SCOPE = "user:cleo"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> tuple[Path, Path]:
+    """A store holding one record, and a config with a short busy timeout."""
+    config = tmp_path / "config.yaml"
+    config.write_text("embedding:\n  model: fake\nstore:\n  busy_timeout_seconds: 0.2\n")
+    path = tmp_path / "mem.sqlite"
+    with build_runtime(load_config(config, overrides={"store": {"path": str(path)}})) as rt:
+        rt.store.write_record(make_record(scope=Scope.parse(SCOPE), content="Cleo likes river walks."))
+    return path, config
+
+
+def _run(capsys: pytest.CaptureFixture[str], store: tuple[Path, Path], *args: str) -> tuple[int, list[str]]:
+    path, config = store
+    code = main([*args, "--store", str(path), "--config", str(config)])
+    return code, capsys.readouterr().err.strip().splitlines()
+
+
+def _one_line(lines: list[str], *needles: str) -> None:
+    assert len(lines) == 1, lines
+    assert all(needle in lines[0] for needle in needles), lines[0]
+    assert "not a Retold store" not in lines[0]
+
+
+def test_a_locked_store_serves_reads_and_a_write_says_locked_with_its_wait(
+    store: tuple[Path, Path], capsys: pytest.CaptureFixture[str],
+) -> None:
+    with write_lock_held(store[0]):
+        assert _run(capsys, store, "dump", "--scope", SCOPE) == (0, ["1 active records in user:cleo"])
+        code, lines = _run(capsys, store, "grant", "agent-a", SCOPE)
+    assert code == EXIT_LOCKED
+    _one_line(lines, "retold grant: store", "is locked", "waiting 0.2 s")
+
+
+def test_a_read_only_store_serves_reads_and_refuses_a_write(
+    store: tuple[Path, Path], capsys: pytest.CaptureFixture[str],
+) -> None:
+    store[1].write_text(store[1].read_text() + "  read_only: true\n")
+    assert _run(capsys, store, "dump", "--scope", SCOPE)[0] == 0
+    code, lines = _run(capsys, store, "grant", "agent-a", SCOPE)
+    assert code == EXIT_ERROR
+    _one_line(lines, "is read-only", "searches and reads work")
+
+
+def test_a_full_disk_refuses_the_write(
+    store: tuple[Path, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("retold.runtime.Store", FullDiskStore)
+    code, lines = _run(capsys, store, "grant", "agent-a", "project:" + "p" * 30_000)
+    assert code == EXIT_ERROR
+    _one_line(lines, "the disk is full", "rolled back")
+
+
+SETUPS: list[tuple[str, Callable[[Path], object], tuple[str, ...], str]] = [
+    ("not SQLite", lambda p: p.write_text("meeting notes\n" * 100), ("dump", "--scope", SCOPE),
+     "is not a SQLite database"),
+    ("newer schema", lambda p: execute(p, "INSERT INTO schema_migrations VALUES (99, 'future', 'x')"),
+     ("dump", "--scope", SCOPE), "newer than this Retold"),
+    ("damaged schema page", corrupt_page, ("dump", "--scope", SCOPE), "is damaged"),
+    ("damaged table page", lambda p: corrupt_page(p, "records"), ("dump", "--scope", SCOPE), "is damaged"),
+]
+
+
+@pytest.mark.parametrize(("name", "setup", "args", "needle"), SETUPS, ids=[s[0] for s in SETUPS])
+def test_a_store_that_cannot_be_used_says_why_in_one_line(
+    store: tuple[Path, Path], capsys: pytest.CaptureFixture[str], name: str,
+    setup: Callable[[Path], object], args: tuple[str, ...], needle: str,
+) -> None:
+    setup(store[0])
+    code, lines = _run(capsys, store, *args)
+    assert code == EXIT_ERROR
+    _one_line(lines, needle)
+
+
+def test_verbose_adds_the_cause_and_traceback_after_the_line(
+    store: tuple[Path, Path], capsys: pytest.CaptureFixture[str],
+) -> None:
+    corrupt_page(store[0], "records")
+    code, lines = _run(capsys, store, "dump", "--scope", SCOPE, "-v")
+    assert code == EXIT_ERROR
+    assert "is damaged" in lines[0] and "Traceback" not in lines[0]
+    details = "\n".join(lines[1:])
+    assert "sqlite3.DatabaseError: database disk image is malformed" in details
+    assert "retold.errors.StoreCorruptError" in details
