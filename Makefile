@@ -35,6 +35,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.index_bench
 	$(BIN)/python -m benchmarks.write_bench
 	$(BIN)/python -m benchmarks.search_bench
+	$(BIN)/python -m benchmarks.retrieval_bench
 	$(BIN)/python -m benchmarks.calibrate_gate
 	$(BIN)/python -m benchmarks.ops_bench
 	$(BIN)/python -m benchmarks.extraction_bench

@@ -1,12 +1,21 @@
-"""Gate calibration for the configured embedder (sweeping the gate floors).
+"""Gate calibration for the configured embedder: sweep the floors on labelled searches.
 
-Loads the hand-labelled set in benchmarks/data/calibration.json into a fresh store
-through the real write path (real all-MiniLM-L6-v2, exact judge), runs every query once
-through the real retriever, then sweeps the per-type dense floors and the relative floor
-OFFLINE from the logged candidate scores (the same decision as ``replay_gate``), and picks
-the values that maximise F1 on classes 1-2 (evidence present / absent) subject to an
-injection rate <= 10% on class 3 (ordinary turns). The chosen floors are checked against
-``replay_gate`` on every logged search.
+Two labelled sets are searched once through the real retriever with the configured
+embedder (MiniLM on ONNX by default) and their logged rows re-decided offline by the gate
+itself (``logged_candidates`` + ``gate``, what ``replay_gate`` does), so the sweep is the
+decision the retriever makes:
+
+* the conversational set (benchmarks/data/conversations.json, ``benchmarks.retrieval_bench``):
+  floors are chosen on half A (even conversations) and checked on half B;
+* the hand-labelled set (benchmarks/data/calibration.json): questions with and without an
+  answer and ordinary chat turns, reported with the chosen floors as a third check
+  (precision, recall and the share of ordinary turns that get memory injected).
+
+The objective on half A is the mean of answerable R@5, abstention on unanswerable
+questions, right-at-1 on their answerable twins and current value at rank 1 after updates,
+among floors that abstain on at least ``MIN_ABSTENTION`` of half A and inject into at most
+``MAX_INJECTION`` of the ordinary turns; when no floor meets both, the best objective wins
+and the report says so.
 
 Run: ``.venv/bin/python -m benchmarks.calibrate_gate [--model M --version V --dims N]
 [--write-defaults]``. ``--model``/``--version``/``--dims`` calibrate another embedding
@@ -26,6 +35,7 @@ import tempfile
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,28 +46,29 @@ pin_threads()
 
 import numpy as np  # noqa: E402
 
+from benchmarks import retrieval_bench  # noqa: E402
 from retold import build_runtime, load_config  # noqa: E402
-from retold.config import DenseFloors  # noqa: E402
 from retold.ingest.equivalence import ExactJudge  # noqa: E402
 from retold.ingest.ingestor import WriteRequest  # noqa: E402
-from retold.models import EntityMention, Principal, Scope, SearchRequest  # noqa: E402
-from retold.retrieve.gate import GateFloors, floors_for, replay_gate  # noqa: E402
+from retold.models import Candidate, EntityMention, Principal, QueryShape, Scope, SearchRequest  # noqa: E402
+from retold.retrieve.gate import GateFloors, RecordKind, floors_for, gate, logged_candidates  # noqa: E402
 
 AGENT = "research-agent"
-DATA = ROOT / "benchmarks" / "data" / "calibration.json"
+HAND = ROOT / "benchmarks" / "data" / "calibration.json"
+MIN_ABSTENTION = 0.90
 MAX_INJECTION = 0.10
-TYPES = ("semantic", "episodic", "procedural")
-GRID = [round(x, 2) for x in np.arange(0.30, 0.801, 0.05)]
-# Capped at 0.95: RRF scores of ranks 1 and 5 in one list differ by under 7%, so a higher
-# relative floor keeps only the single best record per channel group, which the labelled
-# set (91% single-answer questions) would reward but multi-record answers would not.
-RELATIVE = [0.0, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95]
+K = 10
+GRID = {
+    "semantic": [0.55, 0.60, 0.65, 0.70, 0.75],
+    "episodic": [0.45, 0.50, 0.55, 0.60],
+    "relative_floor": [0.0, 0.8, 0.95],
+    "name_only_margin": [0.05, 0.10, 0.15, 0.20, 0.25],
+}
 
 
-def build(store_path: Path, data: dict, embedding: dict[str, object] | None = None,
-          ) -> tuple[object, dict[str, str]]:
-    """Write every record through the ingestor; return the runtime and key -> record id.
-    ``embedding`` overrides the embedding block (another model, version or width)."""
+def build_hand(store_path: Path, data: dict[str, Any], embedding: dict[str, object] | None,
+               ) -> tuple[Any, dict[str, str]]:
+    """Write the hand-labelled records through the ingestor; return the runtime and id -> key."""
     config = load_config(overrides={"store": {"path": str(store_path)},
                                     "embedding": {"torch_threads": 1, **(embedding or {})}})
     rt = build_runtime(config, judge=ExactJudge())
@@ -70,11 +81,10 @@ def build(store_path: Path, data: dict, embedding: dict[str, object] | None = No
         rt.host.grant(AGENT, Scope("project", project), read=True, write=True)
     keys: dict[str, str] = {}
     for rec in data["records"]:
-        principal = Principal(AGENT, rec["user"], None, None)
         mentions = [EntityMention(k, n, "mentions") for k, n in rec["mentions"]]
         if rec["about"]:
             mentions.insert(0, EntityMention(rec["about"][0], rec["about"][1], "about"))
-        result = rt.ingestor.write(principal, WriteRequest(
+        result = rt.ingestor.write(Principal(AGENT, rec["user"], None, None), WriteRequest(
             type=rec["type"], content=rec["content"], attribute=rec["attribute"],
             target=Scope.parse(rec["scope"]), source_kind="system",
             event_at=datetime.fromisoformat(rec["event_at"].replace("Z", "+00:00")),
@@ -87,76 +97,58 @@ def build(store_path: Path, data: dict, embedding: dict[str, object] | None = No
 
 
 @dataclass
-class Logged:
-    """One query's logged candidates as arrays, for a fast offline gate."""
+class Search:
+    """One logged search, parsed once, with its labels."""
 
     key: str
-    cls: str
-    expected: frozenset[str]
-    ids: list[str]
-    score: np.ndarray
-    dense: np.ndarray  # nan: no dense hit
-    type_index: np.ndarray
-    lexical_pass: np.ndarray  # lexical step-1 pass under the (fixed) lexical floors
-    entity: np.ndarray
-    channels: np.ndarray
+    group: str  # "A", "B" (conversational halves) or "hand"
+    label: str  # conversational kind, or the hand-labelled class
+    expected: list[str]
+    twin: str | None
+    current: str | None
+    stale: list[str]
+    candidates: list[Candidate]
+    kinds: dict[str, RecordKind]
+    shape: QueryShape
+
+    def returned(self, floors: GateFloors, keys: dict[str, str]) -> list[str]:
+        kept = gate(self.candidates, self.kinds, floors, self.shape).kept[:K]
+        return [keys.get(c.record_id, c.record_id) for c in kept]
 
 
-def to_logged(row: dict, query: dict, keys: dict[str, str], floors: GateFloors) -> Logged:
-    fused = json.loads(row["fused"])
-    multipliers = dict(json.loads(row["freshness"]))
-    dense = {rid: cos for rid, _, cos in json.loads(row["dense"])}
-    lexical = {r[0]: r for r in json.loads(row["lexical"])}
-    entity = {rid for rid, _, _ in json.loads(row["entity"])}
-    fused.sort(key=lambda f: -(f[2] * (multipliers.get(f[0]) or 1.0)))
-    out_ids, score, dvals, tidx, lpass, ent, chans = [], [], [], [], [], [], []
-    for rid, _rank, rrf, type_, _source in fused:
-        out_ids.append(keys.get(rid, rid))
-        score.append(rrf * (multipliers.get(rid) or 1.0))
-        dvals.append(dense.get(rid, np.nan))
-        tidx.append(TYPES.index(type_))
-        lex = lexical.get(rid)
-        ok = False
-        if lex is not None and lex[4]:
-            matched = len(lex[3])
-            precise = any(i or a for _, i, a in lex[3])
-            ok = matched / lex[4] >= floors.lexical_min_term_fraction and (
-                matched >= floors.lexical_min_matched_terms or precise)
-        lpass.append(ok)
-        ent.append(rid in entity)
-        chans.append((rid in dense) + (lex is not None) + (rid in entity))
-    return Logged(query["key"], query["class"], frozenset(query["expected"]), out_ids,
-                  np.array(score), np.array(dvals, dtype=float), np.array(tidx, dtype=int),
-                  np.array(lpass, dtype=bool), np.array(ent, dtype=bool), np.array(chans, dtype=int))
+def _parse(row: dict[str, Any], **labels: Any) -> Search:
+    candidates, kinds, shape = logged_candidates(row)
+    return Search(candidates=candidates, kinds=kinds, shape=shape, **labels)
 
 
-def decide(q: Logged, dense_floors: np.ndarray, relative: float, k: int) -> list[str]:
-    """The gate's floor checks and the k cut, vectorised for the sweep."""
-    if not q.ids:
-        return []
-    with np.errstate(invalid="ignore"):
-        dense_ok = q.dense >= dense_floors[q.type_index]
-    passed = q.entity | q.lexical_pass | dense_ok
-    keep = passed.copy()
-    for c in np.unique(q.channels[passed]):
-        group = passed & (q.channels == c)
-        top = q.score[group].max()
-        keep &= ~(group & ~q.entity & (q.score < relative * top))
-    return [q.ids[i] for i in np.flatnonzero(keep)[:k]]
+def conversational_metrics(
+    searches: list[Search], floors: GateFloors, keys: dict[str, str]
+) -> dict[str, float]:
+    answers = {s.key: s.returned(floors, keys) for s in searches}
+    answerable = [s for s in searches if s.expected]
+    r5 = [len(set(s.expected) & set(answers[s.key][:5])) / len(s.expected) for s in answerable]
+    abstained = [not answers[s.key] for s in searches if not s.expected]
+    right = {s.key: bool(answers[s.key]) and answers[s.key][0] in s.expected for s in answerable}
+    twins = [right[s.twin] for s in searches if not s.expected and s.twin in right]
+    current = [bool(answers[s.key]) and answers[s.key][0] == s.current
+               for s in answerable if s.current is not None and s.stale]
+    figures = {"r@5": float(np.mean(r5)), "abstention": float(np.mean(abstained)),
+               "twin_right_at_1": float(np.mean(twins)), "current_at_1": float(np.mean(current))}
+    return {name: round(value, 4) for name, value in figures.items()}
 
 
-def metrics(queries: list[Logged], dense_floors: np.ndarray, relative: float, k: int) -> dict[str, float]:
+def hand_metrics(searches: list[Search], floors: GateFloors, keys: dict[str, str]) -> dict[str, float]:
     tp = fp = fn = injected = ordinary = 0
-    for q in queries:
-        returned = decide(q, dense_floors, relative, k)
-        if q.cls == "ordinary":
+    for s in searches:
+        returned = s.returned(floors, keys)[:8]
+        if s.label == "ordinary":
             ordinary += 1
             injected += bool(returned)
             continue
-        hits = q.expected & set(returned)
+        hits = set(s.expected) & set(returned)
         tp += len(hits)
-        fp += len(set(returned) - q.expected)
-        fn += len(q.expected - hits)
+        fp += len(set(returned) - set(s.expected))
+        fn += len(set(s.expected) - hits)
     precision = tp / (tp + fp) if tp + fp else 1.0
     recall = tp / (tp + fn) if tp + fn else 1.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
@@ -164,46 +156,53 @@ def metrics(queries: list[Logged], dense_floors: np.ndarray, relative: float, k:
             "injection_rate": round(injected / ordinary if ordinary else 0.0, 4)}
 
 
-def sweep(queries: list[Logged], k: int) -> tuple[dict[str, float], np.ndarray, float]:
-    best: tuple[float, float, float] | None = None
-    chosen = (np.zeros(3), 0.0)
-    best_metrics: dict[str, float] = {}
-    for floors in itertools.product(GRID, repeat=3):
-        arr = np.array(floors)
-        for relative in RELATIVE:
-            m = metrics(queries, arr, relative, k)
-            if m["injection_rate"] > MAX_INJECTION:
-                continue
-            # Best F1; ties prefer lower injection, then the lower (more permissive) floors.
-            key = (m["f1"], -m["injection_rate"], -float(arr.sum()))
-            if best is None or key > best:
-                best, chosen, best_metrics = key, (arr, relative), m
-    return best_metrics, chosen[0], chosen[1]
+def objective(m: dict[str, float]) -> float:
+    return (m["r@5"] + m["abstention"] + m["twin_right_at_1"] + m["current_at_1"]) / 4
 
 
-def write_defaults(dense: np.ndarray, relative: float, session_summary: float) -> None:
+def with_values(floors: GateFloors, values: dict[str, float]) -> GateFloors:
+    dense = replace(floors.dense_floor, semantic=values["semantic"], episodic=values["episodic"])
+    return replace(floors, dense_floor=dense, relative_floor=values["relative_floor"],
+                   name_only_margin=values["name_only_margin"])
+
+
+def sweep(base: GateFloors, half_a: list[Search], hand: list[Search], keys: dict[str, str]
+          ) -> tuple[dict[str, float], bool]:
+    best: tuple[bool, float] | None = None
+    chosen: dict[str, float] = {}
+    for combo in itertools.product(*GRID.values()):
+        values = dict(zip(GRID, combo, strict=True))
+        floors = with_values(base, values)
+        m = conversational_metrics(half_a, floors, keys)
+        injection = hand_metrics(hand, floors, keys)["injection_rate"]
+        feasible = m["abstention"] >= MIN_ABSTENTION and injection <= MAX_INJECTION
+        key = (feasible, objective(m))
+        if best is None or key > best:
+            best, chosen = key, values
+    assert best is not None
+    return chosen, best[0]
+
+
+def write_defaults(values: dict[str, float]) -> None:
     """Write the chosen floors into config.yaml and the retold/config.py defaults."""
-    values = dict(zip(TYPES, dense.tolist(), strict=True))
     yaml_path = ROOT / "config.yaml"
     text = yaml_path.read_text()
-    block = re.search(r"(  gate:\n    dense_floor:.*?\n)(    relative_floor: )([0-9.]+)", text, re.S)
+    block = re.search(r"\n  gate:\n.*?\n    auto:", text, re.S)
     assert block is not None, "config.yaml gate block not found"
-    head = block.group(1)
-    for name, value in values.items():
-        head = re.sub(rf"(\n      {name}: )[0-9.]+", rf"\g<1>{value:.2f}", head, count=1)
-    text = text[: block.start()] + head + block.group(2) + f"{relative:.2f}" + text[block.end():]
-    yaml_path.write_text(text)
+    body = block.group(0)
+    for name in ("semantic", "episodic", "relative_floor", "name_only_margin"):
+        body = re.sub(rf"(\n {{4,6}}{name}: )[0-9.]+", rf"\g<1>{values[name]:.2f}", body, count=1)
+    yaml_path.write_text(text[: block.start()] + body + text[block.end():])
     code_path = ROOT / "retold" / "config.py"
     code = code_path.read_text()
-    dense_cls = re.search(r"class DenseFloors:.*?\n\n\n", code, re.S)
-    assert dense_cls is not None
-    body = dense_cls.group(0)
-    for name, value in values.items():
-        body = re.sub(rf"(\n    {name}: float = )[0-9.]+", rf"\g<1>{value:.2f}", body, count=1)
-    code = code[: dense_cls.start()] + body + code[dense_cls.end():]
-    gate_cls = re.search(r"class GateConfig:.*?relative_floor: float = ([0-9.]+)", code, re.S)
-    assert gate_cls is not None
-    code = code[: gate_cls.start(1)] + f"{relative:.2f}" + code[gate_cls.end(1):]
+    for cls, names in (("DenseFloors", ("semantic", "episodic")),
+                       ("GateConfig", ("relative_floor", "name_only_margin"))):
+        found = re.search(rf"class {cls}:.*?\n\n\n", code, re.S)
+        assert found is not None, cls
+        body = found.group(0)
+        for name in names:
+            body = re.sub(rf"(\n    {name}: float = )[0-9.]+", rf"\g<1>{values[name]:.2f}", body, count=1)
+        code = code[: found.start()] + body + code[found.end():]
     code_path.write_text(code)
 
 
@@ -218,55 +217,59 @@ def main() -> None:
     embedding = {key: value for key, value in
                  (("model", args.model), ("version", args.version), ("dims", args.dims))
                  if value is not None}
-    data = json.loads(DATA.read_text())
+    hand_data = json.loads(HAND.read_text())
+    conversations = json.loads(retrieval_bench.DATA.read_text())["conversations"]
     with tempfile.TemporaryDirectory() as tmp:
-        rt, keys = build(Path(tmp) / "calibration.sqlite", data, embedding)
-        cfg = rt.config.retrieval  # type: ignore[attr-defined]
-        floors = floors_for(cfg.gate, "tool")
-        logged, rows = [], []
-        for query in data["queries"]:
-            principal = Principal(AGENT, query["user"], None, None)
-            outcome = rt.retriever.search(principal, SearchRequest(queries=[query["text"]]))  # type: ignore[attr-defined]
-            rt.flush_search_log()  # type: ignore[attr-defined]
-            row = rt.store.search_log_row(outcome.response.search_id)  # type: ignore[attr-defined]
-            rows.append(row)
-            logged.append(to_logged(row, query, keys, floors))
-        embedder = rt.embedder  # type: ignore[attr-defined]
-        rt.close()  # type: ignore[attr-defined]
-    k = cfg.default_k
-    before_dense = np.array([getattr(cfg.gate.dense_floor, t) for t in TYPES])
-    before = metrics(logged, before_dense, cfg.gate.relative_floor, k)
-    after, dense, relative = sweep(logged, k)
-    # The offline sweep must agree with the gate the retriever runs.
-    chosen = replace(floors, dense_floor=DenseFloors(*dense.tolist(),
-                                                     session_summary=floors.dense_floor.session_summary),
-                     relative_floor=relative)
-    for row, q in zip(rows, logged, strict=True):
-        replayed = [keys.get(c.record_id, c.record_id) for c in replay_gate(row, chosen).kept][:k]
-        assert replayed == decide(q, dense, relative, k), q.key
-    spec = {"semantic": 0.45, "episodic": 0.40, "procedural": 0.45, "relative_floor": 0.5}
-    chosen_values = {**dict(zip(TYPES, dense.tolist(), strict=True)), "relative_floor": relative}
-    results = {"machine": machine(), "model": embedder.name, "embedding_version": embedder.version,
-               "records": len(data["records"]), "queries": {c: sum(q.cls == c for q in logged)
-                                                             for c in ("present", "absent", "ordinary")},
-               "max_injection_rate": MAX_INJECTION, "k": k,
-               "before": {"floors": spec, **before}, "after": {"floors": chosen_values, **after},
-               "bge_m3_spec_floors": spec}
-    table = [["floors", "semantic / episodic / procedural", "relative", "precision", "recall", "F1",
-              "injection (class 3)"],
-             ["before (spec values)", "0.45 / 0.40 / 0.45", "0.50", f"{before['precision']:.3f}",
-              f"{before['recall']:.3f}", f"{before['f1']:.3f}", f"{before['injection_rate']:.3f}"],
-             ["after (calibrated)", " / ".join(f"{v:.2f}" for v in dense.tolist()), f"{relative:.2f}",
-              f"{after['precision']:.3f}", f"{after['recall']:.3f}", f"{after['f1']:.3f}",
-              f"{after['injection_rate']:.3f}"]]
+        rt, keys = build_hand(Path(tmp) / "hand.sqlite", hand_data, embedding)
+        base = floors_for(rt.config.retrieval.gate, "tool")
+        hand: list[Search] = []
+        for query in hand_data["queries"]:
+            outcome = rt.retriever.search(Principal(AGENT, query["user"], None, None),
+                                          SearchRequest(queries=[query["text"]], k=K))
+            rt.flush_search_log()
+            row = rt.store.search_log_row(outcome.response.search_id)
+            hand.append(_parse(row, key=query["key"], group="hand", label=query["class"],
+                               expected=query["expected"], twin=None, current=None, stale=[]))
+        model, version = rt.embedder.name, rt.embedder.version
+        rt.close()
+        _, logged, conv_rt = retrieval_bench.run(conversations, Path(tmp) / "conversations.sqlite",
+                                                 embedding)
+        conv_rt.close()
+    keys.update(logged["keys"])
+    halves: dict[str, list[Search]] = {"A": [], "B": []}
+    for s in logged["searches"]:
+        halves[s["half"]].append(_parse(s["row"], key=s["question"], group=s["half"], label=s["kind"],
+                                        expected=s["expected"], twin=s["twin"], current=s["current"],
+                                        stale=s["stale"]))
+    before = {"semantic": base.dense_floor.semantic, "episodic": base.dense_floor.episodic,
+              "relative_floor": base.relative_floor, "name_only_margin": base.name_only_margin}
+    chosen, feasible = sweep(base, halves["A"], hand, keys)
+    results: dict[str, Any] = {"machine": machine(), "model": model, "embedding_version": version, "k": K,
+                               "min_abstention": MIN_ABSTENTION, "max_injection_rate": MAX_INJECTION,
+                               "grid": GRID, "constraints_met": feasible}
+    table = [["floors", "semantic / episodic / relative / name margin", "half", "R@5", "abstention",
+              "twin right@1", "current@1", "hand P / R / injection"]]
+    for label, values in (("before", before), ("chosen on half A", chosen)):
+        floors = with_values(base, values)
+        hm = hand_metrics(hand, floors, keys)
+        results[label] = {"floors": values, "hand": hm}
+        for half in ("A", "B"):
+            m = conversational_metrics(halves[half], floors, keys)
+            results[label][half] = m
+            table.append([label, " / ".join(f"{values[n]:.2f}" for n in GRID), half, f"{m['r@5']:.3f}",
+                          f"{m['abstention']:.3f}", f"{m['twin_right_at_1']:.3f}", f"{m['current_at_1']:.3f}",
+                          f"{hm['precision']:.3f} / {hm['recall']:.3f} / {hm['injection_rate']:.3f}"])
     write_report("calibration", results, table,
-                 notes=f"{embedder.name} (embedding.version {embedder.version}); "
-                       f"{len(data['records'])} records, {len(logged)} queries; F1 on classes 1-2, "
-                       f"injection rate on class 3 <= {MAX_INJECTION:.0%}; k = {k}.")
+                 notes=f"{model} (embedding.version {version}); conversational set halves A/B "
+                       f"({len(halves['A'])}/{len(halves['B'])} searches), hand-labelled set "
+                       f"({len(hand)} queries). Chosen on half A: best mean of R@5, abstention, twin "
+                       f"right-at-1 and current-at-1 with abstention >= {MIN_ABSTENTION:.0%} and "
+                       f"injection <= {MAX_INJECTION:.0%}"
+                       + ("" if feasible else " (no floor met both; best objective chosen)") + ".")
     for line in table:
         print(" | ".join(line))
     if args.write_defaults:
-        write_defaults(dense, relative, floors.dense_floor.session_summary)
+        write_defaults(chosen)
         print("wrote the chosen floors into config.yaml and retold/config.py")
 
 

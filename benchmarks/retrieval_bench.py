@@ -250,10 +250,16 @@ def score(questions: list[Question], system: str) -> dict[str, Any]:
 
 
 def run(
-    conversations: list[dict[str, Any]], store_path: Path
+    conversations: list[dict[str, Any]],
+    store_path: Path,
+    embedding: dict[str, object] | None = None,
 ) -> tuple[list[Question], dict[str, Any], Any]:
+    """Load and ask every conversation; ``embedding`` overrides the embedding block."""
     config = load_config(
-        overrides={"store": {"path": str(store_path)}, "embedding": {"torch_threads": 1}}
+        overrides={
+            "store": {"path": str(store_path)},
+            "embedding": {"torch_threads": 1, **(embedding or {})},
+        }
     )
     rt = build_runtime(config, judge=ExactJudge())
     questions: list[Question] = []

@@ -136,8 +136,8 @@ class DenseFloors:
     for all-MiniLM-L6-v2 v1 by benchmarks/calibrate_gate.py; the bge-m3 values are in
     docs/decisions.md "Gate floors for all-MiniLM-L6-v2"."""
 
-    semantic: float = 0.70
-    episodic: float = 0.55
+    semantic: float = 0.65
+    episodic: float = 0.50
     procedural: float = 0.60
     session_summary: float = 0.60
 
@@ -148,15 +148,15 @@ class AutoGateConfig:
 
     dense_floor: DenseFloors = dataclasses.field(
         default_factory=lambda: DenseFloors(
-            semantic=0.75, episodic=0.60, procedural=0.65, session_summary=0.65
+            semantic=0.70, episodic=0.55, procedural=0.65, session_summary=0.65
         )
     )
     lexical_min_term_fraction: float = 0.6
     lexical_min_matched_terms: int = 2
     relative_floor: float = 0.95
     exclude_source_kinds: tuple[SourceKind, ...] = ("session_summary",)
-    name_only_margin: float = 0.0
-    unknown_name_floor: float = 1.0
+    name_only_margin: float = 0.20
+    unknown_name_floor: float = 0.90
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,9 +167,9 @@ class GateConfig:
     dense_floor: DenseFloors = field(default_factory=DenseFloors)
     lexical_min_term_fraction: float = 0.5
     lexical_min_matched_terms: int = 2
-    relative_floor: float = 0.95
-    name_only_margin: float = 0.0
-    unknown_name_floor: float = 1.0
+    relative_floor: float = 0.0
+    name_only_margin: float = 0.15
+    unknown_name_floor: float = 0.85
     auto: AutoGateConfig = field(default_factory=AutoGateConfig)
 
 

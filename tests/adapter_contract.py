@@ -269,3 +269,23 @@ def _assert_events(rt: Runtime, agent_id: str, user_id: str) -> None:
     (forgotten,) = rt.store.events(record_id=editor, kind="record.forgotten")
     assert forgotten["payload"]["reason"] == "The user asked to forget their editor."
 
+
+
+VIM = "I always edit code in vim."
+VIM_FACT = "Aditya edits code in vim."
+QUESTION = "Which editor does Aditya use for the setup script?"
+
+
+def seed_vim(rt: Runtime) -> None:
+    """One earlier session that stored the user's editor, the answer to ``QUESTION``.
+
+    The fake embedder knows no meaning, so it is told that the question is about this fact:
+    the record shares only the user's name with the question, and a name alone does not
+    get a record past the gate.
+    """
+    embedder = rt.embedder
+    assert isinstance(embedder, FakeEmbedder)
+    embedder.make_similar(QUESTION, VIM_FACT, 0.9)
+    with rt.session(AGENT_ID, USER_ID, session_id="earlier") as s:
+        s.say("user", VIM)
+        s.write(VIM_FACT, attribute="editor", source_kind="user_statement", evidence=VIM)

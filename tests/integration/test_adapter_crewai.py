@@ -40,6 +40,7 @@ from retold.tools.schemas import tool_schemas  # noqa: E402
 from tests.adapter_contract import (  # noqa: E402
     AGENT_ID,
     CONVERSATION,
+    QUESTION,
     USER_ID,
     Exchange,
     ToolCall,
@@ -47,15 +48,14 @@ from tests.adapter_contract import (  # noqa: E402
     contract_runtime,
     drive_session,
     resolve,
+    seed_vim,
     semantic_records,
 )
 
 ROLE = "Research Agent"  # its agent id is research-agent, the contract's AGENT_ID
 SESSION = "crew-run-1"
 INPUTS = {"user_id": USER_ID, "session_id": SESSION}
-VIM = "I always edit code in vim."
 # Names the user, so the host-issued search passes the calibrated auto gate on an entity match.
-QUESTION = "Which editor does Aditya use for the setup script?"
 _OBSERVATION = "\nObservation: "
 
 
@@ -123,13 +123,6 @@ class Harness:
 
     def auto_searches(self) -> list[dict[str, Any]]:
         return [row for row in _logged(self.rt) if row["trigger"] == "auto"]
-
-
-def _seed_vim(rt: Runtime) -> None:
-    with rt.session(AGENT_ID, USER_ID, session_id="earlier") as s:
-        s.say("user", VIM)
-        s.write("Aditya edits code in vim.", attribute="editor", source_kind="user_statement",
-                evidence=VIM)
 
 
 def _recalled(messages: Sequence[dict[str, Any]]) -> list[int]:
@@ -282,7 +275,7 @@ def test_auto_mode_registers_no_memory_search(tmp_path: Path) -> None:
 
 def test_one_host_search_per_new_user_turn_and_none_for_tool_steps(tmp_path: Path) -> None:
     rt = contract_runtime(tmp_path, "auto")
-    _seed_vim(rt)
+    seed_vim(rt)
     script = [
         Exchange(QUESTION, calls=(ToolCall("call_get", "memory_get", {"ids": ["unknown"]}),),
                  reply="It should configure vim."),
@@ -308,7 +301,7 @@ def test_a_short_user_turn_is_skipped_with_a_trigger_skipped_event(tmp_path: Pat
 
 def test_the_auto_search_is_logged_with_trigger_auto_and_uses_auto_k(tmp_path: Path) -> None:
     rt = contract_runtime(tmp_path, "auto", auto_k=2)
-    _seed_vim(rt)
+    seed_vim(rt)
     h = Harness(rt, [Exchange(QUESTION, reply="vim")])
     h.kickoff()
     (row,) = h.auto_searches()
@@ -321,7 +314,7 @@ def test_the_auto_search_is_logged_with_trigger_auto_and_uses_auto_k(tmp_path: P
 @pytest.mark.parametrize("mode", ["auto", "hybrid"])
 def test_a_recalled_block_is_added_once_under_the_recalled_memory_header(tmp_path: Path, mode: str) -> None:
     rt = contract_runtime(tmp_path, mode)
-    _seed_vim(rt)
+    seed_vim(rt)
     script = [Exchange(QUESTION, calls=(ToolCall("call_get", "memory_get", {"ids": ["unknown"]}),),
                        reply="It should configure vim."),
               Exchange("Thanks, and what about the terminal font size?", reply="No idea.")]
@@ -353,7 +346,7 @@ def test_an_empty_recall_adds_nothing(tmp_path: Path) -> None:
 
 
 def test_tool_only_mode_recalls_nothing(rt: Runtime) -> None:
-    _seed_vim(rt)
+    seed_vim(rt)
     h = Harness(rt, [Exchange(QUESTION, reply="vim")])
     h.kickoff()
     assert _recalled(h.llm.seen[0]) == [] and _logged(rt) == []

@@ -29,6 +29,7 @@ from retold.runtime import Runtime  # noqa: E402
 from tests.adapter_contract import (  # noqa: E402
     AGENT_ID,
     CONVERSATION,
+    QUESTION,
     USER_ID,
     Exchange,
     ToolCall,
@@ -36,13 +37,12 @@ from tests.adapter_contract import (  # noqa: E402
     contract_runtime,
     drive_session,
     resolve,
+    seed_vim,
     semantic_records,
 )
 
 SYSTEM = "You are Aditya's research assistant."
-VIM = "I always edit code in vim."
 # Names the user, so the host-issued search passes the calibrated auto gate on an entity match.
-QUESTION = "Which editor does Aditya use for the setup script?"
 
 
 class ScriptedModel(BaseChatModel):
@@ -113,13 +113,6 @@ class Harness:
     def auto_searches(self) -> list[dict[str, Any]]:
         assert self.rt.flush_search_log()
         return [row for row in self.rt.store.search_log_rows() if row["trigger"] == "auto"]
-
-
-def _seed_vim(rt: Runtime) -> None:
-    with rt.session(AGENT_ID, USER_ID, session_id="earlier") as s:
-        s.say("user", VIM)
-        s.write("Aditya edits code in vim.", attribute="editor", source_kind="user_statement",
-                evidence=VIM)
 
 
 def _recalled_pairs(messages: Sequence[BaseMessage]) -> list[tuple[int, AIMessage, ToolMessage]]:
@@ -217,7 +210,7 @@ def test_auto_mode_registers_no_memory_search(tmp_path: Path) -> None:
 
 def test_one_host_search_per_new_user_turn_and_none_for_assistant_or_tool_turns(tmp_path: Path) -> None:
     rt = contract_runtime(tmp_path, "auto")
-    _seed_vim(rt)
+    seed_vim(rt)
     question = QUESTION
     script = [
         Exchange(question, calls=(ToolCall("call_get", "memory_get", {"ids": ["unknown"]}),),
@@ -246,7 +239,7 @@ def test_a_short_user_turn_is_skipped_with_a_trigger_skipped_event(tmp_path: Pat
 
 def test_the_auto_search_is_logged_with_trigger_auto_and_uses_auto_k(tmp_path: Path) -> None:
     rt = contract_runtime(tmp_path, "auto", auto_k=2)
-    _seed_vim(rt)
+    seed_vim(rt)
     question = QUESTION
     h = Harness(rt, [Exchange(question, reply="vim")])
     h.say(question)
@@ -261,7 +254,7 @@ def test_the_auto_search_is_logged_with_trigger_auto_and_uses_auto_k(tmp_path: P
 def test_a_recalled_block_is_one_tool_call_pair_under_the_recalled_memory_header(
         tmp_path: Path, mode: str) -> None:
     rt = contract_runtime(tmp_path, mode)
-    _seed_vim(rt)
+    seed_vim(rt)
     question = QUESTION
     script = [Exchange(question, calls=(ToolCall("call_get", "memory_get", {"ids": ["unknown"]}),),
                        reply="It should configure vim."),
@@ -302,7 +295,7 @@ def test_an_empty_recall_appends_nothing(tmp_path: Path) -> None:
 @pytest.mark.parametrize("mode", ["tool_only", "auto", "hybrid"])
 def test_the_system_prompt_prefix_is_byte_identical_across_turns(tmp_path: Path, mode: str) -> None:
     rt = contract_runtime(tmp_path, mode)
-    _seed_vim(rt)
+    seed_vim(rt)
     script = [Exchange(QUESTION,
                        calls=(ToolCall("call_get", "memory_get", {"ids": ["unknown"]}),), reply="vim"),
               Exchange("Please keep every answer short and technical.", reply="Noted.")]

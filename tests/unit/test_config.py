@@ -47,8 +47,11 @@ def test_defaults_follow_the_lld_and_design() -> None:
     assert cfg.reranker.enabled is False and cfg.reranker.floor is None
     assert cfg.retrieval.trigger.mode == "tool_only"
     # Calibrated for MiniLM (benchmarks/results/calibration.md); auto stays at least as strict.
-    assert cfg.retrieval.gate.dense_floor == DenseFloors(0.70, 0.55, 0.60, 0.60)
-    assert cfg.retrieval.gate.auto.dense_floor == DenseFloors(0.75, 0.60, 0.65, 0.65)
+    assert cfg.retrieval.gate.dense_floor == DenseFloors(0.65, 0.50, 0.60, 0.60)
+    assert cfg.retrieval.gate.auto.dense_floor == DenseFloors(0.70, 0.55, 0.65, 0.65)
+    assert (cfg.retrieval.gate.name_only_margin, cfg.retrieval.gate.unknown_name_floor) == (0.15, 0.85)
+    auto = cfg.retrieval.gate.auto
+    assert (auto.name_only_margin, auto.unknown_name_floor) == (0.20, 0.90)
     assert cfg.retrieval.gate.auto.exclude_source_kinds == ("session_summary",)
     assert cfg.ingestion.equivalence.entail_floor == 0.70
     assert cfg.ingestion.attribute_alias_cosine == 0.75
@@ -83,8 +86,8 @@ def test_yaml_block_with_all_keys_commented_out_keeps_defaults(tmp_path: Path) -
 def test_overrides_deep_merge_and_keep_sibling_defaults() -> None:
     cfg = load_config(overrides={"retrieval": {"gate": {"dense_floor": {"semantic": 0.3}}}})
     assert cfg.retrieval.gate.dense_floor.semantic == 0.3
-    assert cfg.retrieval.gate.dense_floor.episodic == 0.55
-    assert cfg.retrieval.gate.relative_floor == 0.95
+    assert cfg.retrieval.gate.dense_floor.episodic == 0.50
+    assert cfg.retrieval.gate.relative_floor == 0.0
     assert cfg.retrieval.rrf_k == 60
 
 
