@@ -42,12 +42,14 @@ def machine() -> dict[str, object]:
     }
 
 
-def write_report(name: str, data: dict[str, object], table: list[list[str]], notes: str = "") -> None:
-    """Write ``results/<name>.json`` and ``results/<name>.md`` (a short markdown table)."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{name}.json").write_text(json.dumps(data, indent=2) + "\n")
+def write_report(name: str, data: dict[str, object], table: list[list[str]], notes: str = "",
+                 directory: Path = RESULTS) -> None:
+    """Write ``<name>.json`` and ``<name>.md`` (a short markdown table) into ``directory``,
+    ``benchmarks/results/`` unless a smoke run sends them elsewhere."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / f"{name}.json").write_text(json.dumps(data, indent=2) + "\n")
     header, *rows = table
     lines = [f"# {name} benchmark", "", notes, "" if notes else "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
-    (RESULTS / f"{name}.md").write_text("\n".join(line for line in lines if line is not None) + "\n")
+    (directory / f"{name}.md").write_text("\n".join(line for line in lines if line is not None) + "\n")

@@ -29,6 +29,7 @@ _RANGES: tuple[tuple[str, tuple[float, float, bool]], ...] = (
     ("*fraction", _UNIT),
     ("*.name_only_margin", _UNIT),  # 0 = a shared name raises no floor
     ("store.busy_timeout_seconds", _NON_NEGATIVE),  # 0 = fail at once on a held lock
+    ("embedding.query_cache_entries", _NON_NEGATIVE),  # 0 = every query is encoded afresh
     ("policy.source_rank.*", _NON_NEGATIVE),
     ("ingestion.evidence.min_*", _NON_NEGATIVE),  # 0 = no minimum
     ("retrieval.trigger.auto_min_query_chars", _NON_NEGATIVE),  # 0 = never skip a turn

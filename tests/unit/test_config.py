@@ -205,6 +205,7 @@ def test_floor_out_of_range() -> None:
         ),
         ({"ingestion": {"attribute_alias_cosine": -0.1}}, "ingestion.attribute_alias_cosine"),
         ({"store": {"busy_timeout_seconds": float("inf")}}, "store.busy_timeout_seconds"),
+        ({"embedding": {"query_cache_entries": -1}}, "embedding.query_cache_entries"),
     ],
 )
 def test_out_of_range_values(overrides: dict[str, object], key: str) -> None:
@@ -227,10 +228,12 @@ def test_zero_is_allowed_where_it_means_something() -> None:
             "policy": {"source_rank": {"agent_inference": 0}},
             "retrieval": {"trigger": {"auto_min_query_chars": 0}},
             "ingestion": {"evidence": {"min_characters": 0, "min_words": 0}},
+            "embedding": {"query_cache_entries": 0},
         }
     )
     assert cfg.store.busy_timeout_seconds == 0.0
     assert cfg.retrieval.trigger.auto_min_query_chars == 0
+    assert cfg.embedding.query_cache_entries == 0
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,111 @@
+"""Search-benchmark mode "baseline": Retold's memory_search against a dense-only baseline.
+
+Both sides answer the same distinct query texts, one query per call on one thread,
+interleaved query by query (Retold then the baseline, then the baseline first on the next
+query, so neither side always runs after the other):
+
+- Retold: ``rt.tools.call("memory_search", ...)`` on the default config (the packaged
+  MiniLM on ONNX Runtime) with ``embedding.torch_threads: 1``, timed from the call to its
+  return. Its search-log row is written after the timing, so the background writer never
+  runs during the baseline's turn.
+- Baseline: ``SentenceTransformer(model).encode(query)`` on one torch thread, one numpy
+  dot product over every stored vector (the whole store, no scope filter) and an argsort
+  for the top ``K``.
+
+The store holds the same document vectors the baseline scores (the two encoders agree to
+a cosine of 0.9999), and each text is new to the runtime's query cache, so every Retold
+search pays for its encoder too.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.report import summarize
+from benchmarks.search_data import bench_config, populate, principal
+from retold import build_runtime
+from retold.index.embedder import DEFAULT_MODEL, resolve_model_path
+from retold.ingest.equivalence import ExactJudge
+
+K = 10  # results the baseline ranks, as many as a search returns at most by default
+
+
+class DenseBaseline:
+    """sentence-transformers on one torch thread plus one dot product over a matrix."""
+
+    def __init__(self) -> None:
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        torch.set_num_threads(1)
+        self.model = SentenceTransformer(resolve_model_path(DEFAULT_MODEL), device="cpu",
+                                         local_files_only=True)
+        self.model.encode("warm the baseline up")
+
+    def search(self, matrix: np.ndarray, query: str) -> tuple[float, float]:
+        """(total ms, encode ms) of one search: encode, score every row, take the top K."""
+        started = time.perf_counter()
+        vector = self.model.encode(query, convert_to_numpy=True, normalize_embeddings=True)
+        encoded = time.perf_counter()
+        scores = matrix @ vector
+        top = np.argsort(-scores)[:K]
+        done = time.perf_counter()
+        assert len(top) == min(K, len(matrix))
+        return (done - started) * 1000, (encoded - started) * 1000
+
+
+def run_baseline(tmp: Path, n: int, records: list[dict[str, Any]], vectors: np.ndarray,
+                 texts: list[str], baseline: DenseBaseline) -> dict[str, Any]:
+    """One store size: both sides on every text, interleaved; p50/p95 and the ratio."""
+    config = bench_config(tmp / f"baseline_{n}.sqlite", torch_threads=1)
+    with build_runtime(config, judge=ExactJudge()) as rt:
+        populate(rt, records, vectors)
+    rt = build_runtime(config, judge=ExactJudge())
+    backend = type(rt.embedder).__name__
+    assert rt.embedder.name == DEFAULT_MODEL, rt.embedder.name
+    warm = rt.tools.call("memory_search", principal(), {"queries": ["warm up: what does Priya prefer?"]})
+    assert "error" not in warm, warm
+    matrix = np.ascontiguousarray(vectors[:n], dtype=np.float32)
+    retold_ms: list[float] = []
+    retold_embed: list[float] = []
+    dense_ms: list[float] = []
+    dense_embed: list[float] = []
+    returned: list[int] = []
+
+    def retold_turn(text: str) -> None:
+        started = time.perf_counter()
+        result = rt.tools.call("memory_search", principal(), {"queries": [text]})
+        retold_ms.append((time.perf_counter() - started) * 1000)
+        assert "error" not in result, result
+        retold_embed.append(float(result["timings_ms"]["embed"]))
+        returned.append(len(result["results"]))
+        rt.flush_search_log()
+
+    def dense_turn(text: str) -> None:
+        total, embed = baseline.search(matrix, text)
+        dense_ms.append(total)
+        dense_embed.append(embed)
+
+    for i, text in enumerate(texts):
+        turns = (retold_turn, dense_turn) if i % 2 == 0 else (dense_turn, retold_turn)
+        for turn in turns:
+            turn(text)
+    cache_size = getattr(rt.embedder, "cache_size", None)
+    rt.close()
+    # One cached vector per text plus the warm-up's: no search was served from the cache.
+    assert cache_size in (None, len(set(texts)) + 1), (cache_size, len(texts))
+    retold_s, dense_s = summarize(retold_ms), summarize(dense_ms)
+    return {
+        "records": n, "queries": len(texts), "retold_backend": backend,
+        "retold_ms": retold_s, "dense_ms": dense_s,
+        "ratio_p50": round(retold_s["p50"] / dense_s["p50"], 3),
+        "ratio_p95": round(retold_s["p95"] / dense_s["p95"], 3),
+        "retold_embed_ms": summarize(retold_embed), "dense_embed_ms": summarize(dense_embed),
+        "retold_non_embed_p50_ms": round(float(np.median(np.subtract(retold_ms, retold_embed))), 3),
+        "retold_results_mean": round(sum(returned) / len(returned), 2),
+        "query_cache_entries_after": cache_size,
+    }
