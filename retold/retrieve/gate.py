@@ -49,6 +49,7 @@ class GateFloors:
     exclude_source_kinds: tuple[str, ...] = ()
     name_only_margin: float = 0.0
     unknown_name_floor: float = 1.0
+    policy_only: bool = False  # cross_encoder_only: the reranker alone judges relevance
 
     def dense_for(self, kind: RecordKind) -> tuple[float, str]:
         """The dense floor and its label: session summaries, long and broad, have their own."""
@@ -94,6 +95,8 @@ def _step1(
 ) -> tuple[str | None, list[str]]:
     """(why it passed, or None) and the floors it missed."""
     missed: list[str] = []
+    if floors.policy_only:
+        return "the source-kind policy (the cross-encoder judges relevance)", missed
     floor, label = floors.dense_for(kind)
     if shape.unknown_names:
         names = ", ".join(shape.unknown_names)

@@ -306,4 +306,4 @@ class _Rerank:
 def _policy_only(floors: GateFloors) -> GateFloors:
     """cross_encoder_only: only the source-kind policy gates before the reranker."""
     open_floor = DenseFloors(semantic=-1.0, episodic=-1.0, procedural=-1.0, session_summary=-1.0)
-    return GateFloors(open_floor, 0.0, 0, 0.0, floors.exclude_source_kinds)
+    return GateFloors(open_floor, 0.0, 0, 0.0, floors.exclude_source_kinds, policy_only=True)

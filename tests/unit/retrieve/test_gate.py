@@ -140,3 +140,15 @@ def test_auto_gate_excludes_session_summaries_before_any_floor() -> None:
     summary = Candidate("sum", entity=GeneratorHit(1, 0.0), entity_id="e", rrf_score=0.1, score=0.1)
     result = gate([summary], {"sum": RecordKind("episodic", "session_summary")}, auto)
     assert result.kept == [] and "excluded source kind session_summary" in result.gated_out[0][1]
+
+
+def test_policy_only_floors_leave_relevance_to_the_reranker() -> None:
+    # cross_encoder_only mode: even a question naming a stranger reaches the cross-encoder,
+    # and only the source-kind policy still drops a candidate here.
+    policy = replace(FLOORS, policy_only=True, exclude_source_kinds=("session_summary",))
+    shape = QueryShape(asks=True, unknown_names=("brightwater",))
+    summary = dense("sum", 0.1)
+    kinds = {"weak": SEMANTIC, "sum": RecordKind("episodic", "session_summary")}
+    result = gate([dense("weak", 0.1), summary], kinds, policy, shape)
+    assert [c.record_id for c in result.kept] == ["weak"]
+    assert "excluded source kind" in dict(result.gated_out)["sum"]
