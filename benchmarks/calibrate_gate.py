@@ -79,6 +79,8 @@ def build_hand(store_path: Path, data: dict[str, Any], embedding: dict[str, obje
         rt.host.provision_user(user, aliases=[names.get(user, user.title())])
     for project in data["projects"]:
         rt.host.grant(AGENT, Scope("project", project), read=True, write=True)
+        for user in data["users"]:  # the labelled data lets every user read every project
+            rt.host.add_member(Scope("project", project), user)
     keys: dict[str, str] = {}
     for rec in data["records"]:
         mentions = [EntityMention(k, n, "mentions") for k, n in rec["mentions"]]

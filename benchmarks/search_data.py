@@ -315,7 +315,8 @@ def fake_vectors(contents: list[str], embedder: FakeEmbedder) -> np.ndarray:
 
 
 def populate(rt: Runtime, records: list[dict[str, Any]], vectors: np.ndarray) -> None:
-    """Users, projects, grants, then every record with its vector and its ``about`` link."""
+    """Users, projects, grants and memberships, then every record with its vector and its
+    ``about`` link."""
     about: dict[Scope, str] = {}
     for user in USERS:
         about[Scope("user", user)] = rt.host.provision_user(user, aliases=[user.capitalize()]).id
@@ -327,6 +328,7 @@ def populate(rt: Runtime, records: list[dict[str, Any]], vectors: np.ndarray) ->
     rt.host.grant(AGENT, Scope("user", USER), read=True, write=True)
     for project in PROJECTS:
         rt.host.grant(AGENT, Scope("project", project), read=True, write=True)
+        rt.host.add_member(Scope("project", project), USER)  # the searching user works on each
     name, version = rt.embedder.name, rt.embedder.version
     for start in range(0, len(records), 2000):
         with rt.store.atomic():

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from retold.cli_failure import EXIT_ERROR, report_failure
+from retold.cli_members import add_members_command
 from retold.config import Config
 from retold.config_env import load_config_from_environment
 from retold.errors import RetoldError
@@ -449,6 +450,8 @@ def build_parser() -> argparse.ArgumentParser:
                       "Remove an agent's grant on a scope.")
     revoke.add_argument("agent", help="agent id")
     revoke.add_argument("scope", type=_scope, help="scope as kind:id")
+
+    add_members_command(commands, _command, _runtime, _scope)
 
     _command(commands, "review-due", _cmd_review_due, "flag one batch of records due for review",
              "Atomically flag at most ingestion.temporal_review_batch_size records whose review_at"

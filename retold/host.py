@@ -1,9 +1,10 @@
-"""MemoryHost: the host's administrative API for grants and principals.
+"""MemoryHost: the host's administrative API for grants, members and principals.
 
 Agents never grant themselves anything: every scope other than the implicit private
-``agent:<agent_id>/<user_id>`` is provisioned here (or by the ``retold grant`` command,
-which wraps this class), and every change appends an audit event in the same
-transaction as the change itself.
+``agent:<agent_id>/<user_id>`` is provisioned here (or by the ``retold grant`` and
+``retold members`` commands, which wrap this class), and every change appends an audit
+event in the same transaction as the change itself. A shared (project or org) scope
+needs both: the agent's grant and the user's membership.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from retold.errors import RetoldError
 from retold.ingest.entities import normalize_alias, normalize_canonical
 from retold.models import Entity, Scope
 from retold.store import Store
+from retold.store.members import SHARED_KINDS, Member
 from retold.util import Clock
 
 __all__ = ["HostError", "MemoryHost"]
@@ -32,8 +34,15 @@ def _check_id(name: str, value: str) -> None:
         raise HostError(f"{name} must not contain '/', got {value!r}")
 
 
+def _check_shared(scope: Scope) -> None:
+    if scope.kind not in SHARED_KINDS:
+        raise HostError(
+            f"{scope} is not a shared scope; members belong to {' or '.join(SHARED_KINDS)} scopes"
+        )
+
+
 class MemoryHost:
-    """Grants, revocations and principal provisioning over one store."""
+    """Grants, memberships and principal provisioning over one store."""
 
     def __init__(self, store: Store, clock: Clock | None = None) -> None:
         self.store = store
@@ -77,6 +86,43 @@ class MemoryHost:
                      "revoked": True},
                 )
         return removed
+
+    def add_member(self, scope: Scope, user_id: str, actor: str = "admin") -> bool:
+        """Make ``user_id`` a member of a project or org scope; False when they already were.
+
+        Agents granted the scope may then read (and, with a write grant, write) it in that
+        user's sessions. A principal whose session names a project belongs to it without
+        this call. Refused with HostError: another scope kind, an empty user id or one
+        containing ``/``. Only a real addition is logged.
+        """
+        _check_shared(scope)
+        _check_id("user_id", user_id)
+        with self.store.atomic():
+            added = self.store.put_member(scope, user_id, added_by=actor)
+            if added:
+                self._membership_event(scope, user_id, actor, member=True)
+        return added
+
+    def remove_member(self, scope: Scope, user_id: str, actor: str = "admin") -> bool:
+        """End an explicit membership; True when one existed. Access that comes from the
+        project a principal names is not a row and is not affected."""
+        _check_shared(scope)
+        with self.store.atomic():
+            removed = self.store.delete_member(scope, user_id)
+            if removed:
+                self._membership_event(scope, user_id, actor, member=False)
+        return removed
+
+    def members(self, scope: Scope) -> list[Member]:
+        """The explicit members of a project or org scope, by user id."""
+        _check_shared(scope)
+        return self.store.members_of(scope)
+
+    def _membership_event(self, scope: Scope, user_id: str, actor: str, *, member: bool) -> None:
+        # user_id under that key, so erasing the user blanks the event's payload too.
+        self.store.append_event(
+            "membership.changed", actor, {"scope": str(scope), "user_id": user_id, "member": member}
+        )
 
     def provision_user(self, user_id: str, aliases: Sequence[str] = (), actor: str = "admin") -> Entity:
         """Create or complete the principal's person entity in ``user:<user_id>``.

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from retold.host import MemoryHost
 from retold.models import Record
 from retold.store import Store
 from retold.testing import T0, World, make_record, make_world
@@ -82,6 +83,12 @@ def store(store_path: Path, clock: ManualClock) -> Iterator[Store]:
     opened = Store(store_path, clock=clock)
     yield opened
     opened.close()
+
+
+@pytest.fixture
+def host(store: Store, clock: ManualClock) -> MemoryHost:
+    """The host's administrative API over the ``store`` fixture."""
+    return MemoryHost(store, clock)
 
 
 @pytest.fixture

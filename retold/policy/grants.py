@@ -5,21 +5,29 @@ needs a grant from the host. Two safety belts apply to grant rows, whoever wrote
 ``user:X`` grant counts only while the principal is user X, and a private-scope grant
 ``agent:A/U`` (which MemoryHost refuses to create, but a direct store write could) counts
 only while the principal user is U.
+
+A grant on a shared scope (project or org) is per agent, and one agent may serve users of
+many customers, so it counts only while the principal's user belongs to the scope: the
+project the principal names, or an explicit membership the host added. Every read and
+write path takes its scopes from here, so this one rule covers them all.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import cache
 from typing import Protocol
 
 from retold.models import Principal, Scope
 from retold.store.grants import Grant
+from retold.store.members import SHARED_KINDS
 
 __all__ = [
     "DEFAULT_TARGETS",
     "GrantSource",
     "can_read",
     "can_write",
+    "is_member",
     "readable_scopes",
     "resolve_write_target",
     "writable_scopes",
@@ -31,32 +39,48 @@ DEFAULT_TARGETS = ("personal", "current_project")
 
 class GrantSource(Protocol):
     def grants_for(self, agent_id: str) -> list[Grant]: ...
+    def member_scopes(self, user_id: str) -> list[Scope]: ...
 
 
-def _honoured(scope: Scope, principal: Principal) -> bool:
+def is_member(principal: Principal, scope: Scope, memberships: Callable[[], list[Scope]]) -> bool:
+    """Whether the principal's user belongs to a shared scope. ``memberships`` reads the
+    user's explicit ones; it is called only when the project the principal names does
+    not already decide it."""
+    if scope.kind == "project" and scope.id == principal.project_id:
+        return True
+    return scope in memberships()
+
+
+def _honoured(scope: Scope, principal: Principal, memberships: Callable[[], list[Scope]]) -> bool:
     if scope.kind == "user":
         return scope.id == principal.user_id
     if scope.is_private:
         return scope.id.rpartition("/")[2] == principal.user_id
+    if scope.kind in SHARED_KINDS:
+        return is_member(principal, scope, memberships)
     return True
 
 
 def _scopes(store: GrantSource, principal: Principal, *, write: bool) -> list[Scope]:
     scopes = [principal.private_scope]
+    # Read once, and only when a shared grant asks.
+    memberships = cache(lambda: store.member_scopes(principal.user_id))
     for grant in store.grants_for(principal.agent_id):
         allowed = grant.can_write if write else grant.can_read
-        if allowed and _honoured(grant.scope, principal) and grant.scope not in scopes:
+        if allowed and grant.scope not in scopes and _honoured(grant.scope, principal, memberships):
             scopes.append(grant.scope)
     return scopes
 
 
 def readable_scopes(store: GrantSource, principal: Principal) -> list[Scope]:
-    """The private scope first, then every honoured read grant."""
+    """The private scope first, then every honoured read grant (a shared scope only for
+    its members)."""
     return _scopes(store, principal, write=False)
 
 
 def writable_scopes(store: GrantSource, principal: Principal) -> list[Scope]:
-    """The private scope first, then every honoured write grant."""
+    """The private scope first, then every honoured write grant (a shared scope only for
+    its members)."""
     return _scopes(store, principal, write=True)
 
 

@@ -44,7 +44,7 @@ _EVENT_KEYS = ("id", "at", "kind", "actor", "record_id", "entity_id", "payload")
 # The tables a memory write or an erase can touch, as counted by row_counts().
 _CONTENT_TABLES = (
     "records", "records_fts", "embeddings", "entities", "entity_aliases", "record_entities",
-    "record_conflicts", "events", "grants", "sessions", "session_turns", "search_log",
+    "record_conflicts", "events", "grants", "scope_members", "sessions", "session_turns", "search_log",
 )
 
 

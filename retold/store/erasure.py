@@ -84,12 +84,13 @@ class ErasureMixin(StoreBase):
     def erase_user(self, user_id: str, actor: str, reason: str) -> Erasure:
         """Erase every place a user's text can reach: their sessions, the records
         of ``user:<U>`` and every ``agent:*/<U>`` scope, records in any scope sourced from
-        their sessions, their search logs, the payloads of events about all of these, and
-        the entities and aliases of their scopes. One ``user.erased`` event."""
+        their sessions, their search logs, their scope memberships, the payloads of events
+        about all of these, and the entities and aliases of their scopes. One ``user.erased`` event."""
         with self.atomic() as conn:
             known = conn.execute(
                 "SELECT EXISTS (SELECT 1 FROM sessions WHERE user_id = ?1)"
                 " OR EXISTS (SELECT 1 FROM search_log WHERE user_id = ?1)"
+                " OR EXISTS (SELECT 1 FROM scope_members WHERE user_id = ?1)"
                 f" OR EXISTS (SELECT 1 FROM records WHERE {_USER_SCOPES})"
                 f" OR EXISTS (SELECT 1 FROM entities WHERE {_USER_SCOPES})",
                 (user_id,)).fetchone()[0]
@@ -106,6 +107,9 @@ class ErasureMixin(StoreBase):
                 "DELETE FROM search_log WHERE user_id = ?", (user_id,)).rowcount
             result.counts["events_blanked"] += conn.execute(
                 _BLANK + "json_extract(payload, '$.user_id') = ?", (user_id,)).rowcount
+            # A membership names the user; a new user who later gets the id starts outside.
+            result.counts["memberships"] = conn.execute(
+                "DELETE FROM scope_members WHERE user_id = ?", (user_id,)).rowcount
             self._erase_entities(conn, user_id, result)
             result.event_id = self._insert_event(conn, NewEvent("user.erased", actor,
                 {"user_id": user_id, "reason": reason, "sessions": sessions,

@@ -123,11 +123,70 @@ def _stemmed_fts(conn: sqlite3.Connection) -> None:
         "SELECT id FROM records WHERE status != 'deleted' ORDER BY seq").fetchall()])
 
 
+_SEEDED_BY = "migration: scope members"  # what members list shows as added_by
+
+
+def _scope_members(conn: sqlite3.Connection) -> str | None:
+    """Add ``scope_members`` and decide who belongs to the shared scopes of an existing store.
+
+    From now on a project or org scope needs both the agent's grant and the user's
+    membership. The one membership this migration assumes is the store's own evidence:
+    a user whose session wrote a live record into a shared scope belongs to it. Everyone
+    else served by a granted agent loses that scope until an operator adds them, which
+    fails closed instead of keeping every user of an agent in every scope it was granted.
+    A principal whose session names a project belongs to that project without a row.
+    """
+    conn.execute(
+        "CREATE TABLE scope_members ("
+        " scope_kind TEXT NOT NULL CHECK (scope_kind IN ('project','org')),"
+        " scope_id TEXT NOT NULL,"
+        " user_id TEXT NOT NULL,"
+        " added_at TEXT NOT NULL,"
+        " added_by TEXT NOT NULL,"
+        " PRIMARY KEY (scope_kind, scope_id, user_id))"
+    )
+    conn.execute("CREATE INDEX scope_members_user ON scope_members(user_id)")
+    writers: set[tuple[str, str, str]] = set()
+    for kind, ident, ref in conn.execute(
+        "SELECT DISTINCT scope_kind, scope_id, source_ref FROM records"
+        " WHERE scope_kind IN ('project','org') AND status != 'deleted'"
+        " AND source_ref LIKE 'session:%'"
+    ).fetchall():
+        # 'session:<id>' or 'session:<id><turn:n>'
+        row = conn.execute("SELECT user_id FROM sessions WHERE id = ?",
+                           (ref.removeprefix("session:").partition("<")[0],)).fetchone()
+        if row is not None:
+            writers.add((kind, ident, row[0]))
+    now = to_iso(SystemClock().now())
+    conn.executemany(
+        "INSERT INTO scope_members(scope_kind, scope_id, user_id, added_at, added_by)"
+        " VALUES (?, ?, ?, ?, ?)",
+        [(*member, now, _SEEDED_BY) for member in sorted(writers)],
+    )
+    # Users an agent granted a shared scope has served, who are not members now (a
+    # session naming the project counts as membership).
+    left_out = int(conn.execute(
+        "SELECT count(*) FROM (SELECT DISTINCT g.scope_kind, g.scope_id, s.user_id"
+        " FROM grants g JOIN sessions s ON s.agent_id = g.agent_id"
+        " WHERE g.scope_kind IN ('project','org') AND (g.can_read OR g.can_write)"
+        " AND NOT (g.scope_kind = 'project' AND s.project_id IS g.scope_id)"
+        " AND NOT EXISTS (SELECT 1 FROM scope_members m WHERE m.scope_kind = g.scope_kind"
+        "  AND m.scope_id = g.scope_id AND m.user_id = s.user_id))"
+    ).fetchone()[0])
+    if not writers and not left_out:
+        return None
+    return (f"project and org scopes now need members; assumed {len(writers)} (every user whose"
+            f" session wrote a live record into a shared scope); {left_out} user-scope pairs"
+            " reachable before through an agent's grant are not members now; add them with"
+            " `retold members add SCOPE USER`")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _initial_schema),
     Migration(2, "extraction stages", _extraction_stages),
     Migration(3, "embedding family", _embedding_family),
     Migration(4, "stemmed full-text index", _stemmed_fts),
+    Migration(5, "scope members", _scope_members),
 )
 LATEST = MIGRATIONS[-1].version
 

@@ -11,6 +11,7 @@ from retold.store.entities import EntitiesMixin
 from retold.store.erasure import ErasureMixin
 from retold.store.grants import GrantsMixin
 from retold.store.maintenance import MaintenanceMixin
+from retold.store.members import MembersMixin
 from retold.store.records import RecordsMixin
 from retold.store.search import SearchMixin
 from retold.store.sessions import SessionsMixin
@@ -25,8 +26,9 @@ class Store(
     EntitiesMixin,
     SessionsMixin,
     GrantsMixin,
+    MembersMixin,
     SearchMixin,
     MaintenanceMixin,
     ErasureMixin,
 ):
-    """The store: records, vectors, entities, sessions, grants, search logs and sweeps."""
+    """The store: records, vectors, entities, sessions, grants, members, search logs and sweeps."""

@@ -120,6 +120,14 @@ class World:
         self.results.append(result)
         return result
 
+    def share(self, scope: Scope, *, write: bool = False, agent: str = AGENT,
+              user_id: str | None = None) -> None:
+        """Grant ``agent`` a shared (project or org) scope and make the user a member, the
+        two things a session needs before it reads (or writes) that scope; ``user_id``
+        defaults to the world's own user."""
+        self.rt.host.grant(agent, scope, read=True, write=write)
+        self.rt.host.add_member(scope, user_id or self.p.user_id)
+
     def record(self, record_id: str | None) -> Record:
         assert record_id is not None
         found = self.rt.store.get_record(record_id)

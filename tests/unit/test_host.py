@@ -9,16 +9,10 @@ from retold.ingest.entities import normalize_alias
 from retold.models import Principal, Scope
 from retold.policy.grants import readable_scopes, writable_scopes
 from retold.store import Store
-from retold.util import ManualClock
 
 AGENT = "research-agent"
 ADITYA = Scope("user", "aditya")
 PROJECT = Scope("project", "retold")
-
-
-@pytest.fixture
-def host(store: Store, clock: ManualClock) -> MemoryHost:
-    return MemoryHost(store, clock)
 
 
 def _who(user: str = "aditya", agent: str = AGENT) -> Principal:
@@ -144,7 +138,7 @@ def test_plain_agent_scope_needs_a_grant_and_is_then_readable_across_users(
 
 def test_project_grant_does_not_imply_the_user_scope(store: Store, host: MemoryHost) -> None:
     host.grant(AGENT, PROJECT, read=True, write=True)
-    principal = _who("aditya")
+    principal = Principal(AGENT, "aditya", "s1", project_id=PROJECT.id)
     assert PROJECT in readable_scopes(store, principal) and PROJECT in writable_scopes(store, principal)
     assert ADITYA not in readable_scopes(store, principal)
     assert readable_scopes(store, principal)[0] == principal.private_scope

@@ -18,7 +18,8 @@ AGENT = "research-agent"
 ADITYA = Scope("user", "aditya")
 PROJECT = Scope("project", "retold")
 SECRET = Scope("project", "secret")
-PRINCIPAL = Principal(agent_id=AGENT, user_id="aditya", session_id="s1")
+# The session names project:retold, so aditya belongs to it; project:secret needs a membership.
+PRINCIPAL = Principal(agent_id=AGENT, user_id="aditya", session_id="s1", project_id="retold")
 PRIVATE = PRINCIPAL.private_scope
 
 
@@ -57,6 +58,10 @@ def test_alias_lookup_resolves_only_within_readable_scopes(store: Store, resolve
     assert res.entity is not None and res.entity.id != hidden and res.entity.scope == PRIVATE
 
     store.put_grant(AGENT, SECRET, read=True, write=False)
+    [res] = resolver.resolve([_about("Atlas")], PRIVATE, PRINCIPAL)
+    # The grant alone does not admit a non-member: only the private entity matches.
+    assert res.outcome == "resolved" and res.entity is not None and res.entity.scope == PRIVATE
+    store.put_member(SECRET, "aditya", added_by="admin")
     hits = store.entities_by_alias("atlas", scopes=[SECRET], kinds=["project"])
     assert [e.id for e in hits] == [hidden]
     # Now two readable entities own the alias: never pick one.

@@ -112,7 +112,7 @@ def test_each_error_outcome_is_reachable_and_writes_nothing(
 
 
 def test_about_entity_required_outside_the_users_own_scope(world: World) -> None:
-    world.rt.host.grant(AGENT, Scope("project", "retold"), read=True, write=True)
+    world.share(Scope("project", "retold"), write=True)
     before = world.counts()
     result = world.write(content="Releases ship on Fridays.", attribute="release_day",
                          target=Scope("project", "retold"))

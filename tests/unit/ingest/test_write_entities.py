@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from retold.ingest.entities import normalize_alias
 from retold.models import EntityMention, Scope
-from retold.testing import ADITYA, AGENT, World
+from retold.testing import ADITYA, World
 from tests.sql import rows
 
 
 def _two_projects_named_atlas(world: World) -> list[str]:
     store = world.rt.store
-    world.rt.host.grant(AGENT, Scope("project", "p1"), read=True, write=False)
+    world.share(Scope("project", "p1"))
     ids = []
     for scope in (ADITYA, Scope("project", "p1")):
         entity = store.create_entity("project", "Atlas", scope)

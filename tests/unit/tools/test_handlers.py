@@ -68,7 +68,7 @@ def acme_record(world: World) -> tuple[Principal, str]:
         "entities": [{"kind": "project", "name": "Acme", "role": "about"}],
     })
     assert written["outcome"] == "created", written
-    world.rt.host.grant(AGENT, ACME, read=True, write=False)
+    world.share(ACME)  # read only, and the test user is a member
     return planner, written["record_id"]
 
 
