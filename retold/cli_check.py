@@ -47,8 +47,9 @@ def add_check_command(commands: Any, register: Register,
         f" the records it names and exits {EXIT_PROBLEMS} when there is any. Changes nothing;"
         " the full-text check holds the write lock while it runs.")
     check.add_argument("--quick", action="store_true",
-                       help="SQLite's quick_check instead of the full integrity_check (skips index "
-                            "content checks; roughly half the time)")
+                       help="SQLite's quick_check instead of the full integrity_check (skips "
+                            "comparing each index with its table; about 0.7 s instead of 1.7 s at "
+                            "50K records)")
 
 
 def render(report: IntegrityReport) -> str:

@@ -6,7 +6,8 @@ store SQLite itself finds damaged stops the worker with one error line and exit 
 extracting into a damaged file would only spread the damage, and a restarting service
 manager keeps reporting it. Disagreement between records, FTS rows and vectors is logged
 as one warning and the worker starts, since its own writes are whole and refusing would
-stop every session's extraction over a search problem. See docs/decisions.md,
+stop every session's extraction over a search problem; so does a store whose write lock
+another process holds past the wait (the FTS check needs it). See docs/decisions.md,
 "Integrity checks".
 """
 
@@ -20,7 +21,7 @@ from celery.signals import worker_init
 
 from retold.cli_failure import one_line
 from retold.config import Config
-from retold.errors import RetoldError
+from retold.errors import RetoldError, StoreLockedError
 from retold.store.integrity import check_file
 from workers.app import config_from_environment
 
@@ -38,6 +39,9 @@ def check_store(config: Config) -> None:
         return  # nothing stored yet: the runtime creates the store
     try:
         report = check_file(path, quick=True, busy_timeout=config.store.busy_timeout_seconds)
+    except StoreLockedError as exc:  # a busy store is no reason to stay down
+        log.warning("store %s: start-up check skipped: %s", path, one_line(exc))
+        return
     except RetoldError as exc:
         log.error("refusing to start: store %s cannot be checked: %s", path, one_line(exc))
         raise SystemExit(EXIT_DAMAGED) from exc

@@ -15,7 +15,7 @@ import pytest
 
 from retold.config import Config, load_config
 from retold.testing import World
-from tests.conditions import corrupt_page
+from tests.conditions import corrupt_page, write_lock_held
 from tests.sql import execute
 from workers.startup import EXIT_DAMAGED, check_store
 
@@ -61,6 +61,18 @@ def test_rows_that_disagree_log_one_warning_and_the_worker_starts(
         check_store(_config(copy))
     ((level, message),) = _messages(caplog)
     assert level == logging.WARNING and "missing_fts_row (1)" in message
+
+
+def test_a_store_locked_past_the_wait_lets_the_worker_start(
+    world: World, caplog: pytest.LogCaptureFixture,
+) -> None:
+    copy = _closed_copy(world, "copy.sqlite")
+    config = load_config(overrides={"store": {"path": str(copy), "busy_timeout_seconds": 0.2},
+                                    "embedding": {"model": "fake"}})
+    with caplog.at_level(logging.INFO), write_lock_held(copy):
+        check_store(config)
+    ((level, message),) = _messages(caplog)
+    assert level == logging.WARNING and "start-up check skipped" in message and "is locked" in message
 
 
 def test_a_whole_store_logs_one_info_line(world: World, caplog: pytest.LogCaptureFixture) -> None:
