@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from retold.cli_check import add_check_command
 from retold.cli_failure import EXIT_ERROR, report_failure
 from retold.cli_members import add_members_command
 from retold.config import Config
@@ -437,6 +438,7 @@ def build_parser() -> argparse.ArgumentParser:
     snapshot.add_argument("action", choices=["save", "load"], help="save the store, or load a snapshot")
     snapshot.add_argument("path", help="snapshot file")
     snapshot.add_argument("--yes", action="store_true", help="confirm replacing the store (load)")
+    add_check_command(commands, _command, _config)
 
     grant = _command(commands, "grant", _cmd_grant, "create or update a scope grant",
                      "Give an agent read and/or write access to a shared scope (read only when no"

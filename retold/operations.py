@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from retold.config import Config
-from retold.errors import RetoldError, StoreError
+from retold.errors import RetoldError, StoreError, StoreLockedError
 from retold.index.embedder import Embedder, embedder_from_config
 from retold.index.vector import VectorIndex
 from retold.models import ACTIVE_STATUSES, Principal, Record, Scope, SearchRequest
 from retold.retrieve.search_log import SearchLogWriter
 from retold.store import Store
 from retold.store.erasure import Erasure
+from retold.store.integrity import check_file
 from retold.store.maintenance import MigrationIssue
 from retold.util import Clock
 
@@ -315,8 +316,8 @@ class Operations:
         return SnapshotResult(str(target), target.stat().st_size, self.store.count_records())
 
     def snapshot_load(self, path: str | Path) -> SnapshotResult:
-        """Replace the store's content with a snapshot. The host must be stopped: the
-        file changes under every other open connection."""
+        """Replace the store's content with a snapshot that passes the full integrity
+        check. The host must be stopped: the file changes under every other open connection."""
         source = Path(path)
         if not source.is_file():
             raise OperationError(f"no snapshot file {source}")
@@ -326,7 +327,14 @@ class Operations:
             if handle.read(16) != _SQLITE_MAGIC:
                 raise OperationError(f"{source} is not a SQLite database")
         try:
+            # Checked before the store is touched: a damaged copy must never replace it.
+            report = check_file(source, busy_timeout=self.store.busy_timeout_seconds)
+            if not report.ok:
+                raise OperationError(f"{source} fails its integrity check ({report.summary()}); the "
+                                     f"store was not changed (details: retold check --store {source})")
             self.store.restore_from(source)
+        except StoreLockedError:
+            raise  # retrying later can succeed, so it keeps its own exit code
         except StoreError as exc:
             raise OperationError(str(exc)) from exc
         if self.index.is_loaded:  # the projection described the replaced content

@@ -28,6 +28,7 @@ from retold.ingest.evidence import normalize_ws, validate_evidence
 from retold.ingest.extractor import ExtractionOutputError, Extractor
 from retold.ingest.ingestor import WriteRequest, WriteResult
 from retold.ingest.reviewer import CandidateReviewer
+from retold.ingest.screening import Withheld, candidate_secret, screen_decisions, screen_output
 from retold.ingest.summary import SummaryWriter
 from retold.models import (
     ACTIVE_STATUSES,
@@ -44,6 +45,7 @@ from retold.models import (
 )
 from retold.policy import grants
 from retold.policy.lifecycle import Lifecycle
+from retold.policy.secrets import screen
 from retold.store import Store
 from retold.store.sessions import SessionRow, Stage
 from retold.util import Clock, Timer, to_iso
@@ -111,8 +113,9 @@ class _Log:
         if code != "review_rejected":
             self.counts["rejected"] += 1
             self.reasons[code] += 1
+        shown = None if code == "secret_detected" else schema.candidate_to_json(cand)  # never the secret
         self.rejected.append({"index": index, "stage": stage, "code": code, "message": message,
-                              "details": details or {}, "candidate": schema.candidate_to_json(cand)})
+                              "details": details or {}, "candidate": shown})
 
 
 def _decision_json(d: ReviewDecision) -> dict[str, Any]:
@@ -247,7 +250,7 @@ class ExtractionRunner:
         row = self.store.stage_row(principal.session_id, "extract")
         if row is not None:  # resume: never pay for the hosted call twice
             stored = row.output
-            return _parse("extract", lambda: schema.output_from_json(stored)), {
+            return _parse("extract", lambda: schema.output_from_json(stored, summary_required=False)), {
                 "extractor": row.model, "extract_stage": "persisted",
                 "extractor_prompt_version": row.prompt_version}
         extractor = self.extractor
@@ -258,10 +261,11 @@ class ExtractionRunner:
             grants.readable_scopes(store, principal), cfg.extraction_context_max_entities),
             store.active_subjects(grants.writable_scopes(store, principal), self.clock.now(),
                                   cfg.extraction_context_max_subjects), extractor.prompt_version)
-        answer = _call("extract", lambda: extractor.extract(list(turns), context))
+        answer, withheld = screen_output(_call("extract", lambda: extractor.extract(list(turns), context)))
+        self._withheld(principal.session_id, withheld)  # before anything holding them is stored
         data = _parse("extract", lambda: schema.output_to_json(answer))
         # The run uses what the stage persisted, so a first run and a resumed run match.
-        output = _parse("extract", lambda: schema.output_from_json(data))
+        output = _parse("extract", lambda: schema.output_from_json(data, summary_required=False))
         self.store.save_stage(principal.session_id, "extract", data, _model_name(extractor),
                               extractor.prompt_version)
         return output, {"extractor": _model_name(extractor), "extract_stage": "model",
@@ -287,6 +291,8 @@ class ExtractionRunner:
             answers = _call("review", lambda: reviewer.review_batch(batch))
             if len(answers) != len(batch):
                 raise _Stop("failed", "review", "malformed", f"{len(answers)} decisions for {len(batch)}")
+            answers, withheld = screen_decisions(answers, [item.index for item in items])
+            self._withheld(session_id, withheld)
             stored = _parse("review", lambda: {
                 str(item.index): _decision_json(a) for item, a in zip(items, answers, strict=True)})
             self.store.save_stage(session_id, "review", {"decisions": stored}, _model_name(reviewer),
@@ -294,6 +300,10 @@ class ExtractionRunner:
             meta = {"review_stage": "model", "reviewer": _model_name(reviewer),
                     "reviewer_prompt_version": reviewer.prompt_version}
         return _parse("review", lambda: {int(k): _decision_from(v) for k, v in stored.items()}), meta
+
+    def _withheld(self, session_id: str, withheld: list[Withheld]) -> None:
+        for item in withheld:
+            self.store.append_event("extraction.secret_withheld", ACTOR, item.payload(session_id))
 
     def _review_context(self, item: _Item, turns: list[Turn], prompt_version: str) -> ReviewContext:
         # The reviewer sees the evidence turn plus its neighbours, and live records for the
@@ -356,6 +366,8 @@ class ExtractionRunner:
         """Check a candidate's immutable envelope without writing anything; return the
         primary entity id ("" when apply will create it) or raise _Reject."""
         # Type, content, source kind and time zones were checked by the stage's JSON schema.
+        if secret := candidate_secret(cand):
+            raise _Reject("secret_detected", secret.message, kind=secret.kind, field=secret.field)
         check = validate_evidence(
             turns, cand.evidence, cand.source_kind, turn_hint=cand.evidence_turn,
             min_characters=self.cfg.evidence.min_characters, min_words=self.cfg.evidence.min_words,
@@ -395,6 +407,8 @@ class ExtractionRunner:
                summary: SessionSummary, run: _Log, timer: Timer, meta: dict[str, Any]) -> str:
         # Embedding the summary is a model call: it runs before the transaction opens.
         text = normalize_ws(summary.content)[: self.cfg.summary_max_chars].strip()
+        if screen(summary=text):  # a stage stored before the screen existed
+            text = ""
         vector = self.embedder.embed_documents([text])[0] if text else None
         with self.store.atomic():
             # Revalidation reads the transcript and grants again under the write lock.

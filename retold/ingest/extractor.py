@@ -314,10 +314,11 @@ def _mention_to_json(mention: EntityMention) -> dict[str, Any]:
     return data
 
 
-def output_from_json(data: object) -> ExtractionOutput:
+def output_from_json(data: object, *, summary_required: bool = True) -> ExtractionOutput:
     """Parse and check an EXTRACTION_SCHEMA object; raise ExtractionOutputError naming the
     first problem. The check is done here too because a recorded file, or a client that
-    does not validate, never went through the schema."""
+    does not validate, never went through the schema. ``summary_required=False`` accepts
+    the empty summary a stored stage holds when the secret screen withheld it."""
     obj = _object(data, "output", required=("candidates", "summary"))
     raw_candidates = obj["candidates"]
     if not isinstance(raw_candidates, list):
@@ -327,8 +328,9 @@ def output_from_json(data: object) -> ExtractionOutput:
     decisions = summ["decisions"]
     if not isinstance(decisions, list) or not all(isinstance(d, str) for d in decisions):
         raise ExtractionOutputError("summary.decisions must be a list of strings")
+    withheld = not summary_required and summ["content"] == ""
     summary = SessionSummary(
-        content=_text(summ, "content", "summary"),
+        content="" if withheld else _text(summ, "content", "summary"),
         decisions=list(decisions),
         entity_mentions=_mentions(summ["entity_mentions"], "summary.entity_mentions"),
     )

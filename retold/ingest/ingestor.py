@@ -1,4 +1,5 @@
-"""The write path: validate, check evidence, decide reinforce/supersede/conflict, write.
+"""The write path: validate (credentials are refused), check evidence, decide
+reinforce/supersede/conflict, write.
 
 ``Ingestor.write`` validates, checks evidence and entailment, embeds, then decides and
 writes inside ONE ``atomic()`` transaction: entity creation, the same-entity scan, the
@@ -25,16 +26,10 @@ from retold.ingest.equivalence import EquivalenceJudge
 from retold.ingest.evidence import normalize_ws, source_ref, validate_evidence
 from retold.ingest.subject import normalize_attribute, subject_of
 from retold.ingest.summary import retire_superseded
-from retold.models import (
-    RECORD_TYPES,
-    EntityMention,
-    Principal,
-    Record,
-    Resolution,
-    Scope,
-)
+from retold.models import RECORD_TYPES, EntityMention, Principal, Record, Resolution, Scope
 from retold.policy import grants
 from retold.policy.lifecycle import Lifecycle
+from retold.policy.secrets import screen
 from retold.store import Embedding, NewEvent, Store
 from retold.util import Clock, Timer, new_id
 
@@ -166,6 +161,8 @@ class Ingestor:
             raise _Refusal("invalid_input", "content must not be blank")
         if request.evidence is not None and not request.evidence.strip():
             raise _Refusal("invalid_input", "evidence must not be blank; omit it instead")
+        if found := screen(content=request.content, evidence=request.evidence):  # never stored
+            raise _Refusal("secret_detected", found.message, kind=found.kind, field=found.field)
         if request.source_kind not in _ALLOWED_SOURCES[origin]:
             raise _Refusal(
                 "invalid_source_kind",

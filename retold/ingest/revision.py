@@ -24,10 +24,13 @@ from retold.ingest.ingestor import Ingestor, WriteRequest
 from retold.ingest.summary import retire_superseded
 from retold.models import ACTIVE_STATUSES, RECORD_STATUSES, Principal, Record
 from retold.policy.lifecycle import Lifecycle
+from retold.policy.secrets import screen
 from retold.store import Embedding, NewEvent, Store
 from retold.util import Clock, Timer, new_id
 
-__all__ = ["Revision", "RevisionError", "Reviser", "StatusAction", "StatusChange", "is_history"]
+__all__ = [
+    "Revision", "RevisionError", "Reviser", "StatusAction", "StatusChange", "is_history", "refuse_secrets",
+]
 
 StatusAction = Literal["confirm", "expire", "forget"]
 # Stages the creation event cannot time: they end after it is written.
@@ -35,11 +38,19 @@ _PENDING = ["event_log", "transaction", "index_update", "total"]
 
 
 class RevisionError(RetoldError):
-    """A refused revision; ``code`` is the structured tool error. Nothing was written."""
+    """A refused revision; ``code`` is the structured tool error and ``details`` what it
+    names beside the message. Nothing was written."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, **details: str) -> None:
         super().__init__(message)
-        self.code, self.message = code, message
+        self.code, self.message, self.details = code, message, details
+
+
+def refuse_secrets(**fields: str | None) -> None:
+    """Raise ``secret_detected`` when a field holds a credential: the content becomes a
+    record, and the reason and evidence land in its audit event."""
+    if found := screen(**fields):
+        raise RevisionError("secret_detected", found.message, kind=found.kind, field=found.field)
 
 
 @dataclass(frozen=True)
@@ -104,12 +115,14 @@ class Reviser:
         scope and entity links with their roles.
 
         Raises RevisionError ``invalid_input`` when ``old`` is history or the revision
-        lacks authority over it, naming both source kinds.
+        lacks authority over it, naming both source kinds, and ``secret_detected`` when
+        the content, evidence or reason holds a credential.
         """
         timer = Timer()
         now = self.clock.now()
         if is_history(old, now):
             raise _history(old.id)
+        refuse_secrets(content=content, evidence=evidence, reason=reason)
         request = WriteRequest(type=old.type, content=content.strip(), source_kind=source_kind,
                                evidence=evidence, evidence_turn=evidence_turn)
         # The memory_write evidence path, shared rather than repeated.
@@ -200,6 +213,7 @@ class Reviser:
         drops its FTS row and marks its vector dead. Raises RevisionError
         ``invalid_input`` otherwise; nothing is written then.
         """
+        refuse_secrets(reason=reason)
         now = self.clock.now()
         if action == "forget":
             target, sources = "deleted", tuple(s for s in RECORD_STATUSES if s != "deleted")

@@ -30,7 +30,7 @@ from retold.errors import (
 )
 from retold.index.vector import VectorIndex
 from retold.ingest.ingestor import Ingestor
-from retold.ingest.revision import Reviser, RevisionError, StatusAction, is_history
+from retold.ingest.revision import Reviser, RevisionError, StatusAction, is_history, refuse_secrets
 from retold.models import Entity, Principal, Record, Scope, SearchRequest, SearchResponse
 from retold.policy import grants
 from retold.retrieve.explain import short_id
@@ -373,7 +373,7 @@ class ToolHandlers:
                         "event_id": rev.event_id, "timings_ms": rev.timings_ms}
             change = self.parts.reviser.change_status(principal, record, cast(StatusAction, action), reason)
         except RevisionError as err:
-            raise ToolError(err.code, err.message) from None
+            raise ToolError(err.code, err.message, **err.details) from None
         return {"id": record.id, "action": action, "status": change.status,
                 "previous_status": change.previous_status, "event_id": change.event_id}
 
@@ -397,6 +397,10 @@ class ToolHandlers:
                 raise _entity_not_found(raw_id)
             found.append(entity)
         source, target = found
+        try:
+            refuse_secrets(reason=payload["reason"])  # the reason is kept in the merge event
+        except RevisionError as err:
+            raise ToolError(err.code, err.message, **err.details) from None
         if source.kind != target.kind:
             raise ToolError("invalid_input",
                             f"cannot merge a {source.kind} entity into a {target.kind} entity")
@@ -419,7 +423,7 @@ class ToolHandlers:
         try:
             change = self.parts.reviser.change_status(principal, record, "forget", payload["reason"])
         except RevisionError as err:
-            raise ToolError(err.code, err.message) from None
+            raise ToolError(err.code, err.message, **err.details) from None
         return {"id": record.id, "status": change.status, "tombstone": True,
                 "previous_status": change.previous_status, "event_id": change.event_id,
                 "note": _FORGET_NOTE.replace("<id>", record.id)}

@@ -44,7 +44,7 @@ __all__ = [
 ERROR_CODES: frozenset[str] = frozenset({
     "invalid_input", "not_found", "scope_not_writable", "invalid_write_target",
     "entity_ambiguous", "invalid_source_kind", "invalid_subject", "store_unavailable",
-    "model_unavailable", "internal_error",
+    "model_unavailable", "internal_error", "secret_detected",
 })
 # The deepest valid input (memory_write's entities[i].name) is three levels down, and no
 # valid call holds more than a few dozen values; these bound the work of refusing one.

@@ -1,0 +1,64 @@
+"""A worker checks its store before it takes a task.
+
+The main worker process runs the quick integrity check (:func:`retold.store.integrity.check_file`
+with ``quick=True``) once logging is set up and before the pool or the consumer starts. A
+store SQLite itself finds damaged stops the worker with one error line and exit code 1:
+extracting into a damaged file would only spread the damage, and a restarting service
+manager keeps reporting it. Disagreement between records, FTS rows and vectors is logged
+as one warning and the worker starts, since its own writes are whole and refusing would
+stop every session's extraction over a search problem; so does a store whose write lock
+another process holds past the wait (the FTS check needs it). See docs/decisions.md,
+"Integrity checks".
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from celery.signals import worker_init
+
+from retold.cli_failure import one_line
+from retold.config import Config
+from retold.errors import RetoldError, StoreLockedError
+from retold.store.integrity import check_file
+from workers.app import config_from_environment
+
+__all__ = ["EXIT_DAMAGED", "check_store"]
+
+log = logging.getLogger(__name__)
+
+EXIT_DAMAGED = 1
+
+
+def check_store(config: Config) -> None:
+    """Log what the quick check found; raise SystemExit when the worker must not start."""
+    path = config.store.path
+    if path == ":memory:" or not Path(path).exists():
+        return  # nothing stored yet: the runtime creates the store
+    try:
+        report = check_file(path, quick=True, busy_timeout=config.store.busy_timeout_seconds)
+    except StoreLockedError as exc:  # a busy store is no reason to stay down
+        log.warning("store %s: start-up check skipped: %s", path, one_line(exc))
+        return
+    except RetoldError as exc:
+        log.error("refusing to start: store %s cannot be checked: %s", path, one_line(exc))
+        raise SystemExit(EXIT_DAMAGED) from exc
+    if report.damaged:
+        log.error("refusing to start: store %s is damaged (%s); restore it from a snapshot "
+                  "(`retold check --store %s` lists the problems)", path, report.summary(), path)
+        raise SystemExit(EXIT_DAMAGED)
+    if not report.ok:
+        log.warning("store %s: %s; searches may miss or misreport records until it is repaired "
+                    "(`retold check --store %s` lists them)", path, report.summary(), path)
+        return
+    log.info("store %s passed its quick check (%d active records, %.0f ms)", path,
+             report.active_records, sum(report.timings_ms.values()))
+
+
+def _on_worker_init(**_: Any) -> None:
+    check_store(config_from_environment())
+
+
+worker_init.connect(_on_worker_init, weak=False)
