@@ -8,7 +8,7 @@ ended sessions with :class:`retold.broker.CeleryScheduler` to the broker the sam
 """
 
 from retold.broker import CeleryScheduler
-from workers import tasks  # registers the tasks on ``app``
+from workers import metrics, tasks  # registers the metrics endpoint and the tasks on ``app``
 from workers.app import app, create_app
 
-__all__ = ["CeleryScheduler", "app", "create_app", "tasks"]
+__all__ = ["CeleryScheduler", "app", "create_app", "metrics", "tasks"]
