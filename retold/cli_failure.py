@@ -4,16 +4,21 @@ never a traceback unless asked for with ``-v``.
 The line is the error's own message, which for a store names the condition (locked,
 read-only, full, damaged, not a Retold store) and what to do about it. A held lock is the
 one failure that retrying the same command can cure, so it has an exit code of its own.
+Warnings the library logs while a command runs follow the same rule: one line each,
+their tracebacks only with ``-v``.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from retold.errors import StoreLockedError
 
-__all__ = ["EXIT_ERROR", "EXIT_LOCKED", "one_line", "report_failure"]
+__all__ = ["EXIT_ERROR", "EXIT_LOCKED", "logged_warnings", "one_line", "report_failure"]
 
 EXIT_ERROR = 1
 EXIT_LOCKED = 75  # sysexits' EX_TEMPFAIL: try again once the other write has finished
@@ -33,3 +38,34 @@ def report_failure(command: str, exc: BaseException, *, verbose: bool = False) -
     if verbose:
         traceback.print_exception(exc, file=sys.stderr)
     return EXIT_LOCKED if isinstance(exc, StoreLockedError) else EXIT_ERROR
+
+
+class _OneLine(logging.Formatter):
+    def __init__(self, prefix: str, verbose: bool) -> None:
+        super().__init__()
+        self.prefix, self.verbose = prefix, verbose
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = self.prefix + " ".join(record.getMessage().split())
+        if self.verbose and record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+@contextmanager
+def logged_warnings(command: str, *, verbose: bool = False) -> Iterator[None]:
+    """While a command runs, print each logged warning as ``retold COMMAND: message`` on
+    stderr, with the exception it carries only when ``verbose``. A program that set up
+    logging itself (a root handler exists) keeps its own handling."""
+    root = logging.getLogger()
+    if root.handlers:
+        yield
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(_OneLine(f"retold {command}: ", verbose))
+    root.addHandler(handler)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)

@@ -40,6 +40,7 @@ __all__ = [
     "IngestionConfig",
     "McpConfig",
     "McpTokenConfig",
+    "MetricsConfig",
     "PolicyConfig",
     "QueueConfig",
     "RerankerConfig",
@@ -326,6 +327,14 @@ class McpConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class MetricsConfig:
+    """``metrics:`` - the Prometheus endpoint of a worker (README "Workers, beat and Flower")."""
+
+    port: int | None = None  # None = no endpoint; else a worker serves /metrics on this port
+    host: str = "127.0.0.1"  # the address it listens on; 0.0.0.0 for a scraper in another container
+
+
+@dataclass(frozen=True, slots=True)
 class ToolsConfig:
     """``tools:`` - the most one tool call may carry; more is refused as ``invalid_input`` naming
     the field and the limit, before any search or write (docs/decisions.md "Bounded tool input")."""
@@ -357,6 +366,7 @@ class Config:
     sessions: SessionsConfig = field(default_factory=SessionsConfig)
     queue: QueueConfig = field(default_factory=QueueConfig)
     mcp: McpConfig = field(default_factory=McpConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
 
     def replace(self, overrides: Mapping[str, object]) -> Config:

@@ -33,6 +33,7 @@ from retold.ingest.extractor import ReplayExtractor
 from retold.ingest.reviewer import TableReviewer
 from retold.ingest.session import InProcessScheduler
 from retold.models import Principal, Scope
+from retold.quiet import silence_progress_output
 from retold.runtime import Runtime, build_runtime
 
 __all__ = ["AGENT", "QUESTION", "SESSIONS", "USER", "DemoResult", "run_demo"]
@@ -85,6 +86,7 @@ def run_demo(store_dir: Path, say: Callable[[str], None] = print, *, use_worker:
     """Run the story on a fresh store in ``store_dir`` and print what it shows. When a
     store already exists there, a new numbered subdirectory is used instead: the demo
     never touches an existing store."""
+    silence_progress_output()  # the worker subprocess inherits the quiet variables too
     env = dict(os.environ if environ is None else environ)
     store_dir = base = Path(store_dir).resolve()
     run = 1

@@ -8,7 +8,7 @@ ended sessions with :class:`retold.broker.CeleryScheduler` to the broker the sam
 """
 
 from retold.broker import CeleryScheduler
-from workers import startup, tasks  # checks the store at start-up; registers the tasks on ``app``
+from workers import metrics, startup, tasks  # the metrics endpoint, the start-up check, the tasks
 from workers.app import app, create_app
 
-__all__ = ["CeleryScheduler", "app", "create_app", "startup", "tasks"]
+__all__ = ["CeleryScheduler", "app", "create_app", "metrics", "startup", "tasks"]

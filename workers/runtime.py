@@ -26,6 +26,7 @@ from celery.signals import worker_process_init, worker_process_shutdown, worker_
 from retold.broker import CeleryScheduler
 from retold.ingest.extractor import ReplayExtractor
 from retold.ingest.reviewer import TableReviewer
+from retold.quiet import silence_progress_output
 from retold.runtime import Runtime, build_runtime
 from workers.app import app, config_from_environment
 
@@ -40,7 +41,9 @@ _runtime: Runtime | None = None
 def open_runtime() -> Runtime:
     """Build this process's runtime from the environment's config. Its scheduler publishes
     through this worker's own app (the idle sweep schedules what it ends), whatever
-    ``queue.scheduler`` says: a worker exists to take sessions off the broker."""
+    ``queue.scheduler`` says: a worker exists to take sessions off the broker. Model
+    libraries' progress bars are switched off first: Celery logs stderr as warnings."""
+    silence_progress_output()
     config = config_from_environment()
     scheduler = CeleryScheduler(config, app=app)
     replay = os.environ.get("RETOLD_REPLAY_EXTRACTION")

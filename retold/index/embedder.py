@@ -172,7 +172,8 @@ class SentenceTransformerEmbedder(_CachedEmbedder, LazyModel):
 
                 torch.set_num_threads(self.torch_threads)
             model = st.SentenceTransformer(path, device=device, local_files_only=True)
-            return model, int(model.encode(["probe"], convert_to_numpy=True).shape[1])
+            return model, int(model.encode(["probe"], convert_to_numpy=True,
+                                                     show_progress_bar=False).shape[1])
 
         model, width = load_local("embedding", path, self.name, self.device, build)
         if width != self.dims:  # stored vectors and the index assume the configured width

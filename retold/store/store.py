@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from retold.store.entities import EntitiesMixin
 from retold.store.erasure import ErasureMixin
+from retold.store.event_log import EventLogMixin
 from retold.store.grants import GrantsMixin
 from retold.store.maintenance import MaintenanceMixin
 from retold.store.members import MembersMixin
+from retold.store.metrics import MetricsMixin
 from retold.store.records import RecordsMixin
 from retold.store.search import SearchMixin
+from retold.store.session_states import SessionStatesMixin
 from retold.store.sessions import SessionsMixin
 from retold.store.vectors import VectorsMixin
 
@@ -30,5 +33,9 @@ class Store(
     SearchMixin,
     MaintenanceMixin,
     ErasureMixin,
+    SessionStatesMixin,
+    EventLogMixin,
+    MetricsMixin,
 ):
-    """The store: records, vectors, entities, sessions, grants, members, search logs and sweeps."""
+    """The store: records, vectors, entities, sessions, grants, members, search logs and
+    sweeps, and the operator's reads of session states, events and counts."""

@@ -7,6 +7,9 @@ cannot write gets)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,9 +18,12 @@ import pytest
 from retold import build_runtime, load_config
 from retold.cli import main
 from retold.cli_failure import EXIT_ERROR, EXIT_LOCKED
-from retold.models import Scope
+from retold.ingest.session import InProcessScheduler
+from retold.models import Principal, Scope
 from retold.testing import make_record
 from tests.conditions import FullDiskStore, corrupt_page, write_lock_held
+from tests.optional import need
+from tests.ports import free_port
 from tests.sql import execute
 
 SCOPE = "user:cleo"
@@ -106,3 +112,34 @@ def test_verbose_adds_the_cause_and_traceback_after_the_line(
     details = "\n".join(lines[1:])
     assert "sqlite3.DatabaseError: database disk image is malformed" in details
     assert "retold.errors.StoreCorruptError" in details
+
+
+def test_a_provider_failure_in_extract_is_one_line_and_its_traceback_needs_v(
+    store: tuple[Path, Path],
+) -> None:
+    need("anthropic")
+    path, config = store
+    with build_runtime(load_config(config, overrides={"store": {"path": str(path)}}),
+                       scheduler=InProcessScheduler()) as rt:
+        principal = Principal("agent-a", "cleo", "s-down", None)
+        rt.hooks.on_turn(principal, "user", "Please remember that I like river walks.")
+        rt.hooks.on_session_end(principal)
+    # A provider that refuses every connection, with a key so the hosted client is built.
+    config.write_text(config.read_text() + f"hosted:\n  base_url: http://127.0.0.1:{free_port()}/\n"
+                      "  max_retries: 0\n")
+    env = {**os.environ, "ANTHROPIC_API_KEY": "test-key", "HF_HUB_OFFLINE": "1"}
+
+    def extract(*flags: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "retold.cli", "extract", "s-down", "--store", str(path),
+                               "--config", str(config), *flags], capture_output=True, text=True,
+                              timeout=120, env=env)
+
+    quiet = extract()
+    assert quiet.returncode == EXIT_ERROR and quiet.stdout == ""
+    assert quiet.stderr.strip().splitlines() == [
+        "retold extract: extraction failed: extract provider: cannot reach the Anthropic API:"
+        " Connection error."]
+    verbose = extract("-v")
+    assert verbose.returncode == EXIT_ERROR
+    assert "retold extract: extraction of session s-down failed at extract" in verbose.stderr
+    assert "Traceback" in verbose.stderr and "HostedError" in verbose.stderr

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from retold.cli import main
-from retold.cli_check import EXIT_PROBLEMS
+from retold.cli.check import EXIT_PROBLEMS
 from retold.operations import OperationError
 from retold.store.integrity import check_file
 from retold.testing import World, make_world

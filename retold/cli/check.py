@@ -8,28 +8,22 @@ checked. It changes nothing in the file. See docs/decisions.md, "Integrity check
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from retold.config import Config
+from retold.cli.common import add_command, cli_config
 from retold.errors import StoreError
 from retold.store.integrity import IntegrityReport, check_file
 
-__all__ = ["EXIT_PROBLEMS", "add_check_command", "render"]
+__all__ = ["EXIT_PROBLEMS", "register", "render"]
 
 EXIT_PROBLEMS = 4  # the check ran and found problems (1 stays "could not check at all")
 
-Register = Callable[..., argparse.ArgumentParser]
-
-
-def add_check_command(commands: Any, register: Register,
-                      config_of: Callable[[argparse.Namespace], Config]) -> None:
-    """Add ``check`` to the ``retold`` parser; ``register`` adds a command with the common
-    options and ``config_of`` finds the config as every other command does."""
+def register(commands: Any) -> None:
+    """Add ``check`` to the ``retold`` parser."""
 
     def run(args: argparse.Namespace) -> int:
-        config = config_of(args)
+        config = cli_config(args)
         path = config.store.path
         if path == ":memory:":
             raise StoreError("an in-memory store has no file to check")
@@ -39,7 +33,7 @@ def add_check_command(commands: Any, register: Register,
         print(render(report))
         return 0 if report.ok else EXIT_PROBLEMS
 
-    check = register(
+    check = add_command(
         commands, "check", run, "check the store file for damage and disagreement",
         "Run SQLite's integrity check (quick_check with --quick), the full-text index check, and"
         " the agreement check (every active record has one FTS row and one vector of the store's"

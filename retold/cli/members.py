@@ -3,32 +3,26 @@
 An agent's grant on a shared scope reaches only the users who belong to it: those whose
 session names the project, and those added here. The command wraps
 :class:`retold.host.MemoryHost`, so every change is logged as a ``membership.changed``
-event. The CLI's shared plumbing (the command factory and the runtime builder) is passed
-in by :mod:`retold.cli`, which keeps this module free of a circular import.
+event.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from retold.cli.common import add_command, cli_runtime, scope_arg
 from retold.models import Scope
 from retold.util import to_iso
 
 if TYPE_CHECKING:
-    from retold.runtime import Runtime
     from retold.store.members import Member
 
-__all__ = ["add_members_command"]
-
-Command = Callable[[Any, str, Callable[[argparse.Namespace], int], str, str], argparse.ArgumentParser]
-RuntimeFor = Callable[..., "Runtime"]
+__all__ = ["register"]
 
 
-def add_members_command(commands: Any, command: Command, runtime: RuntimeFor,
-                        scope: Callable[[str], Scope]) -> None:
+def register(commands: Any) -> None:
     """Register ``members`` on the ``retold`` parser's subcommands."""
 
     def run(args: argparse.Namespace) -> int:
@@ -37,29 +31,29 @@ def add_members_command(commands: Any, command: Command, runtime: RuntimeFor,
         actor = str(args.actor or "admin")
         if args.action == "add":
             # Like `retold grant`, adding may be the first thing done to a new store.
-            with runtime(args, existing=False) as rt:
+            with cli_runtime(args, existing=False) as rt:
                 added = rt.host.add_member(args.scope, args.user, actor=actor)
             print(f"added {args.user} to {args.scope}" if added
                   else f"{args.user} was already a member of {args.scope}; nothing changed")
         elif args.action == "remove":
-            with runtime(args) as rt:
+            with cli_runtime(args) as rt:
                 removed = rt.host.remove_member(args.scope, args.user, actor=actor)
             print(f"removed {args.user} from {args.scope}" if removed
                   else f"{args.user} was not a member of {args.scope}; nothing changed")
         else:
-            with runtime(args) as rt:
+            with cli_runtime(args) as rt:
                 members = rt.host.members(args.scope)
             _print_members(args.scope, members, as_json=args.json)
         return 0
 
-    parser = command(
+    parser = add_command(
         commands, "members", run, "add, remove or list the members of a shared scope",
         "Manage who belongs to a project or org scope. An agent granted such a scope reads and"
         " writes it only in sessions of its members: users added here, and (for a project) users"
         " whose session names that project. Each change is logged as a membership.changed event.")
     parser.add_argument("action", choices=["add", "remove", "list"],
                         help="add or remove USER, or list the scope's explicit members")
-    parser.add_argument("scope", type=scope, help="project or org scope as kind:id, e.g. project:apollo")
+    parser.add_argument("scope", type=scope_arg, help="project or org scope as kind:id, e.g. project:apollo")
     parser.add_argument("user", nargs="?", help="user id (add and remove)")
     parser.add_argument("--json", action="store_true", help="list: one JSON object per line")
 

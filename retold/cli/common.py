@@ -1,0 +1,119 @@
+"""What every ``retold`` command shares: the common flags, how a command finds its config
+and opens its runtime, argument types, JSON output, and the refusal a command raises to
+print one line and exit."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from retold.cli_failure import EXIT_ERROR
+from retold.config import Config
+from retold.config_env import load_config_from_environment
+from retold.models import Scope
+from retold.util import to_plain
+
+if TYPE_CHECKING:
+    from retold.runtime import Runtime
+
+__all__ = [
+    "EXIT_PENDING", "EXIT_REFUSED", "EXIT_UNRESOLVED", "EXIT_USAGE", "Parser", "Refused", "actor",
+    "add_command", "cli_config", "cli_runtime", "positive", "print_json", "scope_arg",
+]
+
+EXIT_UNRESOLVED = 2  # migrate exits 2 while unmapped legacy rows remain
+EXIT_REFUSED = 2  # an irreversible command without --yes
+EXIT_PENDING = 3  # extract: no hosted model is configured, so the session stays pending
+EXIT_USAGE = 2  # mcp: a transport asked for without what it needs (identity, tokens, the extra)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (the CLI contract: one line on stderr, exit 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message}\n")
+
+
+class Refused(Exception):
+    """A command refused to run as asked; the message is the one line to print."""
+
+    def __init__(self, message: str, code: int = EXIT_ERROR) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--store", help="SQLite store file (default: $RETOLD_STORE, else store.path "
+                        "from the config)")
+    parser.add_argument("--config", help="config YAML (default: $RETOLD_CONFIG; defaults apply without "
+                        "either)")
+    parser.add_argument("--as", dest="actor", default=None,
+                        help="operator identity recorded on audit events (default: admin)")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="after a one-line error, print its causes and traceback")
+
+
+def add_command(
+    commands: Any, name: str, run: Callable[[argparse.Namespace], int], help_text: str, description: str
+) -> argparse.ArgumentParser:
+    """Add one command with the common flags; ``run(args)`` returns its exit code."""
+    sub: argparse.ArgumentParser = commands.add_parser(name, help=help_text, description=description)
+    _common(sub)
+    sub.set_defaults(run=run)
+    return sub
+
+
+def cli_config(args: argparse.Namespace) -> Config:
+    """The config as workers and agents find it (the file, then RETOLD_* variables), with
+    this command's flags on top."""
+    overrides: dict[str, Any] = {}
+    if args.store:
+        overrides["store"] = {"path": args.store}
+    return load_config_from_environment(os.environ, args.config, overrides)
+
+
+def actor(args: argparse.Namespace, default: str = "admin") -> str:
+    return str(args.actor or default)
+
+
+def cli_runtime(
+    args: argparse.Namespace, *, existing: bool = True, repairs: bool = False, models: bool = True
+) -> Runtime:
+    """Build the runtime; ``existing`` refuses a store path that does not exist yet, so a
+    mistyped path never creates an empty store. ``repairs`` marks a command that fixes or
+    replaces the store's vectors, so it may open a store of another embedding family;
+    ``models=False`` marks one that never embeds (it only reads what the store recorded),
+    so missing model files or another embedding family do not stop it either."""
+    from retold.runtime import build_runtime
+
+    config = cli_config(args)
+    if existing and config.store.path != ":memory:" and not Path(config.store.path).exists():
+        raise Refused(f"no store at {config.store.path}")
+    return build_runtime(config, allow_embedding_mismatch=repairs or not models)
+
+
+def scope_arg(text: str) -> Scope:
+    """An argparse type: ``kind:id`` as a Scope."""
+    try:
+        return Scope.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def positive(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def print_json(value: Any) -> None:
+    print(json.dumps(to_plain(value), indent=2, ensure_ascii=False, default=str))

@@ -1,0 +1,210 @@
+"""``retold migrate``, ``expire``, ``retain``, ``review-due``, ``erase``, ``reembed``,
+``snapshot`` and ``extract``: the commands that change the store on an operator's behalf."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from retold.cli.common import (
+    EXIT_PENDING,
+    EXIT_REFUSED,
+    EXIT_UNRESOLVED,
+    Refused,
+    actor,
+    add_command,
+    cli_config,
+    cli_runtime,
+    positive,
+)
+
+__all__ = ["register"]
+
+
+def _cmd_migrate(args: argparse.Namespace) -> int:
+    from retold.runtime import build_runtime
+
+    with build_runtime(cli_config(args), allow_migration_issues=True, allow_embedding_mismatch=True) as rt:
+        # Opening the store already applied pending migrations; report what it did.
+        result = rt.operations.migrate(expire_unmapped=args.expire_unmapped,
+                                       allow_unmapped=args.allow_unmapped, actor=actor(args))
+        applied = ", ".join(map(str, result.applied)) or "none pending"
+        print(f"{rt.store.path}: schema version {result.version} (applied: {applied})")
+        family = rt.store.embedding_family()
+        print(f"  embedding family: {family or 'none recorded'}")
+        for note in result.notes:
+            print(f"  {note}")
+        for issue in result.issues:
+            state = "expired" if issue.record_id in result.expired else "unresolved"
+            print(f"  {issue.record_id}  migration {issue.migration_version}: {issue.issue} [{state}]")
+        if result.unresolved and not args.allow_unmapped:
+            print(f"{result.unresolved} legacy records need review; retire them with --expire-unmapped"
+                  " or acknowledge them with --allow-unmapped", file=sys.stderr)
+            return EXIT_UNRESOLVED
+    return 0
+
+
+def _cmd_expire(args: argparse.Namespace) -> int:
+    with cli_runtime(args) as rt:
+        count = rt.operations.expire(actor(args))
+    print(f"expired {count} records")
+    return 0
+
+
+def _cmd_retain(args: argparse.Namespace) -> int:
+    with cli_runtime(args) as rt:
+        count = rt.operations.retain(actor(args))
+        days = rt.config.sessions.retain_days
+    print(f"blanked the transcripts of {count} sessions (extracted, ended more than {days} days ago)")
+    return 0
+
+
+def _cmd_erase(args: argparse.Namespace) -> int:
+    kind, target = (("record", args.record) if args.record else
+                    ("session", args.session) if args.session else ("user", args.user))
+    if not args.yes:
+        raise Refused(f"erasing {kind} {target} is irreversible; add --yes to confirm", EXIT_REFUSED)
+    with cli_runtime(args) as rt:
+        ops = rt.operations
+        erase: dict[str, Callable[[str, str, str], Any]] = {
+            "record": ops.erase_record, "session": ops.erase_session, "user": ops.erase_user}
+        result = erase[kind](target, args.reason, actor(args))
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(result.counts.items()))
+    print(f"erased {kind} {target}: {counts}; event {result.event_id}")
+    if not result.compacted:
+        print("warning: another connection kept the WAL from being truncated; rerun when the host"
+              " is stopped", file=sys.stderr)
+    return 0
+
+
+def _cmd_reembed(args: argparse.Namespace) -> int:
+    def bar(done: int, total: int) -> None:
+        width = 30
+        filled = width if total == 0 else width * done // total
+        sys.stderr.write(f"\rreembed [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
+        sys.stderr.flush()
+
+    with cli_runtime(args, repairs=True) as rt:
+        result = rt.operations.reembed(args.model, args.version, dims=args.dims, progress=bar,
+                                       actor=actor(args))
+    sys.stderr.write("\n")
+    print(f"re-embedded {result.embedded} records with {result.model} version {result.version} "
+          f"in {result.seconds:.1f} s ({result.records_per_second:.0f} records/s); "
+          f"dropped {result.dropped} old vectors")
+    return 0
+
+
+def _cmd_snapshot(args: argparse.Namespace) -> int:
+    if args.action == "save":
+        with cli_runtime(args) as rt:
+            result = rt.operations.snapshot_save(args.path)
+        print(f"saved {result.records} records ({result.bytes} bytes) to {result.path}")
+        return 0
+    if not args.yes:
+        raise Refused("snapshot load replaces the store file under any open connection; stop the"
+                      " host and add --yes to confirm", EXIT_REFUSED)
+    with cli_runtime(args, existing=False, repairs=True) as rt:
+        result = rt.operations.snapshot_load(args.path)
+        target = rt.store.path
+    print(f"loaded {result.records} records from {result.path} into {target}")
+    return 0
+
+
+def _cmd_review_due(args: argparse.Namespace) -> int:
+    from retold.operations import TEMPORAL_REVIEWER
+
+    with cli_runtime(args) as rt:
+        count = rt.operations.review_due(actor(args, TEMPORAL_REVIEWER))
+    print(f"flagged {count} records due for review")
+    return 0
+
+
+def _cmd_extract(args: argparse.Namespace) -> int:
+    with cli_runtime(args) as rt:
+        if rt.store.get_session(args.session_id) is None:
+            raise Refused(f"no session {args.session_id}")
+        # The runner logs a failure with its traceback for worker logs; here the one line
+        # below reports it, and -v shows the logged details too.
+        with _quiet_logger("retold.ingest.extraction", unless=args.verbose):
+            result = rt.extraction.run(args.session_id, force=True)
+    if result.outcome == "not_configured":
+        raise Refused(f"extraction is not configured (no hosted model key): {args.session_id}"
+                      " stays pending", EXIT_PENDING)
+    if result.outcome == "not_ended":
+        raise Refused(f"session {args.session_id} has not ended; extraction runs after it ends")
+    if result.outcome in ("failed", "busy", "missing"):
+        raise Refused(f"extraction {result.outcome}: {result.reason or args.session_id}")
+    print(f"{args.session_id}: {result.outcome} {json.dumps(result.counts, sort_keys=True)}")
+    return 0
+
+
+@contextmanager
+def _quiet_logger(name: str, *, unless: bool) -> Iterator[None]:
+    """Let logger ``name`` pass only errors while the block runs (unless ``unless``)."""
+    logger = logging.getLogger(name)
+    level = logger.level
+    if not unless:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def register(commands: Any) -> None:
+    """Add the maintenance commands."""
+    migrate = add_command(commands, "migrate", _cmd_migrate, "apply pending schema migrations to the store",
+                          "Apply forward-only schema migrations, print the embedding family the store's"
+                          " vectors belong to, and list legacy records a migration could not map; exit 2"
+                          " while any remain.")
+    migrate.add_argument("--expire-unmapped", action="store_true",
+                         help="retire every unmapped legacy record (status expired, one event each)")
+    migrate.add_argument("--allow-unmapped", action="store_true",
+                         help="acknowledge unmapped legacy records and exit 0")
+
+    add_command(commands, "expire", _cmd_expire, "expire every active record past its expiry",
+                "Mark every active record whose expires_at has passed as expired, one record.status"
+                " event each.")
+    add_command(commands, "retain", _cmd_retain, "blank old transcripts of extracted sessions",
+                "Blank the turns of sessions whose extraction completed and that ended more than"
+                " sessions.retain_days ago; turn rows stay. Unextracted sessions are never blanked.")
+
+    erase = add_command(commands, "erase", _cmd_erase, "irreversibly erase a record, session or user",
+                        "Irreversibly erase durable content, keep ids, kinds and timestamps,"
+                        " then compact the file so no residue remains. Needs --yes.")
+    target = erase.add_mutually_exclusive_group(required=True)
+    target.add_argument("--record", help="erase one record (tombstone kept)")
+    target.add_argument("--session", help="blank one session's transcript (turn rows kept)")
+    target.add_argument("--user", help="erase every place a user's text can reach")
+    erase.add_argument("--reason", required=True, help="why; recorded on the audit event")
+    erase.add_argument("--yes", action="store_true", help="confirm the irreversible erase")
+
+    reembed = add_command(commands, "reembed", _cmd_reembed, "re-embed every record with another model",
+                          "Re-embed every record with text, drop the old vectors and log one"
+                          " store.reembedded event, and record the new embedding family as the store's."
+                          " A new version of the same model is accepted; another model is refused while"
+                          " the dense floors are still those of the old one.")
+    reembed.add_argument("--model", required=True, help="embedding model name or path ('fake' for tests)")
+    reembed.add_argument("--version", required=True, help="embedding version tag for the new vectors")
+    reembed.add_argument("--dims", type=positive, help="vector width (default: embedding.dims)")
+
+    snapshot = add_command(commands, "snapshot", _cmd_snapshot, "save or load a copy of the store",
+                           "Copy the SQLite database to a new file, or replace the store with a copy"
+                           " (load needs --yes and a stopped host).")
+    snapshot.add_argument("action", choices=["save", "load"], help="save the store, or load a snapshot")
+    snapshot.add_argument("path", help="snapshot file")
+    snapshot.add_argument("--yes", action="store_true", help="confirm replacing the store (load)")
+
+    add_command(commands, "review-due", _cmd_review_due, "flag one batch of records due for review",
+                "Atomically flag at most ingestion.temporal_review_batch_size records whose review_at"
+                " has arrived, one record.review_due event each.")
+    extract = add_command(commands, "extract", _cmd_extract, "run extraction for one session in-process",
+                          "Run extraction, review and apply for one ended session in this process, again"
+                          " if it already ran (a re-run reuses the stored stage outputs). Exits 3 when no"
+                          " hosted model is configured: the session then stays pending.")
+    extract.add_argument("session_id", help="session id")

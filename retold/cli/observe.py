@@ -1,0 +1,200 @@
+"""``retold sessions``, ``events`` and ``metrics``: what the pipeline is doing, read from the
+store (and, for queue depths, the broker) without loading a model or changing anything."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from retold.cli.common import add_command, cli_runtime, positive, print_json
+from retold.store.event_log import EventQuery, LoggedEvent
+from retold.store.session_states import SESSION_STATES, SessionQuery, SessionStatus
+from retold.util import from_iso, to_plain
+
+if TYPE_CHECKING:
+    from retold.metrics import Metrics
+
+__all__ = ["register"]
+
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+_TEXT_WIDTH = 100  # longest payload or error shown in text; --json prints them whole
+
+
+def _since(text: str) -> datetime | timedelta:
+    """An argparse type: an ISO 8601 time (UTC unless it says otherwise) or an age such as
+    ``90s``, ``30m``, ``6h`` or ``7d``, counted back from now when the command runs."""
+    if match := re.fullmatch(r"(\d+)\s*([smhd])", text.strip()):
+        return timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
+    try:
+        return from_iso(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected an ISO 8601 time or an age like 30m, 6h or 7d, got {text!r}") from None
+
+
+def _moment(value: datetime | timedelta | None, now: datetime) -> datetime | None:
+    return now - value if isinstance(value, timedelta) else value
+
+
+def _short(moment: datetime | None) -> str:
+    return "-" if moment is None else moment.strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _clip(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _TEXT_WIDTH else text[: _TEXT_WIDTH - 1] + "…"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    """Columns padded to their widest cell; the last column is left ragged."""
+    widths = [max(len(str(row[i])) for row in (header, *rows)) for i in range(len(header) - 1)]
+    for row in (header, *rows):
+        cells = [str(cell).ljust(width) for cell, width in zip(row, widths, strict=False)]
+        print("  ".join([*cells, str(row[-1])]).rstrip())
+
+
+def _listing_flags(parser: argparse.ArgumentParser, noun: str) -> None:
+    parser.add_argument("--limit", type=positive, default=50, help=f"most {noun}s shown (default 50)")
+    parser.add_argument("--json", action="store_true", help=f"one JSON object per {noun} and line")
+
+
+def _print_listing(args: argparse.Namespace, noun: str, items: Sequence[Any], header: Sequence[str],
+                   row: Callable[[Any], Sequence[str]]) -> None:
+    """JSON lines with ``--json``, else a table and the count on stderr."""
+    if args.json:
+        for item in items:
+            print(json.dumps(to_plain(item), ensure_ascii=False, default=str))
+        return
+    _table(header, [row(item) for item in items])
+    plural = "" if len(items) == 1 else "s"
+    print(f"{len(items)} {noun}{plural} (newest {args.limit} that match, oldest first)", file=sys.stderr)
+
+
+def _cmd_sessions(args: argparse.Namespace) -> int:
+    states = ("pending", "extracting") if args.pending else tuple(args.state or ())
+    query = SessionQuery(states=states, failing=args.failed, user_id=args.user, agent_id=args.agent,
+                         limit=args.limit)
+    with cli_runtime(args, models=False) as rt:
+        timeout = timedelta(minutes=rt.config.ingestion.extraction_claim_timeout_minutes)
+        sessions = rt.store.session_statuses(query, rt.clock.now() - timeout)
+    _print_listing(args, "session", sessions, ("SESSION", "STATE", "USER", "AGENT", "STARTED", "ENDED",
+                                                "EXTRACTED", "ATTEMPTS", "LAST ERROR"), _session_row)
+    return 0
+
+
+def _session_row(s: SessionStatus) -> tuple[str, ...]:
+    return (s.id, s.state, s.user_id, s.agent_id, _short(s.started_at), _short(s.ended_at),
+            _short(s.extracted_at), str(s.attempts), _clip(s.last_error or "-"))
+
+
+def _cmd_events(args: argparse.Namespace) -> int:
+    with cli_runtime(args, models=False) as rt:
+        query = EventQuery(kind=args.kind, since=_moment(args.since, rt.clock.now()),
+                           record_id=args.record, session_id=args.session, limit=args.limit)
+        events = rt.store.find_events(query)
+    _print_listing(args, "event", events, ("AT", "KIND", "ACTOR", "RECORD", "PAYLOAD"), _event_row)
+    return 0
+
+
+def _event_row(e: LoggedEvent) -> tuple[str, ...]:
+    payload = json.dumps(e.payload, ensure_ascii=False, sort_keys=True, default=str)
+    return (_short(e.at), e.kind, e.actor, e.record_id or "-", _clip(payload))
+
+
+def _cmd_metrics(args: argparse.Namespace) -> int:
+    from retold.broker.depth import queue_depths
+    from retold.metrics import collect_metrics
+
+    with cli_runtime(args, models=False) as rt:
+        now = rt.clock.now()
+        timeout = timedelta(minutes=rt.config.ingestion.extraction_claim_timeout_minutes)
+        queue = None if args.no_queue else queue_depths(rt.config)
+        metrics = collect_metrics(rt.store, now, timeout, since=_moment(args.since, now), queue=queue)
+        path = rt.store.path
+    if args.json:
+        print_json(metrics)
+        return 0
+    for line in _metrics_text(path, metrics):
+        print(line)
+    return 0
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{name} {n}" for name, n in counts.items() if n) or "none"
+
+
+def _metrics_text(path: str, m: Metrics) -> list[str]:
+    window = f"since {_short(m.since)}" if m.since else "all kept rows"
+    searches = m.searches
+    rate = "-" if searches.empty_rate is None else f"{100 * searches.empty_rate:.1f}%"
+    triggers = ", ".join(f"{name} {c.total}/{c.empty}" for name, c in m.searches_by_trigger.items())
+    lag = m.extraction_lag
+    lines = [
+        f"retold metrics for {path} at {_short(m.at)} ({window})",
+        f"writes:      {sum(m.writes.values())} ({_counts(m.writes)})",
+        f"searches:    {searches.total}, empty {searches.empty} ({rate})"
+        + (f" [total/empty by trigger: {triggers}]" if triggers else ""),
+        f"extractions: {_counts(m.extractions)}",
+        f"sessions:    {_counts(m.sessions)}",
+        "lag:         " + ("no extracted sessions" if not lag.count else
+                           f"{lag.count} sessions, p50 {lag.p50_seconds:.1f} s, p95 {lag.p95_seconds:.1f} s,"
+                           f" max {lag.max_seconds:.1f} s (session end to extraction)"),
+    ]
+    queue = m.queue
+    if queue is None:
+        lines.append("queues:      not asked (--no-queue)")
+    elif queue.reachable:
+        depths = ", ".join(f"{name} {n}" for name, n in queue.depths.items())
+        lines.append(f"queues:      {depths} ({queue.broker})")
+    else:
+        lines.append(f"queues:      broker unreachable ({queue.broker}): {queue.error}")
+    return lines
+
+
+def register(commands: Any) -> None:
+    """Add ``sessions``, ``events`` and ``metrics``."""
+    sessions = add_command(
+        commands, "sessions", _cmd_sessions, "list sessions with their extraction state",
+        "List sessions, newest started first up to --limit (printed oldest first), with their state"
+        " (open, pending, extracting, extracted, failed, blocked), user, agent, times, extraction attempts"
+        " and the last extraction error. Reads only; loads no model.")
+    which = sessions.add_mutually_exclusive_group()
+    which.add_argument("--pending", action="store_true",
+                       help="only ended sessions not yet extracted (pending or extracting)")
+    which.add_argument("--failed", action="store_true",
+                       help="only sessions whose latest extraction attempt failed, or that are parked or"
+                       " blocked")
+    which.add_argument("--state", action="append", choices=SESSION_STATES,
+                       help="only sessions in this state (repeat for several)")
+    for flag, text in (("--user", "only this user's sessions"), ("--agent", "only this agent's sessions")):
+        sessions.add_argument(flag, help=text)
+    _listing_flags(sessions, "session")
+
+    events = add_command(
+        commands, "events", _cmd_events, "list audit events, newest matches last",
+        "List audit events (writes, status changes, extraction runs and failures, erasures, grants),"
+        " the newest --limit that match, oldest first, with their payload.")
+    for flag, text in (
+        ("--kind", "one kind (extraction.failed), or a prefix ending in * or . (extraction.*)"),
+        ("--record", "only events about this record id"),
+        ("--session", "only events whose payload names this session id"),
+    ):
+        events.add_argument(flag, help=text)
+    events.add_argument("--since", type=_since, help="only events at or after this ISO 8601 time, or"
+                        " within this age (90s, 30m, 6h, 7d)")
+    _listing_flags(events, "event")
+
+    metrics = add_command(
+        commands, "metrics", _cmd_metrics, "print write, search, extraction and queue metrics",
+        "Print write outcomes, searches and their empty rate, extraction outcomes, session states,"
+        " the lag from a session's end to its extraction, and the queue depths when the broker"
+        " answers within 2 s. The same values a worker exports to Prometheus (metrics.port).")
+    metrics.add_argument("--since", type=_since, help="count only rows at or after this ISO 8601 time,"
+                         " or within this age (30m, 6h, 7d); session states are always current")
+    metrics.add_argument("--no-queue", action="store_true", help="do not ask the broker for queue depths")
+    metrics.add_argument("--json", action="store_true", help="print one JSON object")

@@ -1,0 +1,97 @@
+"""The workers' Prometheus endpoint: the same numbers as ``retold metrics``, read from the
+store on every scrape, over real HTTP; a store that cannot be read scrapes as
+``retold_up 0``; a worker starts it only when ``metrics.port`` is set, and a taken port
+costs a warning, not the worker."""
+
+from __future__ import annotations
+
+import logging
+import urllib.request
+from datetime import timedelta
+
+import pytest
+
+from retold.broker.depth import QueueDepths
+from retold.errors import StoreError
+from retold.metrics import Metrics, collect_metrics
+from retold.models import SearchRequest
+from retold.prometheus import serve_metrics
+from retold.testing import World
+from tests.ports import free_port
+
+pytest.importorskip("prometheus_client")
+
+
+def _scrape(port: int) -> list[str]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        assert response.status == 200
+        return [line for line in response.read().decode().splitlines() if not line.startswith("#")]
+
+
+def _reading(world: World) -> Metrics:
+    return collect_metrics(world.rt.store, world.clock.now(), timedelta(minutes=30),
+                           queue=QueueDepths("redis://broker:6379/0", True, {"extraction": 4}))
+
+
+def test_a_scrape_shows_the_stores_counts_and_follows_new_rows(world: World) -> None:
+    world.say("user", "Please keep every answer short, I read them on my phone.")
+    assert world.write(content="Aditya prefers short answers.", attribute="answer_style",
+                       source_kind="user_statement", evidence="keep every answer short").error is None
+    endpoint = serve_metrics(lambda: _reading(world), "127.0.0.1", 0)
+    try:
+        first = _scrape(endpoint.port)
+        assert 'retold_writes_total{outcome="created"} 1.0' in first
+        assert 'retold_sessions{state="open"} 1.0' in first
+        assert 'retold_queue_depth{queue="extraction"} 4.0' in first
+        assert "retold_broker_up 1.0" in first and "retold_up 1.0" in first
+        assert "retold_extraction_lag_seconds_count 0.0" in first
+        assert not any(line.startswith("retold_searches_total") for line in first)
+        world.rt.retriever.search(world.p, SearchRequest(["quantum chromodynamics lecture notes"]))
+        world.rt.flush_search_log()
+        second = _scrape(endpoint.port)
+        assert 'retold_searches_total{trigger="tool"} 1.0' in second
+        assert 'retold_searches_empty_total{trigger="tool"} 1.0' in second
+    finally:
+        endpoint.close()
+
+
+def test_an_unreadable_store_scrapes_as_down_not_as_an_error(world: World) -> None:
+    def broken() -> Metrics:
+        raise StoreError("store is damaged")
+
+    endpoint = serve_metrics(broken, "127.0.0.1", 0)
+    try:
+        assert _scrape(endpoint.port) == ["retold_up 0.0"]
+    finally:
+        endpoint.close()
+
+
+def test_a_worker_serves_the_endpoint_only_when_a_port_is_configured(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    from workers.metrics import start_endpoint
+
+    assert start_endpoint(world.rt.config) is None  # metrics.port is unset by default
+    port = free_port()
+    config = world.rt.config.replace({"metrics": {"port": port}})
+    endpoint = start_endpoint(config)
+    assert endpoint is not None
+    try:
+        lines = _scrape(port)
+        assert 'retold_sessions{state="open"} 1.0' in lines
+        assert 'retold_queue_depth{queue="extraction"} 0.0' in lines  # the embedded broker, empty
+        with caplog.at_level(logging.WARNING, logger="workers.metrics"):
+            assert start_endpoint(config) is None  # a second worker on the same port
+        assert f"metrics endpoint not started on 127.0.0.1:{port}" in caplog.text
+    finally:
+        endpoint.close()
+
+
+def test_metrics_port_is_validated() -> None:
+    from retold.config import load_config
+    from retold.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="metrics.port"):
+        load_config(overrides={"metrics": {"port": 70000}})
+    assert load_config(overrides={"metrics": {"port": 9808}}).metrics.port == 9808
+

@@ -1,0 +1,70 @@
+"""The worker's Prometheus endpoint: with ``metrics.port`` set, the main process of
+``celery -A workers worker`` serves ``/metrics`` on that port (``metrics.host``).
+
+It starts on ``celeryd_after_setup``, which Celery sends once in the main process after
+logging is set up and before any pool child exists, so a prefork worker serves one
+endpoint, not one per child, and its log says where. Each scrape
+builds a runtime for the config, reads :func:`retold.metrics.collect_metrics` and the
+queue depths, and closes it again: the server holds no store connection that a forked
+child could inherit. A missing ``prometheus-client`` or a port already taken costs one
+warning and no endpoint; the worker itself runs on.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from celery.signals import celeryd_after_setup
+
+from retold.config import Config
+from workers.app import config_from_environment
+
+if TYPE_CHECKING:
+    from retold.metrics import Metrics
+    from retold.prometheus import MetricsEndpoint
+
+__all__ = ["read_metrics", "start_endpoint"]
+
+log = logging.getLogger(__name__)
+
+
+def read_metrics(config: Config) -> Metrics:
+    """One reading of the store ``config`` names and of its broker's queues."""
+    from retold.broker.depth import queue_depths
+    from retold.metrics import collect_metrics
+    from retold.runtime import build_runtime
+
+    timeout = timedelta(minutes=config.ingestion.extraction_claim_timeout_minutes)
+    with build_runtime(config, allow_embedding_mismatch=True) as rt:  # reads only; no model
+        return collect_metrics(rt.store, rt.clock.now(), timeout, queue=queue_depths(config))
+
+
+def start_endpoint(config: Config) -> MetricsEndpoint | None:
+    """Serve ``config``'s metrics when ``metrics.port`` is set; None when it is not, or
+    when the endpoint cannot start (logged)."""
+    port = config.metrics.port
+    if port is None:
+        return None
+    try:
+        from retold.prometheus import serve_metrics
+    except ModuleNotFoundError:
+        log.warning("metrics.port is %s but prometheus-client is not installed "
+                    "(pip install 'retold[monitor]'); no metrics endpoint", port)
+        return None
+    try:
+        endpoint = serve_metrics(lambda: read_metrics(config), config.metrics.host, port)
+    except OSError as exc:
+        log.warning("metrics endpoint not started on %s:%s: %s (any one worker's endpoint"
+                    " reports the whole store)", config.metrics.host, port, exc)
+        return None
+    log.info("metrics at http://%s:%s/metrics", endpoint.host, endpoint.port)
+    return endpoint
+
+
+def _on_worker_ready_to_start(**_: Any) -> None:
+    start_endpoint(config_from_environment())
+
+
+celeryd_after_setup.connect(_on_worker_ready_to_start, weak=False)
