@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from retold import cli_retry
 from retold.cli_failure import EXIT_ERROR, report_failure
 from retold.config import Config
 from retold.config_env import load_config_from_environment
@@ -307,8 +308,7 @@ def _cmd_extract(args: argparse.Namespace) -> int:
             raise _Refused(f"no session {args.session_id}")
         result = rt.extraction.run(args.session_id, force=True)
     if result.outcome == "not_configured":
-        raise _Refused(f"extraction is not configured (no hosted model key): {args.session_id}"
-                       " stays pending", EXIT_PENDING)
+        raise _Refused(f"{args.session_id} stays pending: {result.reason}", EXIT_PENDING)
     if result.outcome == "not_ended":
         raise _Refused(f"session {args.session_id} has not ended; extraction runs after it ends")
     if result.outcome in ("failed", "busy", "missing"):
@@ -458,6 +458,7 @@ def build_parser() -> argparse.ArgumentParser:
                        " if it already ran (a re-run reuses the stored stage outputs). Exits 3 when no"
                        " hosted model is configured: the session then stays pending.")
     extract.add_argument("session_id", help="session id")
+    cli_retry.register(commands, _command, _runtime)
 
     mcp = _command(commands, "mcp", _cmd_mcp, "serve the memory tools to MCP clients",
                    "Serve the five memory tools over the Model Context Protocol: over stdio for the"

@@ -7,6 +7,7 @@ helpers every part shares). See docs/architecture.md, "The store".
 
 from __future__ import annotations
 
+from retold.store.claims import ClaimsMixin
 from retold.store.entities import EntitiesMixin
 from retold.store.erasure import ErasureMixin
 from retold.store.grants import GrantsMixin
@@ -24,9 +25,11 @@ class Store(
     VectorsMixin,
     EntitiesMixin,
     SessionsMixin,
+    ClaimsMixin,
     GrantsMixin,
     SearchMixin,
     MaintenanceMixin,
     ErasureMixin,
 ):
-    """The store: records, vectors, entities, sessions, grants, search logs and sweeps."""
+    """The store: records, vectors, entities, sessions and their extraction claims, grants,
+    search logs and sweeps."""
