@@ -4,8 +4,10 @@ Maps a beat entry name to the task it runs, its interval in seconds and, for ent
 only make sense with one kind of broker, ``"brokers"``. The Celery app
 (:func:`workers.app.create_app`) turns :func:`schedule_for` into ``beat_schedule``.
 
-- ``recover`` re-enqueues ended sessions that were never extracted or whose claim expired
-  (SQLite, not the broker, knows what is pending), so a lost message costs at most a minute.
+- ``recover`` hands the queue ended sessions that are due (never extracted, a failed
+  attempt's backoff over, or a dead worker's lease expired) and not already waiting there,
+  in bounded batches; SQLite, not the broker, knows what is pending. It runs every 30 s,
+  so a session whose worker died is taken again within a minute of its last heartbeat.
 - ``end_idle_sessions`` ends sessions idle past ``ingestion.session_idle_timeout_minutes``
   and schedules their extraction, for frameworks that never signal a session's end.
 - ``temporal_review`` flags records whose ``review_at`` arrived.
@@ -28,7 +30,7 @@ EMBEDDED = "embedded"
 """The ``brokers`` tag of entries that run only with the embedded (file) broker."""
 
 SCHEDULE: dict[str, dict[str, Any]] = {
-    "recover": {"task": "retold.recover", "seconds": 60},
+    "recover": {"task": "retold.recover", "seconds": 30},
     "end_idle_sessions": {"task": "retold.end_idle_sessions", "seconds": 60},
     "temporal_review": {"task": "retold.temporal_review", "seconds": 600},
     "expire": {"task": "retold.expire", "seconds": 3600},

@@ -21,12 +21,23 @@ and fresh workers, then:
 - throughput (burst): ``--sessions`` sessions ended back to back; sessions/s is their
   count over the time from the first ``on_session_end`` to the last ``extracted_at``.
 
-Targets: overhead p50 <= 50 ms per session on Redis; with 200 ms model latency, 2 worker
-processes reach >= 1.7x the throughput of one.
+Backlog after an outage: ``--backlog`` sessions (500) are ended while the agent's broker is
+down, so every one is left pending with nothing in the queue (how long the outage lasted
+does not matter: nothing moves while the broker is down, and what it leaves is the
+backlog). Then the broker answers again, one worker starts on Redis, and the bench sends
+``retold.recover`` every ``--sweep-s`` seconds (1 s, thirty times as often as beat, which
+only makes duplicates likelier) until every session is extracted. Deliveries are the
+extraction tasks the worker received; per session they count the duplicates a sweep
+caused.
 
-Run: ``.venv/bin/python -m benchmarks.pipeline_bench [--sessions 20]`` (Redis must answer
-at 127.0.0.1:6379; database 9 is flushed). Writes benchmarks/results/pipeline.json and
-pipeline.md.
+Targets: overhead p50 <= 50 ms per session on Redis; with 200 ms model latency, 2 worker
+processes reach >= 1.7x the throughput of one; after the outage, deliveries per session
+<= 1.2.
+
+Run: ``.venv/bin/python -m benchmarks.pipeline_bench [--sessions 20] [--backlog 500]``
+(Redis must answer at 127.0.0.1:6379; database 9 is flushed). Writes
+benchmarks/results/pipeline.json and pipeline.md; ``--only backlog`` runs the backlog case
+alone and writes pipeline_backlog.json and .md.
 """
 
 from __future__ import annotations
@@ -51,9 +62,12 @@ from benchmarks.report import machine, pin_threads, summarize, write_report  # n
 pin_threads()
 
 import redis  # noqa: E402
+import yaml  # noqa: E402
 
 from benchmarks.extraction_bench import review_answer, session_script  # noqa: E402
 from retold import build_runtime, load_config  # noqa: E402
+from retold.broker import CeleryScheduler  # noqa: E402
+from retold.broker.celery_app import celery_app  # noqa: E402
 from retold.models import Principal, Scope  # noqa: E402
 from retold.runtime import Runtime  # noqa: E402
 from retold.testing.anthropic_stub import AnthropicStub, Behaviour, tool_use  # noqa: E402
@@ -67,6 +81,9 @@ WORKERS = [1, 2]
 CALLS_PER_SESSION = 2
 TARGET_OVERHEAD_P50_MS = 50.0
 TARGET_SCALING = 1.7
+TARGET_DELIVERIES_PER_SESSION = 1.2
+DEAD_BROKER = "redis://127.0.0.1:1/0"
+_RECEIVED = re.compile(rb"Task retold\.(?:extract|review)_session\[[^\]]+\] received")
 WAIT_S = 60.0
 EXTRACTION_TOOL = "record_extraction"
 _TAG = re.compile(r"tool-([A-Za-z0-9]+)-\d+-\d+")
@@ -166,12 +183,7 @@ def run_config(tmp: Path, stub: LatencyStub, broker: str, latency_ms: int, proce
     name = f"{broker}-{latency_ms}ms-{processes}w"
     work = tmp / name
     work.mkdir()
-    config_path = work / "config.yaml"
-    config_path.write_text(
-        f"store:\n  path: {work / 'memory.sqlite'}\n"
-        "embedding:\n  model: fake\n"
-        "ingestion:\n  equivalence:\n    model: exact\n"
-        f"hosted:\n  base_url: {stub.base_url}\n  max_retries: 0\n")
+    config_path = _config_file(work, stub)
     broker_url = REDIS_URL if broker == "redis" else None
     if broker_url:
         client = redis.Redis.from_url(broker_url)
@@ -237,15 +249,112 @@ def run_config(tmp: Path, stub: LatencyStub, broker: str, latency_ms: int, proce
     }
 
 
+def _config_file(work: Path, stub: LatencyStub) -> Path:
+    """A fresh store in ``work``, the fake embedder, the exact judge, the hosted models at the stub."""
+    config_path = work / "config.yaml"
+    config_path.write_text(yaml.safe_dump({
+        "store": {"path": str(work / "memory.sqlite")}, "embedding": {"model": "fake"},
+        "ingestion": {"equivalence": {"model": "exact"}},
+        "hosted": {"base_url": stub.base_url, "max_retries": 0}}))
+    return config_path
+
+
+def run_backlog(tmp: Path, stub: LatencyStub, sessions: int, sweep_s: float) -> dict[str, Any]:
+    """The backlog case (module docstring): deliveries per session after an outage."""
+    work = tmp / "backlog"
+    work.mkdir()
+    config_path = _config_file(work, stub)
+    client = redis.Redis.from_url(REDIS_URL)
+    client.flushdb()
+    client.close()
+    config = load_config(config_path, overrides={"queue": {"broker_url": REDIS_URL}})
+    stub.latency_s = 0.0
+    down = CeleryScheduler(load_config(config_path, overrides={"queue": {"broker_url": DEAD_BROKER}}))
+    rt = build_runtime(config, environ={}, scheduler=down)  # the agent's broker is down
+    rt.host.grant(AGENT, Scope("user", USER), read=True, write=True)
+    rt.host.provision_user(USER, aliases=["Aditya"])
+    made = Sessions(rt, stub, "backlog")
+    publisher = celery_app(config, "publisher")
+    worker: Worker | None = None
+    try:
+        ids = []
+        for _ in range(sessions):
+            p = made.talk()
+            rt.hooks.on_session_end(p)
+            ids.append(p.session_id or "")
+        assert len(rt.extraction.pending()) == sessions
+        worker = Worker(work, config_path, REDIS_URL, 1)
+        worker.wait_ready()
+        started, sweeps = time.monotonic(), 0
+        while not all(made.extracted_at(sid) is not None for sid in ids):
+            if worker.proc.poll() is not None or time.monotonic() - started > 20 * WAIT_S:
+                raise RuntimeError(f"the backlog did not drain:\n{worker.log.read_text()[-3000:]}")
+            publisher.send_task("retold.recover", retry=False)  # what beat does
+            sweeps += 1
+            time.sleep(sweep_s)
+        drained_s = time.monotonic() - started
+        time.sleep(2 * sweep_s)  # deliveries still in the queue are received and counted too
+        deliveries = len(_RECEIVED.findall(worker.log.read_bytes()))
+        runs = len(rt.store.events(kind="extraction.run"))
+        assert runs == sessions, (runs, sessions)
+    finally:
+        if worker is not None:
+            worker.stop()
+        publisher.close()
+        down.close()
+        rt.close()
+    per_session = deliveries / sessions
+    return {"sessions": sessions, "sweep_every_s": sweep_s, "recover_sweeps": sweeps,
+            "batch_size": config.queue.recover_batch_size, "deliveries": deliveries,
+            "deliveries_per_session": round(per_session, 3), "extraction_runs": runs,
+            "drained_s": round(drained_s, 1), "target_max": TARGET_DELIVERIES_PER_SESSION,
+            "ok": per_session <= TARGET_DELIVERIES_PER_SESSION}
+
+
+def _backlog_row(row: dict[str, Any]) -> list[str]:
+    return [str(row["sessions"]), str(row["recover_sweeps"]), str(row["deliveries"]),
+            f"{row['deliveries_per_session']:.3f}", f"{row['drained_s']:.1f}",
+            "met" if row["ok"] else "MISSED"]
+
+
+BACKLOG_HEADER = ["sessions", "recover sweeps", "deliveries", "per session", "drained (s)",
+                  f"<= {TARGET_DELIVERIES_PER_SESSION}"]
+
+
+def main_backlog(sessions: int, sweep_s: float) -> None:
+    """``--only backlog``: the backlog case alone, in its own report."""
+    stub = LatencyStub()
+    stub.answers = {}
+    stub.start()
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            row = run_backlog(Path(tmp), stub, sessions, sweep_s)
+    finally:
+        stub.stop()
+    print(" | ".join(_backlog_row(row)))
+    write_report("pipeline_backlog", {"machine": machine(), "backlog": row},
+                 [BACKLOG_HEADER, _backlog_row(row)], notes=(
+                     f"{sessions} sessions ended while the agent's broker was down, then one solo worker on "
+                     f"Redis and a recover sweep every {sweep_s:g} s until all were extracted; deliveries = "
+                     "extraction tasks the worker received."))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=20)
+    parser.add_argument("--backlog", type=int, default=500, help="sessions left pending by the outage")
+    parser.add_argument("--sweep-s", type=float, default=1.0, help="seconds between recover sweeps")
+    parser.add_argument("--only", choices=["all", "backlog"], default="all")
     args = parser.parse_args()
+    if args.only == "backlog":
+        main_backlog(args.backlog, args.sweep_s)
+        return
     results: dict[str, Any] = {
         "machine": machine(), "embedder": "fake", "judge": "exact", "turns": TURNS, "candidates": CANDIDATES,
         "hosted": "real anthropic SDK in the workers -> loopback stub in the bench process",
         "targets": {"overhead_p50_ms_max_redis": TARGET_OVERHEAD_P50_MS,
-                    "two_worker_scaling_min_at_200ms": TARGET_SCALING},
+                    "two_worker_scaling_min_at_200ms": TARGET_SCALING,
+                    "backlog_deliveries_per_session_max": TARGET_DELIVERIES_PER_SESSION},
         "configs": {},
     }
     table = [["broker", "model latency (ms)", "worker processes", "sessions/s (burst)", "scaling vs 1",
@@ -271,6 +380,7 @@ def main() -> None:
                             f"{row['end_to_end_ms']['p50']:.1f}",
                         ])
                         print(" | ".join(table[-1]), flush=True)
+            results["backlog"] = run_backlog(Path(tmp), stub, args.backlog, args.sweep_s)
         finally:
             stub.stop()
     configs = results["configs"].values()
@@ -281,13 +391,18 @@ def main() -> None:
         "worst_redis_overhead_p50_ms": redis_p50, "overhead_ok": redis_p50 <= TARGET_OVERHEAD_P50_MS,
         "scaling_at_200ms": scaling, "scaling_ok_redis": scaling["redis"] >= TARGET_SCALING,
         "scaling_ok_embedded": scaling["embedded"] >= TARGET_SCALING,
+        "backlog_deliveries_per_session": results["backlog"]["deliveries_per_session"],
+        "backlog_ok": results["backlog"]["ok"],
     }
     verdict = (
         f"Targets: overhead p50 <= {TARGET_OVERHEAD_P50_MS:.0f} ms per session on Redis (worst "
         f"{redis_p50:.1f} ms: {'met' if redis_p50 <= TARGET_OVERHEAD_P50_MS else 'MISSED'}); with 200 ms "
         f"model latency 2 workers >= {TARGET_SCALING}x one worker (Redis {scaling['redis']:.2f}x: "
         f"{'met' if scaling['redis'] >= TARGET_SCALING else 'MISSED'}; embedded {scaling['embedded']:.2f}x: "
-        f"{'met' if scaling['embedded'] >= TARGET_SCALING else 'MISSED'}).")
+        f"{'met' if scaling['embedded'] >= TARGET_SCALING else 'MISSED'}); after an outage left "
+        f"{args.backlog} sessions pending, deliveries per session <= {TARGET_DELIVERIES_PER_SESSION} "
+        f"({results['backlog']['deliveries_per_session']:.3f}: "
+        f"{'met' if results['backlog']['ok'] else 'MISSED'}).")
     print(verdict)
     write_report("pipeline", results, table, notes=(
         f"{verdict} {args.sessions} serial sessions (overhead) and {args.sessions} burst sessions "

@@ -250,7 +250,10 @@ class IngestionConfig:
     hosted_max_output_tokens: int = 4096
     extraction_context_max_entities: int = 200
     extraction_context_max_subjects: int = 200
-    extraction_claim_timeout_minutes: int = 30
+    extraction_claim_timeout_minutes: int = 30  # a cap on one run, heartbeats or not
+    extraction_lease_seconds: int = 30  # a claim without a heartbeat for this long is free again
+    extraction_max_attempts: int = 5  # failed runs before a session is parked as failed
+    extraction_retry_seconds: int = 60  # wait after the first failed run; doubles after each
     summary_max_chars: int = 1200
     session_idle_timeout_minutes: int = 30
     # A same-claim record under another attribute at least this similar is reinforced
@@ -305,6 +308,10 @@ class QueueConfig:
     extraction_queue: str = "extraction"
     maintenance_queue: str = "maintenance"
     result_backend: str | None = None  # None = no Celery result backend
+    recover_batch_size: int = 100  # most sessions one recover sweep hands to the queue
+    # A session handed to the queue and never taken off it is handed over again after
+    # this; it matches Redis's redelivery of an unacknowledged message.
+    requeue_after_minutes: int = 120
 
 
 @dataclass(frozen=True, slots=True)
@@ -406,6 +413,10 @@ def _from_layers(layers: list[Mapping[str, Any]]) -> Config:
     # A null floor means "not calibrated", so an enabled reranker needs a real one.
     if built.reranker.enabled and built.reranker.floor is None:
         raise ConfigError("reranker.floor: must be set when reranker.enabled is true")
+    ingestion = built.ingestion
+    if ingestion.extraction_lease_seconds >= 60 * ingestion.extraction_claim_timeout_minutes:
+        raise ConfigError("ingestion.extraction_lease_seconds: must be shorter than"
+                          " extraction_claim_timeout_minutes, which caps a whole run")
     # A worker is another process, and no other process can open an in-memory store.
     if built.queue.scheduler == "celery" and built.store.path == ":memory:":
         raise ConfigError("queue.scheduler: a worker cannot open a :memory: store; set it to in_process")

@@ -35,6 +35,8 @@ _RANGES: tuple[tuple[str, tuple[float, float, bool]], ...] = (
     ("retrieval.trigger.auto_min_query_chars", _NON_NEGATIVE),  # 0 = never skip a turn
     ("hosted.max_retries", _NON_NEGATIVE),  # 0 = one attempt only
     ("metrics.port", (1.0, 65535.0, False)),
+    # Backoff doubles per attempt, so twenty attempts already wait for about a year.
+    ("ingestion.extraction_max_attempts", (1.0, 20.0, False)),
     ("tools.max_queries", (1.0, 3.0, False)),  # the search tool offers one to three queries
     # Generous ceilings that still keep a refused call cheap and a stored row small.
     ("tools.max_*_chars", (1.0, 100_000.0, False)),

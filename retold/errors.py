@@ -13,8 +13,9 @@
     │   ├── StoreReadOnlyError     the file, its folder or the config forbids writing
     │   ├── StoreFullError         the disk (or the database's size limit) is full
     │   └── StoreCorruptError      SQLite found damaged pages
-    └── ModelError             an embedding or other local model failed to load or run
-        └── ModelMissingError      the configured model's files are not where it says
+    ├── ModelError             an embedding or other local model failed to load or run
+    │   └── ModelMissingError      the configured model's files are not where it says
+    └── ExtractionError        a session's extraction applied nothing: failed, not configured or parked
 
 Every store error leaves the file as it was: a refused write has rolled back. Their
 messages are one line that says what to do, and never suggest deleting a store that is
@@ -81,3 +82,9 @@ class ModelError(RetoldError):
 class ModelMissingError(ModelError):
     """The configured model's package, folder or files are missing, found before any
     tool call would try to load it."""
+
+
+class ExtractionError(RetoldError):
+    """A session's extraction ran and applied nothing: it failed, found no hosted model,
+    or the session is parked after its last allowed attempt. A worker task raises it so
+    the task ends in the FAILURE state with the reason, instead of a success."""

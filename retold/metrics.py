@@ -62,13 +62,13 @@ class Metrics:
 def collect_metrics(
     store: Store,
     now: datetime,
-    claim_timeout: timedelta,
+    claim_lease: timedelta,
     *,
     since: datetime | None = None,
     queue: QueueDepths | None = None,
 ) -> Metrics:
-    """Read every count from ``store`` at ``now`` (a claim older than ``claim_timeout``
-    no longer counts as a running extraction) and attach ``queue``."""
+    """Read every count from ``store`` at ``now`` (a claim whose holder has not renewed it
+    within ``claim_lease`` no longer counts as a running extraction) and attach ``queue``."""
     by_trigger = {trigger: _search_counts(total, empty)
                   for trigger, (total, empty) in sorted(store.search_counts(since).items())}
     extractions = {_EXTRACTION_NAMES.get(kind, kind): n
@@ -80,7 +80,7 @@ def collect_metrics(
                                 sum(c.empty for c in by_trigger.values())),
         searches_by_trigger=by_trigger,
         extractions=dict(sorted(extractions.items())),
-        sessions={state: n for state, n in store.session_state_counts(now - claim_timeout).items()},
+        sessions={state: n for state, n in store.session_state_counts(now - claim_lease).items()},
         extraction_lag=_lag(store.extraction_lags(since)),
         queue=queue,
     )

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from retold.adapters.base import MemorySession, new_session_id
 from retold.broker.scheduler import CeleryScheduler, scheduler_from_config
-from retold.config import Config
+from retold.config import Config, config_to_dict
 from retold.config_env import load_config_from_environment
 from retold.errors import EmbeddingMismatchError
 from retold.host import MemoryHost
@@ -31,6 +31,7 @@ from retold.ingest.equivalence import EquivalenceJudge, judge_from_config
 from retold.ingest.extraction import ExtractionRunner
 from retold.ingest.extractor import Extractor, StructuredLLMExtractor
 from retold.ingest.ingestor import Ingestor
+from retold.ingest.retries import ModelSetup, RecoverTerms, stable_digest
 from retold.ingest.reviewer import CandidateReviewer, StructuredLLMReviewer
 from retold.ingest.revision import Reviser
 from retold.ingest.session import ExtractionScheduler, SessionHooks
@@ -123,7 +124,25 @@ class Runtime:
                                                                        origin="extraction"),
             self.embedder, self.index, self.lifecycle,
             self.config.ingestion, self.clock, self.extractor, self.reviewer,
-            incremental_reload_max=self.config.embedding.incremental_reload_max)
+            incremental_reload_max=self.config.embedding.incremental_reload_max,
+            setup=self.model_setup(), recover=RecoverTerms.from_config(self.config.queue))
+
+    def model_setup(self) -> ModelSetup:
+        """What decides whether this process has hosted models, as a digest with no secret
+        in it (the key's presence, not its value), and what to set when it has none."""
+        hosted, ingestion = self.config.hosted, self.config.ingestion
+        models = [ingestion.extraction_model, ingestion.review_model]
+        key_set = bool(self._environ.get(hosted.api_key_env, "").strip())
+        digest = stable_digest({"hosted": config_to_dict(hosted), "key_set": key_set, "models": models})
+        for model in models:
+            try:
+                client_from_config(model, hosted, self._environ)
+            except HostedError as exc:
+                return ModelSetup(digest, f"{exc} (ingestion.extraction_model, ingestion.review_model)")
+        if not key_set:
+            return ModelSetup(digest, f"{hosted.api_key_env} is not set in this process's environment"
+                                      " (hosted.api_key_env names the variable that holds the API key)")
+        return ModelSetup(digest)
 
     @cached_property
     def operations(self) -> Operations:

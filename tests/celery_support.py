@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -9,6 +12,12 @@ from pathlib import Path
 
 import pytest
 import redis
+
+from retold import build_runtime
+from retold.config import Config
+from retold.ingest.session import ExtractionScheduler
+from retold.models import Principal, Scope
+from retold.runtime import Runtime
 
 
 @contextmanager
@@ -33,3 +42,55 @@ def wait_for(predicate: Callable[[], bool], what: str, logs: list[Path], timeout
         time.sleep(poll_s)
     tails = "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in logs if p.exists())
     pytest.fail(f"timed out waiting for {what}\n{tails}")
+
+
+USER_SAYS = "Please keep every answer short and technical, I read them on my phone."
+AGENT = "research-agent"
+
+
+def worker_args(name: str, *extra: str) -> list[str]:
+    """The arguments after ``celery -A workers`` of a solo worker on both queues, named
+    for this test process so parallel runs never share a node name."""
+    return ["worker", "-P", "solo", "-Q", "extraction,maintenance", "--loglevel=INFO",
+            "-n", f"{name}-{os.getpid()}@%h", "--without-gossip", "--without-mingle", *extra]
+
+
+def start_worker(name: str, cwd: Path, env: dict[str, str],
+                 *extra: str) -> tuple[subprocess.Popen[bytes], Path]:
+    """Start a solo worker whose output goes to ``cwd/<name>.log``; return it and the log."""
+    log_path = cwd / f"{name}.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "celery", "-A", "workers", *worker_args(name, *extra)],
+                                cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    return proc, log_path
+
+
+@contextmanager
+def killed_at_exit() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """A list for the processes a test starts; each still running is killed on exit."""
+    started: list[subprocess.Popen[bytes]] = []
+    try:
+        yield started
+    finally:
+        for proc in started:
+            if proc.poll() is None:
+                proc.kill()
+        for proc in started:
+            proc.wait(timeout=10)
+
+
+def agent_runtime(config: Config, scheduler: ExtractionScheduler | None = None) -> Runtime:
+    """An agent's runtime over ``config`` with ``research-agent`` granted ``user:aditya``;
+    no API key reaches it, so it never extracts."""
+    rt = build_runtime(config, scheduler=scheduler, environ={})
+    rt.host.grant(AGENT, Scope("user", "aditya"), read=True, write=True)
+    rt.host.provision_user("aditya", aliases=["Aditya"])
+    return rt
+
+
+def talk(rt: Runtime, session_id: str) -> Principal:
+    """Start ``session_id`` and record one user turn and one assistant turn."""
+    p = Principal(AGENT, "aditya", session_id, None)
+    rt.hooks.on_session_start(p)
+    p = rt.hooks.on_turn(p, "user", USER_SAYS)
+    return rt.hooks.on_turn(p, "assistant", "Understood: short and technical from now on.")

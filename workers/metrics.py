@@ -36,9 +36,9 @@ def read_metrics(config: Config) -> Metrics:
     from retold.metrics import collect_metrics
     from retold.runtime import build_runtime
 
-    timeout = timedelta(minutes=config.ingestion.extraction_claim_timeout_minutes)
+    lease = timedelta(seconds=config.ingestion.extraction_lease_seconds)
     with build_runtime(config, allow_embedding_mismatch=True) as rt:  # reads only; no model
-        return collect_metrics(rt.store, rt.clock.now(), timeout, queue=queue_depths(config))
+        return collect_metrics(rt.store, rt.clock.now(), lease, queue=queue_depths(config))
 
 
 def start_endpoint(config: Config) -> MetricsEndpoint | None:

@@ -3,7 +3,14 @@
 testable without Celery. Every task is idempotent, so
 a redelivered or re-enqueued message is harmless: the session claim makes a second
 extraction of the same session a no-op, the sweeps change only rows still due, and
-``recover`` only enqueues what ``rt.extraction.pending()`` reports.
+``recover`` only enqueues what is due and not already queued
+(``rt.extraction.enqueue_due``), in bounded batches.
+
+An extraction that applies nothing because something is wrong (a failed run, no hosted
+model, a session parked after its last attempt) raises :class:`ExtractionError`, so the
+task ends FAILURE with the reason in Flower and in Celery's events. It is declared as
+an expected error: the worker logs one line, not a traceback, and the message is
+acknowledged, because SQLite, not the broker, decides when the session is tried again.
 
 Extraction runs the whole resumable pipeline (extract, review, apply) in one task;
 ``review_session`` resumes a session whose extract stage is already persisted (what
@@ -15,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from retold.errors import ExtractionError
 from retold.operations import TEMPORAL_REVIEWER
 from workers.app import app, purge_consumed_messages
 from workers.runtime import current_runtime
@@ -25,9 +33,11 @@ __all__ = [
 ]
 
 
-def _task(name: str) -> Callable[[Callable[..., dict[str, Any]]], Any]:
-    """``app.task(name=name)``, typed: Celery's task decorator has no annotations."""
-    decorator: Callable[[Callable[..., dict[str, Any]]], Any] = app.task(name=name)
+def _task(name: str, *, throws: tuple[type[Exception], ...] = ()) -> Callable[
+        [Callable[..., dict[str, Any]]], Any]:
+    """``app.task(name=name, throws=throws)``, typed: Celery's task decorator has no
+    annotations. ``throws`` are the expected errors, logged without a traceback."""
+    decorator: Callable[[Callable[..., dict[str, Any]]], Any] = app.task(name=name, throws=throws)
     return decorator
 
 
@@ -39,26 +49,30 @@ def _extract(session_id: str) -> dict[str, Any]:
     # The runner resumes at the stage the session has persisted, so both extraction
     # tasks run the same body; their names keep the queue's view of the work honest.
     result = current_runtime().extraction.run(session_id)
+    if result.failed:
+        raise ExtractionError(f"session {session_id} {result.outcome}: {result.reason}")
     return {"session_id": session_id, "outcome": result.outcome, "counts": result.counts}
 
 
-@_task("retold.extract_session")
+@_task("retold.extract_session", throws=(ExtractionError,))
 def extract_session(session_id: str) -> dict[str, Any]:
     return _extract(session_id)
 
 
-@_task("retold.review_session")
+@_task("retold.review_session", throws=(ExtractionError,))
 def review_session(session_id: str) -> dict[str, Any]:
     return _extract(session_id)
 
 
+def _send(session_id: str, stage: str) -> None:
+    """Publish one session to the task that resumes it at ``stage``."""
+    task = review_session if stage == "review" else extract_session
+    task.apply_async(args=[session_id])
+
+
 @_task("retold.recover")
 def recover() -> dict[str, Any]:
-    pending = current_runtime().extraction.pending()
-    for session_id, stage in pending:
-        task = review_session if stage == "review" else extract_session
-        task.apply_async(args=[session_id])
-    return {"enqueued": [session_id for session_id, _ in pending]}
+    return {"enqueued": current_runtime().extraction.enqueue_due(_send)}
 
 
 @_task("retold.end_idle_sessions")

@@ -31,6 +31,8 @@ class CeleryScheduler:
     ends a session never imports Celery.
     """
 
+    deferred = True  # a worker takes it off the queue later
+
     def __init__(self, config: Config, *, app: Celery | None = None) -> None:
         self.config = config
         self.queue = config.queue.extraction_queue

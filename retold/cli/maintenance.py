@@ -133,8 +133,7 @@ def _cmd_extract(args: argparse.Namespace) -> int:
         with _quiet_logger("retold.ingest.extraction", unless=args.verbose):
             result = rt.extraction.run(args.session_id, force=True)
     if result.outcome == "not_configured":
-        raise Refused(f"extraction is not configured (no hosted model key): {args.session_id}"
-                      " stays pending", EXIT_PENDING)
+        raise Refused(f"{args.session_id} stays pending: {result.reason}", EXIT_PENDING)
     if result.outcome == "not_ended":
         raise Refused(f"session {args.session_id} has not ended; extraction runs after it ends")
     if result.outcome in ("failed", "busy", "missing"):

@@ -80,8 +80,8 @@ def _cmd_sessions(args: argparse.Namespace) -> int:
     query = SessionQuery(states=states, failing=args.failed, user_id=args.user, agent_id=args.agent,
                          limit=args.limit)
     with cli_runtime(args, models=False) as rt:
-        timeout = timedelta(minutes=rt.config.ingestion.extraction_claim_timeout_minutes)
-        sessions = rt.store.session_statuses(query, rt.clock.now() - timeout)
+        lease = timedelta(seconds=rt.config.ingestion.extraction_lease_seconds)
+        sessions = rt.store.session_statuses(query, rt.clock.now() - lease)
     _print_listing(args, "session", sessions, ("SESSION", "STATE", "USER", "AGENT", "STARTED", "ENDED",
                                                 "EXTRACTED", "ATTEMPTS", "LAST ERROR"), _session_row)
     return 0
@@ -112,9 +112,9 @@ def _cmd_metrics(args: argparse.Namespace) -> int:
 
     with cli_runtime(args, models=False) as rt:
         now = rt.clock.now()
-        timeout = timedelta(minutes=rt.config.ingestion.extraction_claim_timeout_minutes)
+        lease = timedelta(seconds=rt.config.ingestion.extraction_lease_seconds)
         queue = None if args.no_queue else queue_depths(rt.config)
-        metrics = collect_metrics(rt.store, now, timeout, since=_moment(args.since, now), queue=queue)
+        metrics = collect_metrics(rt.store, now, lease, since=_moment(args.since, now), queue=queue)
         path = rt.store.path
     if args.json:
         print_json(metrics)

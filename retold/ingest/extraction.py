@@ -4,8 +4,10 @@ Each stage's output is persisted before the next starts and model calls never ru
 a transaction, so a crash never pays for a hosted call twice and writers never wait on a
 model. The apply stage commits every candidate write, the
 session summary, ``extracted_at`` and the ``extraction.run`` event in ONE transaction.
-A failing model fails the run closed: nothing is written, the claim is released so
-recovery may retry, and ``extraction.failed`` says why (docs/architecture.md, "The
+A failing model fails the run closed: nothing is written, the attempt is counted (see
+:mod:`retold.ingest.retries` for when it is tried again), and ``extraction.failed`` says
+why. The claim is a lease the run renews while it works, and every write it makes (a
+stage, the apply) first checks that its claim still holds (docs/architecture.md, "The
 session path").
 """
 
@@ -15,7 +17,6 @@ import logging
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any, Literal, TypeVar
 
 from retold.config import IngestionConfig
@@ -27,6 +28,7 @@ from retold.ingest.entities import normalize_alias
 from retold.ingest.evidence import normalize_ws, validate_evidence
 from retold.ingest.extractor import ExtractionOutputError, Extractor
 from retold.ingest.ingestor import WriteRequest, WriteResult
+from retold.ingest.retries import Attempts, ConfigNotice, ModelSetup, RecoverTerms, refusal_reason
 from retold.ingest.reviewer import CandidateReviewer
 from retold.ingest.screening import Withheld, candidate_secret, screen_decisions, screen_output
 from retold.ingest.summary import SummaryWriter
@@ -47,21 +49,25 @@ from retold.policy import grants
 from retold.policy.lifecycle import Lifecycle
 from retold.policy.secrets import screen
 from retold.store import Store
+from retold.store.claims import ResumeStage
 from retold.store.sessions import SessionRow, Stage
-from retold.util import Clock, Timer, to_iso
+from retold.util import Clock, Timer, new_id
 
-__all__ = ["ACTOR", "ExtractionOutcome", "ExtractionResult", "ExtractionRunner"]
+__all__ = ["ACTOR", "FAILED_OUTCOMES", "ExtractionOutcome", "ExtractionResult", "ExtractionRunner"]
 
 log = logging.getLogger(__name__)
 
 ACTOR = "extractor"  # the actor of extraction events
 ExtractionOutcome = Literal[
-    "extracted", "already_extracted", "not_configured", "failed", "busy", "missing", "not_ended"
+    "extracted", "already_extracted", "not_configured", "failed", "parked", "deferred", "busy",
+    "missing", "not_ended",
 ]
+FAILED_OUTCOMES: frozenset[ExtractionOutcome] = frozenset({"failed", "not_configured", "parked"})
+"""Outcomes of a run that applied nothing because something is wrong (a worker task fails)."""
 _CLAIM_OUTCOMES: dict[str, ExtractionOutcome] = {
-    "missing": "missing", "open": "not_ended", "done": "already_extracted", "busy": "busy"}
+    "missing": "missing", "open": "not_ended", "done": "already_extracted", "busy": "busy",
+    "parked": "parked", "waiting": "deferred", "blocked": "not_configured"}
 _TIMES = ("event_at", "valid_from", "valid_until", "review_at")
-_STAGES: tuple[Stage, ...] = ("extract", "review")
 _T = TypeVar("_T")
 
 
@@ -75,9 +81,16 @@ class ExtractionResult:
     reason: str | None = None
     event_id: str | None = None
 
+    @property
+    def failed(self) -> bool:
+        """True when the run applied nothing because something is wrong (not merely
+        because the session was done, taken or not due)."""
+        return self.outcome in FAILED_OUTCOMES
+
 
 class _Stop(Exception):
-    """Ends a run without writing: ``not_configured`` or ``failed`` (kind + message)."""
+    """Ends a run without writing: ``not_configured``, ``failed`` or, when the claim was
+    taken over, ``busy`` (kind + message)."""
 
     def __init__(self, outcome: ExtractionOutcome, stage: str, kind: str, message: str) -> None:
         super().__init__(f"{stage} {kind}: {message}")
@@ -134,8 +147,9 @@ class ExtractionRunner:
     """Extracts one session at a time: claim, extract, review, apply.
 
     ``extractor`` and ``reviewer`` are the hosted models (None when not configured: a
-    run then ends ``not_configured``). ``write`` applies each accepted candidate through
-    the explicit-write path (the runtime passes its ingestor's, built on first use).
+    run then ends ``not_configured``, naming ``setup.missing``). ``write`` applies each
+    accepted candidate through the explicit-write path (the runtime passes its
+    ingestor's, built on first use). ``recover`` bounds the recover sweep.
     """
 
     def __init__(
@@ -151,13 +165,19 @@ class ExtractionRunner:
         reviewer: CandidateReviewer | None,
         *,
         incremental_reload_max: int = 512,
+        setup: ModelSetup | None = None,
+        recover: RecoverTerms | None = None,
+        notice: ConfigNotice | None = None,
     ) -> None:
         self.store, self.write, self.embedder, self.index = store, write, embedder, index
         self.lifecycle, self.cfg, self.clock = lifecycle, config, clock
         self.extractor, self.reviewer = extractor, reviewer
         self.reload_max = incremental_reload_max
         self.summaries = SummaryWriter(store, embedder, lifecycle, clock)
-        self.timeout = timedelta(minutes=config.extraction_claim_timeout_minutes)
+        # The notice is shared with using()'s runners: one warning per process and setup.
+        self.attempts = Attempts(store, clock, config, setup or ModelSetup(), recover or RecoverTerms(),
+                                 notice or ConfigNotice(), [_model_name(m) for m in (extractor, reviewer)],
+                                 actor=ACTOR)
 
     def using(self, extractor: Extractor | None = None,
               reviewer: CandidateReviewer | None = None) -> ExtractionRunner:
@@ -166,56 +186,56 @@ class ExtractionRunner:
         return ExtractionRunner(
             self.store, self.write, self.embedder, self.index, self.lifecycle, self.cfg,
             self.clock, extractor or self.extractor, reviewer or self.reviewer,
-            incremental_reload_max=self.reload_max)
+            incremental_reload_max=self.reload_max, setup=self.attempts.setup,
+            recover=self.attempts.recover, notice=self.attempts.notice)
 
-    def pending(self) -> list[tuple[str, str]]:
-        """Ended sessions still to extract and not under a live claim, each with the stage
-        it resumes at: what the recovery task re-enqueues."""
-        return self.store.pending_sessions(self.clock.now(), self.timeout)
+    def pending(self) -> list[ResumeStage]:
+        """Ended sessions still to extract and not under a live claim (waiting, parked and
+        blocked ones included), each with the stage it resumes at."""
+        return self.attempts.pending()
+
+    def enqueue_due(self, send: Callable[[str, Stage], None]) -> list[str]:
+        """The recover sweep: hand ``send`` the sessions due now and not already queued,
+        at most ``queue.recover_batch_size``; return their ids."""
+        return self.attempts.enqueue_due(send)
+
+    def reset(self, session_id: str) -> bool:
+        """Forget a session's failed attempts and its parked or blocked state, so it is due
+        at once; False when it is not an ended, unextracted session."""
+        return self.store.reset_attempts(session_id)
 
     def run(self, session_id: str, *, force: bool = False) -> ExtractionResult:
         """Extract one ended session; a model or apply failure fails closed, never raises.
 
         ``force`` re-runs an extracted session from its persisted stages (a model is
-        called only for a stage never persisted), so its writes report reinforcement.
+        called only for a stage never persisted), so its writes report reinforcement; it
+        also runs a parked, waiting or blocked session and starts its attempt count again.
         """
-        timer, now = Timer(), self.clock.now()
+        timer, token = Timer(), new_id()
         before = self.store.get_session(session_id)
-        claim = self.store.claim_session(session_id, now, self.timeout, force=force)
-        if before is None or claim in _CLAIM_OUTCOMES:
+        claim = self.attempts.claim(session_id, token, force=force)
+        if before is None or claim in _CLAIM_OUTCOMES:  # a run that never started: nothing recorded
             return ExtractionResult(session_id, _CLAIM_OUTCOMES.get(claim, "missing"),
-                                    reason=f"claim {claim}")
-        if force and before.extracted_at is not None:
-            self.store.append_event("extraction.rerun", ACTOR, {
-                "session_id": session_id, "previous_extracted_at": to_iso(before.extracted_at)})
-        if claim == "reclaimed":
-            stale = before.extraction_started_at
-            self.store.append_event("extraction.reclaimed", ACTOR, {
-                "session_id": session_id, "stale_claim": None if stale is None else to_iso(stale),
-                "claim_timeout_minutes": self.cfg.extraction_claim_timeout_minutes})
+                                    reason=refusal_reason(claim, before))
+        self.attempts.note_claim(claim, before, force=force)
         try:
-            return self._run(session_id, timer)
+            with self.attempts.lease(session_id, token):
+                return self._run(session_id, token, timer)
         except Exception as exc:  # any model or apply failure fails the run closed
             stop = exc if isinstance(exc, _Stop) else _Stop("failed", "run", "error", type(exc).__name__)
-            if stop.outcome == "failed":
-                log.warning("extraction of session %s failed at %s", session_id, stop.stage, exc_info=exc)
-            self.store.release_claim(session_id, claimed_at=now)  # recovery may retry at once
-            persisted = [s for s in _STAGES if self.store.stage_row(session_id, s) is not None]
-            # The event names the failure, never transcript or candidate text.
-            event = self.store.append_event(f"extraction.{stop.outcome}", ACTOR, {
-                "session_id": session_id, "stage": stop.stage, "kind": stop.kind,
-                "message": stop.message, "persisted_stages": persisted})
+            event = self.attempts.record(session_id, token, stop.outcome, stop.stage, stop.kind,
+                                         stop.message, exc, forced=force)
             return ExtractionResult(session_id, stop.outcome, reason=str(stop), event_id=event)
 
     # -- the stages ----------------------------------------------------------------------------
 
-    def _run(self, session_id: str, timer: Timer) -> ExtractionResult:
+    def _run(self, session_id: str, token: str, timer: Timer) -> ExtractionResult:
         session = self.store.get_session(session_id)
         assert session is not None
         principal = Principal(session.agent_id, session.user_id, session.id, session.project_id)
         turns = self.store.turns(session.id)
         timer.mark("transcript_prep")
-        output, extract_meta = self._extract(principal, turns)
+        output, extract_meta = self._extract(principal, turns, token)
         timer.mark("extractor_model")
         run = _Log()
         # A session with fewer than two turns has no exchange to learn from: summary only.
@@ -229,23 +249,24 @@ class ExtractionRunner:
             except _Reject as rej:
                 run.reject(index, cand, "envelope", rej.code, rej.message, rej.details)
         timer.mark("validation")
-        decisions, review_meta = self._review(session_id, turns, items)
+        decisions, review_meta = self._review(session_id, turns, items, token)
         timer.mark("candidate_review")
         final = self._apply_review(items, decisions, run)
         try:
             event_id = self._apply(session, principal, final, output.summary, run, timer,
-                                   {**extract_meta, **review_meta})
+                                   {**extract_meta, **review_meta}, token)
         except BaseException as exc:
             # The ingestor updated this process's index inside the rolled-back transaction,
             # so the projection may hold rows and versions that never committed.
             self.index.loaded_version = -1  # the next refresh reloads from the store
-            if isinstance(exc, Exception):
+            if isinstance(exc, Exception) and not isinstance(exc, _Stop):
                 raise _Stop("failed", "apply", "error", type(exc).__name__) from exc
             raise
         self.index.refresh(self.store, self.reload_max)
         return ExtractionResult(session.id, "extracted", dict(run.counts), None, event_id)
 
-    def _extract(self, principal: Principal, turns: list[Turn]) -> tuple[ExtractionOutput, dict[str, Any]]:
+    def _extract(self, principal: Principal, turns: list[Turn],
+                 token: str) -> tuple[ExtractionOutput, dict[str, Any]]:
         assert principal.session_id is not None
         row = self.store.stage_row(principal.session_id, "extract")
         if row is not None:  # resume: never pay for the hosted call twice
@@ -255,7 +276,8 @@ class ExtractionRunner:
                 "extractor_prompt_version": row.prompt_version}
         extractor = self.extractor
         if extractor is None:
-            raise _Stop("not_configured", "extract", "not_configured", "no extractor is configured")
+            raise _Stop("not_configured", "extract", "not_configured",
+                        f"no extractor is configured: {self.attempts.setup.missing}")
         store, cfg = self.store, self.cfg  # known entities and subjects, capped by config
         context = ExtractionContext(principal, store.readable_entities(
             grants.readable_scopes(store, principal), cfg.extraction_context_max_entities),
@@ -266,13 +288,13 @@ class ExtractionRunner:
         data = _parse("extract", lambda: schema.output_to_json(answer))
         # The run uses what the stage persisted, so a first run and a resumed run match.
         output = _parse("extract", lambda: schema.output_from_json(data, summary_required=False))
-        self.store.save_stage(principal.session_id, "extract", data, _model_name(extractor),
-                              extractor.prompt_version)
+        _saved("extract", self.store.save_stage(principal.session_id, "extract", data, _model_name(extractor),
+                                                extractor.prompt_version, claim_token=token))
         return output, {"extractor": _model_name(extractor), "extract_stage": "model",
                         "extractor_prompt_version": extractor.prompt_version}
 
-    def _review(self, session_id: str, turns: list[Turn],
-                items: list[_Item]) -> tuple[dict[int, ReviewDecision], dict[str, Any]]:
+    def _review(self, session_id: str, turns: list[Turn], items: list[_Item],
+                token: str) -> tuple[dict[int, ReviewDecision], dict[str, Any]]:
         """ONE reviewer call for every surviving candidate, persisted and
         keyed by candidate index (a resumed run reuses it without calling the model)."""
         row = self.store.stage_row(session_id, "review")
@@ -285,7 +307,8 @@ class ExtractionRunner:
         else:
             reviewer = self.reviewer
             if reviewer is None:
-                raise _Stop("not_configured", "review", "not_configured", "no reviewer is configured")
+                raise _Stop("not_configured", "review", "not_configured",
+                            f"no reviewer is configured: {self.attempts.setup.missing}")
             batch = [(item.candidate, self._review_context(item, turns, reviewer.prompt_version))
                      for item in items]
             answers = _call("review", lambda: reviewer.review_batch(batch))
@@ -295,8 +318,9 @@ class ExtractionRunner:
             self._withheld(session_id, withheld)
             stored = _parse("review", lambda: {
                 str(item.index): _decision_json(a) for item, a in zip(items, answers, strict=True)})
-            self.store.save_stage(session_id, "review", {"decisions": stored}, _model_name(reviewer),
-                                  reviewer.prompt_version)
+            _saved("review", self.store.save_stage(session_id, "review", {"decisions": stored},
+                                                   _model_name(reviewer), reviewer.prompt_version,
+                                                   claim_token=token))
             meta = {"review_stage": "model", "reviewer": _model_name(reviewer),
                     "reviewer_prompt_version": reviewer.prompt_version}
         return _parse("review", lambda: {int(k): _decision_from(v) for k, v in stored.items()}), meta
@@ -404,13 +428,15 @@ class ExtractionRunner:
     # -- apply: one transaction ------------------------------------------------------------------------
 
     def _apply(self, session: SessionRow, principal: Principal, final: list[tuple[_Item, CandidateRecord]],
-               summary: SessionSummary, run: _Log, timer: Timer, meta: dict[str, Any]) -> str:
+               summary: SessionSummary, run: _Log, timer: Timer, meta: dict[str, Any], token: str) -> str:
         # Embedding the summary is a model call: it runs before the transaction opens.
         text = normalize_ws(summary.content)[: self.cfg.summary_max_chars].strip()
         if screen(summary=text):  # a stage stored before the screen existed
             text = ""
         vector = self.embedder.embed_documents([text])[0] if text else None
         with self.store.atomic():
+            # Under the write lock the claim cannot change hands before this commits.
+            _saved("apply", self.store.holds_claim(session.id, token))
             # Revalidation reads the transcript and grants again under the write lock.
             scope, turns = self._destination(principal), self.store.turns(session.id)
             timer.skip("writes")
@@ -446,7 +472,7 @@ class ExtractionRunner:
             summary_outcome, summary_id = self.summaries.write(session, principal, scope, summary,
                                                                text, vector)
             timer.mark("summary_write")
-            self.store.finish_session(session.id, self.clock.now())
+            _saved("apply", self.store.finish_session(session.id, self.clock.now(), token=token))
             timings: dict[str, Any] = {**timer.as_dict(), "per_record_writes": run.write_ms,
                                        "dedup_and_contradiction": round(run.dedup_ms, 3)}
             return self.store.append_event("extraction.run", ACTOR, {
@@ -456,8 +482,14 @@ class ExtractionRunner:
                 "scope": str(scope), "replayed": bool(getattr(self.extractor, "replayed", False))})
 
 
-def _model_name(model: Extractor | CandidateReviewer) -> str:
-    return str(getattr(model, "model", None) or model.name)
+def _saved(stage: str, held: bool) -> None:
+    """A write refused because the claim changed hands stops the run, applying nothing."""
+    if not held:
+        raise _Stop("busy", stage, "claim_lost", "another worker took the claim over")
+
+
+def _model_name(model: Extractor | CandidateReviewer | None) -> str:
+    return "none" if model is None else str(getattr(model, "model", None) or model.name)
 
 
 def _parse(stage: str, convert: Callable[[], _T]) -> _T:

@@ -18,12 +18,13 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Protocol, get_args
 
+from retold.errors import RetoldError
 from retold.ingest.outage import RETRY_AFTER, QueueOutage
 from retold.models import Principal, Role, Turn
 from retold.store import Store
 from retold.util import Clock
 
-__all__ = ["ExtractionScheduler", "InProcessScheduler", "SessionBuffer", "SessionHooks"]
+__all__ = ["ExtractionScheduler", "InProcessScheduler", "SessionBuffer", "SessionHooks", "is_deferred"]
 
 log = logging.getLogger(__name__)
 
@@ -34,11 +35,22 @@ _SUFFIX = re.compile(r"^(?P<base>.+)~(?P<n>\d+)$")
 
 
 class ExtractionScheduler(Protocol):
-    """Where ended sessions go to be extracted in the background."""
+    """Where ended sessions go to be extracted in the background.
+
+    A queue sets a class attribute ``deferred = True`` (see :func:`is_deferred`): a
+    session it accepted waits there for a worker, so it is marked enqueued and the
+    ``recover`` sweep leaves it alone. Without it the scheduler is taken to run or merely
+    record the session.
+    """
 
     def schedule(self, session_id: str) -> None:
         """Enqueue extraction of one ended session; may raise if the queue is down."""
         ...
+
+
+def is_deferred(scheduler: ExtractionScheduler) -> bool:
+    """Whether ``scheduler`` hands sessions to a queue for a worker to take later."""
+    return bool(getattr(scheduler, "deferred", False))
 
 
 class InProcessScheduler:
@@ -47,6 +59,8 @@ class InProcessScheduler:
     ``queue.scheduler: in_process`` runs extraction with it; tests use it without ``run``
     to record what was scheduled and run nothing.
     """
+
+    deferred = False
 
     def __init__(self, run: Callable[[str], object] | None = None) -> None:
         self.scheduled: list[str] = []
@@ -187,6 +201,11 @@ class SessionHooks:
                 break
         return ended
 
+    def schedule(self, session_id: str) -> bool:
+        """Hand one ended session to the scheduler now (``retold retry`` does); False when
+        the queue refused it and it stays pending for the ``recover`` sweep."""
+        return self._schedule(session_id)
+
     # -- internals ------------------------------------------------------------------------
 
     def _start(self, principal: Principal, session_id: str, at: datetime) -> None:
@@ -208,9 +227,12 @@ class SessionHooks:
         if not self.outage.should_try():
             log.debug("extraction queue down: session %s left pending for the recover task", session_id)
             return False
+        queued_at = self._mark_enqueued(session_id)
         try:
             self.scheduler.schedule(session_id)
         except Exception as exc:  # the agent is never failed by the queue
+            if queued_at is not None:
+                self.store.unmark_enqueued([session_id], queued_at)
             if self.outage.failed():
                 log.warning(
                     "could not schedule extraction of session %s (%s: %s); sessions ended while"
@@ -228,3 +250,16 @@ class SessionHooks:
                 ended.since.isoformat(timespec="seconds"), ended.left_pending,
             )
         return True
+
+    def _mark_enqueued(self, session_id: str) -> datetime | None:
+        """Mark a session handed to a queue before publishing it, so a worker that takes
+        it at once clears a mark that is already there; None when nothing was marked."""
+        if not is_deferred(self.scheduler):
+            return None
+        now = self.clock.now()
+        try:
+            self.store.mark_enqueued([session_id], now)
+        except RetoldError as exc:  # unmarked, recover may send it twice: harmless
+            log.debug("session %s not marked enqueued: %s", session_id, exc)
+            return None
+        return now

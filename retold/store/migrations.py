@@ -181,12 +181,41 @@ def _scope_members(conn: sqlite3.Connection) -> str | None:
             " `retold members add SCOPE USER`")
 
 
+_ATTEMPT_COLUMNS = (
+    ("claim_token", "TEXT"),  # who holds the claim; the apply step checks it
+    ("claim_heartbeat_at", "TEXT"),  # the holder's last sign of life (its lease)
+    ("extraction_attempts", "INTEGER NOT NULL DEFAULT 0"),  # failed runs since the last reset
+    ("extraction_last_error", "TEXT"),  # why the last run applied nothing (no transcript text)
+    ("extraction_next_attempt_at", "TEXT"),  # a failed session is not due before this
+    ("extraction_failed_at", "TEXT"),  # parked after the last allowed attempt
+    ("extraction_blocked_by", "TEXT"),  # the model setup that found no hosted model
+    ("extraction_enqueued_at", "TEXT"),  # published and not yet taken by a worker
+)
+
+
+def _extraction_attempts(conn: sqlite3.Connection) -> None:
+    """Give each session's extraction a lease, an attempt count with backoff, a parked
+    state and the time it was last handed to the queue.
+
+    A claim taken before this migration has no heartbeat; its start stands in for one, so
+    it expires one lease after it was taken. Columns already there (a half-copied store)
+    are left alone.
+    """
+    present = {row[1] for row in conn.execute("PRAGMA table_info(sessions)")}
+    for name, declaration in _ATTEMPT_COLUMNS:
+        if name not in present:
+            conn.execute(f"ALTER TABLE sessions ADD COLUMN {name} {declaration}")
+    conn.execute("UPDATE sessions SET claim_heartbeat_at = extraction_started_at"
+                 " WHERE claim_heartbeat_at IS NULL AND extraction_started_at IS NOT NULL")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _initial_schema),
     Migration(2, "extraction stages", _extraction_stages),
     Migration(3, "embedding family", _embedding_family),
     Migration(4, "stemmed full-text index", _stemmed_fts),
     Migration(5, "scope members", _scope_members),
+    Migration(6, "extraction attempts and leases", _extraction_attempts),
 )
 LATEST = MIGRATIONS[-1].version
 

@@ -1,7 +1,7 @@
-"""Sessions: their numbered turns, their end, and their extraction claim and stages.
+"""Sessions: their numbered turns, their end, and their extraction stages.
 
-A session is extracted by whoever claims it: ``sessions.extraction_started_at`` is the
-timed claim, ``sessions.extracted_at`` the finish line. Each extraction stage
+A session is extracted by whoever claims it (:mod:`retold.store.claims`);
+``sessions.extracted_at`` is the finish line. Each extraction stage
 (``extract``, ``review``) saves its output in ``extraction_stages`` before the next stage
 starts, so a worker killed after a hosted model call resumes without paying for that call
 again (docs/architecture.md, "The session path").
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Literal, cast, get_args
 
 from retold.errors import StoreError
@@ -19,11 +19,10 @@ from retold.models import Role, Turn
 from retold.store.base import StoreBase, dt, ts
 from retold.util import from_iso, to_iso
 
-__all__ = ["ClaimOutcome", "IdleSession", "SessionRow", "SessionsMixin", "Stage", "StageRow"]
+__all__ = ["IdleSession", "SessionRow", "SessionsMixin", "Stage", "StageRow"]
 
 _ROLES: tuple[str, ...] = get_args(Role)
 Stage = Literal["extract", "review"]
-ClaimOutcome = Literal["claimed", "reclaimed", "busy", "done", "missing", "open"]
 _STAGES: tuple[str, ...] = get_args(Stage)
 
 
@@ -39,6 +38,17 @@ class SessionRow:
     ended_at: datetime | None
     extraction_started_at: datetime | None
     extracted_at: datetime | None
+    # The extraction's bookkeeping (docs/decisions.md, "Failed extractions are retried,
+    # then parked"): the claim's holder and heartbeat, the failed attempts and when the
+    # next one is due, the parked and blocked states and the last hand-off to the queue.
+    claim_token: str | None = None
+    claim_heartbeat_at: datetime | None = None
+    attempts: int = 0
+    last_error: str | None = None
+    next_attempt_at: datetime | None = None
+    failed_at: datetime | None = None
+    blocked_by: str | None = None
+    enqueued_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -90,7 +100,10 @@ class SessionsMixin(StoreBase):
         with self._lock:
             row = self._conn.execute(
                 "SELECT id, agent_id, user_id, project_id, started_at, ended_at,"
-                " extraction_started_at, extracted_at FROM sessions WHERE id = ?",
+                " extraction_started_at, extracted_at, claim_token, claim_heartbeat_at,"
+                " extraction_attempts, extraction_last_error, extraction_next_attempt_at,"
+                " extraction_failed_at, extraction_blocked_by, extraction_enqueued_at"
+                " FROM sessions WHERE id = ?",
                 (session_id,),
             ).fetchone()
         if row is None:
@@ -104,6 +117,14 @@ class SessionsMixin(StoreBase):
             ended_at=dt(row[5]),
             extraction_started_at=dt(row[6]),
             extracted_at=dt(row[7]),
+            claim_token=row[8],
+            claim_heartbeat_at=dt(row[9]),
+            attempts=int(row[10]),
+            last_error=row[11],
+            next_attempt_at=dt(row[12]),
+            failed_at=dt(row[13]),
+            blocked_by=row[14],
+            enqueued_at=dt(row[15]),
         )
 
     def append_turn(self, session_id: str, role: str, content: str, at: datetime) -> Turn:
@@ -176,91 +197,26 @@ class SessionsMixin(StoreBase):
             ).fetchall()
         return [IdleSession(str(sid), str(agent), from_iso(at)) for sid, agent, at in rows]
 
-    # -- extraction claims: a timed claim per session ---------------------------------------
-
-    def claim_session(
-        self, session_id: str, now: datetime, claim_timeout: timedelta, *, force: bool = False
-    ) -> ClaimOutcome:
-        """Claim an ended session for extraction, atomically.
-
-        ``claimed``: nobody held it; ``reclaimed``: an earlier claim was older than
-        ``claim_timeout`` (its worker is presumed dead); ``busy``: a live claim exists;
-        ``done``: already extracted (unless ``force``, which claims it again for a
-        re-run); ``missing``: no such session; ``open``: not ended yet. The check and the
-        conditional UPDATE run under one ``BEGIN IMMEDIATE``, so two workers never both
-        win the same claim.
-        """
-        stamp, cutoff = to_iso(now), to_iso(now - claim_timeout)
-        with self.atomic() as conn:
-            row = conn.execute(
-                "SELECT ended_at, extracted_at, extraction_started_at FROM sessions WHERE id = ?",
-                (session_id,),
-            ).fetchone()
-            if row is None:
-                return "missing"
-            ended_at, extracted_at, started_at = row
-            if ended_at is None:
-                return "open"
-            if extracted_at is not None and not force:
-                return "done"
-            done_clause = "" if force else " AND extracted_at IS NULL"
-            cursor = conn.execute(
-                "UPDATE sessions SET extraction_started_at = ? WHERE id = ? AND ended_at IS NOT NULL"
-                f"{done_clause} AND (extraction_started_at IS NULL OR extraction_started_at < ?)",
-                (stamp, session_id, cutoff),
-            )
-            if cursor.rowcount != 1:
-                return "busy"
-            return "claimed" if started_at is None else "reclaimed"
-
-    def release_claim(self, session_id: str, *, claimed_at: datetime | None = None) -> bool:
-        """Drop the claim so recovery may retry at once; True when a claim was dropped.
-
-        With ``claimed_at`` only that claim is released: a worker whose claim expired
-        and was taken over must not release its successor's.
-        """
-        sql = "UPDATE sessions SET extraction_started_at = NULL WHERE id = ?"
-        params: list[str] = [session_id]
-        if claimed_at is not None:
-            sql += " AND extraction_started_at = ?"
-            params.append(to_iso(claimed_at))
-        with self.atomic() as conn:
-            return conn.execute(sql, params).rowcount == 1
-
-    def finish_session(self, session_id: str, at: datetime) -> bool:
-        """Set ``extracted_at`` and clear the claim; called inside the apply transaction,
-        so a session's writes, its summary and ``extracted_at`` commit together."""
-        with self.atomic() as conn:
-            cursor = conn.execute(
-                "UPDATE sessions SET extracted_at = ?, extraction_started_at = NULL WHERE id = ?",
-                (to_iso(at), session_id),
-            )
-            return cursor.rowcount == 1
-
-    def pending_sessions(self, now: datetime, claim_timeout: timedelta) -> list[tuple[str, str]]:
-        """Ended, unextracted sessions with no live claim, oldest end first, each with the
-        stage it would resume at (``extract`` or ``review``): what recovery re-enqueues."""
-        with self._lock:
-            rows = self._conn.execute(
-                "SELECT s.id, EXISTS (SELECT 1 FROM extraction_stages x"
-                "                     WHERE x.session_id = s.id AND x.stage = 'extract')"
-                " FROM sessions s WHERE s.ended_at IS NOT NULL AND s.extracted_at IS NULL"
-                " AND (s.extraction_started_at IS NULL OR s.extraction_started_at < ?)"
-                " ORDER BY s.ended_at, s.id",
-                (to_iso(now - claim_timeout),),
-            ).fetchall()
-        return [(str(sid), "review" if has_extract else "extract") for sid, has_extract in rows]
-
     # -- persisted stage outputs ---------------------------------------------------------
 
     def save_stage(
-        self, session_id: str, stage: Stage, output_json: dict[str, Any], model: str, prompt_version: str
-    ) -> None:
+        self, session_id: str, stage: Stage, output_json: dict[str, Any], model: str, prompt_version: str,
+        *, claim_token: str | None = None,
+    ) -> bool:
         """Persist one stage's output (replacing an earlier one) in its own transaction, so
-        it is durable before the next stage starts."""
+        it is durable before the next stage starts.
+
+        With ``claim_token`` nothing is saved (False) unless that claim still holds the
+        session: a worker whose claim was taken over must not replace its successor's
+        stage output.
+        """
         if stage not in _STAGES:
             raise ValueError(f"stage must be one of {', '.join(_STAGES)}, got {stage!r}")
         with self.atomic() as conn:
+            if claim_token is not None and conn.execute(
+                "SELECT 1 FROM sessions WHERE id = ? AND claim_token = ?", (session_id, claim_token)
+            ).fetchone() is None:
+                return False
             conn.execute(
                 "INSERT INTO extraction_stages(session_id, stage, output, model, prompt_version, at)"
                 " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(session_id, stage) DO UPDATE SET"
@@ -269,6 +225,7 @@ class SessionsMixin(StoreBase):
                 (session_id, stage, json.dumps(output_json, sort_keys=True), model, prompt_version,
                  to_iso(self.clock.now())),
             )
+        return True
 
     def stage_row(self, session_id: str, stage: Stage) -> StageRow | None:
         """The persisted stage with its provenance, or None."""

@@ -7,6 +7,7 @@ helpers every part shares). See docs/architecture.md, "The store".
 
 from __future__ import annotations
 
+from retold.store.claims import ClaimsMixin
 from retold.store.entities import EntitiesMixin
 from retold.store.erasure import ErasureMixin
 from retold.store.event_log import EventLogMixin
@@ -28,6 +29,7 @@ class Store(
     VectorsMixin,
     EntitiesMixin,
     SessionsMixin,
+    ClaimsMixin,
     GrantsMixin,
     MembersMixin,
     SearchMixin,
@@ -37,5 +39,6 @@ class Store(
     EventLogMixin,
     MetricsMixin,
 ):
-    """The store: records, vectors, entities, sessions, grants, members, search logs and
-    sweeps, and the operator's reads of session states, events and counts."""
+    """The store: records, vectors, entities, sessions and their extraction claims, grants,
+    members, search logs and sweeps, and the operator's reads of session states, events and
+    counts."""

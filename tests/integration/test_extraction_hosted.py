@@ -199,6 +199,7 @@ def test_a_review_answer_without_the_tool_fails_closed_and_keeps_the_extract_sta
     assert len(anthropic_stub.requests) == 2
 
     anthropic_stub.script(tool_use(REVIEWED))
+    world.clock.advance(seconds=world.rt.config.ingestion.extraction_retry_seconds)  # its backoff
     retried = extract(world, anthropic_stub, sid)
     assert retried.outcome == "extracted" and retried.counts["written"] == 2
     assert len(anthropic_stub.requests) == 3

@@ -16,7 +16,6 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -24,13 +23,13 @@ from typing import Any
 
 import pytest
 
-from retold import build_runtime, load_config
-from retold.config import Config
+from retold import load_config
 from retold.ingest.extractor import output_to_json
-from retold.models import CandidateRecord, ExtractionOutput, Principal, Scope, SessionSummary
+from retold.models import CandidateRecord, ExtractionOutput, Principal, SessionSummary
 from retold.runtime import Runtime
 from retold.testing.anthropic_stub import AnthropicStub, serve_anthropic_stub, tool_use
 from retold.util import to_iso
+from tests.celery_support import agent_runtime, killed_at_exit, start_worker
 from tests.celery_support import flushed_redis as flushed
 from tests.celery_support import wait_for as shared_wait_for
 from workers.app import create_app
@@ -93,30 +92,16 @@ def config_path(tmp_path: Path, stub: AnthropicStub) -> Path:
 @pytest.fixture
 def workers(tmp_path: Path, config_path: Path) -> Iterator[StartWorker]:
     """Start solo workers on Redis with the hosted models at the stub; all are killed at teardown."""
-    started: list[subprocess.Popen[bytes]] = []
+    with killed_at_exit() as started:
+        def start(name: str) -> tuple[subprocess.Popen[bytes], Path]:
+            env = {k: v for k, v in os.environ.items() if not k.startswith("RETOLD_")}
+            env.update(RETOLD_CONFIG=str(config_path), RETOLD_BROKER_URL=REDIS_URL, PYTHONPATH=str(ROOT),
+                       ANTHROPIC_API_KEY="test-key")
+            proc, log_path = start_worker(name, tmp_path, env)
+            started.append(proc)
+            return proc, log_path
 
-    def start(name: str) -> tuple[subprocess.Popen[bytes], Path]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("RETOLD_")}
-        env.update(RETOLD_CONFIG=str(config_path), RETOLD_BROKER_URL=REDIS_URL, PYTHONPATH=str(ROOT),
-                   ANTHROPIC_API_KEY="test-key")
-        log_path = tmp_path / f"{name}.log"
-        with log_path.open("wb") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "celery", "-A", "workers", "worker", "-P", "solo",
-                 "-Q", "extraction,maintenance", "--loglevel=INFO", "-n", f"{name}-{os.getpid()}@%h",
-                 "--without-gossip", "--without-mingle"],
-                cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
-        started.append(proc)
-        return proc, log_path
-
-    try:
         yield start
-    finally:
-        for proc in started:
-            if proc.poll() is None:
-                proc.kill()
-        for proc in started:
-            proc.wait(timeout=10)
 
 
 def wait_for(predicate: Callable[[], bool], what: str, logs: list[Path], timeout: float = DEADLINE_S) -> None:
@@ -125,15 +110,6 @@ def wait_for(predicate: Callable[[], bool], what: str, logs: list[Path], timeout
 
 def ready(log: Path) -> Callable[[], bool]:
     return lambda: log.exists() and b"ready." in log.read_bytes()
-
-
-def open_runtime(config: Config) -> Runtime:
-    # The config's own scheduler publishes to the worker's broker; no key reaches this
-    # process, which never extracts.
-    rt = build_runtime(config, environ={})
-    rt.host.grant(AGENT, Scope("user", "aditya"), read=True, write=True)
-    rt.host.provision_user("aditya", aliases=["Aditya"])
-    return rt
 
 
 def candidates(rt: Runtime) -> list[str]:
@@ -161,7 +137,7 @@ def test_a_worker_killed_after_the_extract_stage_is_recovered_without_a_second_e
                 tool_use(review_answer()))
     first, first_log = workers("crash-first")
     wait_for(ready(first_log), "the first worker", [first_log])
-    rt = open_runtime(config)
+    rt = agent_runtime(config)  # its own scheduler publishes to the worker's broker
     try:
         p = Principal(AGENT, "aditya", SESSION, None)
         rt.hooks.on_session_start(p)

@@ -22,15 +22,17 @@ from typing import Any
 
 import pytest
 
-from retold import build_runtime, load_config
+from retold import load_config
 from retold.broker import CeleryScheduler
 from retold.config import Config
 from retold.ingest.extractor import output_to_json
-from retold.ingest.session import ExtractionScheduler, InProcessScheduler
-from retold.models import CandidateRecord, ExtractionOutput, Principal, Scope, SessionSummary
+from retold.ingest.session import InProcessScheduler
+from retold.models import CandidateRecord, ExtractionOutput, SessionSummary
 from retold.runtime import Runtime
 from retold.testing import make_record
+from tests.celery_support import agent_runtime as open_runtime
 from tests.celery_support import flushed_redis as flushed
+from tests.celery_support import talk, worker_args
 from tests.celery_support import wait_for as shared_wait_for
 from workers.app import create_app
 
@@ -39,7 +41,6 @@ REDIS_DB = 7
 REDIS_URL = f"redis://127.0.0.1:6379/{REDIS_DB}"
 DEAD_BROKER = "redis://127.0.0.1:1/0"
 AGENT = "research-agent"
-USER_SAYS = "Please keep every answer short and technical, I read them on my phone."
 CONTENT = "Aditya prefers short technical answers."
 QUERY = "short technical answers"
 DEADLINE_S = 45
@@ -125,27 +126,8 @@ def processes(setup: Setup) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
                 proc.wait(timeout=10)
 
 
-def worker_args(name: str) -> list[str]:
-    return ["worker", "-P", "solo", "-Q", "extraction,maintenance", "--loglevel=INFO",
-            "-n", f"{name}-{os.getpid()}@%h", "--without-gossip", "--without-mingle"]
-
-
 def wait_for(predicate: Callable[[], bool], what: str, logs: list[Path], timeout: float = DEADLINE_S) -> None:
     shared_wait_for(predicate, what, logs, timeout, poll_s=0.2)
-
-
-def open_runtime(config: Config, scheduler: ExtractionScheduler) -> Runtime:
-    rt = build_runtime(config, scheduler=scheduler)
-    rt.host.grant(AGENT, Scope("user", "aditya"), read=True, write=True)
-    rt.host.provision_user("aditya", aliases=["Aditya"])
-    return rt
-
-
-def talk(rt: Runtime, session_id: str) -> Principal:
-    p = Principal(AGENT, "aditya", session_id, None)
-    rt.hooks.on_session_start(p)
-    p = rt.hooks.on_turn(p, "user", USER_SAYS)
-    return rt.hooks.on_turn(p, "assistant", "Understood: short and technical from now on.")
 
 
 def extracted(rt: Runtime, session_id: str) -> Callable[[], bool]:

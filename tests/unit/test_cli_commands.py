@@ -77,7 +77,7 @@ def test_every_command_has_help_and_description() -> None:
     commands = next(a for a in parser._actions if a.dest == "command")
     names = set(commands.choices)  # type: ignore[arg-type]
     assert names >= {"migrate", "demo", "search", "get", "dump", "expire", "retain", "erase", "reembed",
-                     "snapshot", "grant", "revoke", "review-due", "extract"}
+                     "snapshot", "grant", "revoke", "review-due", "extract", "retry"}
     helps = {a.dest: a.help for a in commands._get_subactions()}  # type: ignore[attr-defined]
     for name, sub in commands.choices.items():  # type: ignore[union-attr]
         assert sub.description and helps.get(name), name
@@ -225,15 +225,39 @@ def test_grant_and_revoke(store: tuple[str, str]) -> None:
     _fails(2, "scope kind", "revoke", "other", "team:x", *common)
 
 
+def _end_session(path: str) -> None:
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE sessions SET ended_at = '2026-09-03T13:00:00.000000Z' WHERE id = 'sess-1'")
+    conn.close()
+
+
 def test_extract_without_a_hosted_model_says_it_is_not_configured(store: tuple[str, str]) -> None:
     path, config = store
     common = ("--store", path, "--config", config)
     _fails(1, "session sess-1 has not ended", "extract", "sess-1", *common)
-    with sqlite3.connect(path) as conn:
-        conn.execute("UPDATE sessions SET ended_at = '2026-09-03T13:00:00.000000Z' WHERE id = 'sess-1'")
-    _fails(3, "extraction is not configured (no hosted model key): sess-1 stays pending",
-           "extract", "sess-1", *common)
+    _end_session(path)
+    _fails(3, "sess-1 stays pending: extract not_configured: no extractor is configured:"
+              " ANTHROPIC_API_KEY is not set", "extract", "sess-1", *common)
     _fails(1, "no session ghost", "extract", "ghost", *common)
+
+
+def test_retry_hands_a_blocked_session_back_to_the_queue(store: tuple[str, str]) -> None:
+    path, config = store
+    common = ("--store", path, "--config", config)
+    _fails(1, "sess-1 is not an ended session waiting for extraction", "retry", "sess-1", *common)
+    _end_session(path)
+    _fails(3, "not_configured", "extract", "sess-1", *common)  # blocked under this setup
+    assert "sess-1: attempts reset, queued for a worker" in _ok("retry", "sess-1", *common).stdout
+    with sqlite3.connect(path) as conn:
+        row = conn.execute("SELECT extraction_blocked_by, extraction_attempts, extraction_enqueued_at"
+                           " FROM sessions WHERE id = 'sess-1'").fetchone()
+    conn.close()
+    assert row[0] is None and row[1] == 0 and row[2] is not None
+    queued = Path(path).with_name("queue.sqlite")
+    with sqlite3.connect(queued) as conn:
+        assert conn.execute("SELECT count(*) FROM kombu_message").fetchone() == (1,)
+    conn.close()
+    _fails(1, "ghost is not an ended session", "retry", "ghost", *common)
 
 
 def test_migrate_exits_2_until_unmapped_rows_are_retired_or_acknowledged(store: tuple[str, str]) -> None:

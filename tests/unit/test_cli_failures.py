@@ -114,7 +114,7 @@ def test_verbose_adds_the_cause_and_traceback_after_the_line(
     assert "retold.errors.StoreCorruptError" in details
 
 
-def test_a_provider_failure_in_extract_is_one_line_and_its_traceback_needs_v(
+def test_a_provider_failure_in_extract_is_one_line_with_or_without_v(
     store: tuple[Path, Path],
 ) -> None:
     need("anthropic")
@@ -141,5 +141,6 @@ def test_a_provider_failure_in_extract_is_one_line_and_its_traceback_needs_v(
         " Connection error."]
     verbose = extract("-v")
     assert verbose.returncode == EXIT_ERROR
-    assert "retold extract: extraction of session s-down failed at extract" in verbose.stderr
-    assert "Traceback" in verbose.stderr and "HostedError" in verbose.stderr
+    # A provider that is down is an expected failure: its reason is the whole story, and
+    # the attempt is recorded on the session for `retold sessions`.
+    assert verbose.stderr == quiet.stderr and "Traceback" not in verbose.stderr

@@ -34,7 +34,7 @@ def _restore_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[list[str]]:
-    """Sessions ``chat`` (open), ``stuck`` (no hosted model: not configured), ``done``
+    """Sessions ``chat`` (open), ``stuck`` (no hosted model: blocked until one is), ``done``
     (extracted) and ``bea-1`` (another user's, ended, never tried); returns the flags."""
     config = tmp_path / "config.yaml"
     config.write_text("embedding:\n  model: fake\n")
@@ -75,14 +75,15 @@ def test_sessions_lists_state_attempts_and_the_last_error(
     header, *rows = out.splitlines()
     assert header.split()[:4] == ["SESSION", "STATE", "USER", "AGENT"] and "LAST ERROR" in header
     states = {row.split()[0]: row.split()[1] for row in rows}
-    assert states == {"chat": "open", "stuck": "pending", "done": "extracted", "bea-1": "pending"}
+    assert states == {"chat": "open", "stuck": "blocked", "done": "extracted", "bea-1": "pending"}
     stuck = next(row for row in rows if row.startswith("stuck"))
-    assert "not_configured at extract" in stuck
+    assert "not_configured" in stuck and "ANTHROPIC_API_KEY" in stuck
     failed = _json_lines(_ok(capsys, "sessions", "--failed", "--json", *store))
-    assert [(s["id"], s["state"], s["attempts"]) for s in failed] == [("stuck", "pending", 1)]
+    # Not being configured is no failed attempt: the session waits for another setup.
+    assert [(s["id"], s["state"], s["attempts"]) for s in failed] == [("stuck", "blocked", 0)]
     assert "not_configured" in str(failed[0]["last_error"]) and failed[0]["ended_at"]
     pending = _json_lines(_ok(capsys, "sessions", "--pending", "--json", *store))
-    assert [s["id"] for s in pending] == ["stuck", "bea-1"]
+    assert [s["id"] for s in pending] == ["bea-1"]
     assert [s["id"] for s in _json_lines(_ok(capsys, "sessions", "--user", "bea", "--json", *store))] == [
         "bea-1"]
     assert [s["id"] for s in _json_lines(_ok(capsys, "sessions", "--state", "extracted", "--state", "open",
@@ -98,7 +99,8 @@ def test_events_filter_and_print_payloads(store: list[str], capsys: pytest.Captu
     assert [e["kind"] for e in by_record] == ["record.created"]
     text = _ok(capsys, "events", "--session", "stuck", *store)
     assert text.splitlines()[0].split() == ["AT", "KIND", "ACTOR", "RECORD", "PAYLOAD"]
-    assert "extraction.not_configured" in text and '"message": "no extractor is configured"' in text
+    assert "extraction.not_configured" in text
+    assert '"message": "no extractor is configured: ANTHROPIC_API_KEY' in text
     assert _ok(capsys, "events", "--since", "1h", "--limit", "1", "--json", *store).count("\n") == 1
     assert _ok(capsys, "events", "--since", "2999-01-01T00:00:00Z", "--json", *store) == ""
 
@@ -107,14 +109,14 @@ def test_metrics_as_text_and_json(store: list[str], capsys: pytest.CaptureFixtur
     data = json.loads(_ok(capsys, "metrics", "--json", *store))
     assert data["extractions"] == {"extracted": 1, "not_configured": 1}
     assert data["writes"] == {"created": 1}  # the session summary of "done"
-    assert data["sessions"] == {"open": 1, "pending": 2, "extracting": 0, "extracted": 1, "failed": 0,
-                                "blocked": 0}
+    assert data["sessions"] == {"open": 1, "pending": 1, "extracting": 0, "extracted": 1, "failed": 0,
+                                "blocked": 1}
     assert data["searches"] == {"total": 0, "empty": 0, "empty_rate": None}
     assert data["extraction_lag"]["count"] == 1
     assert data["queue"]["reachable"] and data["queue"]["depths"] == {"extraction": 0, "maintenance": 0}
     text = _ok(capsys, "metrics", "--no-queue", *store)
     assert "extractions: extracted 1, not_configured 1" in text
-    assert "sessions:    open 1, pending 2, extracted 1" in text
+    assert "sessions:    open 1, pending 1, extracted 1, blocked 1" in text
     assert "queues:      not asked (--no-queue)" in text
     assert json.loads(_ok(capsys, "metrics", "--json", "--no-queue", *store))["queue"] is None
 

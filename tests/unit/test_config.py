@@ -216,6 +216,8 @@ def test_out_of_range_values(overrides: dict[str, object], key: str) -> None:
     ({"tools": {"max_queries": 4}}, "tools.max_queries: must be between 1 and 3, got 4"),
     ({"tools": {"max_query_chars": 0}}, "tools.max_query_chars: must be between 1 and 100000, got 0"),
     ({"tools": {"max_tags": 101}}, "tools.max_tags: must be between 1 and 100, got 101"),
+    ({"ingestion": {"extraction_max_attempts": 21}},
+     "ingestion.extraction_max_attempts: must be between 1 and 20, got 21"),
 ])
 def test_tool_limits_stay_within_their_ranges(overrides: dict[str, object], message: str) -> None:
     assert _error(overrides) == message
@@ -258,6 +260,11 @@ def test_reranker_enabled_without_floor_is_rejected() -> None:
     message = _error({"reranker": {"enabled": True}})
     assert message.startswith("reranker.floor:")
     assert "reranker.enabled" in message
+
+
+def test_a_lease_must_be_shorter_than_the_claim_timeout() -> None:
+    message = _error({"ingestion": {"extraction_lease_seconds": 1800}})
+    assert message.startswith("ingestion.extraction_lease_seconds: must be shorter than")
 
 
 def test_reranker_enabled_with_floor_is_accepted() -> None:

@@ -85,7 +85,7 @@ def test_tasks_route_to_the_configured_queues_and_the_broker_settings_fit_it(tmp
     assert longest_task_seconds < VISIBILITY_TIMEOUT_SECONDS
     assert app.conf.broker_connection_timeout <= 2
     assert "queue_maintenance" not in app.conf.beat_schedule
-    assert app.conf.beat_schedule["recover"]["schedule"] == 60
+    assert app.conf.beat_schedule["recover"]["schedule"] == 30  # a dead worker's lease + one sweep <= 1 min
     assert app.conf.beat_schedule["end_idle_sessions"]["schedule"] == 60
 
 
@@ -111,4 +111,4 @@ def test_schedule_for_drops_embedded_only_entries_for_redis() -> None:
     assert set(schedule_for(load_config())) == set(SCHEDULE)
     redis = load_config(overrides={"queue": {"broker_url": "redis://127.0.0.1:6379/0"}})
     assert set(schedule_for(redis)) == set(SCHEDULE) - {"queue_maintenance"}
-    assert {entry["seconds"] for entry in SCHEDULE.values()} == {60, 600, 3600, 86400}
+    assert {entry["seconds"] for entry in SCHEDULE.values()} == {30, 60, 600, 3600, 86400}

@@ -18,6 +18,7 @@ import workers.runtime
 import workers.tasks
 from retold.broker import CeleryScheduler
 from retold.config import load_config
+from retold.errors import ExtractionError
 from retold.ingest.extractor import ReplayExtractor
 from retold.testing import T0, InProcessScheduler, World, make_record
 from workers.app import app as worker_app
@@ -102,9 +103,10 @@ def test_the_sweep_tasks_call_operations_on_the_process_runtime(
     assert world.record(past.id).status == "expired"
     assert workers.tasks.retain.run() == {"blanked": 0}
     assert workers.tasks.temporal_review.run() == {"flagged": 0}
-    # Without an extractor, extraction reports it instead of failing silently.
+    # Without an extractor the task fails, naming what to set, instead of succeeding.
     world.rt.hooks.on_session_end(world.p)
-    assert workers.tasks.extract_session.run("s1")["outcome"] == "not_configured"
+    with pytest.raises(ExtractionError, match="s1 not_configured: .*no extractor is configured"):
+        workers.tasks.extract_session.run("s1")
 
 
 def test_the_idle_task_ends_quiet_sessions_and_schedules_them(

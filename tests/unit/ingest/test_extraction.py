@@ -34,6 +34,7 @@ from retold.models import (
     SessionSummary,
 )
 from retold.store import Store
+from retold.store.claims import ClaimTerms
 from retold.testing import ADITYA, T0, World, make_world
 from retold.util import to_iso
 from tests.sql import execute
@@ -235,6 +236,8 @@ def test_reviewer_failure_writes_nothing_and_permits_claim_recovery(world: World
     assert (failed["stage"], failed["kind"]) == ("review", error.kind)
     assert USER_SAYS not in json.dumps(failed) and PREFERS.content not in json.dumps(failed)
     assert world.rt.extraction.pending() == [(sid, "review")]
+    assert run(world, extractor, TableReviewer()).outcome == "deferred"  # its backoff first
+    world.clock.advance(seconds=world.rt.config.ingestion.extraction_retry_seconds)
     retried = run(world, extractor, TableReviewer())
     assert retried.outcome == "extracted" and retried.counts["written"] == 2
     assert len(extractor.calls) == 1  # the persisted extract stage was reused
@@ -358,7 +361,7 @@ def test_resume_after_the_review_stage_calls_no_model(world: World, monkeypatch:
     ended_session(world)
     extractor, reviewer = FakeExtractor(output(PREFERS)), TableReviewer()
 
-    def crash(*args: Any) -> bool:
+    def crash(*args: Any, **kwargs: Any) -> bool:
         raise Crash()
 
     monkeypatch.setattr(world.rt.store, "finish_session", crash)
@@ -456,6 +459,7 @@ def test_the_apply_phase_is_atomic(world: World, monkeypatch: pytest.MonkeyPatch
     assert stable(world) == before and world.rt.store.records_version() == version
     session = world.rt.store.get_session(sid)
     assert session is not None and session.extracted_at is None and session.extraction_started_at is None
+    world.clock.advance(seconds=world.rt.config.ingestion.extraction_retry_seconds)
     assert run(world, extractor).counts["written"] == 3
     embedded = world.counts()["embeddings"]
     world.rt.refresh_index()
@@ -465,19 +469,18 @@ def test_the_apply_phase_is_atomic(world: World, monkeypatch: pytest.MonkeyPatch
 # -- store claims (timed claims) ----------------------------------------------------------------------------
 
 def test_claims_follow_the_session_lifecycle(world: World) -> None:
-    store, timeout = world.rt.store, timedelta(minutes=30)
+    store, terms = world.rt.store, ClaimTerms(timedelta(minutes=30))
     world.say("user", USER_SAYS)
-    assert store.claim_session("nope", T0, timeout) == "missing"
-    assert store.claim_session("s1", T0, timeout) == "open"
+    assert store.claim_session("nope", T0, terms, token="a") == "missing"
+    assert store.claim_session("s1", T0, terms, token="a") == "open"
     world.rt.hooks.on_session_end(world.p)
-    assert store.claim_session("s1", T0, timeout) == "claimed"
-    assert store.claim_session("s1", T0 + timedelta(minutes=5), timeout) == "busy"
-    assert store.claim_session("s1", T0 + timedelta(minutes=31), timeout) == "reclaimed"
-    store.finish_session("s1", T0 + timedelta(minutes=32))
-    assert store.claim_session("s1", T0 + timedelta(minutes=33), timeout) == "done"
-    assert store.claim_session("s1", T0 + timedelta(minutes=33), timeout, force=True) == "claimed"
-    assert store.release_claim("s1", claimed_at=T0) is False  # not this worker's claim
-    assert store.release_claim("s1") is True
+    assert store.claim_session("s1", T0, terms, token="a") == "claimed"
+    assert store.claim_session("s1", T0 + timedelta(minutes=5), terms, token="b") == "busy"
+    assert store.claim_session("s1", T0 + timedelta(minutes=31), terms, token="b") == "reclaimed"
+    assert store.finish_session("s1", T0 + timedelta(minutes=32), token="a") is False  # not a's any more
+    assert store.finish_session("s1", T0 + timedelta(minutes=32), token="b") is True
+    assert store.claim_session("s1", T0 + timedelta(minutes=33), terms, token="c") == "done"
+    assert store.claim_session("s1", T0 + timedelta(minutes=33), terms, token="c", force=True) == "claimed"
 
 
 # -- time-driven review -----------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from retold.errors import StoreFullError, StoreLockedError, StoreReadOnlyError
 from retold.ingest.session import InProcessScheduler, SessionBuffer, SessionHooks
 from retold.models import Principal
 from retold.store import Store
+from retold.store.claims import ClaimTerms
 from retold.testing import T0
 from retold.util import ManualClock
 from tests.conditions import FullDiskStore, write_lock_held
@@ -22,6 +23,8 @@ P = Principal(agent_id="research-agent", user_id="aditya", session_id="s1", proj
 
 class BrokenScheduler:
     """A queue that is down."""
+
+    deferred = True
 
     def __init__(self) -> None:
         self.calls = 0
@@ -293,7 +296,7 @@ def test_end_idle_stops_publishing_at_the_first_queue_failure(
     clock.advance(hours=1)
     assert hooks.end_idle() == ["a", "b", "c"]
     assert broken.calls == 1  # the rest wait for recover instead of each waiting on the broker
-    pending = store.pending_sessions(clock.now(), timedelta(minutes=30))
+    pending = store.pending_sessions(clock.now(), ClaimTerms(timedelta(minutes=30)))
     assert [sid for sid, _stage in pending] == ["a", "b", "c"]
 
 
@@ -302,6 +305,8 @@ def test_end_idle_stops_publishing_at_the_first_queue_failure(
 
 class FlakyScheduler:
     """A queue that is down until ``up`` is set."""
+
+    deferred = True
 
     def __init__(self) -> None:
         self.up = False
@@ -332,7 +337,7 @@ def test_a_queue_outage_is_logged_once_and_left_alone_for_a_while(
     assert [level for level, _ in messages] == [logging.WARNING, logging.INFO]
     assert "could not schedule extraction of session s1" in messages[0][1]
     assert "accepts sessions again" in messages[1][1] and "4 sessions" in messages[1][1]
-    pending = store.pending_sessions(clock.now(), timedelta(minutes=30))
+    pending = store.pending_sessions(clock.now(), ClaimTerms(timedelta(minutes=30)))
     assert [sid for sid, _stage in pending] == ["s1", "s2", "s3", "s4", "s5"]  # none lost
 
 

@@ -21,13 +21,15 @@ from retold.models import (
     SessionSummary,
     Turn,
 )
+from retold.store.claims import ClaimTerms
 from retold.store.event_log import EventQuery
-from retold.store.session_states import RECORDED_COLUMNS, SessionQuery
+from retold.store.session_states import SessionQuery
 from retold.testing import AGENT, World
-from retold.util import to_iso
 from tests.sql import execute
 
-CLAIM_TIMEOUT = timedelta(minutes=30)
+LEASE = timedelta(seconds=30)  # ingestion.extraction_lease_seconds
+TERMS = ClaimTerms(timedelta(minutes=30), LEASE)
+RETRY_WAIT = timedelta(minutes=5)  # past the first backoff (ingestion.extraction_retry_seconds)
 QUIET = ExtractionOutput([], SessionSummary("They talked about the weather.", [], []))
 
 
@@ -64,7 +66,7 @@ def _extract(world: World, session_id: str, *, fail: bool) -> str:
 
 def _statuses(world: World, **query: object) -> dict[str, tuple[str, int, str | None]]:
     found = world.rt.store.session_statuses(SessionQuery(**query),  # type: ignore[arg-type]
-                                            world.clock.now() - CLAIM_TIMEOUT)
+                                            world.clock.now() - LEASE)
     return {s.id: (s.state, s.attempts, s.last_error) for s in found}
 
 
@@ -76,22 +78,23 @@ def sessions(world: World) -> World:
     world.clock.advance(timedelta(seconds=10))
     _session(world, "failing")
     assert _extract(world, "failing", fail=True) == "failed"
+    world.clock.advance(RETRY_WAIT)  # a failed session is not due again before its backoff
     assert _extract(world, "failing", fail=True) == "failed"
     _session(world, "recovered")
     assert _extract(world, "recovered", fail=True) == "failed"
+    world.clock.advance(RETRY_WAIT)
     assert _extract(world, "recovered", fail=False) == "extracted"
     _session(world, "claimed")
-    assert world.rt.store.claim_session("claimed", world.clock.now(), CLAIM_TIMEOUT) == "claimed"
+    assert world.rt.store.claim_session("claimed", world.clock.now(), TERMS, token="worker-1") == "claimed"
     _session(world, "other-user", user="bea")
     return world
 
 
 def test_each_session_shows_its_state_attempts_and_last_error(sessions: World) -> None:
-    timed_out = "failed at extract (timeout): extract call exceeded 60000 ms"
     assert _statuses(sessions) == {
         "s1": ("open", 0, None),
-        "failing": ("pending", 2, timed_out),
-        "recovered": ("extracted", 2, None),  # the later success clears the error
+        "failing": ("pending", 2, "extract timeout: extract call exceeded 60000 ms"),
+        "recovered": ("extracted", 1, None),  # the later success clears the error
         "claimed": ("extracting", 0, None),
         "other-user": ("pending", 0, None),
     }
@@ -101,8 +104,8 @@ def test_each_session_shows_its_state_attempts_and_last_error(sessions: World) -
     assert failing.ended_at is not None and failing.extracted_at is None and failing.last_error_at
 
 
-def test_a_stale_claim_counts_as_pending_again(sessions: World) -> None:
-    sessions.clock.advance(CLAIM_TIMEOUT + timedelta(minutes=1))
+def test_a_claim_whose_lease_lapsed_counts_as_pending_again(sessions: World) -> None:
+    sessions.clock.advance(LEASE + timedelta(seconds=1))  # its worker stopped renewing it
     assert _statuses(sessions)["claimed"][0] == "pending"
 
 
@@ -114,35 +117,28 @@ def test_filters_select_failing_pending_one_user_and_the_newest(sessions: World)
     assert list(_statuses(sessions, limit=2)) == ["claimed", "other-user"]  # newest two, oldest first
 
 
-def test_a_schema_recording_attempts_parked_blocked_and_renewed_claims_is_read_as_such(
-    sessions: World,
-) -> None:
-    # A newer schema may keep these on the row; the listing then shows what the row says.
-    path = sessions.rt.store.path
-    for column in RECORDED_COLUMNS.values():
-        execute(path, f"ALTER TABLE sessions ADD COLUMN {column}")
-    execute(path, f"UPDATE sessions SET {RECORDED_COLUMNS['attempts']} = 5,"
-            f" {RECORDED_COLUMNS['last_error']} = 'gave up after 5 attempts',"
-            f" {RECORDED_COLUMNS['failed_at']} = '2026-09-03T13:00:00.000000Z' WHERE id = 'failing'")
-    execute(path, f"UPDATE sessions SET {RECORDED_COLUMNS['blocked_by']} = 'no API key'"
-            " WHERE id = 'other-user'")
-    sessions.clock.advance(CLAIM_TIMEOUT + timedelta(minutes=1))  # the claim's start is stale now...
-    execute(path, f"UPDATE sessions SET {RECORDED_COLUMNS['claim_seen_at']} = ? WHERE id = 'claimed'",
-            to_iso(sessions.clock.now()))  # ...but its holder renewed it just now
+def test_parked_and_blocked_sessions_and_renewed_claims_show_as_such(sessions: World) -> None:
+    store = sessions.rt.store
+    for _ in range(4):  # attempts 3, 4 and 5 of 5: the last one parks the session
+        sessions.clock.advance(timedelta(hours=2))
+        _extract(sessions, "failing", fail=True)
+    execute(store.path, "UPDATE sessions SET extraction_blocked_by = 'no API key' WHERE id = 'other-user'")
+    sessions.clock.advance(LEASE)  # the claim's start is stale now...
+    assert store.renew_claim("claimed", "worker-1", sessions.clock.now())  # ...but its holder renewed it
     statuses = _statuses(sessions)
-    assert statuses["failing"] == ("failed", 5, "gave up after 5 attempts")
+    assert statuses["failing"][:2] == ("failed", 5)
     assert statuses["other-user"][0] == "blocked" and statuses["claimed"][0] == "extracting"
     assert set(_statuses(sessions, states=("failed",))) == {"failing"}
     assert set(_statuses(sessions, failing=True)) == {"failing", "other-user"}
-    counts = sessions.rt.store.session_state_counts(sessions.clock.now() - CLAIM_TIMEOUT)
+    counts = store.session_state_counts(sessions.clock.now() - LEASE)
     assert counts == {"open": 1, "pending": 0, "extracting": 1, "extracted": 1, "failed": 1, "blocked": 1}
 
 
 def test_state_counts_and_lags(sessions: World) -> None:
-    counts = sessions.rt.store.session_state_counts(sessions.clock.now() - CLAIM_TIMEOUT)
+    counts = sessions.rt.store.session_state_counts(sessions.clock.now() - LEASE)
     assert counts == {"open": 1, "pending": 2, "extracting": 1, "extracted": 1, "failed": 0, "blocked": 0}
-    # "recovered" ended 10 s before its failed try, which was 5 s before the success.
-    assert sessions.rt.store.extraction_lags() == [pytest.approx(15.0)]
+    # "recovered" ended 10 s before its failed try; the success came 5 s + RETRY_WAIT later.
+    assert sessions.rt.store.extraction_lags() == [pytest.approx(15.0 + RETRY_WAIT.total_seconds())]
     assert sessions.rt.store.extraction_lags(sessions.clock.now()) == []
 
 
