@@ -23,6 +23,7 @@ from typing import Any, Literal
 import yaml
 
 from retold.config_check import Invalid, build_block
+from retold.config_hosted import HostedConfig, hosted_errors
 from retold.errors import ConfigError
 from retold.models import SourceKind
 from retold.util import to_plain
@@ -262,16 +263,6 @@ class IngestionConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class HostedConfig:
-    """``hosted:`` - the hosted-model provider for extraction, review and query rewriting; without
-    a key everything else works and extraction reports ``not_configured``."""
-
-    base_url: str | None = None  # None = the provider's own endpoint
-    api_key_env: str = "ANTHROPIC_API_KEY"  # no key there = hosted models not configured
-    max_retries: int = 2  # retries of a timeout, 429 or 5xx; 0 = none
-
-
-@dataclass(frozen=True, slots=True)
 class SourceRanks:
     """Authority of each source kind; higher may supersede equal or lower."""
 
@@ -420,9 +411,9 @@ def _from_layers(layers: list[Mapping[str, Any]]) -> Config:
     # A worker is another process, and no other process can open an in-memory store.
     if built.queue.scheduler == "celery" and built.store.path == ":memory:":
         raise ConfigError("queue.scheduler: a worker cannot open a :memory: store; set it to in_process")
-    token_errors = _mcp_token_errors(built.mcp)
-    if token_errors:
-        raise ConfigError("; ".join(token_errors))
+    rule_errors = hosted_errors(built) + _mcp_token_errors(built.mcp)
+    if rule_errors:
+        raise ConfigError("; ".join(rule_errors))
     return built
 
 

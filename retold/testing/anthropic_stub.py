@@ -13,16 +13,13 @@ does not retry, so an unexpected extra call fails the test loudly.
 
 from __future__ import annotations
 
-import itertools
-import json
 import re
-import threading
-from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
+
+from retold.testing.loopback import Reply, ScriptedApi, credential
 
 __all__ = [
     "AnthropicStub",
@@ -79,58 +76,34 @@ def rate_limited() -> Behaviour:
     return error(429, "Number of request tokens has exceeded your per-minute rate limit")
 
 
-class AnthropicStub:
+class AnthropicStub(ScriptedApi[Behaviour]):
     """The running stub: ``base_url`` for the SDK, ``script()`` and the recorded requests."""
 
-    def __init__(self) -> None:
-        self._script: deque[Behaviour] = deque()
-        self._lock = threading.Lock()
-        self._ids = itertools.count(1)
-        self.requests: list[dict[str, Any]] = []  # each request body, in arrival order
-        self.headers: list[dict[str, str]] = []  # the matching headers, names lower-cased
-        self.stopping = threading.Event()  # wakes delayed answers at teardown
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        # Daemon handler threads: a handler still sleeping out a timeout must not hold up
-        # the test run's exit.
-        self._server.daemon_threads = True
-        host, port = self._server.server_address[:2]
-        self.base_url = f"http://{host!s}:{port}"
-        # A short poll interval so shutdown() at teardown returns in milliseconds.
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, args=(0.05,), name="anthropic-stub", daemon=True
-        )
+    route = "/v1/messages"
 
-    @property
-    def api_keys(self) -> list[str | None]:
-        """The API key each request carried, in arrival order."""
-        with self._lock:
-            return [_credential(h) for h in self.headers]
+    def respond(self, body: dict[str, Any], headers: dict[str, str], scripted: Behaviour | None) -> Reply:
+        """Refuse what the Messages API refuses, else play ``scripted``."""
+        if not credential(headers):
+            return Reply(401, _error_body(401, "x-api-key header is required"))
+        missing = [k for k in ("model", "max_tokens", "messages") if k not in body]
+        if missing:
+            return Reply(400, _error_body(400, f"missing: {', '.join(missing)}"))
+        refused = _refused_tool(body.get("tools") or [])
+        if refused:
+            return Reply(400, _error_body(400, refused))
+        if scripted is None:
+            return Reply(400, _error_body(400, "the stub has no scripted answer for this request"))
+        if scripted.kind == "error":
+            failure = _error_body(scripted.status, str(scripted.payload))
+            return Reply(scripted.status, failure, scripted.delay_s)
+        return Reply(200, self._message(scripted, body), scripted.delay_s)
 
-    def script(self, *behaviours: Behaviour) -> None:
-        """Queue how the next requests are answered, one behaviour per request."""
-        with self._lock:
-            self._script.extend(behaviours)
-
-    def start(self) -> None:
-        """Serve on the ephemeral loopback port in a background thread."""
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop serving and close the socket."""
-        self.stopping.set()
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
-
-    def _next(self, body: dict[str, Any], headers: dict[str, str]) -> Behaviour | None:
-        with self._lock:
-            self.requests.append(body)
-            self.headers.append(headers)
-            return self._script.popleft() if self._script else None
+    def not_found(self, path: str) -> dict[str, Any]:
+        return _error_body(404, f"no route {path}")
 
     def _message(self, behaviour: Behaviour, body: dict[str, Any]) -> dict[str, Any]:
         """A Messages API response in the real shape."""
-        n = next(self._ids)
+        n = self.next_id()
         if behaviour.kind == "tool_use":
             tools = body.get("tools") or [{}]
             name = (behaviour.tool_name or (body.get("tool_choice") or {}).get("name")
@@ -155,12 +128,6 @@ class AnthropicStub:
         }
 
 
-def _credential(headers: dict[str, str]) -> str | None:
-    # SDK versions differ: older ones send x-api-key, newer ones an Authorization bearer.
-    bearer = headers.get("authorization", "")
-    return headers.get("x-api-key") or (bearer[7:] if bearer.lower().startswith("bearer ") else None)
-
-
 def _error_body(status: int, message: str) -> dict[str, Any]:
     return {"type": "error", "error": {"type": _ERROR_TYPES.get(status, "api_error"), "message": message}}
 
@@ -179,55 +146,6 @@ def _refused_tool(tools: list[Any]) -> str | None:
             return (f"tools.{index}.custom.input_schema: input_schema does not support oneOf, "
                     "allOf, or anyOf at the top level")
     return None
-
-
-def _handler_for(stub: AnthropicStub) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - the name http.server dispatches to
-            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            headers = {k.lower(): v for k, v in self.headers.items()}
-            if self.path.split("?")[0] != "/v1/messages":
-                self._send(404, _error_body(404, f"no route {self.path}"))
-                return
-            body = json.loads(raw or b"{}")
-            behaviour = stub._next(body, headers)
-            if not _credential(headers):
-                self._send(401, _error_body(401, "x-api-key header is required"))
-                return
-            missing = [k for k in ("model", "max_tokens", "messages") if k not in body]
-            if missing:
-                self._send(400, _error_body(400, f"missing: {', '.join(missing)}"))
-                return
-            refused = _refused_tool(body.get("tools") or [])
-            if refused:
-                self._send(400, _error_body(400, refused))
-                return
-            if behaviour is None:
-                self._send(400, _error_body(400, "the stub has no scripted answer for this request"))
-                return
-            if behaviour.delay_s and stub.stopping.wait(behaviour.delay_s):
-                return  # torn down while waiting; the client gave up long ago
-            if behaviour.kind == "error":
-                self._send(behaviour.status, _error_body(behaviour.status, str(behaviour.payload)))
-            else:
-                self._send(200, stub._message(behaviour, body))
-
-        def _send(self, status: int, payload: dict[str, Any]) -> None:
-            data = json.dumps(payload).encode()
-            try:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.send_header("request-id", "req_stub")
-                self.end_headers()
-                self.wfile.write(data)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the client timed out and closed the connection: expected in timeout tests
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base signature
-            pass  # keep test output clean
-
-    return Handler
 
 
 @contextmanager

@@ -2,8 +2,7 @@
 
 The public :meth:`CompletionClient.complete` handles the timeout, bounded retries on
 transient errors and validation of the answer against the JSON schema, once for every
-provider; a provider implements only :meth:`CompletionClient._call`. The Anthropic SDK is
-imported only when its provider is first used.
+provider; a provider implements only :meth:`CompletionClient._call`.
 
 ::
 
@@ -16,12 +15,11 @@ imported only when its provider is first used.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
@@ -29,20 +27,14 @@ from jsonschema.validators import validator_for
 
 from retold.errors import RetoldError
 
-if TYPE_CHECKING:  # only for annotations: the SDK stays unimported until first use
-    import anthropic
-    from anthropic.types import MessageParam, ToolChoiceToolParam, ToolParam
-
-    from retold.config import HostedConfig
-
 __all__ = [
-    "AnthropicClient",
     "CompletionClient",
     "CompletionRequest",
     "FakeCompletionClient",
     "HostedError",
+    "HostedFailure",
     "Message",
-    "client_from_config",
+    "timed_out",
 ]
 
 log = logging.getLogger(__name__)
@@ -81,7 +73,7 @@ class CompletionRequest:
     system: str
     messages: tuple[Message, ...]
     schema: dict[str, Any]
-    schema_name: str  # the tool name the provider is asked to call with the answer
+    schema_name: str  # names the answer for the provider: its tool, or its response format
     max_output_tokens: int
     timeout_ms: int
 
@@ -133,9 +125,7 @@ class CompletionClient(ABC):
         try:
             return self._call(request)
         except TimeoutError as exc:
-            raise HostedError(
-                "timeout", f"{self.model} did not answer within {request.timeout_ms} ms", retryable=True
-            ) from exc
+            raise timed_out(self.model, request.timeout_ms) from exc
         except ConnectionError as exc:
             raise HostedError("provider", f"{self.model}: connection failed: {exc}", retryable=True) from exc
 
@@ -144,6 +134,11 @@ class CompletionClient(ABC):
         """One attempt: send ``request`` within ``request.timeout_ms`` and return the raw
         answer (normally the tool-input dict). Raise HostedError, with ``retryable`` set
         for transient failures; do not validate or retry here."""
+
+
+def timed_out(model: str, timeout_ms: int) -> HostedError:
+    """The transient failure of an attempt that outlived its ``timeout_ms``."""
+    return HostedError("timeout", f"{model} did not answer within {timeout_ms} ms", retryable=True)
 
 
 def _validated(answer: object, request: CompletionRequest, model: str) -> dict[str, Any]:
@@ -184,122 +179,3 @@ class FakeCompletionClient(CompletionClient):
         if isinstance(answer, Exception):
             raise answer
         return answer(request) if callable(answer) else answer
-
-
-class AnthropicClient(CompletionClient):
-    """The Anthropic Messages API as a CompletionClient: the answer is forced through a
-    single tool whose ``input_schema`` is the request's schema.
-
-    The SDK client is built on first use with the SDK's own retries off, so that
-    :meth:`CompletionClient.complete` alone decides what is retried and how often.
-    """
-
-    def __init__(
-        self,
-        model: str,
-        api_key: str,
-        base_url: str | None = None,
-        max_retries: int = 2,
-        *,
-        retry_backoff_s: float = 0.25,
-    ) -> None:
-        self.model = model
-        self.base_url = base_url
-        self.max_retries = max_retries
-        self.retry_backoff_s = retry_backoff_s
-        self._api_key = api_key
-        self._sdk: anthropic.Anthropic | None = None
-        self._lock = threading.Lock()  # rewrites run on worker threads
-
-    def __repr__(self) -> str:  # never show the key
-        return f"AnthropicClient(model={self.model!r}, base_url={self.base_url!r})"
-
-    def prepare(self) -> None:
-        """Import the SDK and build its client now."""
-        self._client()
-
-    def _client(self) -> anthropic.Anthropic:
-        with self._lock:
-            if self._sdk is None:
-                try:
-                    import anthropic
-                except ImportError as exc:
-                    raise HostedError(
-                        "not_configured",
-                        f"{self.model} needs the Anthropic SDK: pip install 'retold[hosted]'",
-                    ) from exc
-                self._sdk = anthropic.Anthropic(api_key=self._api_key, base_url=self.base_url, max_retries=0)
-            return self._sdk
-
-    def _call(self, request: CompletionRequest) -> object:
-        import anthropic
-        from anthropic.types import ToolUseBlock
-
-        client = self._client()
-        messages: list[MessageParam] = [
-            {"role": "user", "content": m.content}
-            if m.role == "user"
-            else {"role": "assistant", "content": m.content}
-            for m in request.messages
-        ]
-        tool: ToolParam = {
-            "name": request.schema_name,
-            "description": f"Record the answer as one {request.schema_name} object.",
-            "input_schema": request.schema,
-        }
-        choice: ToolChoiceToolParam = {"type": "tool", "name": request.schema_name}
-        try:
-            response = client.messages.create(
-                model=self.model,
-                max_tokens=request.max_output_tokens,
-                system=request.system,
-                messages=messages,
-                tools=[tool],
-                tool_choice=choice,
-                timeout=request.timeout_ms / 1000,
-            )
-        except anthropic.APITimeoutError as exc:  # before APIConnectionError: it is one
-            raise HostedError(
-                "timeout", f"{self.model} did not answer within {request.timeout_ms} ms", retryable=True
-            ) from exc
-        except anthropic.APIConnectionError as exc:
-            raise HostedError("provider", f"cannot reach the Anthropic API: {exc}", retryable=True) from exc
-        except anthropic.APIStatusError as exc:
-            # 429 and 5xx (529 overloaded included) pass; any other 4xx is our request or
-            # our key, and asking again cannot fix it.
-            transient = exc.status_code == 429 or exc.status_code >= 500
-            message = f"Anthropic API answered HTTP {exc.status_code}: {exc.message}"
-            raise HostedError("provider", message, retryable=transient) from exc
-        except anthropic.APIError as exc:
-            raise HostedError("provider", f"Anthropic API error: {exc}") from exc
-        if response.stop_reason == "max_tokens":
-            # A tool call cut at the token cap carries a partial input; never trust it.
-            raise HostedError("malformed", f"{self.model} hit max_output_tokens={request.max_output_tokens}")
-        for block in response.content:
-            if isinstance(block, ToolUseBlock) and block.name == request.schema_name:
-                return block.input
-        kinds = ", ".join(getattr(b, "type", "?") for b in response.content) or "nothing"
-        raise HostedError(
-            "malformed", f"{self.model} answered with {kinds}, not a {request.schema_name} call"
-        )
-
-
-def client_from_config(
-    model: str, hosted: HostedConfig, environ: Mapping[str, str]
-) -> CompletionClient | None:
-    """The CompletionClient for ``model``, or None when no API key is available.
-
-    The key is read from ``environ[hosted.api_key_env]``; the caller passes ``os.environ``
-    (nothing here reads the environment itself). Without a key the product still runs
-    and the hosted components report that they are not configured. ``claude-*`` models
-    use the Anthropic SDK; any other model name is HostedError ``not_configured``, whether
-    or not a key is set, because no provider serves it.
-    """
-    if not model.startswith("claude-"):
-        raise HostedError(
-            "not_configured", f"no hosted provider for model {model!r} (supported: claude-* models)"
-        )
-    api_key = environ.get(hosted.api_key_env, "").strip()
-    if not api_key:
-        return None
-    return AnthropicClient(model, api_key, base_url=hosted.base_url, max_retries=hosted.max_retries)

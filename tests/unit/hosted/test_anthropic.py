@@ -1,4 +1,4 @@
-"""CompletionClient through the real Anthropic SDK against a loopback stub."""
+"""AnthropicClient: CompletionClient through the real Anthropic SDK against a loopback stub."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from retold.config import HostedConfig
 from retold.hosted import (
     AnthropicClient,
     CompletionClient,
@@ -15,7 +14,6 @@ from retold.hosted import (
     FakeCompletionClient,
     HostedError,
     Message,
-    client_from_config,
 )
 from retold.testing.anthropic_stub import AnthropicStub, error, rate_limited, text_only, tool_use
 
@@ -179,33 +177,3 @@ def test_the_fake_client_plays_its_script() -> None:
     with pytest.raises(HostedError):
         fake.complete(_request())
     assert len(fake.calls) == 2
-
-
-# --- client_from_config -------------------------------------------------------------------
-
-
-def test_no_api_key_means_no_client() -> None:
-    assert client_from_config(MODEL, HostedConfig(), environ={}) is None
-    assert client_from_config(MODEL, HostedConfig(), environ={"ANTHROPIC_API_KEY": "  "}) is None
-
-
-def test_a_key_in_the_named_variable_builds_an_anthropic_client(anthropic_stub: AnthropicStub) -> None:
-    hosted = HostedConfig(base_url=anthropic_stub.base_url, api_key_env="RETOLD_KEY", max_retries=0)
-
-    client = client_from_config(MODEL, hosted, environ={"RETOLD_KEY": "sk-secret"})
-
-    assert isinstance(client, AnthropicClient)
-    assert (client.model, client.max_retries, client.base_url) == (MODEL, 0, anthropic_stub.base_url)
-    assert "sk-secret" not in repr(client)
-    assert client_from_config(MODEL, hosted, environ={"ANTHROPIC_API_KEY": "sk-other"}) is None
-    anthropic_stub.script(tool_use({"answer": "42"}))
-    assert client.complete(_request()) == {"answer": "42"}
-    assert anthropic_stub.api_keys == ["sk-secret"]
-
-
-def test_a_model_no_provider_serves_is_not_configured() -> None:
-    with pytest.raises(HostedError) as info:
-        client_from_config("gpt-4o-mini", HostedConfig(), environ={"ANTHROPIC_API_KEY": "sk-x"})
-
-    assert info.value.kind == "not_configured"
-    assert "gpt-4o-mini" in str(info.value)
