@@ -217,11 +217,10 @@ def _cmd_expire(args: argparse.Namespace) -> int:
 
 
 def _cmd_retain(args: argparse.Namespace) -> int:
+    from retold import cli_maintenance
+
     with _runtime(args) as rt:
-        count = rt.operations.retain(_actor(args))
-        days = rt.config.sessions.retain_days
-    print(f"blanked the transcripts of {count} sessions (extracted, ended more than {days} days ago)")
-    return 0
+        return cli_maintenance.retain(rt, _actor(args))
 
 
 def _cmd_erase(args: argparse.Namespace) -> int:
@@ -243,20 +242,11 @@ def _cmd_erase(args: argparse.Namespace) -> int:
 
 
 def _cmd_reembed(args: argparse.Namespace) -> int:
-    def bar(done: int, total: int) -> None:
-        width = 30
-        filled = width if total == 0 else width * done // total
-        sys.stderr.write(f"\rreembed [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
-        sys.stderr.flush()
+    from retold import cli_maintenance
 
     with _runtime(args, repairs=True) as rt:
-        result = rt.operations.reembed(args.model, args.version, dims=args.dims, progress=bar,
-                                  actor=_actor(args))
-    sys.stderr.write("\n")
-    print(f"re-embedded {result.embedded} records with {result.model} version {result.version} "
-          f"in {result.seconds:.1f} s ({result.records_per_second:.0f} records/s); "
-          f"dropped {result.dropped} old vectors")
-    return 0
+        return cli_maintenance.reembed(rt, args.model, args.version, args.dims, enqueue=args.enqueue,
+                                       actor=_actor(args))
 
 
 def _cmd_snapshot(args: argparse.Namespace) -> int:
@@ -407,9 +397,11 @@ def build_parser() -> argparse.ArgumentParser:
     _command(commands, "expire", _cmd_expire, "expire every active record past its expiry",
              "Mark every active record whose expires_at has passed as expired, one record.status"
              " event each.")
-    _command(commands, "retain", _cmd_retain, "blank old transcripts of extracted sessions",
+    _command(commands, "retain", _cmd_retain, "remove user text past its retention age",
              "Blank the turns of sessions whose extraction completed and that ended more than"
-             " sessions.retain_days ago; turn rows stay. Unextracted sessions are never blanked.")
+             " sessions.retain_days ago (turn rows stay; unextracted sessions are never blanked),"
+             " delete search_log rows older than retention.search_log_days and cut the payloads of"
+             " events older than retention.event_payload_days to ids, outcomes and counts.")
 
     erase = _command(commands, "erase", _cmd_erase, "irreversibly erase a record, session or user",
                      "Irreversibly erase durable content, keep ids, kinds and timestamps,"
@@ -422,13 +414,16 @@ def build_parser() -> argparse.ArgumentParser:
     erase.add_argument("--yes", action="store_true", help="confirm the irreversible erase")
 
     reembed = _command(commands, "reembed", _cmd_reembed, "re-embed every record with another model",
-                       "Re-embed every record with text, drop the old vectors and log one"
+                       "Re-embed every record with text beside the live vectors (searches keep them;"
+                       " a stopped run resumes), then swap: drop the old vectors, log one"
                        " store.reembedded event, and record the new embedding family as the store's."
                        " A new version of the same model is accepted; another model is refused while"
                        " the dense floors are still those of the old one.")
     reembed.add_argument("--model", required=True, help="embedding model name or path ('fake' for tests)")
     reembed.add_argument("--version", required=True, help="embedding version tag for the new vectors")
     reembed.add_argument("--dims", type=_positive, help="vector width (default: embedding.dims)")
+    reembed.add_argument("--enqueue", action="store_true", help="queue it for a worker (maintenance"
+                         " queue; progress shows in Flower) instead of running it here")
 
     snapshot = _command(commands, "snapshot", _cmd_snapshot, "save or load a copy of the store",
                         "Copy the SQLite database to a new file, or replace the store with a copy"

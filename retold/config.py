@@ -43,6 +43,7 @@ __all__ = [
     "PolicyConfig",
     "QueueConfig",
     "RerankerConfig",
+    "RetentionConfig",
     "RetrievalConfig",
     "RewriteConfig",
     "SchedulerMode",
@@ -293,6 +294,14 @@ class SessionsConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class RetentionConfig:
+    """``retention:`` - how long search logs and event payloads keep user text."""
+
+    search_log_days: int = 30  # older search_log rows are deleted
+    event_payload_days: int = 90  # older events keep only ids, outcomes and counts
+
+
+@dataclass(frozen=True, slots=True)
 class QueueConfig:
     """``queue:`` - the Celery broker. Task messages carry ids, never memory content (SQLite
     stays the truth); with no URL an embedded file broker needs no server."""
@@ -355,6 +364,7 @@ class Config:
     hosted: HostedConfig = field(default_factory=HostedConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     sessions: SessionsConfig = field(default_factory=SessionsConfig)
+    retention: RetentionConfig = field(default_factory=RetentionConfig)
     queue: QueueConfig = field(default_factory=QueueConfig)
     mcp: McpConfig = field(default_factory=McpConfig)
     tools: ToolsConfig = field(default_factory=ToolsConfig)

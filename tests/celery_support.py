@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -9,6 +12,9 @@ from pathlib import Path
 
 import pytest
 import redis
+
+ROOT = Path(__file__).resolve().parents[1]
+StartWorker = Callable[[str], tuple[subprocess.Popen[bytes], Path]]
 
 
 @contextmanager
@@ -33,3 +39,33 @@ def wait_for(predicate: Callable[[], bool], what: str, logs: list[Path], timeout
         time.sleep(poll_s)
     tails = "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in logs if p.exists())
     pytest.fail(f"timed out waiting for {what}\n{tails}")
+
+
+@contextmanager
+def solo_workers(tmp: Path, env: dict[str, str], queues: str, *extra: str) -> Iterator[StartWorker]:
+    """Start named workers with the solo pool (the main process runs each task, so killing
+    it kills the task), each logging to ``tmp/<name>.log``, with ``env`` over this
+    environment less its ``RETOLD_*`` variables; every one is killed on exit."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(name: str) -> tuple[subprocess.Popen[bytes], Path]:
+        full = {k: v for k, v in os.environ.items() if not k.startswith("RETOLD_")}
+        full.update(PYTHONPATH=str(ROOT), **env)
+        log_path = tmp / f"{name}.log"
+        with log_path.open("wb") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "celery", "-A", "workers", "worker", "-P", "solo", *extra,
+                 "-Q", queues, "--loglevel=INFO", "-n", f"{name}-{os.getpid()}@%h",
+                 "--without-gossip", "--without-mingle"],
+                cwd=tmp, env=full, stdout=log, stderr=subprocess.STDOUT)
+        started.append(proc)
+        return proc, log_path
+
+    try:
+        yield start
+    finally:
+        for proc in started:
+            if proc.poll() is None:
+                proc.kill()
+        for proc in started:
+            proc.wait(timeout=10)

@@ -8,6 +8,10 @@ extraction of the same session a no-op, the sweeps change only rows still due, a
 Extraction runs the whole resumable pipeline (extract, review, apply) in one task;
 ``review_session`` resumes a session whose extract stage is already persisted (what
 ``recover`` enqueues for stage ``review``), so the extractor is never paid twice.
+
+``reembed`` reports its progress (records done / total) as the ``PROGRESS`` state
+(:mod:`workers.progress`) and resumes from the vectors it staged when a killed worker's
+message comes back or the operator enqueues it again.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import Any
 
 from retold.operations import TEMPORAL_REVIEWER
 from workers.app import app, purge_consumed_messages
+from workers.progress import task_progress
 from workers.runtime import current_runtime
 
 __all__ = [
@@ -25,9 +30,10 @@ __all__ = [
 ]
 
 
-def _task(name: str) -> Callable[[Callable[..., dict[str, Any]]], Any]:
-    """``app.task(name=name)``, typed: Celery's task decorator has no annotations."""
-    decorator: Callable[[Callable[..., dict[str, Any]]], Any] = app.task(name=name)
+def _task(name: str, *, bind: bool = False) -> Callable[[Callable[..., dict[str, Any]]], Any]:
+    """``app.task(name=name)``, typed: Celery's task decorator has no annotations. A bound
+    task gets itself as its first argument, to report progress."""
+    decorator: Callable[[Callable[..., dict[str, Any]]], Any] = app.task(name=name, bind=bind)
     return decorator
 
 
@@ -78,14 +84,17 @@ def expire() -> dict[str, Any]:
 
 @_task("retold.retain")
 def retain() -> dict[str, Any]:
-    return {"blanked": current_runtime().operations.retain(MAINTENANCE_ACTOR)}
+    result = current_runtime().operations.retain(MAINTENANCE_ACTOR)
+    return {"blanked": result.sessions_blanked, "search_logs_deleted": result.search_logs_deleted,
+            "event_payloads_thinned": result.event_payloads_thinned}
 
 
-@_task("retold.reembed")
-def reembed(model: str, version: str) -> dict[str, Any]:
-    result = current_runtime().operations.reembed(model, version, actor=MAINTENANCE_ACTOR)
+@_task("retold.reembed", bind=True)
+def reembed(self: Any, model: str, version: str, dims: int | None = None) -> dict[str, Any]:
+    result = current_runtime().operations.reembed(model, version, dims=dims, actor=MAINTENANCE_ACTOR,
+                                                  progress=task_progress(self))
     return {"model": result.model, "version": result.version, "embedded": result.embedded,
-            "dropped": result.dropped}
+            "resumed": result.resumed, "dropped": result.dropped}
 
 
 @_task("retold.queue_maintenance")

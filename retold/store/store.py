@@ -12,6 +12,7 @@ from retold.store.erasure import ErasureMixin
 from retold.store.grants import GrantsMixin
 from retold.store.maintenance import MaintenanceMixin
 from retold.store.records import RecordsMixin
+from retold.store.retention import RetentionMixin
 from retold.store.search import SearchMixin
 from retold.store.sessions import SessionsMixin
 from retold.store.vectors import VectorsMixin
@@ -27,6 +28,7 @@ class Store(
     GrantsMixin,
     SearchMixin,
     MaintenanceMixin,
+    RetentionMixin,
     ErasureMixin,
 ):
     """The store: records, vectors, entities, sessions, grants, search logs and sweeps."""

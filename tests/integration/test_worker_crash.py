@@ -15,8 +15,6 @@ from __future__ import annotations
 import os
 import signal
 import sqlite3
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -31,11 +29,11 @@ from retold.models import CandidateRecord, ExtractionOutput, Principal, Scope, S
 from retold.runtime import Runtime
 from retold.testing.anthropic_stub import AnthropicStub, serve_anthropic_stub, tool_use
 from retold.util import to_iso
+from tests.celery_support import StartWorker, solo_workers
 from tests.celery_support import flushed_redis as flushed
 from tests.celery_support import wait_for as shared_wait_for
 from workers.app import create_app
 
-ROOT = Path(__file__).resolve().parents[2]
 REDIS_DB = 8  # test_workers.py uses 7
 REDIS_URL = f"redis://127.0.0.1:6379/{REDIS_DB}"
 AGENT = "research-agent"
@@ -49,7 +47,6 @@ SUMMARY = "Aditya asked for short technical answers he can read on his phone."
 REVIEW_DELAY_S = 5.0
 DEADLINE_S = 45
 EXTRACTION_TOOL = "record_extraction"
-StartWorker = Callable[[str], tuple[subprocess.Popen[bytes], Path]]
 
 
 def extraction_answer() -> dict[str, Any]:
@@ -93,30 +90,9 @@ def config_path(tmp_path: Path, stub: AnthropicStub) -> Path:
 @pytest.fixture
 def workers(tmp_path: Path, config_path: Path) -> Iterator[StartWorker]:
     """Start solo workers on Redis with the hosted models at the stub; all are killed at teardown."""
-    started: list[subprocess.Popen[bytes]] = []
-
-    def start(name: str) -> tuple[subprocess.Popen[bytes], Path]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("RETOLD_")}
-        env.update(RETOLD_CONFIG=str(config_path), RETOLD_BROKER_URL=REDIS_URL, PYTHONPATH=str(ROOT),
-                   ANTHROPIC_API_KEY="test-key")
-        log_path = tmp_path / f"{name}.log"
-        with log_path.open("wb") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "celery", "-A", "workers", "worker", "-P", "solo",
-                 "-Q", "extraction,maintenance", "--loglevel=INFO", "-n", f"{name}-{os.getpid()}@%h",
-                 "--without-gossip", "--without-mingle"],
-                cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
-        started.append(proc)
-        return proc, log_path
-
-    try:
+    env = {"RETOLD_CONFIG": str(config_path), "RETOLD_BROKER_URL": REDIS_URL, "ANTHROPIC_API_KEY": "test-key"}
+    with solo_workers(tmp_path, env, "extraction,maintenance") as start:
         yield start
-    finally:
-        for proc in started:
-            if proc.poll() is None:
-                proc.kill()
-        for proc in started:
-            proc.wait(timeout=10)
 
 
 def wait_for(predicate: Callable[[], bool], what: str, logs: list[Path], timeout: float = DEADLINE_S) -> None:
