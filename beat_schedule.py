@@ -11,8 +11,9 @@ only make sense with one kind of broker, ``"brokers"``. The Celery app
 - ``end_idle_sessions`` ends sessions idle past ``ingestion.session_idle_timeout_minutes``
   and schedules their extraction, for frameworks that never signal a session's end.
 - ``temporal_review`` flags records whose ``review_at`` arrived.
-- ``expire`` and ``retain`` are the lifecycle sweeps: records past their expiry, and
-  transcripts of extracted sessions older than ``sessions.retain_days``.
+- ``expire`` and ``retain`` are the lifecycle sweeps: records past their expiry, and user
+  text past its age (transcripts of extracted sessions after ``sessions.retain_days``,
+  search-log rows and event payload text after the ``retention:`` ages).
 - ``queue_maintenance`` deletes consumed messages from the embedded broker's file, which
   kombu's SQLAlchemy transport never deletes; a Redis broker needs no such sweep.
 """

@@ -24,8 +24,18 @@ import yaml
 
 from retold.config_check import Invalid, build_block
 from retold.config_hosted import HostedConfig, hosted_errors
+from retold.config_retrieval import (
+    AutoGateConfig,
+    DenseFloors,
+    FreshnessConfig,
+    GateConfig,
+    RerankerConfig,
+    RetrievalConfig,
+    RewriteConfig,
+    SearchLogConfig,
+    TriggerConfig,
+)
 from retold.errors import ConfigError
-from retold.models import SourceKind
 from retold.util import to_plain
 
 __all__ = [
@@ -45,6 +55,7 @@ __all__ = [
     "PolicyConfig",
     "QueueConfig",
     "RerankerConfig",
+    "RetentionConfig",
     "RetrievalConfig",
     "RewriteConfig",
     "SchedulerMode",
@@ -60,10 +71,6 @@ __all__ = [
 
 Device = Literal["auto", "cpu", "cuda", "mps"]
 EmbeddingBackend = Literal["auto", "onnx", "sentence-transformers"]
-RerankMode = Literal["rrf_cross_encoder", "cross_encoder_only"]
-RerankOnFailure = Literal["fallback", "fail"]
-TriggerMode = Literal["tool_only", "auto", "hybrid"]
-LogWrites = Literal["background", "inline"]
 SchedulerMode = Literal["celery", "in_process"]
 
 
@@ -95,121 +102,6 @@ class EmbeddingConfig:
     reembed_batch_size: int = 64
     # CPU threads for torch, or ONNX Runtime's intra-op pool; None leaves the library default
     torch_threads: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class RerankerConfig:
-    """``reranker:`` - the optional cross-encoder pass after duplicate collapse."""
-
-    enabled: bool = False
-    model: str = "BAAI/bge-reranker-v2-m3"
-    candidates: int = 30
-    floor: float | None = None  # None = uncalibrated, so rejected when enabled
-    budget_mean_ms: float = 100.0
-    batch_size: int = 32
-    mode: RerankMode = "rrf_cross_encoder"
-    timeout_ms: int = 2000
-    on_failure: RerankOnFailure = "fallback"
-
-
-@dataclass(frozen=True, slots=True)
-class RewriteConfig:
-    """``retrieval.rewrite:`` - hosted query rewriting before search."""
-
-    enabled: bool = False
-    model: str = "claude-haiku-4-5-20251001"
-    max_context_chars: int = 2000
-    timeout_ms: int = 800
-    max_output_tokens: int = 512
-
-
-@dataclass(frozen=True, slots=True)
-class TriggerConfig:
-    """``retrieval.trigger:`` - who issues searches: the model's tool calls, the host, or both."""
-
-    mode: TriggerMode = "tool_only"
-    auto_k: int = 4
-    auto_min_query_chars: int = 12
-
-
-@dataclass(frozen=True, slots=True)
-class DenseFloors:
-    """Lowest cosine a dense-only candidate may have, per record type; calibrated
-    for all-MiniLM-L6-v2 v1 by benchmarks/calibrate_gate.py; the bge-m3 values are in
-    docs/decisions.md "Gate floors for all-MiniLM-L6-v2"."""
-
-    semantic: float = 0.65
-    episodic: float = 0.50
-    procedural: float = 0.60
-    session_summary: float = 0.60
-
-
-@dataclass(frozen=True, slots=True)
-class AutoGateConfig:
-    """``retrieval.gate.auto:`` - stricter floors for host-issued searches."""
-
-    dense_floor: DenseFloors = dataclasses.field(
-        default_factory=lambda: DenseFloors(
-            semantic=0.70, episodic=0.55, procedural=0.65, session_summary=0.65
-        )
-    )
-    lexical_min_term_fraction: float = 0.6
-    lexical_min_matched_terms: int = 2
-    relative_floor: float = 0.95
-    exclude_source_kinds: tuple[SourceKind, ...] = ("session_summary",)
-    name_only_margin: float = 0.20
-    unknown_name_floor: float = 0.90
-
-
-@dataclass(frozen=True, slots=True)
-class GateConfig:
-    """``retrieval.gate:`` - the relevance gate that lets a search come back empty rather than
-    return weak matches (docs/architecture.md "The search path")."""
-
-    dense_floor: DenseFloors = field(default_factory=DenseFloors)
-    lexical_min_term_fraction: float = 0.5
-    lexical_min_matched_terms: int = 2
-    relative_floor: float = 0.0
-    name_only_margin: float = 0.15
-    unknown_name_floor: float = 0.85
-    auto: AutoGateConfig = field(default_factory=AutoGateConfig)
-
-
-@dataclass(frozen=True, slots=True)
-class FreshnessConfig:
-    """``retrieval.freshness:`` - episodic score decay."""
-
-    episodic_half_life_days: float = 30.0
-    floor: float = 0.5
-
-
-@dataclass(frozen=True, slots=True)
-class SearchLogConfig:
-    """``retrieval.search_log:`` - how each search's log row reaches the store
-    (docs/decisions.md, "Search-log rows are written off the search path")."""
-
-    writes: LogWrites = "background"
-    queue_size: int = 1024  # rows waiting for the writer; a row beyond this is dropped
-    batch_size: int = 64  # most rows one write transaction takes
-    flush_timeout_seconds: float = 5.0  # longest wait of a flush (close, `retold search`, an erase)
-
-
-@dataclass(frozen=True, slots=True)
-class RetrievalConfig:
-    """``retrieval:`` - the search pipeline (docs/architecture.md "The search path")."""
-
-    rewrite: RewriteConfig = field(default_factory=RewriteConfig)
-    trigger: TriggerConfig = field(default_factory=TriggerConfig)
-    per_generator_k: int = 30
-    max_alias_tokens: int = 4
-    entity_max_links: int = 5  # a query-text entity linking more records is not a match
-    rrf_k: int = 60
-    default_k: int = 8
-    token_budget: int = 1500
-    dedup_cosine: float = 0.92
-    gate: GateConfig = field(default_factory=GateConfig)
-    freshness: FreshnessConfig = field(default_factory=FreshnessConfig)
-    search_log: SearchLogConfig = field(default_factory=SearchLogConfig)
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,6 +180,14 @@ class SessionsConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class RetentionConfig:
+    """``retention:`` - how long search logs and event payloads keep user text."""
+
+    search_log_days: int = 30  # older search_log rows are deleted
+    event_payload_days: int = 90  # older events keep only ids, outcomes and counts
+
+
+@dataclass(frozen=True, slots=True)
 class QueueConfig:
     """``queue:`` - the Celery broker. Task messages carry ids, never memory content (SQLite
     stays the truth); with no URL an embedded file broker needs no server."""
@@ -362,6 +262,7 @@ class Config:
     hosted: HostedConfig = field(default_factory=HostedConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     sessions: SessionsConfig = field(default_factory=SessionsConfig)
+    retention: RetentionConfig = field(default_factory=RetentionConfig)
     queue: QueueConfig = field(default_factory=QueueConfig)
     mcp: McpConfig = field(default_factory=McpConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)

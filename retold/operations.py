@@ -1,7 +1,8 @@
 """Operations: the maintenance the runtime never does on its own.
 
-What the ``retold`` CLI and the Celery maintenance tasks call: expiry, transcript
-retention, erasure with compaction, re-embedding with the floor-recalibration refusal,
+What the ``retold`` CLI and the Celery maintenance tasks call: expiry, retention (of
+transcripts, search logs and event payloads), erasure with compaction, resumable
+re-embedding with the floor-recalibration refusal,
 snapshots, due-review flagging, unmapped legacy rows, and the debugging reads
 ``search``, ``get`` and ``dump``. Each returns a small typed result. Nothing here imports
 torch: a model loads only when ``reembed`` or ``search`` embeds text.
@@ -24,7 +25,7 @@ from retold.index.embedder import Embedder, embedder_from_config
 from retold.index.vector import VectorIndex
 from retold.models import ACTIVE_STATUSES, Principal, Record, Scope, SearchRequest
 from retold.retrieve.search_log import SearchLogWriter
-from retold.store import Store
+from retold.store import EmbeddingFamily, Store
 from retold.store.erasure import Erasure
 from retold.store.integrity import check_file
 from retold.store.maintenance import MigrationIssue
@@ -42,6 +43,7 @@ __all__ = [
     "Operations",
     "RecordDetail",
     "ReembedResult",
+    "RetentionResult",
     "SearchReport",
     "SnapshotResult",
 ]
@@ -78,6 +80,17 @@ class ReembedResult:
     seconds: float
     records_per_second: float
     event_id: str
+    resumed: int = 0  # records an earlier, stopped run to this family had already embedded
+
+
+@dataclass(frozen=True)
+class RetentionResult:
+    """One ``retain`` run: what each sweep removed, as counts."""
+
+    sessions_blanked: int
+    search_logs_deleted: int
+    event_payloads_thinned: int
+    wal_truncated: bool  # False: another connection kept the WAL from being truncated
 
 
 @dataclass(frozen=True)
@@ -155,13 +168,27 @@ class Operations:
             self.index.acknowledge(row.record_id, row.index_version)
         return len(rows)
 
-    def retain(self, actor: str = "admin") -> int:
-        """Blank the transcripts of extracted sessions that ended more than
-        ``sessions.retain_days`` ago, one event per session; returns how many sessions
-        were blanked. An unextracted session is never blanked: its facts are not out yet."""
+    def retain(self, actor: str = "admin") -> RetentionResult:
+        """Remove user text past its age: blank the transcripts of extracted sessions
+        that ended more than ``sessions.retain_days`` ago (an unextracted session is never
+        blanked: its facts are not out yet), delete ``search_log`` rows older than
+        ``retention.search_log_days`` and thin the payloads of events older than
+        ``retention.event_payload_days`` to ids, outcomes and counts. Each sweep logs
+        one event when it changed anything; a re-run changes nothing."""
+        now, kept = self.clock.now(), self.config.retention
         days = self.config.sessions.retain_days
-        cutoff = self.clock.now() - timedelta(days=days)
-        return len(self.store.blank_retained_sessions(cutoff, actor, days))
+        self._flush_search_log()  # a queued row of an old search lands before the prune
+        # Freed cells are zeroed as they go, and the truncated WAL keeps no old frame.
+        self.store.set_secure_delete(True)
+        try:
+            blanked = self.store.blank_retained_sessions(now - timedelta(days=days), actor, days)
+            logs = self.store.prune_search_log(
+                now - timedelta(days=kept.search_log_days), actor, kept.search_log_days)
+            events = self.store.thin_event_payloads(
+                now - timedelta(days=kept.event_payload_days), actor, kept.event_payload_days)
+        finally:
+            self.store.set_secure_delete(False)
+        return RetentionResult(len(blanked), logs.rows, events.rows, self.store.truncate_wal())
 
     def review_due(self, actor: str = TEMPORAL_REVIEWER) -> int:
         """Flag one bounded batch of records whose ``review_at`` has arrived; returns how
@@ -253,47 +280,56 @@ class Operations:
         actor: str = "admin",
     ) -> ReembedResult:
         """Embed every record with text under ``model``/``version`` in batches of
-        ``embedding.reembed_batch_size``, drop every other vector, record the new family as
-        the store's, and append one ``store.reembedded`` event. ``progress(done, total)`` is
-        called after each batch."""
+        ``embedding.reembed_batch_size``, then swap: the new vectors replace the live
+        ones, every other vector goes, the new family becomes the store's, and one
+        ``store.reembedded`` event is appended. ``progress(done, total)`` is called
+        before the first batch and after each one.
+
+        Batches are staged apart from the live vectors, so searches keep their full
+        dense channel until the swap, and a run that stopped part-way (a killed worker)
+        resumes: records already staged for this family are not embedded again.
+        """
         if not model.strip() or not version.strip():
             raise OperationError("reembed needs a non-empty model and version")
         self.check_reembed(model, version, dims)
         embedder = self._embedder(model, version, dims)
+        family = EmbeddingFamily(embedder.name, embedder.version, embedder.dims)
         batch_size = self.config.embedding.reembed_batch_size
-        total = self.store.count_embeddable()
         before = self.store.embedding_versions()
+        discarded = self.store.discard_staged(family)
+        resumed = self.store.staged_vectors(family)
         started = time.perf_counter()
-        done = batches = 0
-        last_seq = 0
-        if progress:
-            progress(0, total)
-        while True:
-            rows = self.store.embeddable_after(last_seq, batch_size)
-            if not rows:
-                break
-            # The model runs outside any transaction, so writers never wait on it.
-            vectors = embedder.embed_documents([content for _, _, content in rows])
-            self.store.put_embeddings(
-                [(rid, vectors[i]) for i, (_, rid, _) in enumerate(rows)], embedder.name, embedder.version)
-            last_seq = rows[-1][0]
-            done += len(rows)
-            batches += 1
+        embedded = batches = 0
+        dropped: int | None = None
+        while dropped is None:
+            total = max(self.store.count_embeddable(), resumed + embedded)
             if progress:
-                progress(min(done, max(total, done)), max(total, done))
-        # The swap: other vectors go and the store's recorded family becomes this one, so
-        # a runtime still configured for the old family refuses to start.
-        dropped = self.store.drop_other_embeddings(embedder.name, embedder.version, embedder.dims)
+                progress(resumed + embedded, total)
+            last_seq = 0
+            while rows := self.store.unstaged_after(last_seq, batch_size, family):
+                # The model runs outside any transaction, so writers never wait on it.
+                vectors = embedder.embed_documents([content for _, _, content in rows])
+                self.store.stage_vectors([(rid, vectors[i]) for i, (_, rid, _) in enumerate(rows)], family)
+                last_seq = rows[-1][0]
+                embedded += len(rows)
+                batches += 1
+                if progress:
+                    progress(resumed + embedded, max(total, resumed + embedded))
+            # The swap makes the store's recorded family this one, so a runtime still
+            # configured for the old family refuses to start. None: a record arrived after
+            # its batch was read; embed it and try again.
+            dropped = self.store.swap_staged(family)
         seconds = time.perf_counter() - started
-        rate = done / seconds if seconds > 0 else 0.0
+        rate = embedded / seconds if seconds > 0 else 0.0
         event_id = self.store.append_event("store.reembedded", actor, {
             "model": embedder.name, "version": embedder.version, "dims": embedder.dims,
-            "embedded": done, "dropped": dropped, "batches": batches, "batch_size": batch_size,
-            "seconds": round(seconds, 3), "records_per_second": round(rate, 1),
+            "embedded": embedded, "resumed": resumed, "discarded": discarded, "dropped": dropped,
+            "batches": batches, "batch_size": batch_size, "seconds": round(seconds, 3),
+            "records_per_second": round(rate, 1),
             "before": [{"model": m, "version": v, "vectors": n} for m, v, n in before],
         })
-        return ReembedResult(embedder.name, embedder.version, done, dropped, batches,
-                             seconds, rate, event_id)
+        return ReembedResult(embedder.name, embedder.version, embedded, dropped, batches,
+                             seconds, rate, event_id, resumed)
 
     def _embedder(self, model: str, version: str, dims: int | None) -> Embedder:
         current = self.embedder

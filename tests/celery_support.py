@@ -19,6 +19,9 @@ from retold.ingest.session import ExtractionScheduler
 from retold.models import Principal, Scope
 from retold.runtime import Runtime
 
+ROOT = Path(__file__).resolve().parents[1]
+StartWorker = Callable[[str], tuple[subprocess.Popen[bytes], Path]]
+
 
 @contextmanager
 def flushed_redis(url: str) -> Iterator[None]:
@@ -94,3 +97,19 @@ def talk(rt: Runtime, session_id: str) -> Principal:
     rt.hooks.on_session_start(p)
     p = rt.hooks.on_turn(p, "user", USER_SAYS)
     return rt.hooks.on_turn(p, "assistant", "Understood: short and technical from now on.")
+
+
+@contextmanager
+def solo_workers(tmp: Path, env: dict[str, str], *extra: str) -> Iterator[StartWorker]:
+    """Start named solo workers (the main process runs each task, so killing it kills the
+    task), each logging to ``tmp/<name>.log``, with ``env`` over this environment less its
+    ``RETOLD_*`` variables; every one is killed on exit."""
+    with killed_at_exit() as started:
+        def start(name: str) -> tuple[subprocess.Popen[bytes], Path]:
+            full = {k: v for k, v in os.environ.items() if not k.startswith("RETOLD_")}
+            full.update(PYTHONPATH=str(ROOT), **env)
+            proc, log_path = start_worker(name, tmp, full, *extra)
+            started.append(proc)
+            return proc, log_path
+
+        yield start

@@ -15,6 +15,10 @@ acknowledged, because SQLite, not the broker, decides when the session is tried 
 Extraction runs the whole resumable pipeline (extract, review, apply) in one task;
 ``review_session`` resumes a session whose extract stage is already persisted (what
 ``recover`` enqueues for stage ``review``), so the extractor is never paid twice.
+
+``reembed`` reports its progress (records done / total) as the ``PROGRESS`` state
+(:mod:`workers.progress`) and resumes from the vectors it staged when a killed worker's
+message comes back or the operator enqueues it again.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any
 from retold.errors import ExtractionError
 from retold.operations import TEMPORAL_REVIEWER
 from workers.app import app, purge_consumed_messages
+from workers.progress import task_progress
 from workers.runtime import current_runtime
 
 __all__ = [
@@ -33,11 +38,12 @@ __all__ = [
 ]
 
 
-def _task(name: str, *, throws: tuple[type[Exception], ...] = ()) -> Callable[
+def _task(name: str, *, throws: tuple[type[Exception], ...] = (), bind: bool = False) -> Callable[
         [Callable[..., dict[str, Any]]], Any]:
-    """``app.task(name=name, throws=throws)``, typed: Celery's task decorator has no
-    annotations. ``throws`` are the expected errors, logged without a traceback."""
-    decorator: Callable[[Callable[..., dict[str, Any]]], Any] = app.task(name=name, throws=throws)
+    """``app.task(name=name, throws=throws, bind=bind)``, typed: Celery's task decorator has
+    no annotations. ``throws`` are the expected errors, logged without a traceback; a bound
+    task gets itself as its first argument, to report progress."""
+    decorator: Callable[[Callable[..., dict[str, Any]]], Any] = app.task(name=name, throws=throws, bind=bind)
     return decorator
 
 
@@ -92,14 +98,17 @@ def expire() -> dict[str, Any]:
 
 @_task("retold.retain")
 def retain() -> dict[str, Any]:
-    return {"blanked": current_runtime().operations.retain(MAINTENANCE_ACTOR)}
+    result = current_runtime().operations.retain(MAINTENANCE_ACTOR)
+    return {"blanked": result.sessions_blanked, "search_logs_deleted": result.search_logs_deleted,
+            "event_payloads_thinned": result.event_payloads_thinned}
 
 
-@_task("retold.reembed")
-def reembed(model: str, version: str) -> dict[str, Any]:
-    result = current_runtime().operations.reembed(model, version, actor=MAINTENANCE_ACTOR)
+@_task("retold.reembed", bind=True)
+def reembed(self: Any, model: str, version: str, dims: int | None = None) -> dict[str, Any]:
+    result = current_runtime().operations.reembed(model, version, dims=dims, actor=MAINTENANCE_ACTOR,
+                                                  progress=task_progress(self))
     return {"model": result.model, "version": result.version, "embedded": result.embedded,
-            "dropped": result.dropped}
+            "resumed": result.resumed, "dropped": result.dropped}
 
 
 @_task("retold.queue_maintenance")

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal
 
-from retold.config import Config, TriggerMode
+from retold.config import Config
+from retold.config_retrieval import TriggerMode
 from retold.ingest.session import SessionHooks
 from retold.models import Principal, Role, SearchRequest
 from retold.policy.prompt import MemoryPolicy, memory_policy

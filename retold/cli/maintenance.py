@@ -57,10 +57,19 @@ def _cmd_expire(args: argparse.Namespace) -> int:
 
 
 def _cmd_retain(args: argparse.Namespace) -> int:
+    """Run every retention sweep and print one line per sweep."""
     with cli_runtime(args) as rt:
-        count = rt.operations.retain(actor(args))
-        days = rt.config.sessions.retain_days
-    print(f"blanked the transcripts of {count} sessions (extracted, ended more than {days} days ago)")
+        result = rt.operations.retain(actor(args))
+        config = rt.config
+    print(f"blanked the transcripts of {result.sessions_blanked} sessions (extracted, ended more than"
+          f" {config.sessions.retain_days} days ago)")
+    print(f"deleted {result.search_logs_deleted} search_log rows older than"
+          f" {config.retention.search_log_days} days")
+    print(f"thinned the payloads of {result.event_payloads_thinned} events older than"
+          f" {config.retention.event_payload_days} days to ids, outcomes and counts")
+    if not result.wal_truncated:
+        print("warning: another connection kept the WAL from being truncated; removed text may stay"
+              " in it until the next checkpoint", file=sys.stderr)
     return 0
 
 
@@ -83,6 +92,8 @@ def _cmd_erase(args: argparse.Namespace) -> int:
 
 
 def _cmd_reembed(args: argparse.Namespace) -> int:
+    """Re-embed here with a progress bar, or (``--enqueue``) check that the re-embed would
+    be accepted and hand it to a worker on the maintenance queue."""
     def bar(done: int, total: int) -> None:
         width = 30
         filled = width if total == 0 else width * done // total
@@ -90,11 +101,22 @@ def _cmd_reembed(args: argparse.Namespace) -> int:
         sys.stderr.flush()
 
     with cli_runtime(args, repairs=True) as rt:
+        if args.enqueue:
+            from retold.broker.maintenance import enqueue_reembed
+
+            # Refused here, in the operator's terminal, rather than in a worker's log.
+            rt.operations.check_reembed(args.model, args.version, args.dims)
+            task_id = enqueue_reembed(rt.config, args.model, args.version, args.dims)
+            print(f"queued re-embedding with {args.model} version {args.version} as task {task_id} on"
+                  f" the {rt.config.queue.maintenance_queue} queue; a worker reports its progress as"
+                  " state PROGRESS (done/total) in Flower, and a re-run resumes where a stopped one left off")
+            return 0
         result = rt.operations.reembed(args.model, args.version, dims=args.dims, progress=bar,
                                        actor=actor(args))
     sys.stderr.write("\n")
+    resumed = f"; {result.resumed} were already done by a stopped run" if result.resumed else ""
     print(f"re-embedded {result.embedded} records with {result.model} version {result.version} "
-          f"in {result.seconds:.1f} s ({result.records_per_second:.0f} records/s); "
+          f"in {result.seconds:.1f} s ({result.records_per_second:.0f} records/s){resumed}; "
           f"dropped {result.dropped} old vectors")
     return 0
 
@@ -169,9 +191,11 @@ def register(commands: Any) -> None:
     add_command(commands, "expire", _cmd_expire, "expire every active record past its expiry",
                 "Mark every active record whose expires_at has passed as expired, one record.status"
                 " event each.")
-    add_command(commands, "retain", _cmd_retain, "blank old transcripts of extracted sessions",
+    add_command(commands, "retain", _cmd_retain, "remove user text past its retention age",
                 "Blank the turns of sessions whose extraction completed and that ended more than"
-                " sessions.retain_days ago; turn rows stay. Unextracted sessions are never blanked.")
+                " sessions.retain_days ago (turn rows stay; unextracted sessions are never blanked),"
+                " delete search_log rows older than retention.search_log_days and cut the payloads of"
+                " events older than retention.event_payload_days to ids, outcomes and counts.")
 
     erase = add_command(commands, "erase", _cmd_erase, "irreversibly erase a record, session or user",
                         "Irreversibly erase durable content, keep ids, kinds and timestamps,"
@@ -184,13 +208,16 @@ def register(commands: Any) -> None:
     erase.add_argument("--yes", action="store_true", help="confirm the irreversible erase")
 
     reembed = add_command(commands, "reembed", _cmd_reembed, "re-embed every record with another model",
-                          "Re-embed every record with text, drop the old vectors and log one"
+                          "Re-embed every record with text beside the live vectors (searches keep them;"
+                          " a stopped run resumes), then swap: drop the old vectors, log one"
                           " store.reembedded event, and record the new embedding family as the store's."
                           " A new version of the same model is accepted; another model is refused while"
                           " the dense floors are still those of the old one.")
     reembed.add_argument("--model", required=True, help="embedding model name or path ('fake' for tests)")
     reembed.add_argument("--version", required=True, help="embedding version tag for the new vectors")
     reembed.add_argument("--dims", type=positive, help="vector width (default: embedding.dims)")
+    reembed.add_argument("--enqueue", action="store_true", help="queue it for a worker (maintenance"
+                         " queue; progress shows in Flower) instead of running it here")
 
     snapshot = add_command(commands, "snapshot", _cmd_snapshot, "save or load a copy of the store",
                            "Copy the SQLite database to a new file, or replace the store with a copy"

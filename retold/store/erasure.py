@@ -136,6 +136,9 @@ class ErasureMixin(StoreBase):
             counts["records"] += len(seqs)
             counts["embeddings"] += conn.execute(
                 f"DELETE FROM embeddings WHERE record_id IN ({marks(chunk)})", chunk).rowcount
+            # A vector staged by an unfinished re-embed is as much the record's as its live one.
+            counts["embeddings"] += conn.execute(
+                f"DELETE FROM reembed_vectors WHERE record_id IN ({marks(chunk)})", chunk).rowcount
             counts["entity_links"] += conn.execute(
                 f"DELETE FROM record_entities WHERE record_id IN ({marks(chunk)})", chunk).rowcount
             # Erasure is the one exception to append-only events: payloads quote text.

@@ -1,6 +1,6 @@
 """Sweeps the runtime never runs on its own: expiry, transcript retention, due-review
 claims, snapshots and unmapped legacy rows (re-embedding is in vectors.py, erasure in
-erasure.py).
+erasure.py, the retention of search logs and event payloads in retention.py).
 
 Every write runs in one :meth:`StoreBase.atomic` transaction together with the audit
 events it owes, and every change the vector index must see bumps ``records_version``
@@ -75,7 +75,8 @@ class MaintenanceMixin(StoreBase):
     def blank_retained_sessions(
         self, ended_before: datetime, actor: str, retain_days: int
     ) -> list[tuple[str, int]]:
-        """Blank the turns of extracted sessions that ended before ``ended_before``.
+        """Blank the turns of extracted sessions that ended before ``ended_before`` and
+        delete their persisted extraction stages, which quote the transcript.
 
         Turn rows stay so source references still resolve; a session without
         ``extracted_at`` is never touched (its facts are not extracted yet). Sessions
@@ -86,8 +87,10 @@ class MaintenanceMixin(StoreBase):
             sessions = conn.execute(
                 "SELECT s.id FROM sessions s WHERE s.extracted_at IS NOT NULL"
                 " AND s.ended_at IS NOT NULL AND s.ended_at < ?"
-                " AND EXISTS (SELECT 1 FROM session_turns t WHERE t.session_id = s.id"
-                "             AND t.content != '') ORDER BY s.id",
+                " AND (EXISTS (SELECT 1 FROM session_turns t WHERE t.session_id = s.id"
+                "              AND t.content != '')"
+                "      OR EXISTS (SELECT 1 FROM extraction_stages x WHERE x.session_id = s.id))"
+                " ORDER BY s.id",
                 (to_iso(ended_before),),
             ).fetchall()
             out = []
@@ -96,10 +99,12 @@ class MaintenanceMixin(StoreBase):
                     "UPDATE session_turns SET content = '' WHERE session_id = ? AND content != ''",
                     (session_id,),
                 ).rowcount
+                stages = conn.execute(
+                    "DELETE FROM extraction_stages WHERE session_id = ?", (session_id,)).rowcount
                 self._insert_event(conn, NewEvent(
                     "session.transcript_blanked", actor,
-                    {"session_id": session_id, "turns": turns, "reason": "retention",
-                     "retain_days": retain_days}))
+                    {"session_id": session_id, "turns": turns, "stages": stages,
+                     "reason": "retention", "retain_days": retain_days}))
                 out.append((session_id, turns))
             return out
 

@@ -209,6 +209,22 @@ def _extraction_attempts(conn: sqlite3.Connection) -> None:
                  " WHERE claim_heartbeat_at IS NULL AND extraction_started_at IS NOT NULL")
 
 
+def _reembed_staging(conn: sqlite3.Connection) -> None:
+    """Vectors of a re-embed in progress, kept apart from the live ones until the swap.
+
+    Searches keep using the live family while a re-embed runs, and a re-embed that
+    stopped (a killed worker) resumes from what it staged instead of starting over.
+    """
+    conn.execute(
+        "CREATE TABLE reembed_vectors ("
+        " record_id TEXT PRIMARY KEY REFERENCES records(id),"
+        " model TEXT NOT NULL,"
+        " version TEXT NOT NULL,"
+        " dims INTEGER NOT NULL,"
+        " vector BLOB NOT NULL)"
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _initial_schema),
     Migration(2, "extraction stages", _extraction_stages),
@@ -216,6 +232,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "stemmed full-text index", _stemmed_fts),
     Migration(5, "scope members", _scope_members),
     Migration(6, "extraction attempts and leases", _extraction_attempts),
+    Migration(7, "re-embed staging", _reembed_staging),
 )
 LATEST = MIGRATIONS[-1].version
 

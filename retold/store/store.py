@@ -16,6 +16,7 @@ from retold.store.maintenance import MaintenanceMixin
 from retold.store.members import MembersMixin
 from retold.store.metrics import MetricsMixin
 from retold.store.records import RecordsMixin
+from retold.store.retention import RetentionMixin
 from retold.store.search import SearchMixin
 from retold.store.session_states import SessionStatesMixin
 from retold.store.sessions import SessionsMixin
@@ -34,6 +35,7 @@ class Store(
     MembersMixin,
     SearchMixin,
     MaintenanceMixin,
+    RetentionMixin,
     ErasureMixin,
     SessionStatesMixin,
     EventLogMixin,

@@ -2,13 +2,15 @@
 
 A vector change bumps ``records_version`` and stamps the embedding row, so
 :meth:`VectorsMixin.index_changes` finds it by delta (docs/architecture.md, "Index
-coherence across processes"). Re-embedding reads records in ``seq`` batches and swaps
-the vector family in place; the store's recorded family (``retold/store/family.py``)
-changes in the same transaction as the swap.
+coherence across processes"). Re-embedding stages new vectors in ``reembed_vectors``,
+read in ``seq`` batches, while searches keep the live family; the swap moves them into
+``embeddings``, drops every other family and records the new one
+(``retold/store/family.py``) in one transaction.
 """
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -115,13 +117,73 @@ class VectorsMixin(StoreBase):
         with self._lock:
             return int(self._conn.execute("SELECT count(*) FROM records WHERE content != ''").fetchone()[0])
 
-    def embeddable_after(self, seq: int, limit: int) -> list[tuple[int, str, str]]:
-        """``(seq, id, content)`` of the next ``limit`` records with text after ``seq``."""
+    def unstaged_after(self, seq: int, limit: int, family: EmbeddingFamily) -> list[tuple[int, str, str]]:
+        """``(seq, id, content)`` of the next ``limit`` records with text after ``seq`` that
+        have no staged vector of ``family`` yet."""
         with self._lock:
             rows = self._conn.execute(
-                "SELECT seq, id, content FROM records WHERE seq > ? AND content != ''"
-                " ORDER BY seq LIMIT ?", (seq, limit)).fetchall()
+                "SELECT r.seq, r.id, r.content FROM records r WHERE r.seq > ? AND r.content != ''"
+                " AND NOT EXISTS (SELECT 1 FROM reembed_vectors s WHERE s.record_id = r.id"
+                "                 AND s.model = ? AND s.version = ? AND s.dims = ?)"
+                " ORDER BY r.seq LIMIT ?",
+                (seq, family.model, family.version, family.dims, limit)).fetchall()
         return [(int(s), str(i), str(c)) for s, i, c in rows]
+
+    def staged_vectors(self, family: EmbeddingFamily) -> int:
+        """How many records have a staged vector of ``family``: what an earlier, stopped
+        re-embed to that family already did."""
+        with self._lock:
+            return int(self._conn.execute(
+                "SELECT count(*) FROM reembed_vectors WHERE model = ? AND version = ? AND dims = ?",
+                (family.model, family.version, family.dims)).fetchone()[0])
+
+    def discard_staged(self, keep: EmbeddingFamily) -> int:
+        """Delete staged vectors of any family but ``keep`` (an abandoned re-embed)."""
+        other = " FROM reembed_vectors WHERE NOT (model = ? AND version = ? AND dims = ?)"
+        params = (keep.model, keep.version, keep.dims)
+        with self._lock:
+            if self._conn.execute(f"SELECT NOT EXISTS (SELECT 1{other})", params).fetchone()[0]:
+                return 0  # the usual case: no write lock taken for nothing
+        with self.atomic() as conn:
+            return conn.execute(f"DELETE{other}", params).rowcount
+
+    def stage_vectors(self, rows: Sequence[tuple[str, np.ndarray]], family: EmbeddingFamily) -> None:
+        """Stage one batch of re-embedded vectors; live vectors and the index are untouched.
+        A record erased since it was read is skipped: its text is gone."""
+        with self.atomic() as conn:
+            conn.executemany(
+                "INSERT INTO reembed_vectors(record_id, model, version, dims, vector)"
+                " SELECT id, ?, ?, ?, ? FROM records WHERE id = ? AND content != ''"
+                " ON CONFLICT(record_id) DO UPDATE SET model = excluded.model,"
+                " version = excluded.version, dims = excluded.dims, vector = excluded.vector",
+                [(family.model, family.version, family.dims,
+                  np.ascontiguousarray(vec, dtype=np.float32).tobytes(), rid) for rid, vec in rows])
+
+    def swap_staged(self, family: EmbeddingFamily) -> int | None:
+        """Make the staged ``family`` the live one in one transaction: staged vectors
+        replace the live ones, every other vector goes, the family is recorded, and the
+        staging is emptied. Returns how many other-family vectors were dropped, or None
+        (nothing changed) while a record with text still has no staged vector, such as
+        one written after the last batch was read."""
+        with self.atomic() as conn:
+            missing = conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM records r WHERE r.content != '' AND NOT EXISTS ("
+                " SELECT 1 FROM reembed_vectors s WHERE s.record_id = r.id"
+                " AND s.model = ? AND s.version = ? AND s.dims = ?))",
+                (family.model, family.version, family.dims)).fetchone()[0]
+            if missing:
+                return None
+            index_version = self.bump_version(conn)
+            conn.execute(
+                "INSERT INTO embeddings(record_id, model, version, dims, vector, index_version)"
+                " SELECT record_id, model, version, dims, vector, ? FROM reembed_vectors"
+                " WHERE model = ? AND version = ? AND dims = ? ON CONFLICT(record_id) DO UPDATE SET"
+                " model = excluded.model, version = excluded.version, dims = excluded.dims,"
+                " vector = excluded.vector, index_version = excluded.index_version",
+                (index_version, family.model, family.version, family.dims))
+            dropped = self._drop_other_families(conn, family, index_version)
+            conn.execute("DELETE FROM reembed_vectors")
+            return dropped
 
     def embedding_versions(self) -> list[tuple[str, str, int]]:
         """``(model, version, count)`` of every stored vector family."""
@@ -135,14 +197,21 @@ class VectorsMixin(StoreBase):
         """Delete every vector not of ``model``/``version``/``dims`` and record that family
         as the store's, in one transaction; the records carry the bump."""
         with self.atomic() as conn:
-            gone = [r[0] for r in conn.execute(
-                "DELETE FROM embeddings WHERE NOT (model = ? AND version = ? AND dims = ?)"
-                " RETURNING record_id", (model, version, dims))]
-            if gone:
-                index_version = self.bump_version(conn)
-                for chunk in chunks(gone):
-                    conn.execute(
-                        f"UPDATE records SET index_version = ? WHERE id IN ({marks(chunk)})",
-                        [index_version, *chunk])
-            write_family(conn, EmbeddingFamily(model, version, dims))
-            return len(gone)
+            return self._drop_other_families(conn, EmbeddingFamily(model, version, dims), None)
+
+    def _drop_other_families(
+        self, conn: sqlite3.Connection, family: EmbeddingFamily, index_version: int | None
+    ) -> int:
+        """Delete every vector not of ``family``, stamp the records that lost one (bumping
+        the version unless the caller already did) and record ``family``."""
+        gone = [r[0] for r in conn.execute(
+            "DELETE FROM embeddings WHERE NOT (model = ? AND version = ? AND dims = ?)"
+            " RETURNING record_id", (family.model, family.version, family.dims))]
+        if gone:
+            stamp = index_version if index_version is not None else self.bump_version(conn)
+            for chunk in chunks(gone):
+                conn.execute(
+                    f"UPDATE records SET index_version = ? WHERE id IN ({marks(chunk)})",
+                    [stamp, *chunk])
+        write_family(conn, family)
+        return len(gone)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import signal
 import sqlite3
-import subprocess
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -29,12 +28,11 @@ from retold.models import CandidateRecord, ExtractionOutput, Principal, SessionS
 from retold.runtime import Runtime
 from retold.testing.anthropic_stub import AnthropicStub, serve_anthropic_stub, tool_use
 from retold.util import to_iso
-from tests.celery_support import agent_runtime, killed_at_exit, start_worker
+from tests.celery_support import StartWorker, agent_runtime, solo_workers
 from tests.celery_support import flushed_redis as flushed
 from tests.celery_support import wait_for as shared_wait_for
 from workers.app import create_app
 
-ROOT = Path(__file__).resolve().parents[2]
 REDIS_DB = 8  # test_workers.py uses 7
 REDIS_URL = f"redis://127.0.0.1:6379/{REDIS_DB}"
 AGENT = "research-agent"
@@ -48,7 +46,6 @@ SUMMARY = "Aditya asked for short technical answers he can read on his phone."
 REVIEW_DELAY_S = 5.0
 DEADLINE_S = 45
 EXTRACTION_TOOL = "record_extraction"
-StartWorker = Callable[[str], tuple[subprocess.Popen[bytes], Path]]
 
 
 def extraction_answer() -> dict[str, Any]:
@@ -92,15 +89,8 @@ def config_path(tmp_path: Path, stub: AnthropicStub) -> Path:
 @pytest.fixture
 def workers(tmp_path: Path, config_path: Path) -> Iterator[StartWorker]:
     """Start solo workers on Redis with the hosted models at the stub; all are killed at teardown."""
-    with killed_at_exit() as started:
-        def start(name: str) -> tuple[subprocess.Popen[bytes], Path]:
-            env = {k: v for k, v in os.environ.items() if not k.startswith("RETOLD_")}
-            env.update(RETOLD_CONFIG=str(config_path), RETOLD_BROKER_URL=REDIS_URL, PYTHONPATH=str(ROOT),
-                       ANTHROPIC_API_KEY="test-key")
-            proc, log_path = start_worker(name, tmp_path, env)
-            started.append(proc)
-            return proc, log_path
-
+    env = {"RETOLD_CONFIG": str(config_path), "RETOLD_BROKER_URL": REDIS_URL, "ANTHROPIC_API_KEY": "test-key"}
+    with solo_workers(tmp_path, env) as start:
         yield start
 
 

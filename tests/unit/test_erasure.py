@@ -103,3 +103,31 @@ def test_erase_user_leaves_no_canary_in_the_file_or_wal(tmp_path: Path) -> None:
         assert kinds == ["user.erased"]
     finally:
         conn.close()
+
+
+def test_erasing_a_user_after_retention_thinned_their_rows_still_leaves_no_canary(tmp_path: Path) -> None:
+    world = make_world(tmp_path)
+    try:
+        world.rt.host.grant(AGENT, SHARED, read=True, write=True)
+        _plant(world, "uzz", U_CANARY)
+        _plant(world, "vyy", V_CANARY)
+        ages = world.rt.config.retention
+        world.clock.advance(days=max(ages.search_log_days, ages.event_payload_days) + 1)
+        retained = world.rt.operations.retain()
+        assert retained.search_logs_deleted == 2 and retained.event_payloads_thinned > 0
+
+        def about_u(event: dict[str, object]) -> bool:
+            payload = event["payload"]
+            assert isinstance(payload, dict)
+            return payload.get("user_id") == "uzz" or payload.get("session_id") == "sess-uzz"
+
+        # Retention kept the ids erasure finds a user's events by.
+        assert any(about_u(e) for e in world.rt.store.events())
+        result = world.rt.operations.erase_user("uzz", "test")
+        assert result.compacted
+        raw = _raw(Path(world.rt.store.path))
+        assert U_CANARY.encode() not in raw
+        assert V_CANARY.encode() in raw  # the other user's records are untouched
+        assert [e["kind"] for e in world.rt.store.events() if about_u(e)] == ["user.erased"]
+    finally:
+        world.rt.close()

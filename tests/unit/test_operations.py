@@ -79,16 +79,16 @@ def test_retain_blanks_only_old_extracted_sessions_and_keeps_turn_rows(world: Wo
     _session(world, "recent-done", 10, extracted=True)
     _session(world, "open", None, extracted=True)
 
-    assert _ops(world).retain("ops") == 1
+    assert _ops(world).retain("ops").sessions_blanked == 1
     store = world.rt.store
     assert [t.content for t in store.turns("old-done")] == [""]
     for sid in ("old-pending", "recent-done", "open"):
         assert store.turns(sid)[0].content == f"transcript text of {sid}"
     events = world.events("session.transcript_blanked")
     assert [e["payload"]["session_id"] for e in events] == ["old-done"]
-    assert _ops(world).retain() == 0  # already blank: no second event
+    assert _ops(world).retain().sessions_blanked == 0  # already blank: no second event
     world.clock.advance(days=1000)
-    assert _ops(world).retain() == 1  # recent-done is now old; old-pending still never
+    assert _ops(world).retain().sessions_blanked == 1  # recent-done is now old; old-pending still never
     assert store.turns("old-pending")[0].content == "transcript text of old-pending"
 
 
