@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from retold.cli_failure import EXIT_ERROR, report_failure
+from retold.cli_profile import register as register_profile_commands
 from retold.config import Config
 from retold.config_env import load_config_from_environment
 from retold.errors import RetoldError
@@ -469,6 +470,7 @@ def build_parser() -> argparse.ArgumentParser:
     mcp.add_argument("--project", help="project id of the principal, if any (stdio)")
     mcp.add_argument("--http", metavar="HOST:PORT",
                      help="serve streamable HTTP instead of stdio; principals come from mcp.tokens")
+    register_profile_commands(commands, _common, _runtime)
     return parser
 
 

@@ -22,12 +22,14 @@ from typing import Any, Literal
 
 import yaml
 
+from retold.config_activation import ActivationConfig, activation_errors
 from retold.config_check import Invalid, build_block
 from retold.errors import ConfigError
 from retold.models import SourceKind
 from retold.util import to_plain
 
 __all__ = [
+    "ActivationConfig",
     "AutoGateConfig",
     "Config",
     "DenseFloors",
@@ -358,6 +360,7 @@ class Config:
     queue: QueueConfig = field(default_factory=QueueConfig)
     mcp: McpConfig = field(default_factory=McpConfig)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
+    activation: ActivationConfig = field(default_factory=ActivationConfig)
 
     def replace(self, overrides: Mapping[str, object]) -> Config:
         """Return a copy with ``overrides`` (a nested mapping) deep-merged and re-validated."""
@@ -399,7 +402,7 @@ def _from_layers(layers: list[Mapping[str, Any]]) -> Config:
     # A worker is another process, and no other process can open an in-memory store.
     if built.queue.scheduler == "celery" and built.store.path == ":memory:":
         raise ConfigError("queue.scheduler: a worker cannot open a :memory: store; set it to in_process")
-    token_errors = _mcp_token_errors(built.mcp)
+    token_errors = _mcp_token_errors(built.mcp) + activation_errors(built.activation)
     if token_errors:
         raise ConfigError("; ".join(token_errors))
     return built

@@ -24,8 +24,9 @@ from typing import Any, Literal
 
 from retold.config import Config, TriggerMode
 from retold.ingest.session import SessionHooks
-from retold.models import Principal, Role, SearchRequest
+from retold.models import Principal, ProfileBlock, Role, SearchRequest
 from retold.policy.prompt import MemoryPolicy, memory_policy
+from retold.retrieve.profile import ProfileAssembler
 from retold.store import Store
 from retold.tools.export import anthropic_tools, openai_tools, result_text
 from retold.tools.handlers import ToolHandlers
@@ -50,9 +51,11 @@ class MemorySession:
     """One conversation with memory for one principal. Build it with ``rt.session(...)``."""
 
     def __init__(self, tools: ToolHandlers, hooks: SessionHooks, store: Store, config: Config,
-                 principal: Principal) -> None:
+                 principal: Principal, *, profiles: ProfileAssembler | None = None) -> None:
         self._tools, self._hooks, self._store, self._config = tools, hooks, store, config
         self._principal = principal
+        self._profiles = profiles
+        self._profile: ProfileBlock | None = None
         self._recorded: list[Message] = []
         self._recalled_upto = 0  # recorded messages whose user turns were already recalled for
         self._policy_logged = False
@@ -190,6 +193,26 @@ class MemorySession:
                 "version": policy.version})
             self._policy_logged = True
         return policy
+
+    @property
+    def profile(self) -> ProfileBlock | None:
+        """The session's profile block (None without a profile assembler): assembled and
+        stored with the session on first read, then the same bytes for the rest of the
+        conversation, idle splits included, so the system prompt never changes mid-session.
+        Adapters read it before the first model call."""
+        if self._profile is None and self._profiles is not None:
+            self._profile = self._profiles.for_session(self._principal)
+        return self._profile
+
+    def system_prompt(self, base: str = "") -> str:
+        """``base``, then the profile block, then the memory-use policy: the text the
+        adapters put in the system prompt (CrewAI: the backstory)."""
+        profile = self.profile
+        parts = [base.rstrip()] if base.strip() else []
+        if profile is not None and profile.text:
+            parts.append(profile.text)
+        parts.append(self.policy.text)
+        return "\n\n".join(parts)
 
     # -- end --------------------------------------------------------------------------
 

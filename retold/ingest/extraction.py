@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal, TypeVar
@@ -148,8 +148,12 @@ class ExtractionRunner:
         reviewer: CandidateReviewer | None,
         *,
         incremental_reload_max: int = 512,
+        activate: Callable[[Principal, Sequence[str], str], object] | None = None,
     ) -> None:
         self.store, self.write, self.embedder, self.index = store, write, embedder, index
+        # Runs after the apply transaction commits: the activation policy on each record
+        # the run wrote or reinforced, with its own events (it never fails the run).
+        self.activate = activate
         self.lifecycle, self.cfg, self.clock = lifecycle, config, clock
         self.extractor, self.reviewer = extractor, reviewer
         self.reload_max = incremental_reload_max
@@ -163,7 +167,7 @@ class ExtractionRunner:
         return ExtractionRunner(
             self.store, self.write, self.embedder, self.index, self.lifecycle, self.cfg,
             self.clock, extractor or self.extractor, reviewer or self.reviewer,
-            incremental_reload_max=self.reload_max)
+            incremental_reload_max=self.reload_max, activate=self.activate)
 
     def pending(self) -> list[tuple[str, str]]:
         """Ended sessions still to extract and not under a live claim, each with the stage
@@ -240,6 +244,8 @@ class ExtractionRunner:
                 raise _Stop("failed", "apply", "error", type(exc).__name__) from exc
             raise
         self.index.refresh(self.store, self.reload_max)
+        if self.activate is not None:
+            self.activate(principal, [o["record_id"] for o in run.outcomes if o["record_id"]], ACTOR)
         return ExtractionResult(session.id, "extracted", dict(run.counts), None, event_id)
 
     def _extract(self, principal: Principal, turns: list[Turn]) -> tuple[ExtractionOutput, dict[str, Any]]:

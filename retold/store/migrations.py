@@ -123,11 +123,47 @@ def _stemmed_fts(conn: sqlite3.Connection) -> None:
         "SELECT id FROM records WHERE status != 'deleted' ORDER BY seq").fetchall()])
 
 
+def _activation_and_profiles(conn: sqlite3.Connection) -> None:
+    """Each record's activation and each session's profile block.
+
+    Activation lives beside the record rather than in it, so the one record writer stays
+    as it was and a record with no row is simply ``conditional`` (every record written
+    before this migration). A profile block is written once per session and only
+    erasure changes it afterwards.
+    """
+    conn.execute(
+        "CREATE TABLE record_activation ("
+        " record_id TEXT PRIMARY KEY REFERENCES records(id),"
+        " activation TEXT NOT NULL CHECK (activation IN ('ambient','conditional','review')),"
+        " rule TEXT NOT NULL,"
+        " reason TEXT NOT NULL,"
+        " category TEXT,"
+        " decided_by TEXT NOT NULL,"
+        " decided_at TEXT NOT NULL,"
+        " review_opened_at TEXT)"
+    )
+    conn.execute("CREATE INDEX record_activation_state ON record_activation(activation, review_opened_at)")
+    conn.execute(
+        "CREATE TABLE profile_blocks ("
+        " session_id TEXT PRIMARY KEY REFERENCES sessions(id),"
+        " agent_id TEXT NOT NULL,"
+        " user_id TEXT NOT NULL,"
+        " text TEXT NOT NULL,"
+        " record_ids TEXT NOT NULL,"
+        " omitted INTEGER NOT NULL,"
+        " tokens INTEGER NOT NULL,"
+        " inventory TEXT NOT NULL,"
+        " assembled_at TEXT NOT NULL)"
+    )
+    conn.execute("CREATE INDEX profile_blocks_user ON profile_blocks(user_id)")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _initial_schema),
     Migration(2, "extraction stages", _extraction_stages),
     Migration(3, "embedding family", _embedding_family),
     Migration(4, "stemmed full-text index", _stemmed_fts),
+    Migration(5, "activation and profile blocks", _activation_and_profiles),
 )
 LATEST = MIGRATIONS[-1].version
 

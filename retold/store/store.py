@@ -7,10 +7,12 @@ helpers every part shares). See docs/architecture.md, "The store".
 
 from __future__ import annotations
 
+from retold.store.activation import ActivationMixin
 from retold.store.entities import EntitiesMixin
 from retold.store.erasure import ErasureMixin
 from retold.store.grants import GrantsMixin
 from retold.store.maintenance import MaintenanceMixin
+from retold.store.profiles import ProfilesMixin
 from retold.store.records import RecordsMixin
 from retold.store.search import SearchMixin
 from retold.store.sessions import SessionsMixin
@@ -20,6 +22,7 @@ __all__ = ["Store"]
 
 
 class Store(
+    ActivationMixin,  # before RecordsMixin, which it extends
     RecordsMixin,
     VectorsMixin,
     EntitiesMixin,
@@ -28,5 +31,7 @@ class Store(
     SearchMixin,
     MaintenanceMixin,
     ErasureMixin,
+    ProfilesMixin,
 ):
-    """The store: records, vectors, entities, sessions, grants, search logs and sweeps."""
+    """The store: records, vectors, entities, sessions, grants, search logs, sweeps,
+    activation and profile blocks."""

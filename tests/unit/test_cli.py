@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from retold.cli import build_parser, main
+from retold.store.migrations import LATEST
 
 
 def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -44,7 +45,8 @@ def test_migrate_creates_and_reports_a_store(tmp_path: Path) -> None:
     store = tmp_path / "mem.sqlite"
     first = run_cli("migrate", "--store", str(store))
     assert first.returncode == 0, first.stderr
-    assert "schema version 4 (applied: 1, 2, 3, 4)" in first.stdout
+    applied = ", ".join(str(v) for v in range(1, LATEST + 1))
+    assert f"schema version {LATEST} (applied: {applied})" in first.stdout
     assert "embedding family: none recorded" in first.stdout  # no vector yet
     again = run_cli("migrate", "--store", str(store))
     assert "none pending" in again.stdout

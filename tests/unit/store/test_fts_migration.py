@@ -11,7 +11,7 @@ from pathlib import Path
 
 from retold.retrieve.generators import lexical_candidates
 from retold.store import Store
-from retold.store.migrations import MIGRATIONS, migrate
+from retold.store.migrations import LATEST, MIGRATIONS, migrate
 from retold.testing import ADITYA, make_record
 from tests.sql import rows
 
@@ -27,6 +27,9 @@ class OldStore:
     live: str  # active, linked to the "atlas" entity
     superseded: str  # history: still indexed for include_history searches
     forgotten: str  # deleted: never indexed
+
+
+_FROM_4 = tuple(range(4, LATEST + 1))  # the migrations an older store still needs
 
 
 def _store_before_stemming(path: Path) -> OldStore:
@@ -75,7 +78,7 @@ def test_migration_4_rebuilds_an_unstemmed_index(store_path: Path, tmp_path: Pat
 
     store = Store(store_path)
     try:
-        assert store.migration_report is not None and store.migration_report.applied == (4,)
+        assert store.migration_report is not None and store.migration_report.applied == _FROM_4
         assert _matching(store_path, "deploying") == {old.live, old.superseded}
         # The same rows as before, now stemmed: deleted records stay out, aliases stay in.
         after = rows(store_path, "SELECT rowid, record_id, content, subject, aliases FROM records_fts"
