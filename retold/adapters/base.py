@@ -16,6 +16,7 @@ extraction) on exit::
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 from retold.config import Config, TriggerMode
+from retold.errors import StoreError
 from retold.ingest.session import SessionHooks
 from retold.models import Principal, ProfileBlock, Role, SearchRequest
 from retold.policy.prompt import MemoryPolicy, memory_policy
@@ -33,6 +35,8 @@ from retold.tools.handlers import ToolHandlers
 from retold.tools.schemas import ToolSchema, tool_schemas
 
 __all__ = ["RECALLED_HEADER", "MemorySession", "Message", "new_session_id", "registered_schemas"]
+
+log = logging.getLogger(__name__)
 
 Provider = Literal["anthropic", "openai"]
 # The header of the host-issued search's block, named in the memory-use policy text.
@@ -201,7 +205,13 @@ class MemorySession:
         conversation, idle splits included, so the system prompt never changes mid-session.
         Adapters read it before the first model call."""
         if self._profile is None and self._profiles is not None:
-            self._profile = self._profiles.for_session(self._principal)
+            try:
+                self._profile = self._profiles.for_session(self._principal)
+            except StoreError as exc:
+                # A store that cannot keep the block (read-only, locked) still shows it:
+                # this session holds it for every turn, untraced.
+                log.warning("profile for session %s not stored: %s", self._principal.session_id, exc)
+                self._profile = self._profiles.assemble(self._principal)
         return self._profile
 
     def system_prompt(self, base: str = "") -> str:

@@ -7,8 +7,8 @@ ambient; the first rule it fails decides, and its name is recorded with the deci
 1. a current semantic or procedural fact (``not_a_fact``: episodic events and session
    summaries; ``not_live``: superseded, expired or forgotten);
 2. no credential in its text (``secret``), and no sensitive category (``sensitive``);
-3. about the principal's own person entity, or a standing instruction to the agent
-   (``not_about_principal``);
+3. about the principal's own person entity, or a standing instruction to the agent (a
+   procedural record, whatever it is about) (``not_about_principal``);
 4. the user said it: a ``user_statement`` whose quote was found in a user turn of one of
    the principal's own sessions, and is still there (``not_user_statement``,
    ``evidence_unverified``);
@@ -57,7 +57,7 @@ _TIME_BOUND = re.compile(
     re.IGNORECASE)
 _TASK_BOUND = re.compile(
     r"\b(for now|right now|at the moment|for the moment|this time|this once|just this|only this"
-    r"|(for|in|on) (this|that|the current) (task|ticket|report|draft|email|document|doc|deck|pr"
+    r"|(for|in|on) (this|that|the|the current) (task|ticket|report|draft|email|document|doc|deck|pr"
     r"|pull request|meeting|call|project|conversation|chat|session|thread|reply|answer|response"
     r"|message|slide|presentation|issue|bug|migration|release|sprint|demo))\b",
     re.IGNORECASE)
@@ -165,8 +165,9 @@ class ActivationPolicy:
         if found.sensitive and not person:
             return conditional("sensitive", f"{category} facts never enter the profile on their own "
                                             f"(matched {found.matched!r})")
-        instruction = record.type == "procedural" or category == "instruction"
-        if record.subject_entity_id not in facts.principal_entities and not instruction:
+        # A standing instruction to the agent is a procedural record, whoever it names; a
+        # semantic fact about someone else stays theirs even when it reads like a rule.
+        if record.subject_entity_id not in facts.principal_entities and record.type != "procedural":
             return conditional("not_about_principal", "it is about someone or something other than the user")
         if record.source_kind != "user_statement":
             source = _SOURCE_WORDS.get(record.source_kind, record.source_kind)

@@ -53,7 +53,8 @@ BUILTIN_CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
         "golang", "java", "kotlin", "framework", "toolchain", "tooling", "package manager",
         "docker", "kubernetes", "cluster", "cloud provider", "aws", "gcp", "azure", "browser",
         "git", "github", "gitlab", "database", "postgres", "sqlite", "programming language",
-        "operating system", "keyboard layout", "environment", "stack", "notebook", "jupyter")),
+        "operating system", "keyboard layout", "environment", "stack", "notebook", "jupyter",
+        "tool", "app", "software", "figma")),
     ("communication", (
         "language", "tone", "style", "format", "formatting", "verbos*", "concise", "brief",
         "length", "answer", "reply", "replies", "respon*", "spelling", "british", "american",

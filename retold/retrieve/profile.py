@@ -16,20 +16,20 @@ import logging
 from collections.abc import Sequence
 
 from retold.config_activation import ActivationConfig
-from retold.models import Principal, ProfileBlock, Record
+from retold.models import Principal, ProfileBlock
 from retold.policy import grants
 from retold.retrieve.explain import short_id
 from retold.store import NewEvent, Store
+from retold.store.activation import AmbientLine
 from retold.util import Clock
 
 __all__ = ["PROFILE_HEADER", "ProfileAssembler", "render_profile", "text_tokens"]
 
 log = logging.getLogger(__name__)
 
-PROFILE_HEADER = ("User profile (standing facts and instructions the user gave; follow them unless "
-                  "the user says otherwise; memory_get <id> shows where one came from):")
+PROFILE_HEADER = ("User profile (the user's standing facts and instructions;"
+                  " memory_get <id> shows the source):")
 _INVENTORY = "Other memories you can search for, by kind:"
-_SCOPE_ORDER = {"user": 0, "agent": 1, "project": 2, "org": 3}
 
 
 def text_tokens(text: str) -> int:
@@ -37,8 +37,8 @@ def text_tokens(text: str) -> int:
     return (len(text) + 3) // 4
 
 
-def _line(record: Record) -> str:
-    return f"- [{short_id(record.id)}] {' '.join(record.content.split())}"
+def _line(record: AmbientLine) -> str:
+    return f"- [{short_id(record.record_id)}] {' '.join(record.content.split())}"
 
 
 def render_profile(lines: Sequence[str], omitted: int, inventory: Sequence[tuple[str, int]]) -> str:
@@ -58,7 +58,6 @@ class ProfileAssembler:
 
     def __init__(self, store: Store, config: ActivationConfig, clock: Clock) -> None:
         self.store, self.config, self.clock = store, config, clock
-        self._rank = {name: i for i, name in enumerate(config.promotable_categories)}
 
     def for_session(self, principal: Principal) -> ProfileBlock:
         """The session's stored block, assembled and stored on the first call. The session
@@ -80,35 +79,47 @@ class ProfileAssembler:
         return kept
 
     def assemble(self, principal: Principal) -> ProfileBlock:
-        """A fresh block from the store as it is now (not stored)."""
+        """A fresh block from the store as it is now (not stored).
+
+        Records are taken in order while the whole block, footer and inventory included,
+        stays within ``activation.profile_max_tokens``; the first that does not fit ends
+        the list, so a later fact never jumps ahead of an earlier one.
+        """
         now = self.clock.now()
-        scopes = grants.readable_scopes(self.store, principal)
-        chosen: list[Record] = []
-        omitted = 0
+        chosen: list[AmbientLine] = []
         inventory: list[tuple[str, int]] = []
+        omitted = 0
         if self.config.enabled:
-            ambient = sorted(self.store.ambient_records(scopes, now), key=self._order)
+            scopes = grants.readable_scopes(self.store, principal)
             counts = self.store.category_counts(scopes, now)
-            budget = self.config.profile_max_tokens
+            ambient = self.store.ambient_lines(scopes, now, categories=self.config.promotable_categories,
+                                               limit=self._most_lines)
+            total = sum(amb for _all, amb in counts.values())
+            shown: dict[str, int] = {}
             lines: list[str] = []
-            for record, _category in ambient:
-                candidate = [*lines, _line(record)]
-                if text_tokens(render_profile(candidate, 0, ())) > budget:
-                    omitted += 1
-                    continue
-                lines = candidate
+            inventory = _inventory(counts, shown)
+            for record in ambient:
+                trial = [*lines, _line(record)]
+                category = record.category or "other"
+                taken = {**shown, category: shown.get(category, 0) + 1}
+                if text_tokens(render_profile(trial, total - len(trial), _inventory(counts, taken))) > \
+                        self.config.profile_max_tokens:
+                    break
+                lines, shown = trial, taken
                 chosen.append(record)
-            # The inventory counts what the profile does not show, so it never repeats a line.
-            shown = {r.id for r in chosen}
-            for record, category in ambient:
-                if record.id in shown:
-                    counts[category or "other"] = counts.get(category or "other", 0) - 1
-            inventory = sorted(((k, v) for k, v in counts.items() if v > 0), key=lambda kv: (-kv[1], kv[0]))
+            inventory = _inventory(counts, shown)
+            omitted = total - len(chosen)
         text = render_profile([_line(r) for r in chosen], omitted, inventory)
-        return ProfileBlock(principal.session_id or "", text, tuple(r.id for r in chosen), omitted,
+        return ProfileBlock(principal.session_id or "", text, tuple(r.record_id for r in chosen), omitted,
                             text_tokens(text), tuple(inventory), now)
 
-    def _order(self, item: tuple[Record, str | None]) -> tuple[int, int, int]:
-        record, category = item
-        rank = self._rank.get(category or "", len(self._rank))
-        return rank, _SCOPE_ORDER.get(record.scope.kind, 9), record.seq
+    @property
+    def _most_lines(self) -> int:
+        # A line costs at least four tokens (its dash and short id), so no more can fit.
+        return self.config.profile_max_tokens // 4 + 1
+
+
+def _inventory(counts: dict[str, tuple[int, int]], shown: dict[str, int]) -> list[tuple[str, int]]:
+    """Records per category that the block does not show, most first, then by name."""
+    left = ((name, total - shown.get(name, 0)) for name, (total, _ambient) in counts.items())
+    return sorted(((name, n) for name, n in left if n > 0), key=lambda kv: (-kv[1], kv[0]))

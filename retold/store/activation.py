@@ -10,18 +10,19 @@ the review queue the moment its status changes, whatever its row still says.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from retold.errors import StoreError
 from retold.models import Activation, Record, Scope
 from retold.store.base import NewEvent, chunks, dt, marks, scope_clause
-from retold.store.records import RecordsMixin, record_from_row
+from retold.store.records import RecordsMixin
 from retold.util import to_iso
 
-__all__ = ["ActivationMixin", "ActivationRow", "ReviewBacklog", "delete_activation_rows"]
+__all__ = ["ActivationMixin", "ActivationRow", "AmbientLine", "ReviewBacklog", "delete_activation_rows"]
 
-_LIVE = ("r.status IN ('provisional', 'confirmed') AND (r.expires_at IS NULL OR r.expires_at >= ?)")
+_LIVE = "r.status IN ('provisional', 'confirmed') AND (r.expires_at IS NULL OR r.expires_at >= ?)"
 _COLUMNS = "record_id, activation, rule, reason, category, decided_by, decided_at, review_opened_at"
 
 
@@ -42,6 +43,16 @@ class ActivationRow:
     def manual(self) -> bool:
         """Decided by a person; the policy does not judge such a record again."""
         return self.decided_by != "policy"
+
+
+@dataclass(frozen=True)
+class AmbientLine:
+    """What the profile shows of one ambient record."""
+
+    record_id: str
+    content: str
+    category: str | None
+    scope_kind: str
 
 
 @dataclass(frozen=True)
@@ -91,6 +102,10 @@ class ActivationMixin(RecordsMixin):
         """
         now = to_iso(self.clock.now())
         with self.atomic() as conn:
+            found = conn.execute("SELECT scope_kind, scope_id, status IN ('provisional', 'confirmed')"
+                                 " FROM records WHERE id = ?", (record_id,)).fetchone()
+            if found is None:
+                raise StoreError(f"no record {record_id}")
             previous = conn.execute(
                 "SELECT activation, review_opened_at FROM record_activation WHERE record_id = ?",
                 (record_id,)).fetchone()
@@ -98,12 +113,13 @@ class ActivationMixin(RecordsMixin):
             if activation == "review":
                 opened = previous[1] if previous is not None and previous[0] == "review" else now
             conn.execute(
-                f"INSERT INTO record_activation({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                f"INSERT INTO record_activation(scope_kind, scope_id, live, {_COLUMNS})"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT(record_id) DO UPDATE SET activation = excluded.activation,"
                 " rule = excluded.rule, reason = excluded.reason, category = excluded.category,"
                 " decided_by = excluded.decided_by, decided_at = excluded.decided_at,"
                 " review_opened_at = excluded.review_opened_at",
-                (record_id, activation, rule, reason, category, decided_by, now, opened))
+                (*found, record_id, activation, rule, reason, category, decided_by, now, opened))
             self._insert_event(conn, event)
             stored = conn.execute(f"SELECT {_COLUMNS} FROM record_activation WHERE record_id = ?",
                                   (record_id,)).fetchone()
@@ -116,33 +132,56 @@ class ActivationMixin(RecordsMixin):
                                        (record_id,)).fetchone()
         return None if found is None else _row(found)
 
-    def ambient_records(self, scopes: Sequence[Scope], now: datetime) -> list[tuple[Record, str | None]]:
-        """The live ambient records in ``scopes`` with their categories, oldest first."""
+    def ambient_lines(self, scopes: Sequence[Scope], now: datetime, *, categories: Sequence[str] = (),
+                      limit: int | None = None) -> list[AmbientLine]:
+        """The live ambient records in ``scopes``: those of ``categories`` first, in that
+        order, then the user's own scope before shared ones, then oldest first; at most
+        ``limit``."""
         if not scopes:
             return []
-        where, params = scope_clause(scopes, "r.")
-        with self.snapshot() as conn:
-            cursor = conn.execute(
-                "SELECT r.*, a.category AS activation_category FROM record_activation a"
-                " JOIN records r ON r.id = a.record_id"
-                f" WHERE a.activation = 'ambient' AND {where} AND {_LIVE} ORDER BY r.seq",
-                [*params, to_iso(now)])
-            names = [d[0] for d in cursor.description]
-            rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-        # The profile shows content, never links, so the records carry none.
-        return [(record_from_row(row, []), row["activation_category"]) for row in rows]
-
-    def category_counts(self, scopes: Sequence[Scope], now: datetime) -> dict[str, int]:
-        """Live judged records in ``scopes`` per category (None counted as ``other``)."""
-        if not scopes:
-            return {}
-        where, params = scope_clause(scopes, "r.")
+        where, params = scope_clause(scopes, "a.")
+        rank = " ".join("WHEN ? THEN " + str(i) for i in range(len(categories)))
+        order = (f"CASE a.category {rank} ELSE {len(categories)} END, " if categories else "") + (
+            "CASE a.scope_kind WHEN 'user' THEN 0 WHEN 'agent' THEN 1 WHEN 'project' THEN 2 ELSE 3 END,"
+            " r.seq")
+        sql = ("SELECT a.record_id, r.content, a.category, a.scope_kind FROM record_activation a"
+               f" JOIN records r ON r.id = a.record_id WHERE a.activation = 'ambient' AND {where}"
+               f" AND {_LIVE} ORDER BY {order}")
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
         with self._lock:
-            rows = self._conn.execute(
-                "SELECT coalesce(a.category, 'other'), count(*) FROM record_activation a"
-                " JOIN records r ON r.id = a.record_id"
-                f" WHERE {where} AND {_LIVE} GROUP BY 1", [*params, to_iso(now)]).fetchall()
-        return {str(name): int(count) for name, count in rows}
+            rows = self._conn.execute(sql, [*params, to_iso(now), *categories]).fetchall()
+        return [AmbientLine(str(r[0]), str(r[1]), None if r[2] is None else str(r[2]), str(r[3]))
+                for r in rows]
+
+    def category_counts(self, scopes: Sequence[Scope], now: datetime) -> dict[str, tuple[int, int]]:
+        """Live judged records in ``scopes`` per category (None counted as ``other``): how
+        many, and how many of them are ambient.
+
+        Each scope's rows whose record has a live status are counted from the scope index
+        alone; the few live-status records already past their expiry (not swept yet) are
+        then taken off.
+        """
+        counts: dict[str, list[int]] = {}
+
+        def add(rows: Iterable[Sequence[object]], sign: int) -> None:
+            for category, activation, count in rows:
+                entry = counts.setdefault(str(category or "other"), [0, 0])
+                entry[0] += sign * int(str(count))
+                entry[1] += sign * int(str(count)) * (activation == "ambient")
+
+        with self.snapshot() as conn:
+            for scope in scopes:
+                add(conn.execute("SELECT category, activation, count(*) FROM record_activation"
+                                 " WHERE scope_kind = ? AND scope_id = ? AND live = 1"
+                                 " GROUP BY category, activation", (scope.kind, scope.id)), 1)
+            if scopes:
+                where, params = scope_clause(scopes, "r.")
+                add(conn.execute("SELECT a.category, a.activation, count(*) FROM records r"
+                                 f" JOIN record_activation a ON a.record_id = r.id WHERE {where}"
+                                 " AND r.status IN ('provisional', 'confirmed') AND r.expires_at < ?"
+                                 " GROUP BY 1, 2", [*params, to_iso(now)]), -1)
+        return {name: (total, ambient) for name, (total, ambient) in counts.items() if total > 0}
 
     def review_queue(self, now: datetime, limit: int | None = None) -> list[tuple[ActivationRow, Record]]:
         """Live records waiting for review, longest waiting first."""

@@ -128,12 +128,17 @@ def _activation_and_profiles(conn: sqlite3.Connection) -> None:
 
     Activation lives beside the record rather than in it, so the one record writer stays
     as it was and a record with no row is simply ``conditional`` (every record written
-    before this migration). A profile block is written once per session and only
-    erasure changes it afterwards.
+    before this migration). The row repeats the record's scope, which never changes, and
+    whether its status is a live one (the status writers keep it in step), so counting a
+    reader's records per category needs no join. A profile block is written
+    once per session and only erasure changes it afterwards.
     """
     conn.execute(
         "CREATE TABLE record_activation ("
         " record_id TEXT PRIMARY KEY REFERENCES records(id),"
+        " scope_kind TEXT NOT NULL,"
+        " scope_id TEXT NOT NULL,"
+        " live INTEGER NOT NULL DEFAULT 1,"
         " activation TEXT NOT NULL CHECK (activation IN ('ambient','conditional','review')),"
         " rule TEXT NOT NULL,"
         " reason TEXT NOT NULL,"
@@ -143,6 +148,9 @@ def _activation_and_profiles(conn: sqlite3.Connection) -> None:
         " review_opened_at TEXT)"
     )
     conn.execute("CREATE INDEX record_activation_state ON record_activation(activation, review_opened_at)")
+    # The profile's inventory counts a reader's records per category from this index alone.
+    conn.execute("CREATE INDEX record_activation_scope"
+                 " ON record_activation(scope_kind, scope_id, live, category, activation)")
     conn.execute(
         "CREATE TABLE profile_blocks ("
         " session_id TEXT PRIMARY KEY REFERENCES sessions(id),"

@@ -66,13 +66,11 @@ def test_the_block_is_byte_identical_for_the_whole_session(world: World) -> None
 
 def test_the_cap_leaves_records_out_and_counts_them(world: World) -> None:
     seed(world)
-    config = ActivationConfig(profile_max_tokens=60)
+    config = ActivationConfig(profile_max_tokens=68)
     block = ProfileAssembler(world.rt.store, config, world.clock).assemble(open_session(world, "s2"))
-    assert len(block.record_ids) < 3 and block.omitted == 3 - len(block.record_ids)
+    assert 0 < len(block.record_ids) < 3 and block.omitted == 3 - len(block.record_ids)
     assert f"({block.omitted} more not shown" in block.text
-    shown = [line for line in block.text.splitlines() if not line.startswith(("(", "Other"))]
-    without_footer = "\n".join(shown)
-    assert text_tokens(without_footer) <= 60
+    assert block.tokens == text_tokens(block.text) <= 68  # footer and inventory included
 
 
 def test_the_inventory_counts_other_memories_without_their_text(world: World) -> None:
@@ -114,3 +112,21 @@ def test_a_standing_project_instruction_reaches_every_member_of_the_project(worl
     world.rt.host.grant("other-agent", apollo, read=True, write=False)
     assert world.rt.profiles.for_session(open_session(world, "m2", agent="other-agent", user="maya")
                                          ).record_ids == (result["record_id"],)
+
+
+def test_history_leaves_the_inventory_as_it_leaves_the_block(world: World) -> None:
+    editor, diet, language = seed(world)
+    world.say("user", "My salary went up to ninety thousand this year, by the way.")
+    salary = world.rt.tools.call("memory_write", world.p, {
+        "type": "semantic", "content": "Aditya earns ninety thousand a year.", "attribute": "salary",
+        "source_kind": "user_statement", "evidence": "My salary went up to ninety thousand"})["record_id"]
+    config = ActivationConfig(profile_max_tokens=68)  # room for one line: the rest is counted
+    assembler = ProfileAssembler(world.rt.store, config, world.clock)
+    before = assembler.assemble(open_session(world, "s2"))
+    assert before.record_ids == (language,)
+    assert dict(before.inventory) == {"diet": 1, "finance": 1, "tools": 1}
+    for record_id in (diet, salary):
+        world.rt.tools.call("memory_forget", world.p, {"id": record_id, "reason": "asked"})
+    world.rt.tools.call("memory_revise", world.p, {"id": editor, "action": "expire", "reason": "changed"})
+    after = assembler.assemble(open_session(world, "s3"))
+    assert after.record_ids == (language,) and after.inventory == () and after.omitted == 0
