@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 import yaml
 
+from retold.config_activation import ActivationConfig, activation_errors
 from retold.config_check import Invalid, build_block
 from retold.config_hosted import HostedConfig, hosted_errors
 from retold.config_retrieval import (
@@ -39,6 +40,7 @@ from retold.errors import ConfigError
 from retold.util import to_plain
 
 __all__ = [
+    "ActivationConfig",
     "AutoGateConfig",
     "Config",
     "DenseFloors",
@@ -267,6 +269,7 @@ class Config:
     mcp: McpConfig = field(default_factory=McpConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
+    activation: ActivationConfig = field(default_factory=ActivationConfig)
 
     def replace(self, overrides: Mapping[str, object]) -> Config:
         """Return a copy with ``overrides`` (a nested mapping) deep-merged and re-validated."""
@@ -312,7 +315,7 @@ def _from_layers(layers: list[Mapping[str, Any]]) -> Config:
     # A worker is another process, and no other process can open an in-memory store.
     if built.queue.scheduler == "celery" and built.store.path == ":memory:":
         raise ConfigError("queue.scheduler: a worker cannot open a :memory: store; set it to in_process")
-    rule_errors = hosted_errors(built) + _mcp_token_errors(built.mcp)
+    rule_errors = hosted_errors(built) + _mcp_token_errors(built.mcp) + activation_errors(built.activation)
     if rule_errors:
         raise ConfigError("; ".join(rule_errors))
     return built

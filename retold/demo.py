@@ -1,7 +1,9 @@
 """``retold demo``: the two-session Acme North story, end to end (the README's main job).
 
 Session 1: the account manager says the billing contact for Acme North is Dana Reyes and
-the agent writes that down with ``memory_write``. Session 2: Dana left in March and Marcus
+the agent writes that down with ``memory_write``, as it does the manager's standing
+preference for British English, which the activation policy makes ambient. Session 2
+starts with that preference in its profile block; then Dana left in March and Marcus
 Chen took over billing. Each session runs through ``rt.hooks``; ending it enqueues its
 extraction. A real Celery worker (a subprocess on the embedded broker) consumes the
 extraction task when the ``workers`` package provides one; otherwise extraction runs in
@@ -49,6 +51,8 @@ SESSIONS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
     ("acme-north-1", "acme_session1.json", (
         ("user", "Renewal prep for Acme North. The billing contact for Acme North is Dana Reyes."),
         ("assistant", "Noted: the Acme North renewal goes to Dana Reyes, their billing contact."),
+        ("user", "One more thing: always write my customer emails in British English."),
+        ("assistant", "Understood, British English for every customer email."),
     )),
     ("acme-north-2", "acme_session2.json", (
         ("user", "An update on Acme North: Dana Reyes left Acme North in March."),
@@ -58,7 +62,9 @@ SESSIONS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
     )),
 )
 
-# Session 1's explicit write: the agent records what the user just said.
+# Session 1's explicit writes, by user turn: the agent records what the user just said.
+# The second is a standing preference about the user, so it becomes part of every later
+# session's profile.
 EXPLICIT_WRITE: dict[str, Any] = {
     "type": "semantic", "content": "Billing contact for Acme North is Dana Reyes.",
     "attribute": "billing_contact", "source_kind": "user_statement",
@@ -66,6 +72,12 @@ EXPLICIT_WRITE: dict[str, Any] = {
     "entities": [{"kind": "org", "name": "Acme North", "role": "about"},
                  {"kind": "person", "name": "Dana Reyes", "role": "mentions"}],
 }
+PREFERENCE_WRITE: dict[str, Any] = {
+    "type": "semantic", "content": "Jordan wants customer emails written in British English.",
+    "attribute": "email_language", "source_kind": "user_statement",
+    "evidence": "always write my customer emails in British English",
+}
+WRITES: dict[int, dict[str, Any]] = {1: EXPLICIT_WRITE, 3: PREFERENCE_WRITE}  # session 1 turn -> write
 
 
 @dataclass
@@ -77,6 +89,7 @@ class DemoResult:
     current: str | None = None  # content of the top current result for QUESTION
     superseded: list[str] = field(default_factory=list)  # superseded contents via include_history
     summaries: list[str] = field(default_factory=list)
+    profile: str = ""  # the profile block session 2 started with
     event_kinds: list[str] = field(default_factory=list)
     worker_exit_codes: list[int] = field(default_factory=list)
 
@@ -118,7 +131,7 @@ def run_demo(store_dir: Path, say: Callable[[str], None] = print, *, use_worker:
         rt.host.provision_user(USER, aliases=["Jordan"])
         for index, (session_id, _name, turns) in enumerate(SESSIONS):
             say(f"\n== session {index + 1} ({session_id})")
-            principal = _run_session(rt, Principal(AGENT, USER, session_id), turns, index, say)
+            principal = _run_session(rt, Principal(AGENT, USER, session_id), turns, index, say, result)
             recording = None if hosted else recordings[index]
             if worker:
                 outcome, code = _extract_with_worker(rt, principal, config_path, recording, env, say)
@@ -133,15 +146,24 @@ def run_demo(store_dir: Path, say: Callable[[str], None] = print, *, use_worker:
 
 
 def _run_session(rt: Runtime, principal: Principal, turns: Sequence[tuple[str, str]], index: int,
-                 say: Callable[[str], None]) -> Principal:
+                 say: Callable[[str], None], result: DemoResult) -> Principal:
     rt.hooks.on_session_start(principal)
-    for role, text in turns:
+    if index > 0:
+        # What every prompt of this session carries from the first turn on, unasked.
+        profile = rt.profiles.for_session(principal)
+        result.profile = profile.text
+        say(f"  profile block ({profile.tokens} tokens, stored with the session):")
+        for line in profile.text.splitlines() or ["(empty)"]:
+            say(f"    {line}")
+    for number, (role, text) in enumerate(turns, start=1):
         principal = rt.hooks.on_turn(principal, role, text)
         say(f"  {role}: {text}")
-        if index == 0 and role == "user":
-            out = rt.tools.call("memory_write", principal, EXPLICIT_WRITE)
-            say(f"  [memory_write] {EXPLICIT_WRITE['content']!r} -> "
-                f"{out.get('outcome', out.get('error'))} ({out.get('status', '-')})")
+        write = WRITES.get(number) if index == 0 else None
+        if write is not None:
+            out = rt.tools.call("memory_write", principal, write)
+            say(f"  [memory_write] {write['content']!r} -> {out.get('outcome', out.get('error'))}"
+                f" ({out.get('status', '-')}; activation {out.get('activation', '-')}:"
+                f" {out.get('activation_reason', '-')})")
     rt.hooks.on_session_end(principal)
     say(f"  session ended; extraction of {principal.session_id} enqueued")
     return principal

@@ -44,7 +44,7 @@ from retold.models import Principal
 from retold.runtime import Runtime
 from retold.tools.export import result_text
 
-__all__ = ["build_server", "call_result", "serve_http", "serve_stdio", "token_digest"]
+__all__ = ["PROFILE_URI", "build_server", "call_result", "serve_http", "serve_stdio", "token_digest"]
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,7 @@ Identify = Callable[[ServerRequestContext[Any, Any]], Principal]
 
 SERVER_NAME = "retold"
 HTTP_PATH = "/mcp"
+PROFILE_URI = "retold://profile"
 
 
 def token_digest(token: str) -> str:
@@ -101,12 +102,15 @@ class _Sessions:
                 log.exception("could not end MCP session %s", principal.session_id)
 
 
-def build_server(rt: Runtime, identify: Identify) -> Server[Any]:
+def build_server(rt: Runtime, identify: Identify, *, profile: str = "") -> Server[Any]:
     """A low-level MCP server whose tools are exactly ``rt.tools.schemas(principal)``.
 
     The low-level server registers the published JSON Schemas as they are; a decorator
     server would derive new ones from Python signatures. Bad arguments reach the handlers,
-    which answer ``invalid_input`` like every other adapter.
+    which answer ``invalid_input`` like every other adapter. ``profile`` (the one stdio
+    principal's profile block) goes into the server's instructions, which a client reads
+    once at start; every caller can also read its own block as the :data:`PROFILE_URI`
+    resource, which is how HTTP clients, whose principals differ, get theirs.
     """
     # The Runtime builds its parts on first use and is not meant for concurrent callers;
     # one call at a time also matches SQLite's single writer.
@@ -133,8 +137,25 @@ def build_server(rt: Runtime, identify: Identify) -> Server[Any]:
         result = await in_worker(lambda: rt.tools.call(params.name, identify(ctx), arguments))
         return call_result(params.name, result)
 
-    return Server(SERVER_NAME, instructions=_INSTRUCTIONS,
-                  on_list_tools=list_tools, on_call_tool=call_tool)
+    async def list_resources(ctx: ServerRequestContext[Any, Any],
+                             params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
+        return types.ListResourcesResult(resources=[types.Resource(
+            name="profile", uri=PROFILE_URI, mime_type="text/plain",
+            description="This session's profile: the user's standing facts and instructions, fixed"
+                        " for the session, and how many memories of each kind a search could find.")])
+
+    async def read_resource(ctx: ServerRequestContext[Any, Any],
+                            params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+        if str(params.uri) != PROFILE_URI:
+            raise ValueError(f"unknown resource {params.uri}")
+        block = await in_worker(lambda: rt.profiles.for_session(identify(ctx)))
+        return types.ReadResourceResult(contents=[types.TextResourceContents(
+            uri=PROFILE_URI, mime_type="text/plain", text=block.text)])
+
+    instructions = f"{_INSTRUCTIONS}\n\n{profile}" if profile else _INSTRUCTIONS
+    return Server(SERVER_NAME, instructions=instructions, on_list_tools=list_tools,
+                  on_call_tool=call_tool, on_list_resources=list_resources,
+                  on_read_resource=read_resource)
 
 
 _INSTRUCTIONS = ("Durable memory for this user. Search before answering from memory; write what the user"
@@ -149,7 +170,8 @@ def serve_stdio(rt: Runtime, agent_id: str, user_id: str, project_id: str | None
     SIGTERM arrives; the session starts before the first message and ends on the way out."""
     sessions = _Sessions(rt.hooks)
     principal = sessions.principal(Principal(agent_id, user_id, project_id=project_id))
-    server = build_server(rt, lambda ctx: principal)
+    # Assembled as the session starts, before the client's first request.
+    server = build_server(rt, lambda ctx: principal, profile=rt.profiles.for_session(principal).text)
     try:
         anyio.run(_run_stdio, server)
     finally:

@@ -12,6 +12,8 @@ from datetime import datetime
 from typing import Literal, get_args
 
 __all__ = [
+    "ACTIVATIONS",
+    "Activation",
     "Candidate",
     "CandidateRecord",
     "Entity",
@@ -25,6 +27,7 @@ __all__ = [
     "LexicalMatch",
     "LexicalTerm",
     "Principal",
+    "ProfileBlock",
     "QueryShape",
     "Record",
     "RecordStatus",
@@ -51,6 +54,10 @@ EntityKind = Literal["person", "project", "org", "repo", "product", "other"]
 EntityStatus = Literal["provisional", "confirmed", "merged", "deleted"]
 Role = Literal["user", "assistant", "tool"]
 RewriteStatus = Literal["disabled", "applied", "unchanged", "failed"]
+# Whether a record is in the per-session profile (ambient), found by search only
+# (conditional, the default) or waiting for a person's decision (review).
+Activation = Literal["ambient", "conditional", "review"]
+ACTIVATIONS: tuple[str, ...] = ("ambient", "conditional", "review")
 
 SCOPE_KINDS: tuple[str, ...] = get_args(ScopeKind)
 RECORD_TYPES: tuple[str, ...] = get_args(RecordType)
@@ -383,3 +390,21 @@ class SessionSummary:
 class ExtractionOutput:
     candidates: list[CandidateRecord]
     summary: SessionSummary
+
+
+@dataclass(frozen=True)
+class ProfileBlock:
+    """The profile one session's prompt carries: assembled once, stored with the session
+    and never edited afterwards, so an answer can be traced to the exact text it saw.
+
+    ``inventory`` counts the principal's readable active records per category, without
+    any of their text, so the model knows which kinds of memory a search could find.
+    """
+
+    session_id: str
+    text: str  # what goes into the system prompt; "" when there is nothing to show
+    record_ids: tuple[str, ...]  # the ambient records shown, in order
+    omitted: int  # ambient records left out by the token cap
+    tokens: int
+    inventory: tuple[tuple[str, int], ...]  # (category, count), in a stable order
+    assembled_at: datetime

@@ -27,6 +27,7 @@ from retold.hosted import CompletionClient, HostedError, client_from_config
 from retold.index.embedder import Embedder, check_model_files, embedder_from_config
 from retold.index.reranker import Reranker, reranker_from_config
 from retold.index.vector import RefreshOutcome, VectorIndex
+from retold.ingest.activator import Activator
 from retold.ingest.equivalence import EquivalenceJudge, judge_from_config
 from retold.ingest.extraction import ExtractionRunner
 from retold.ingest.extractor import Extractor, StructuredLLMExtractor
@@ -37,7 +38,9 @@ from retold.ingest.revision import Reviser
 from retold.ingest.session import ExtractionScheduler, SessionHooks
 from retold.models import Principal
 from retold.operations import Operations
+from retold.policy.activation import ActivationPolicy
 from retold.policy.lifecycle import Lifecycle
+from retold.retrieve.profile import ProfileAssembler
 from retold.retrieve.retriever import Retriever
 from retold.retrieve.rewrite import QueryRewriter, rewriter_from_config
 from retold.retrieve.search_log import SearchLogWriter
@@ -125,7 +128,8 @@ class Runtime:
             self.embedder, self.index, self.lifecycle,
             self.config.ingestion, self.clock, self.extractor, self.reviewer,
             incremental_reload_max=self.config.embedding.incremental_reload_max,
-            setup=self.model_setup(), recover=RecoverTerms.from_config(self.config.queue))
+            setup=self.model_setup(), recover=RecoverTerms.from_config(self.config.queue),
+            activate=self.activator.after_extraction)
 
     def model_setup(self) -> ModelSetup:
         """What decides whether this process has hosted models, as a digest with no secret
@@ -145,6 +149,16 @@ class Runtime:
         return ModelSetup(digest)
 
     @cached_property
+    def activator(self) -> Activator:
+        """The activation policy after each write, and people's review decisions."""
+        return Activator(self.store, ActivationPolicy(self.config.activation), self.clock)
+
+    @cached_property
+    def profiles(self) -> ProfileAssembler:
+        """Each session's profile block: ``rt.profiles.for_session(principal)``."""
+        return ProfileAssembler(self.store, self.config.activation, self.clock)
+
+    @cached_property
     def operations(self) -> Operations:
         """Maintenance: sweeps, erasure, re-embedding, snapshots, debugging reads."""
         return Operations(self.store, self.index, self.embedder, self.config, self.clock,
@@ -156,7 +170,8 @@ class Runtime:
         """A conversation with memory for one principal (a new session id unless given):
         it records turns, searches, writes and ends the session on exit."""
         principal = Principal(agent_id, user_id, session_id or new_session_id(), project_id)
-        return MemorySession(self.tools, self.hooks, self.store, self.config, principal)
+        return MemorySession(self.tools, self.hooks, self.store, self.config, principal,
+                             profiles=self.profiles)
 
     def hosted_client(self, model: str, *, max_retries: int | None = None) -> CompletionClient | None:
         """A hosted client for ``model``, or None when no API key is configured (the product

@@ -16,6 +16,7 @@ extraction) on exit::
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -24,15 +25,19 @@ from typing import Any, Literal
 
 from retold.config import Config
 from retold.config_retrieval import TriggerMode
+from retold.errors import StoreError
 from retold.ingest.session import SessionHooks
-from retold.models import Principal, Role, SearchRequest
+from retold.models import Principal, ProfileBlock, Role, SearchRequest
 from retold.policy.prompt import MemoryPolicy, memory_policy
+from retold.retrieve.profile import ProfileAssembler
 from retold.store import Store
 from retold.tools.export import anthropic_tools, openai_tools, result_text
 from retold.tools.handlers import ToolHandlers
 from retold.tools.schemas import ToolSchema, tool_schemas
 
 __all__ = ["RECALLED_HEADER", "MemorySession", "Message", "new_session_id", "registered_schemas"]
+
+log = logging.getLogger(__name__)
 
 Provider = Literal["anthropic", "openai"]
 # The header of the host-issued search's block, named in the memory-use policy text.
@@ -51,9 +56,11 @@ class MemorySession:
     """One conversation with memory for one principal. Build it with ``rt.session(...)``."""
 
     def __init__(self, tools: ToolHandlers, hooks: SessionHooks, store: Store, config: Config,
-                 principal: Principal) -> None:
+                 principal: Principal, *, profiles: ProfileAssembler | None = None) -> None:
         self._tools, self._hooks, self._store, self._config = tools, hooks, store, config
         self._principal = principal
+        self._profiles = profiles
+        self._profile: ProfileBlock | None = None
         self._recorded: list[Message] = []
         self._recalled_upto = 0  # recorded messages whose user turns were already recalled for
         self._policy_logged = False
@@ -191,6 +198,32 @@ class MemorySession:
                 "version": policy.version})
             self._policy_logged = True
         return policy
+
+    @property
+    def profile(self) -> ProfileBlock | None:
+        """The session's profile block (None without a profile assembler): assembled and
+        stored with the session on first read, then the same bytes for the rest of the
+        conversation, idle splits included, so the system prompt never changes mid-session.
+        Adapters read it before the first model call."""
+        if self._profile is None and self._profiles is not None:
+            try:
+                self._profile = self._profiles.for_session(self._principal)
+            except StoreError as exc:
+                # A store that cannot keep the block (read-only, locked) still shows it:
+                # this session holds it for every turn, untraced.
+                log.warning("profile for session %s not stored: %s", self._principal.session_id, exc)
+                self._profile = self._profiles.assemble(self._principal)
+        return self._profile
+
+    def system_prompt(self, base: str = "") -> str:
+        """``base``, then the profile block, then the memory-use policy: the text the
+        adapters put in the system prompt (CrewAI: the backstory)."""
+        profile = self.profile
+        parts = [base.rstrip()] if base.strip() else []
+        if profile is not None and profile.text:
+            parts.append(profile.text)
+        parts.append(self.policy.text)
+        return "\n\n".join(parts)
 
     # -- end --------------------------------------------------------------------------
 

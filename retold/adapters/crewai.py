@@ -21,7 +21,8 @@ The pieces :meth:`CrewMemory.agent` puts together can also be used one by one:
   is recorded as the user turn before the task's first model call, and in ``auto`` and
   ``hybrid`` modes the host-issued recall is added to the task's messages once;
 - :meth:`CrewMemory.step_callback`: records each tool result and each final answer once;
-- :meth:`CrewMemory.backstory`: the backstory with the memory-use policy after it.
+- :meth:`CrewMemory.backstory`: the backstory with the session's profile block and the
+  memory-use policy after it.
 
 Each task of the crew is one exchange: its description is what the user said, the tool
 results follow it, and the final answer is the reply. One ``CrewMemory`` serves one
@@ -247,9 +248,10 @@ class CrewMemory:
         return MemoryLLM(llm, self)
 
     def backstory(self, backstory: str = "") -> str:
-        """``backstory`` with the memory-use policy for the configured trigger mode after it."""
-        policy = self.session.policy.text
-        return f"{backstory.rstrip()}\n\n{policy}" if backstory.strip() else policy
+        """``backstory``, then the session's profile block (when it shows anything), then the
+        memory-use policy for the configured trigger mode. Built once, as the agent is:
+        the profile never changes during the kickoff."""
+        return self.session.system_prompt(backstory)
 
     def step_callback(self, step: Any) -> None:
         """Record one agent step: a tool result as a ``tool`` turn, a final answer as an

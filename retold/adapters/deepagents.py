@@ -15,7 +15,8 @@ The middleware keeps one ``MemorySession`` per thread. Before each model call it
 the conversation's new human, AI and tool messages (the framework replays the whole
 history; ``MemorySession.sync`` records each message once), runs the host-issued recall
 in ``auto`` and ``hybrid`` modes, offers the memory tools the current grants allow, and
-adds the memory-use policy to the end of the system prompt. After the run it records the
+adds the session's profile block and the memory-use policy to the end of the system
+prompt. After the run it records the
 final reply. What it adds to the model input (the policy, recalled memory) never becomes
 a recorded turn.
 """
@@ -287,13 +288,14 @@ class RetoldMemoryMiddleware(AgentMiddleware[AgentState[Any], Any]):
             return request.override(
                 messages=thread.model_input(request.messages),
                 tools=self._adapter._current_tools(session, request.tools),
-                system_message=_with_policy(request.system_message, session.policy.text),
+                system_message=_with_policy(request.system_message, session.system_prompt()),
             )
 
 
 def _with_policy(system: SystemMessage | None, policy: str) -> SystemMessage:
-    """The system message with the policy as its last part. The policy is fixed for a
-    trigger mode, so the prompt prefix stays byte-identical from turn to turn."""
+    """The system message with ``policy`` (the session's profile block and the memory-use
+    policy) as its last part. Both are fixed for the session, so the prompt prefix stays
+    byte-identical from turn to turn."""
     if system is None:
         return SystemMessage(content=policy)
     if policy in system.text:

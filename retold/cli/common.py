@@ -58,10 +58,14 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def add_command(
-    commands: Any, name: str, run: Callable[[argparse.Namespace], int], help_text: str, description: str
+    commands: Any, name: str, run: Callable[[argparse.Namespace], int], help_text: str, description: str,
+    **parser_options: Any,
 ) -> argparse.ArgumentParser:
-    """Add one command with the common flags; ``run(args)`` returns its exit code."""
-    sub: argparse.ArgumentParser = commands.add_parser(name, help=help_text, description=description)
+    """Add one command with the common flags; ``run(args)`` returns its exit code.
+    ``parser_options`` go to the command's parser (``conflict_handler="resolve"`` lets a
+    command give one of the common flags another meaning)."""
+    sub: argparse.ArgumentParser = commands.add_parser(name, help=help_text, description=description,
+                                                       **parser_options)
     _common(sub)
     sub.set_defaults(run=run)
     return sub

@@ -15,22 +15,22 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from retold.config import IngestionConfig
-from retold.hosted import HostedError
 from retold.index.embedder import Embedder
 from retold.index.vector import VectorIndex
 from retold.ingest import extractor as schema  # the JSON form of stage outputs
 from retold.ingest.entities import normalize_alias
 from retold.ingest.evidence import normalize_ws, validate_evidence
-from retold.ingest.extractor import ExtractionOutputError, Extractor
+from retold.ingest.extractor import Extractor
 from retold.ingest.ingestor import WriteRequest, WriteResult
 from retold.ingest.retries import Attempts, ConfigNotice, ModelSetup, RecoverTerms, refusal_reason
 from retold.ingest.reviewer import CandidateReviewer
 from retold.ingest.screening import Withheld, candidate_secret, screen_decisions, screen_output
+from retold.ingest.stage_stop import ExtractionOutcome, StageStop, call_model, parse_stage, stop_unless_held
 from retold.ingest.summary import SummaryWriter
 from retold.models import (
     ACTIVE_STATUSES,
@@ -58,10 +58,6 @@ __all__ = ["ACTOR", "FAILED_OUTCOMES", "ExtractionOutcome", "ExtractionResult", 
 log = logging.getLogger(__name__)
 
 ACTOR = "extractor"  # the actor of extraction events
-ExtractionOutcome = Literal[
-    "extracted", "already_extracted", "not_configured", "failed", "parked", "deferred", "busy",
-    "missing", "not_ended",
-]
 FAILED_OUTCOMES: frozenset[ExtractionOutcome] = frozenset({"failed", "not_configured", "parked"})
 """Outcomes of a run that applied nothing because something is wrong (a worker task fails)."""
 _CLAIM_OUTCOMES: dict[str, ExtractionOutcome] = {
@@ -86,15 +82,6 @@ class ExtractionResult:
         """True when the run applied nothing because something is wrong (not merely
         because the session was done, taken or not due)."""
         return self.outcome in FAILED_OUTCOMES
-
-
-class _Stop(Exception):
-    """Ends a run without writing: ``not_configured``, ``failed`` or, when the claim was
-    taken over, ``busy`` (kind + message)."""
-
-    def __init__(self, outcome: ExtractionOutcome, stage: str, kind: str, message: str) -> None:
-        super().__init__(f"{stage} {kind}: {message}")
-        self.outcome, self.stage, self.kind, self.message = outcome, stage, kind, message
 
 
 class _Reject(Exception):
@@ -168,8 +155,12 @@ class ExtractionRunner:
         setup: ModelSetup | None = None,
         recover: RecoverTerms | None = None,
         notice: ConfigNotice | None = None,
+        activate: Callable[[Principal, Sequence[str], str], object] | None = None,
     ) -> None:
         self.store, self.write, self.embedder, self.index = store, write, embedder, index
+        # Runs after the apply transaction commits: the activation policy on each record
+        # the run wrote or reinforced, with its own events (it never fails the run).
+        self.activate = activate
         self.lifecycle, self.cfg, self.clock = lifecycle, config, clock
         self.extractor, self.reviewer = extractor, reviewer
         self.reload_max = incremental_reload_max
@@ -187,7 +178,7 @@ class ExtractionRunner:
             self.store, self.write, self.embedder, self.index, self.lifecycle, self.cfg,
             self.clock, extractor or self.extractor, reviewer or self.reviewer,
             incremental_reload_max=self.reload_max, setup=self.attempts.setup,
-            recover=self.attempts.recover, notice=self.attempts.notice)
+            recover=self.attempts.recover, notice=self.attempts.notice, activate=self.activate)
 
     def pending(self) -> list[ResumeStage]:
         """Ended sessions still to extract and not under a live claim (waiting, parked and
@@ -222,7 +213,8 @@ class ExtractionRunner:
             with self.attempts.lease(session_id, token):
                 return self._run(session_id, token, timer)
         except Exception as exc:  # any model or apply failure fails the run closed
-            stop = exc if isinstance(exc, _Stop) else _Stop("failed", "run", "error", type(exc).__name__)
+            stop = (exc if isinstance(exc, StageStop)
+                    else StageStop("failed", "run", "error", type(exc).__name__))
             event = self.attempts.record(session_id, token, stop.outcome, stop.stage, stop.kind,
                                          stop.message, exc, forced=force)
             return ExtractionResult(session_id, stop.outcome, reason=str(stop), event_id=event)
@@ -259,10 +251,12 @@ class ExtractionRunner:
             # The ingestor updated this process's index inside the rolled-back transaction,
             # so the projection may hold rows and versions that never committed.
             self.index.loaded_version = -1  # the next refresh reloads from the store
-            if isinstance(exc, Exception) and not isinstance(exc, _Stop):
-                raise _Stop("failed", "apply", "error", type(exc).__name__) from exc
+            if isinstance(exc, Exception) and not isinstance(exc, StageStop):
+                raise StageStop("failed", "apply", "error", type(exc).__name__) from exc
             raise
         self.index.refresh(self.store, self.reload_max)
+        if self.activate is not None:
+            self.activate(principal, [o["record_id"] for o in run.outcomes if o["record_id"]], ACTOR)
         return ExtractionResult(session.id, "extracted", dict(run.counts), None, event_id)
 
     def _extract(self, principal: Principal, turns: list[Turn],
@@ -271,25 +265,27 @@ class ExtractionRunner:
         row = self.store.stage_row(principal.session_id, "extract")
         if row is not None:  # resume: never pay for the hosted call twice
             stored = row.output
-            return _parse("extract", lambda: schema.output_from_json(stored, summary_required=False)), {
+            return parse_stage("extract", lambda: schema.output_from_json(stored, summary_required=False)), {
                 "extractor": row.model, "extract_stage": "persisted",
                 "extractor_prompt_version": row.prompt_version}
         extractor = self.extractor
         if extractor is None:
-            raise _Stop("not_configured", "extract", "not_configured",
+            raise StageStop("not_configured", "extract", "not_configured",
                         f"no extractor is configured: {self.attempts.setup.missing}")
         store, cfg = self.store, self.cfg  # known entities and subjects, capped by config
         context = ExtractionContext(principal, store.readable_entities(
             grants.readable_scopes(store, principal), cfg.extraction_context_max_entities),
             store.active_subjects(grants.writable_scopes(store, principal), self.clock.now(),
                                   cfg.extraction_context_max_subjects), extractor.prompt_version)
-        answer, withheld = screen_output(_call("extract", lambda: extractor.extract(list(turns), context)))
+        answer, withheld = screen_output(
+            call_model("extract", lambda: extractor.extract(list(turns), context)))
         self._withheld(principal.session_id, withheld)  # before anything holding them is stored
-        data = _parse("extract", lambda: schema.output_to_json(answer))
+        data = parse_stage("extract", lambda: schema.output_to_json(answer))
         # The run uses what the stage persisted, so a first run and a resumed run match.
-        output = _parse("extract", lambda: schema.output_from_json(data, summary_required=False))
-        _saved("extract", self.store.save_stage(principal.session_id, "extract", data, _model_name(extractor),
-                                                extractor.prompt_version, claim_token=token))
+        output = parse_stage("extract", lambda: schema.output_from_json(data, summary_required=False))
+        stop_unless_held("extract", self.store.save_stage(
+            principal.session_id, "extract", data, _model_name(extractor), extractor.prompt_version,
+            claim_token=token))
         return output, {"extractor": _model_name(extractor), "extract_stage": "model",
                         "extractor_prompt_version": extractor.prompt_version}
 
@@ -307,23 +303,23 @@ class ExtractionRunner:
         else:
             reviewer = self.reviewer
             if reviewer is None:
-                raise _Stop("not_configured", "review", "not_configured",
+                raise StageStop("not_configured", "review", "not_configured",
                             f"no reviewer is configured: {self.attempts.setup.missing}")
             batch = [(item.candidate, self._review_context(item, turns, reviewer.prompt_version))
                      for item in items]
-            answers = _call("review", lambda: reviewer.review_batch(batch))
+            answers = call_model("review", lambda: reviewer.review_batch(batch))
             if len(answers) != len(batch):
-                raise _Stop("failed", "review", "malformed", f"{len(answers)} decisions for {len(batch)}")
+                raise StageStop("failed", "review", "malformed", f"{len(answers)} decisions for {len(batch)}")
             answers, withheld = screen_decisions(answers, [item.index for item in items])
             self._withheld(session_id, withheld)
-            stored = _parse("review", lambda: {
+            stored = parse_stage("review", lambda: {
                 str(item.index): _decision_json(a) for item, a in zip(items, answers, strict=True)})
-            _saved("review", self.store.save_stage(session_id, "review", {"decisions": stored},
+            stop_unless_held("review", self.store.save_stage(session_id, "review", {"decisions": stored},
                                                    _model_name(reviewer), reviewer.prompt_version,
                                                    claim_token=token))
             meta = {"review_stage": "model", "reviewer": _model_name(reviewer),
                     "reviewer_prompt_version": reviewer.prompt_version}
-        return _parse("review", lambda: {int(k): _decision_from(v) for k, v in stored.items()}), meta
+        return parse_stage("review", lambda: {int(k): _decision_from(v) for k, v in stored.items()}), meta
 
     def _withheld(self, session_id: str, withheld: list[Withheld]) -> None:
         for item in withheld:
@@ -436,7 +432,7 @@ class ExtractionRunner:
         vector = self.embedder.embed_documents([text])[0] if text else None
         with self.store.atomic():
             # Under the write lock the claim cannot change hands before this commits.
-            _saved("apply", self.store.holds_claim(session.id, token))
+            stop_unless_held("apply", self.store.holds_claim(session.id, token))
             # Revalidation reads the transcript and grants again under the write lock.
             scope, turns = self._destination(principal), self.store.turns(session.id)
             timer.skip("writes")
@@ -472,7 +468,7 @@ class ExtractionRunner:
             summary_outcome, summary_id = self.summaries.write(session, principal, scope, summary,
                                                                text, vector)
             timer.mark("summary_write")
-            _saved("apply", self.store.finish_session(session.id, self.clock.now(), token=token))
+            stop_unless_held("apply", self.store.finish_session(session.id, self.clock.now(), token=token))
             timings: dict[str, Any] = {**timer.as_dict(), "per_record_writes": run.write_ms,
                                        "dedup_and_contradiction": round(run.dedup_ms, 3)}
             return self.store.append_event("extraction.run", ACTOR, {
@@ -482,30 +478,5 @@ class ExtractionRunner:
                 "scope": str(scope), "replayed": bool(getattr(self.extractor, "replayed", False))})
 
 
-def _saved(stage: str, held: bool) -> None:
-    """A write refused because the claim changed hands stops the run, applying nothing."""
-    if not held:
-        raise _Stop("busy", stage, "claim_lost", "another worker took the claim over")
-
-
 def _model_name(model: Extractor | CandidateReviewer | None) -> str:
     return "none" if model is None else str(getattr(model, "model", None) or model.name)
-
-
-def _parse(stage: str, convert: Callable[[], _T]) -> _T:
-    """A model answer or persisted stage that does not fit the schema fails closed."""
-    try:
-        return convert()
-    except (ExtractionOutputError, KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise _Stop("failed", stage, "malformed", f"{type(exc).__name__}: {exc}"[:300]) from exc
-
-
-def _call(stage: str, call: Callable[[], _T]) -> _T:
-    """Run one model call outside any transaction; a failure becomes _Stop."""
-    try:
-        return call()
-    except HostedError as exc:
-        outcome: ExtractionOutcome = "not_configured" if exc.kind == "not_configured" else "failed"
-        raise _Stop(outcome, stage, exc.kind, str(exc)) from exc
-    except Exception as exc:  # an unexpected model failure is still closed, by type only
-        raise _Stop("failed", stage, "error", type(exc).__name__) from exc

@@ -25,7 +25,7 @@ from typing import Any, Self
 import numpy as np
 
 from retold.errors import MigrationIssuesError, NotADatabaseError, StoreError, StoreReadOnlyError
-from retold.models import RECORD_STATUSES, Scope
+from retold.models import ACTIVE_STATUSES, RECORD_STATUSES, Scope
 from retold.store.failures import StoreLock
 from retold.store.family import EmbeddingFamily, read_family, write_family
 from retold.store.fts import write_fts_rows
@@ -45,6 +45,7 @@ _EVENT_KEYS = ("id", "at", "kind", "actor", "record_id", "entity_id", "payload")
 _CONTENT_TABLES = (
     "records", "records_fts", "embeddings", "entities", "entity_aliases", "record_entities",
     "record_conflicts", "events", "grants", "scope_members", "sessions", "session_turns", "search_log",
+    "record_activation", "profile_blocks",
 )
 
 
@@ -341,6 +342,9 @@ class StoreBase:
                 " RETURNING seq", [status, version, *chunk])]
             if status == "deleted" and seqs:
                 conn.execute(f"DELETE FROM records_fts WHERE rowid IN ({marks(seqs)})", seqs)
+            # An activation row counts in the profile's inventory only while its record is live.
+            conn.execute(f"UPDATE record_activation SET live = ? WHERE record_id IN ({marks(chunk)})",
+                         [int(status in ACTIVE_STATUSES), *chunk])
 
     def _put_vectors(
         self, conn: sqlite3.Connection, rows: Iterable[tuple[str, np.ndarray]], model: str,

@@ -11,7 +11,9 @@ import sqlite3
 from dataclasses import dataclass, field
 
 from retold.errors import StoreError
+from retold.store.activation import delete_activation_rows
 from retold.store.base import NewEvent, StoreBase, chunks, marks
+from retold.store.profiles import blank_profiles_of_records, blank_profiles_of_user
 
 __all__ = ["Erasure", "ErasureMixin"]
 
@@ -110,6 +112,7 @@ class ErasureMixin(StoreBase):
             # A membership names the user; a new user who later gets the id starts outside.
             result.counts["memberships"] = conn.execute(
                 "DELETE FROM scope_members WHERE user_id = ?", (user_id,)).rowcount
+            result.counts["profile_blocks"] += blank_profiles_of_user(conn, user_id)
             self._erase_entities(conn, user_id, result)
             result.event_id = self._insert_event(conn, NewEvent("user.erased", actor,
                 {"user_id": user_id, "reason": reason, "sessions": sessions,
@@ -118,10 +121,13 @@ class ErasureMixin(StoreBase):
 
     def _erase_records(self, conn: sqlite3.Connection, record_ids: list[str], result: Erasure) -> None:
         counts = result.counts
-        for key in ("records", "embeddings", "entity_links", "events_blanked"):
+        for key in ("records", "embeddings", "entity_links", "events_blanked", "profile_blocks"):
             counts.setdefault(key, 0)
         if not record_ids:
             return
+        # A stored profile quoted the record's text; its activation goes with it.
+        counts["profile_blocks"] += blank_profiles_of_records(conn, record_ids)
+        delete_activation_rows(conn, record_ids)
         version = self.bump_version(conn)
         result.index_version = version
         for chunk in chunks(record_ids):

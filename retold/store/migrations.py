@@ -225,6 +225,49 @@ def _reembed_staging(conn: sqlite3.Connection) -> None:
     )
 
 
+def _activation_and_profiles(conn: sqlite3.Connection) -> None:
+    """Each record's activation and each session's profile block.
+
+    Activation lives beside the record rather than in it, so the one record writer stays
+    as it was and a record with no row is simply ``conditional`` (every record written
+    before this migration). The row repeats the record's scope, which never changes, and
+    whether its status is a live one (the status writers keep it in step), so counting a
+    reader's records per category needs no join. A profile block is written
+    once per session and only erasure changes it afterwards.
+    """
+    conn.execute(
+        "CREATE TABLE record_activation ("
+        " record_id TEXT PRIMARY KEY REFERENCES records(id),"
+        " scope_kind TEXT NOT NULL,"
+        " scope_id TEXT NOT NULL,"
+        " live INTEGER NOT NULL DEFAULT 1,"
+        " activation TEXT NOT NULL CHECK (activation IN ('ambient','conditional','review')),"
+        " rule TEXT NOT NULL,"
+        " reason TEXT NOT NULL,"
+        " category TEXT,"
+        " decided_by TEXT NOT NULL,"
+        " decided_at TEXT NOT NULL,"
+        " review_opened_at TEXT)"
+    )
+    conn.execute("CREATE INDEX record_activation_state ON record_activation(activation, review_opened_at)")
+    # The profile's inventory counts a reader's records per category from this index alone.
+    conn.execute("CREATE INDEX record_activation_scope"
+                 " ON record_activation(scope_kind, scope_id, live, category, activation)")
+    conn.execute(
+        "CREATE TABLE profile_blocks ("
+        " session_id TEXT PRIMARY KEY REFERENCES sessions(id),"
+        " agent_id TEXT NOT NULL,"
+        " user_id TEXT NOT NULL,"
+        " text TEXT NOT NULL,"
+        " record_ids TEXT NOT NULL,"
+        " omitted INTEGER NOT NULL,"
+        " tokens INTEGER NOT NULL,"
+        " inventory TEXT NOT NULL,"
+        " assembled_at TEXT NOT NULL)"
+    )
+    conn.execute("CREATE INDEX profile_blocks_user ON profile_blocks(user_id)")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _initial_schema),
     Migration(2, "extraction stages", _extraction_stages),
@@ -233,6 +276,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "scope members", _scope_members),
     Migration(6, "extraction attempts and leases", _extraction_attempts),
     Migration(7, "re-embed staging", _reembed_staging),
+    Migration(8, "activation and profile blocks", _activation_and_profiles),
 )
 LATEST = MIGRATIONS[-1].version
 

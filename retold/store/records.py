@@ -169,6 +169,8 @@ class RecordsMixin(StoreBase):
                 raise StoreError(f"no record {record.id}")
             if record.status == "deleted":
                 conn.execute("DELETE FROM records_fts WHERE rowid = ?", (row[0],))
+            conn.execute("UPDATE record_activation SET live = ? WHERE record_id = ?",
+                         (int(record.status in ("provisional", "confirmed")), record.id))
             record.index_version = version
             return version
 

@@ -7,6 +7,7 @@ helpers every part shares). See docs/architecture.md, "The store".
 
 from __future__ import annotations
 
+from retold.store.activation import ActivationMixin
 from retold.store.claims import ClaimsMixin
 from retold.store.entities import EntitiesMixin
 from retold.store.erasure import ErasureMixin
@@ -15,6 +16,7 @@ from retold.store.grants import GrantsMixin
 from retold.store.maintenance import MaintenanceMixin
 from retold.store.members import MembersMixin
 from retold.store.metrics import MetricsMixin
+from retold.store.profiles import ProfilesMixin
 from retold.store.records import RecordsMixin
 from retold.store.retention import RetentionMixin
 from retold.store.search import SearchMixin
@@ -26,6 +28,7 @@ __all__ = ["Store"]
 
 
 class Store(
+    ActivationMixin,  # before RecordsMixin, which it extends
     RecordsMixin,
     VectorsMixin,
     EntitiesMixin,
@@ -40,7 +43,8 @@ class Store(
     SessionStatesMixin,
     EventLogMixin,
     MetricsMixin,
+    ProfilesMixin,
 ):
     """The store: records, vectors, entities, sessions and their extraction claims, grants,
-    members, search logs and sweeps, and the operator's reads of session states, events and
-    counts."""
+    members, search logs and sweeps, activation and profile blocks, and the operator's reads
+    of session states, events and counts."""

@@ -29,6 +29,7 @@ from retold.errors import (
     StoreReadOnlyError,
 )
 from retold.index.vector import VectorIndex
+from retold.ingest.activator import Activator
 from retold.ingest.ingestor import Ingestor
 from retold.ingest.revision import Reviser, RevisionError, StatusAction, is_history, refuse_secrets
 from retold.models import Entity, Principal, Record, Scope, SearchRequest, SearchResponse
@@ -86,6 +87,8 @@ class ToolParts(Protocol):
     def retriever(self) -> Retriever: ...
     @property
     def reviser(self) -> Reviser: ...
+    @property
+    def activator(self) -> Activator: ...
 
 
 def _not_found(raw_id: str) -> ToolError:
@@ -226,8 +229,12 @@ class ToolHandlers:
         result = self.parts.ingestor.write(principal, write_request(payload), origin="tool")
         if result.error is not None:
             raise ToolError(result.error.code, result.error.message, **result.error.details)
+        assert result.record_id is not None  # a landed write names its record
+        # After the commit, outside its transaction: a failure here leaves the write standing.
+        activation = self.parts.activator.after_write(principal, result.record_id)
         return {"record_id": result.record_id, "status": result.status, "outcome": result.outcome,
-                "note": result.note, "timings_ms": result.timings_ms}
+                "note": result.note, "activation": activation.activation,
+                "activation_reason": activation.reason, "timings_ms": result.timings_ms}
 
     # -- memory_get -------------------------------------------------------------------------
 
@@ -367,9 +374,12 @@ class ToolHandlers:
                     # JSON Schema counts 2.0 as an integer; turn numbers are ints.
                     evidence_turn=int(payload["evidence_turn"]) if "evidence_turn" in payload else None,
                 )
+                # The successor is judged afresh; it never inherits the old activation.
+                activation = self.parts.activator.after_write(principal, rev.record_id)
                 return {"id": record.id, "action": action, "outcome": f"superseded:{record.id}",
                         "record_id": rev.record_id, "status": rev.status, "source_kind": rev.source_kind,
                         "version": rev.version, "supersedes_id": record.id, "note": rev.note,
+                        "activation": activation.activation, "activation_reason": activation.reason,
                         "event_id": rev.event_id, "timings_ms": rev.timings_ms}
             change = self.parts.reviser.change_status(principal, record, cast(StatusAction, action), reason)
         except RevisionError as err:

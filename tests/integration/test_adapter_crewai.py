@@ -247,6 +247,18 @@ def test_the_policy_goes_into_the_backstory(tmp_path: Path, mode: str) -> None:
     rt.close()
 
 
+def test_the_profile_block_goes_into_the_backstory(rt: Runtime) -> None:
+    seed_vim(rt)  # an earlier session: the user's editor, a user statement, so ambient
+    h = Harness(rt, [Exchange("Please keep every answer short and technical.", reply="Noted.")])
+    block = h.memory.session.profile
+    assert block is not None and "Aditya edits code in vim." in block.text
+    assert h.agent.backstory == (f"You are Aditya's research assistant.\n\n{block.text}\n\n"
+                                 f"{h.memory.session.policy.text}")
+    h.kickoff()
+    assert block.text in h.llm.seen[0][0]["content"]
+    assert rt.store.profile_block(SESSION) == block
+
+
 def test_end_session_ends_the_session_once(rt: Runtime) -> None:
     h = Harness(rt, [Exchange("Hello, can you help me plan a trip?", reply="Of course.")])
     with h.memory:

@@ -312,6 +312,26 @@ def test_the_system_prompt_prefix_is_byte_identical_across_turns(tmp_path: Path,
     rt.close()
 
 
+def test_the_profile_block_is_in_the_system_prompt_and_never_changes(rt: Runtime) -> None:
+    seed_vim(rt)  # an earlier session: the user's editor, a user statement, so ambient
+    said = "I'm strictly vegetarian, so keep that in mind."
+    script = [Exchange(said, calls=(ToolCall("call_write", "memory_write", {
+        "type": "semantic", "content": "Aditya is vegetarian.", "attribute": "diet",
+        "source_kind": "user_statement", "evidence": "I'm strictly vegetarian"}),), reply="Noted."),
+        Exchange("And what should I cook tonight?", reply="A dal.")]
+    h = Harness(rt, script)
+    for exchange in script:
+        h.say(exchange.user)
+    texts = {str(seen[0].text) for seen in h.model.seen}
+    assert len(texts) == 1  # the vegetarian fact, written mid-session, waits for the next one
+    (text,) = texts
+    block = h.memory.session(h.config).profile
+    assert block is not None and "Aditya edits code in vim." in block.text
+    assert text == f"{SYSTEM}\n\n{block.text}\n\n{h.memory.session(h.config).policy.text}"
+    assert "vegetarian" not in text
+    assert rt.store.profile_block("thread-1") == block
+
+
 def test_an_async_run_meets_the_same_contract(rt: Runtime) -> None:
     h = Harness(rt, CONVERSATION)
 

@@ -46,6 +46,7 @@ def test_demo_tells_the_acme_north_story(tmp_path: Path) -> None:
     assert "extractor: replayed recording" in out
     assert "extraction of acme-north-1: extracted (replayed)" in out
     assert "extraction of acme-north-2: extracted (replayed)" in out
+    assert "Jordan wants customer emails written in British English." in out.split("== session 2", 1)[1]
     assert "current billing contact: Billing contact for Acme North is Marcus Chen." in out
     assert "[superseded] Billing contact for Acme North is Dana Reyes." in out
     # The first session's summary names Dana as the contact: history, never served as current.
@@ -80,6 +81,11 @@ def test_demo_falls_back_to_in_process_extraction(tmp_path: Path) -> None:
         "The account manager prepared the Acme North renewal and named Dana Reyes as the billing contact.",
     ]
     assert len(result.summaries) == 2
+    # Session 2 starts with the standing preference session 1 recorded, and nothing else.
+    profile = result.profile.splitlines()
+    assert len(profile) == 3
+    assert profile[1].endswith("] Jordan wants customer emails written in British English.")
+    assert "Dana" not in result.profile
     # What the model sees for the question: Marcus first, and no block names Dana as current.
     start = lines.index("explanation (what the model sees):") + 1
     seen = [line.strip() for line in lines[start:lines.index("\n== with include_history")]]

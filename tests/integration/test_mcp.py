@@ -31,7 +31,7 @@ from mcp.client.stdio import stdio_client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
 from retold import build_runtime, load_config  # noqa: E402
-from retold.mcp_server import token_digest  # noqa: E402
+from retold.mcp_server import PROFILE_URI, token_digest  # noqa: E402
 from retold.models import Principal, Scope  # noqa: E402
 from tests.ports import free_port  # noqa: E402
 from tests.sql import rows  # noqa: E402
@@ -147,6 +147,41 @@ def test_stdio_serves_the_five_tools_and_keeps_unverifiable_claims_provisional(
     session_id, agent, user, project, ended_at = sessions[0]
     assert session_id.startswith("mcp-") and (agent, user, project) == (AGENT, USER, PROJECT)
     assert ended_at is not None
+
+
+def test_stdio_puts_the_profile_in_the_instructions_and_serves_it_as_a_resource(
+        store: tuple[Path, Path]) -> None:
+    path, config = store
+    said = "Please always answer me in British English."
+    with _runtime(path, config) as rt:  # an earlier session where Cleo stated a preference
+        earlier = Principal(AGENT, USER, "earlier")
+        rt.hooks.on_session_start(earlier)
+        rt.hooks.on_turn(earlier, "user", said)
+        written = rt.tools.call("memory_write", earlier, {
+            "type": "semantic", "content": "Cleo wants answers in British English.",
+            "attribute": "answer_language", "source_kind": "user_statement", "evidence": said})
+        assert written["activation"] == "ambient", written
+    params = StdioServerParameters(
+        command=sys.executable, cwd=str(ROOT), env=ENV,
+        args=["-m", "retold.cli", "mcp", "--store", str(path), "--config", str(config),
+              "--agent", AGENT, "--user", USER])
+    seen: dict[str, str] = {}
+
+    async def drive() -> None:
+        with anyio.fail_after(WAIT * 2):
+            async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+                started = await session.initialize()
+                seen["instructions"] = started.instructions or ""
+                listed = await session.list_resources()
+                assert [str(r.uri) for r in listed.resources] == [PROFILE_URI]
+                read_back = await session.read_resource(PROFILE_URI)
+                seen["resource"] = read_back.contents[0].text  # type: ignore[union-attr]
+
+    anyio.run(drive)
+    assert "Cleo wants answers in British English." in seen["resource"]
+    assert seen["instructions"].endswith(seen["resource"])
+    (stored,) = rows(path, "SELECT text FROM profile_blocks WHERE session_id LIKE 'mcp-%'")
+    assert stored == (seen["resource"],)
 
 
 def test_stdio_stops_on_sigterm_with_stdin_open_and_ends_its_session(store: tuple[Path, Path]) -> None:

@@ -1,5 +1,6 @@
-"""``retold erase --user``: a canary written everywhere a user's text can reach must
-be gone from the raw bytes of the store file and its WAL, while another user's survives."""
+"""``retold erase --user``: a canary written everywhere a user's text can reach (stored
+profile blocks included) must be gone from the raw bytes of the store file and its WAL,
+while another user's survives."""
 
 from __future__ import annotations
 
@@ -45,7 +46,16 @@ def _plant(world: World, user: str, canary: str) -> list[str]:
         ids.append(result.record_id)
     rt.retriever.search(p, SearchRequest(queries=[f"what is the codename {canary}"]))
     rt.store.append_event("test.note", "tester", {"quote": canary}, record_id=ids[0])
+    # A standing preference that the next session's stored profile block shows.
+    preference = rt.tools.call("memory_write", p, {
+        "type": "semantic", "content": f"{user} wants replies signed {canary}.",
+        "attribute": "reply_signature", "source_kind": "user_statement",
+        "evidence": f"codename is {canary} and I drink green tea"})
+    assert preference["activation"] == "ambient", preference
     rt.hooks.on_session_end(p)
+    later = Principal(AGENT, user, f"sess-{user}-2", "shared")
+    rt.hooks.on_session_start(later)
+    assert canary in rt.profiles.for_session(later).text
     return ids
 
 
@@ -95,7 +105,7 @@ def test_erase_user_leaves_no_canary_in_the_file_or_wal(tmp_path: Path) -> None:
         assert conn.execute("SELECT count(*) FROM records_fts WHERE records_fts MATCH '\"7f3a\"'"
                             ).fetchone()[0] == 0
         assert conn.execute("SELECT count(*) FROM records_fts WHERE records_fts MATCH '\"v9b2\"'"
-                            ).fetchone()[0] == len(v_ids)
+                            ).fetchone()[0] == len(v_ids) + 1  # and the profile's preference
         assert conn.execute("SELECT count(*) FROM session_turns WHERE session_id = 'sess-uzz'"
                             ).fetchone()[0] == 1  # the turn row stays, blank
         assert conn.execute("SELECT count(*) FROM search_log WHERE user_id = 'uzz'").fetchone()[0] == 0

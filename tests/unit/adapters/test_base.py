@@ -11,7 +11,10 @@ import pytest
 
 from retold.adapters.base import RECALLED_HEADER, MemorySession, Message
 from retold.models import Principal, Scope
+from retold.retrieve.profile import ProfileAssembler
+from retold.store import Store
 from retold.testing import ADITYA, AGENT, World
+from tests.conditions import write_lock_held
 
 QUOTE = "keep every answer short and technical"
 
@@ -190,3 +193,39 @@ def test_the_policy_prefix_is_byte_identical_across_turns(world: World) -> None:
     s.recall()
     assert s.policy.text.encode() == first
     assert RECALLED_HEADER in s.policy.text.lower()
+
+
+# -- the profile block --------------------------------------------------------------------
+
+
+def _state_vim(world: World) -> None:
+    """An earlier session where the user stated their editor through memory_write."""
+    world.say("user", "I always edit code in vim.")
+    written = world.rt.tools.call("memory_write", world.p, {
+        "type": "semantic", "content": "Aditya edits code in vim.", "attribute": "editor",
+        "source_kind": "user_statement", "evidence": "I always edit code in vim."})
+    assert written["activation"] == "ambient", written
+
+
+def test_the_profile_survives_an_idle_split_unchanged(world: World) -> None:
+    _state_vim(world)
+    s = world.rt.session(AGENT, "aditya", session_id="s2")
+    first = s.system_prompt("You help Aditya.")
+    assert s.profile is not None and "Aditya edits code in vim." in s.profile.text
+    world.clock.advance(hours=3)  # past the idle timeout: the next turn starts s2~2
+    s.say("user", "Back again.")
+    assert s.principal.session_id != "s2"
+    assert s.system_prompt("You help Aditya.") == first
+
+
+def test_a_locked_store_still_gives_the_session_its_profile(world: World) -> None:
+    _state_vim(world)
+    impatient = Store(world.rt.store.path, busy_timeout_seconds=0.2, clock=world.clock)
+    profiles = ProfileAssembler(impatient, world.rt.config.activation, world.clock)
+    s = MemorySession(world.rt.tools, world.rt.hooks, world.rt.store, world.rt.config,
+                      Principal(AGENT, "aditya", "s2"), profiles=profiles)
+    with write_lock_held(world.rt.store.path):
+        block = s.profile
+    assert block is not None and "Aditya edits code in vim." in block.text
+    assert world.rt.store.profile_block("s2") is None  # shown, but not stored: untraced
+    impatient.close()

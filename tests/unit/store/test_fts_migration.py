@@ -13,7 +13,7 @@ from retold.retrieve.generators import lexical_candidates
 from retold.store import Store
 from retold.store.migrations import LATEST, MIGRATIONS, migrate
 from retold.testing import ADITYA, make_record
-from tests.sql import rows
+from tests.sql import execute, rows
 
 # The table as schema versions 1 to 3 created it.
 _UNSTEMMED_FTS = (
@@ -27,6 +27,8 @@ class OldStore:
     live: str  # active, linked to the "atlas" entity
     superseded: str  # history: still indexed for include_history searches
     forgotten: str  # deleted: never indexed
+
+
 
 
 def _store_before_stemming(path: Path) -> OldStore:
@@ -47,9 +49,12 @@ def _store_before_stemming(path: Path) -> OldStore:
         for record in (live, superseded, forgotten):
             store.write_record(record)
         store.link_record(live.id, [(atlas.id, "about")])
-        store.transition(forgotten.id, "deleted", from_statuses=("confirmed",))
     finally:
         store.close()
+    # Forgotten as that Retold forgot: the status, and no FTS row (today's status writer
+    # also keeps a table that version 3 did not have).
+    execute(path, "UPDATE records SET status = 'deleted' WHERE id = ?", forgotten.id)
+    execute(path, "DELETE FROM records_fts WHERE record_id = ?", forgotten.id)
     return OldStore(live.id, superseded.id, forgotten.id)
 
 

@@ -16,6 +16,7 @@ from retold.policy.grants import readable_scopes
 from retold.store import Store
 from retold.store.migrations import MIGRATIONS, migrate
 from retold.testing import T0, make_record
+from tests.sql import execute
 
 AGENT = "support-agent"
 APOLLO = Scope("project", "apollo")
@@ -40,9 +41,10 @@ def _store_before_members(path: Path) -> None:
         store.write_record(make_record(scope=ACME, source_ref="session:s-ola", attribute="a2"))
         forgotten = make_record(scope=ACME, source_ref="session:s-dan<turn:2>", attribute="a3")
         store.write_record(forgotten)
-        store.transition(forgotten.id, "deleted", from_statuses=("confirmed",))
     finally:
         store.close()
+    # Forgotten as an older store would have it: today's status writer expects later tables.
+    execute(path, "UPDATE records SET status = 'deleted' WHERE id = ?", forgotten.id)
 
 
 def _reads(store: Store, user: str, project: str | None = None) -> set[Scope]:

@@ -149,7 +149,7 @@ def test_forgotten_record_get_payload_is_a_tombstone_without_content(world: Worl
     assert entry["tombstone"] is True and entry["status"] == "deleted"
     assert entry["content"] is None and entry["evidence"] is None and entry["source_ref"] is None
     assert "concise" not in json.dumps(entry).lower()
-    assert [e["kind"] for e in entry["events"]] == ["record.created", "record.forgotten"]
+    assert [e["kind"] for e in entry["events"]] == ["record.created", "record.activation", "record.forgotten"]
     # Gone from every channel: FTS row removed, vector dead, never returned by search.
     assert rows(world.rt.store, "SELECT count(*) FROM records_fts WHERE record_id = ?", record_id) == [(0,)]
     assert not world.rt.index.live[world.rt.index.pos[record_id]]
@@ -258,8 +258,7 @@ def test_unevidenced_inference_cannot_supersede_a_user_statement_but_a_session_q
     assert (new.subject, new.attribute, new.tags) == (old.subject, old.attribute, old.tags)
     assert new.scope == old.scope
     assert world.rt.store.record_links(new.id) == old_links
-    event = world.rt.store.events(record_id=new.id)[-1]
-    assert event["kind"] == "record.created"
+    event = world.rt.store.events(record_id=new.id, kind="record.created")[-1]
     assert event["payload"]["manual_revision"] is True
     assert event["payload"]["reason"] == "the user now wants detail"
     assert event["payload"]["entailment"] == 1.0 and event["payload"]["evidence_note"] is None
@@ -361,7 +360,8 @@ def test_search_time_window_and_k_are_checked(world: World) -> None:
 
 def test_write_result_carries_the_public_keys(world: World) -> None:
     result = user_fact(world)
-    assert set(result) == {"record_id", "status", "outcome", "note", "timings_ms"}
+    assert set(result) == {"record_id", "status", "outcome", "note", "activation", "activation_reason",
+                           "timings_ms"}
     assert result["status"] == "confirmed" and result["timings_ms"]["total"] > 0
 
 
