@@ -14,6 +14,7 @@ import re
 import signal
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -117,6 +118,25 @@ def _live(path: str) -> list[tuple[Any, ...]]:
     return rows(path, "SELECT version, count(*) FROM embeddings GROUP BY version")
 
 
+def _stop_after(lock: sqlite3.Connection, least: int, log: Path) -> int:
+    """Take the write lock once at least ``least`` vectors are staged, and return how many.
+
+    The count is read while holding the lock, between two of the worker's batches, and the
+    lock is let go only for a moment between looks, so the worker cannot race past the end
+    of the run while the test decides to stop it.
+    """
+    deadline = time.monotonic() + DEADLINE_S
+    while time.monotonic() < deadline:
+        lock.execute("BEGIN IMMEDIATE")
+        staged = int(lock.execute("SELECT count(*) FROM reembed_vectors").fetchone()[0])
+        if staged >= least:
+            return staged
+        lock.execute("COMMIT")
+        time.sleep(0.005)
+    tail = log.read_text(errors="replace")[-3000:]
+    pytest.fail(f"fewer than {least} vectors staged in {DEADLINE_S} s\n{tail}")
+
+
 def _ready(log: Path) -> bool:
     return log.exists() and b"ready." in log.read_bytes()
 
@@ -141,9 +161,7 @@ def test_a_killed_reembed_worker_is_resumed_by_the_next_and_progress_shows_as_ta
         wait_for(lambda: getattr(monitor.task(task_id), "state", None) == "PROGRESS",
                  "the first progress report", [first_log], DEADLINE_S)
         lock.execute("COMMIT")
-        wait_for(lambda: _staged(path) >= 2 * BATCH, "two staged batches", [first_log], DEADLINE_S)
-        lock.execute("BEGIN IMMEDIATE")  # the worker stops at its next batch
-        staged = _staged(path)
+        staged = _stop_after(lock, 2 * BATCH, first_log)  # the worker waits at its next batch
         assert 2 * BATCH <= staged < RECORDS
         # Part-way, the live vectors are all still the old family's.
         assert _live(path) == [("fake-1", RECORDS)]
