@@ -2,9 +2,11 @@
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 WORKDIR /app
-# torch first and pinned, so sentence-transformers accepts it as it is. Pass
-# --build-arg TORCH_PIP_ARGS="--index-url <your CPU wheel index>" for a CPU-only image.
-ARG TORCH_PIP_ARGS=""
+# torch first, pinned and CPU-only (the GPU build is gigabytes the workers never use), so
+# sentence-transformers accepts it as it is. The models extra needs torch to export the
+# ONNX encoder once, below; workers then run on onnxruntime. Override TORCH_PIP_ARGS to
+# use a mirror.
+ARG TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu"
 RUN pip install --no-cache-dir $TORCH_PIP_ARGS torch==2.13.0
 COPY pyproject.toml README.md beat_schedule.py config.yaml ./
 COPY retold ./retold

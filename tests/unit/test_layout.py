@@ -58,7 +58,7 @@ def test_every_compose_service_runs_a_module_and_queues_that_exist() -> None:
     worker = compose["services"]["worker"]["command"]
     assert set(worker[worker.index("-Q") + 1].split(",")) == known
     assert "healthcheck" in compose["services"]["redis"]
-    assert "retold-data" in compose["volumes"]
+    assert "./data:/data" in compose["services"]["worker"]["volumes"]
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert '"-Q", "extraction,maintenance"' in dockerfile
 
