@@ -1,5 +1,11 @@
 """Reliability suite: real processes killed with SIGKILL, then the store checked.
 
+Workers killed mid-extraction, again and again, on Redis and on the embedded file broker,
+lose no session and write none twice: every session ends up extracted with its record and
+its summary exactly once. The hosted model is the loopback Anthropic stub, answering after
+a short delay so each kill lands while a run waits on it; the lease is a few seconds and
+the test drives the recover sweep itself, since no beat runs.
+
 An agent process killed mid-write leaves a store that ``retold check`` passes and that a new
 runtime opens: every write is one SQLite transaction, so a kill can only lose the write in
 flight, never leave half of it.
@@ -13,17 +19,36 @@ tests/integration/test_worker_crash.py.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
+from contextlib import nullcontext
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from retold import load_config
-from tests.celery_support import ROOT, agent_runtime, wait_for
+from retold.config import Config
+from retold.ingest.extractor import output_to_json
+from retold.models import CandidateRecord, ExtractionOutput, Principal, SessionSummary
+from retold.runtime import Runtime
+from retold.testing.anthropic_stub import AnthropicStub, tool_use
+from retold.testing.loopback import Reply
+from tests.celery_support import AGENT, ROOT, agent_runtime, flushed_redis, solo_workers, wait_for
+from workers.app import create_app
+
+REDIS_URL = "redis://127.0.0.1:6379/9"  # test_workers.py uses 7, test_worker_crash.py 8
+SESSIONS = 20
+KILLS = 5
+ANSWER_DELAY_S = 0.4
+EXTRACTION_TOOL = "record_extraction"
 
 WRITES_BEFORE_KILL = 40
 DEADLINE_S = 60
@@ -99,3 +124,121 @@ def test_an_agent_killed_mid_write_leaves_a_store_that_checks_clean_and_reopens(
         assert len({r.content for r in facts}) == len(facts)
     finally:
         rt.close()
+
+
+def user_turn(n: int) -> str:
+    return f"Note for later: I drink tea number {n} every morning."
+
+
+def fact(n: int) -> str:
+    return f"Aditya drinks tea number {n} every morning."
+
+
+class RoutingStub(AnthropicStub):
+    """The stub answering each request from what it asks (extract or review, and which
+    session's tea), since kills make the order of requests unpredictable."""
+
+    def respond(self, body: dict[str, Any], headers: dict[str, str], scripted: Any) -> Reply:
+        found = re.search(r"tea number (\d+)", json.dumps(body))
+        n = int(found.group(1)) if found else -1
+        if (body.get("tool_choice") or {}).get("name") == EXTRACTION_TOOL:
+            candidate = CandidateRecord(type="semantic", content=fact(n),
+                                        attribute=f"tea_{n}", source_kind="user_statement",
+                                        evidence=user_turn(n), evidence_turn=1, entity_mentions=[])
+            summary = SessionSummary(f"Aditya mentioned tea number {n}.", [], [])
+            answer = tool_use(output_to_json(ExtractionOutput([candidate], summary)), delay_s=ANSWER_DELAY_S)
+        else:
+            answer = tool_use({"decisions": [{"index": 0, "action": "accept", "reason": "stated by the user",
+                                              "revision": None}]}, delay_s=ANSWER_DELAY_S)
+        return super().respond(body, headers, answer)
+
+
+@pytest.fixture
+def routing_stub() -> Iterator[RoutingStub]:
+    stub = RoutingStub()
+    stub.start()
+    try:
+        yield stub
+    finally:
+        stub.stop()
+
+
+def crash_config(tmp_path: Path, stub: AnthropicStub, broker_url: str | None) -> Path:
+    path = tmp_path / "crash.yaml"
+    broker = f"  broker_url: {broker_url}\n" if broker_url else ""
+    path.write_text(
+        f"store:\n  path: {tmp_path / 'crash.sqlite'}\n"
+        "embedding:\n  model: fake\n"
+        "ingestion:\n  equivalence:\n    model: exact\n"
+        "  extraction_lease_seconds: 3\n  extraction_max_attempts: 20\n  extraction_retry_seconds: 1\n"
+        f"queue:\n{broker}  requeue_after_minutes: 1\n"
+        f"hosted:\n  base_url: {stub.base_url}\n  max_retries: 0\n"
+    )
+    return path
+
+
+def sweep(rt: Runtime, config: Config) -> None:
+    """What the recover beat would do: hand every due session to the queue again."""
+    app = create_app(config)
+    rt.extraction.enqueue_due(lambda session_id, stage: app.send_task(
+        "retold.review_session" if stage == "review" else "retold.extract_session", args=[session_id]))
+
+
+def more_requests(stub: AnthropicStub, seen: int) -> bool:
+    return len(stub.requests) > seen
+
+
+def all_extracted(rt: Runtime) -> bool:
+    return all((row := rt.store.get_session(f"s-{n}")) is not None and row.extracted_at is not None
+               for n in range(SESSIONS))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("broker", [pytest.param("redis", marks=pytest.mark.redis), "embedded"])
+def test_workers_killed_mid_extraction_lose_no_session_and_write_none_twice(
+    tmp_path: Path, routing_stub: RoutingStub, broker: str,
+) -> None:
+    broker_url = REDIS_URL if broker == "redis" else None
+    config_path = crash_config(tmp_path, routing_stub, broker_url)
+    config = load_config(config_path)
+    env = {"RETOLD_CONFIG": str(config_path), "ANTHROPIC_API_KEY": "test-key"}
+    fresh_broker = flushed_redis(REDIS_URL) if broker_url else nullcontext()
+    with fresh_broker, solo_workers(tmp_path, env) as start:
+        rt = agent_runtime(config)
+        logs: list[Path] = []
+        try:
+            for n in range(SESSIONS):
+                p = Principal(AGENT, "aditya", f"s-{n}", None)
+                rt.hooks.on_session_start(p)
+                p = rt.hooks.on_turn(p, "user", user_turn(n))
+                p = rt.hooks.on_turn(p, "assistant", "Noted.")
+                rt.hooks.on_session_end(p)
+            for kill in range(KILLS):
+                seen = len(routing_stub.requests)
+                worker, log = start(f"victim-{kill}")
+                logs.append(log)
+                sweep(rt, config)
+                wait_for(partial(more_requests, routing_stub, seen), "a request in flight", logs, 60,
+                         poll_s=0.02)
+                os.kill(worker.pid, signal.SIGKILL)
+                worker.wait(timeout=10)
+                assert worker.returncode == -signal.SIGKILL
+            assert not all_extracted(rt)
+            _, log = start("survivor")
+            logs.append(log)
+
+            def swept_and_done() -> bool:
+                sweep(rt, config)
+                return all_extracted(rt)
+
+            wait_for(swept_and_done, "every session extracted", logs, 120, poll_s=1.0)
+            records = [r.content for r in rt.store.find_records() if r.source_kind != "session_summary"]
+            summaries = [r.content for r in rt.store.find_records(source_kind="session_summary")]
+            assert sorted(records) == sorted(fact(n) for n in range(SESSIONS))
+            assert sorted(summaries) == sorted(f"Aditya mentioned tea number {n}." for n in range(SESSIONS))
+            assert len(rt.store.events(kind="extraction.run")) == SESSIONS
+            # Each kill left a claim that a later run took over once its lease lapsed.
+            assert len(rt.store.events(kind="extraction.reclaimed")) == KILLS
+        finally:
+            rt.close()
