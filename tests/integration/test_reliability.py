@@ -39,7 +39,7 @@ from retold.config import Config
 from retold.ingest.extractor import output_to_json
 from retold.models import CandidateRecord, ExtractionOutput, Principal, SessionSummary
 from retold.runtime import Runtime
-from retold.testing.anthropic_stub import AnthropicStub, tool_use
+from retold.testing.anthropic_stub import AnthropicStub, serve_anthropic_stub, tool_use
 from retold.testing.loopback import Reply
 from tests.celery_support import AGENT, ROOT, agent_runtime, flushed_redis, solo_workers, wait_for
 from workers.app import create_app
@@ -155,12 +155,9 @@ class RoutingStub(AnthropicStub):
 
 @pytest.fixture
 def routing_stub() -> Iterator[RoutingStub]:
-    stub = RoutingStub()
-    stub.start()
-    try:
+    with serve_anthropic_stub(RoutingStub()) as stub:
+        assert isinstance(stub, RoutingStub)
         yield stub
-    finally:
-        stub.stop()
 
 
 def crash_config(tmp_path: Path, stub: AnthropicStub, broker_url: str | None) -> Path:
