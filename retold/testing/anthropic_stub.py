@@ -149,9 +149,10 @@ def _refused_tool(tools: list[Any]) -> str | None:
 
 
 @contextmanager
-def serve_anthropic_stub() -> Iterator[AnthropicStub]:
-    """Run an :class:`AnthropicStub` for the duration of the ``with`` block."""
-    stub = AnthropicStub()
+def serve_anthropic_stub(stub: AnthropicStub | None = None) -> Iterator[AnthropicStub]:
+    """Run ``stub`` (by default a plain :class:`AnthropicStub`; a subclass may answer in its
+    own way) for the duration of the ``with`` block."""
+    stub = stub or AnthropicStub()
     stub.start()
     try:
         yield stub
