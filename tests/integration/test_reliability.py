@@ -44,7 +44,7 @@ from retold.testing.loopback import Reply
 from tests.celery_support import AGENT, ROOT, agent_runtime, flushed_redis, solo_workers, wait_for
 from workers.app import create_app
 
-REDIS_URL = "redis://127.0.0.1:6379/9"  # test_workers.py uses 7, test_worker_crash.py 8
+REDIS_URL = "redis://127.0.0.1:6379/11"  # a database no other test or benchmark uses
 SESSIONS = 20
 KILLS = 5
 ANSWER_DELAY_S = 0.4
