@@ -98,7 +98,7 @@ def lexical_candidates(
     query's total term count for the gate. A query without surviving terms contributes
     nothing; when no query has one, FTS is never touched.
     """
-    per_query = [terms for terms in (query_terms(query) for query in queries) if terms]
+    per_query = [terms for terms in (_terms(query) for query in queries) if terms]
     if not per_query or k <= 0:
         return []
     match = fts_match_expression([term for terms in per_query for term in terms])
@@ -145,7 +145,7 @@ def query_shape(
     among paraphrases about known people still has something to find. A bare number is
     never an unknown name: dates and counts are asked about, not stored as names.
     """
-    per_query = [terms for terms in (query_terms(query) for query in queries) if terms]
+    per_query = [terms for terms in (_terms(query) for query in queries) if terms]
     if not per_query:
         return QueryShape()
     alias_norms = {normalize_alias(alias) for alias in entity_aliases}
@@ -166,6 +166,13 @@ def query_shape(
         every_query_unknown = every_query_unknown and bool(missing)
         unknown.update(dict.fromkeys(missing))
     return QueryShape(asks, tuple(unknown) if every_query_unknown else ())
+
+
+@functools.lru_cache(maxsize=1024)
+def _terms(query: str) -> tuple[QueryTerm, ...]:
+    """A query's terms, parsed once per search although the lexical generator and the
+    query shape both read them (and agents repeat queries)."""
+    return tuple(query_terms(query))
 
 
 @functools.lru_cache(maxsize=8192)
