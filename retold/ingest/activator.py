@@ -73,9 +73,20 @@ class Activator:
 
     def after_extraction(self, principal: Principal, record_ids: Sequence[str],
                          actor: str) -> list[ActivationOutcome]:
-        """Judge each record an extraction run committed, once each, in order."""
-        return [self.after_write(principal, rid, origin="extraction", actor=actor)
-                for rid in dict.fromkeys(record_ids)]
+        """Judge each record an extraction run committed, once each, in order.
+
+        The judgements share one transaction (each record's own is a savepoint inside
+        it), so a session's worth of records costs one commit rather than one each; if
+        that transaction itself cannot start or commit, each record is judged on its own.
+        """
+        ids = list(dict.fromkeys(record_ids))
+        try:
+            with self.store.atomic():
+                return [self.after_write(principal, rid, origin="extraction", actor=actor) for rid in ids]
+        except Exception as exc:
+            log.warning("activation of %d extracted records in one transaction failed (%s); "
+                        "judging them one by one", len(ids), type(exc).__name__)
+            return [self.after_write(principal, rid, origin="extraction", actor=actor) for rid in ids]
 
     def _judge(self, principal: Principal, record_id: str, origin: str, actor: str) -> ActivationOutcome:
         current = self.store.activation_of(record_id)

@@ -100,11 +100,33 @@ def _word_matches(keyword: str, token: str) -> bool:
     return token in (keyword, f"{keyword}s", f"{keyword}es")
 
 
-def _matches(keyword: str, tokens: Sequence[str]) -> bool:
-    parts = keyword.split()
-    n = len(parts)
-    return any(all(_word_matches(part, token) for part, token in zip(parts, tokens[i:i + n], strict=True))
-               for i in range(len(tokens) - n + 1))
+@dataclass(frozen=True)
+class _Keyword:
+    """A keyword split into words, with the token forms its first word accepts, so most
+    keywords are ruled out by one set lookup instead of a scan of every token (the
+    post-write pass categorises every record a session writes)."""
+
+    text: str
+    parts: tuple[str, ...]
+    first_forms: frozenset[str] | None  # None: the first word is a prefix (``foo*``)
+
+    @classmethod
+    def of(cls, text: str) -> _Keyword:
+        parts = tuple(text.split())
+        first = parts[0] if parts else ""
+        forms = None if not parts or first.endswith("*") else frozenset((first, f"{first}s", f"{first}es"))
+        return cls(text, parts, forms)
+
+    def found_in(self, tokens: Sequence[str], token_set: frozenset[str]) -> bool:
+        if self.first_forms is not None and self.first_forms.isdisjoint(token_set):
+            return False
+        if len(self.parts) == 1:  # a whole word (already found) or a prefix
+            stem = self.parts[0][:-1]
+            return self.first_forms is not None or any(token.startswith(stem) for token in token_set)
+        n = len(self.parts)
+        return any(all(_word_matches(part, token)
+                       for part, token in zip(self.parts, tokens[i:i + n], strict=True))
+                   for i in range(len(tokens) - n + 1))
 
 
 @dataclass(frozen=True)
@@ -130,7 +152,7 @@ class CategoryRules:
             else:
                 added.append((name, [k.lower() for k in keys]))
         # Configured categories are tried before the built-in ones, so they can claim a word.
-        self._rules = [*added, *rules.items()]
+        self._rules = [(name, [_Keyword.of(key) for key in keys]) for name, keys in [*added, *rules.items()]]
         self._sensitive = frozenset(sensitive)
 
     @property
@@ -152,10 +174,11 @@ class CategoryRules:
         return Categorized(None, None, False)
 
     def _first(self, tokens: Sequence[str], *, sensitive_only: bool) -> tuple[str, str] | None:
+        token_set = frozenset(tokens)
         for name, keys in self._rules:
             if sensitive_only and name not in self._sensitive:
                 continue
             for key in keys:
-                if _matches(key, tokens):
-                    return name, key
+                if key.found_in(tokens, token_set):
+                    return name, key.text
         return None
