@@ -8,9 +8,10 @@ Chen took over billing. Each session runs through ``rt.hooks``; ending it enqueu
 extraction. A real Celery worker (a subprocess on the embedded broker) consumes the
 extraction task when the ``workers`` package provides one; otherwise extraction runs in
 this process and the output says so. Without ``ANTHROPIC_API_KEY`` the extractor replays
-the recordings shipped in ``retold/demo_data`` (the output says "replayed"). Then the
-demo searches: the current contact with its explanation, Dana's superseded record via
-``include_history``, the session summaries and the event trail.
+the recordings shipped in ``retold/demo_data`` (the output says "replayed"). One worker
+serves the whole story. Then the demo searches: the current contact with its explanation,
+Dana's superseded record via ``include_history``, the session summaries and the event
+trail.
 """
 
 from __future__ import annotations
@@ -129,18 +130,25 @@ def run_demo(store_dir: Path, say: Callable[[str], None] = print, *, use_worker:
     with build_runtime(config, scheduler=scheduler, environ=env) as rt:
         rt.host.grant(AGENT, Scope("user", USER), read=True, write=True)
         rt.host.provision_user(USER, aliases=["Jordan"])
-        for index, (session_id, _name, turns) in enumerate(SESSIONS):
-            say(f"\n== session {index + 1} ({session_id})")
-            principal = _run_session(rt, Principal(AGENT, USER, session_id), turns, index, say, result)
-            recording = None if hosted else recordings[index]
-            if worker:
-                outcome, code = _extract_with_worker(rt, principal, config_path, recording, env, say)
-                result.worker_exit_codes.append(code)
-            else:
-                outcome = _extract_in_process(rt, principal, recording)
-            result.outcomes[session_id] = outcome
-            say(f"extraction of {session_id}: {outcome}"
-                + (" (replayed)" if recording is not None else ""))
+        # One worker for the whole story: started now, so it is ready by the first
+        # session's end, and stopped once the last session is extracted.
+        started = _DemoWorker.start(rt, config_path, None if hosted else recordings, env, say) \
+            if worker else None
+        try:
+            for index, (session_id, _name, turns) in enumerate(SESSIONS):
+                say(f"\n== session {index + 1} ({session_id})")
+                principal = _run_session(rt, Principal(AGENT, USER, session_id), turns, index, say, result)
+                recording = None if hosted else recordings / f"{session_id}.json"
+                if started is not None:
+                    outcome = started.wait_for(session_id)
+                else:
+                    outcome = _extract_in_process(rt, principal, recording)
+                result.outcomes[session_id] = outcome
+                say(f"extraction of {session_id}: {outcome}"
+                    + (" (replayed)" if recording is not None else ""))
+        finally:
+            if started is not None:
+                result.worker_exit_codes.append(started.stop())
         _report(rt, Principal(AGENT, USER, "acme-north-review"), result, say)
     return result
 
@@ -172,15 +180,15 @@ def _run_session(rt: Runtime, principal: Principal, turns: Sequence[tuple[str, s
 # -- extraction ---------------------------------------------------------------------------
 
 
-def _copy_recordings(store_dir: Path) -> list[Path]:
-    """The shipped recordings as plain files next to the store (a worker reads a path)."""
-    paths = []
-    for _sid, name, _turns in SESSIONS:
-        target = store_dir / name
+def _copy_recordings(store_dir: Path) -> Path:
+    """The shipped recordings as plain files in a folder next to the store, one per session
+    and named by its id, which is how a replaying worker finds a session's recording."""
+    folder = store_dir / "recordings"
+    folder.mkdir(exist_ok=True)
+    for session_id, name, _turns in SESSIONS:
         with resources.as_file(resources.files("retold.demo_data") / name) as source:
-            shutil.copyfile(source, target)
-        paths.append(target)
-    return paths
+            shutil.copyfile(source, folder / f"{session_id}.json")
+    return folder
 
 
 def _worker_supported() -> bool:
@@ -206,61 +214,63 @@ def _extract_in_process(rt: Runtime, principal: Principal, recording: Path | Non
     return replay.run(principal.session_id).outcome
 
 
-def _extract_with_worker(rt: Runtime, principal: Principal, config_path: Path, recording: Path | None,
-                         env: dict[str, str], say: Callable[[str], None]) -> tuple[str, int]:
-    """Start ``celery -A workers worker`` for this session's task, wait (bounded) until the
-    session is extracted, then stop the worker, always. One worker per session because the
-    replay switch names one recording."""
-    assert principal.session_id is not None
-    child_env = {**env, "RETOLD_CONFIG": str(config_path)}
-    child_env.pop("RETOLD_STORE", None)
-    child_env.pop("RETOLD_BROKER_URL", None)
-    if recording is not None:
-        child_env["RETOLD_REPLAY_EXTRACTION"] = str(recording)
-    else:
-        child_env.pop("RETOLD_REPLAY_EXTRACTION", None)
-    log_path = config_path.with_name(f"worker-{principal.session_id}.log")
-    queues = rt.config.queue
-    cmd = [sys.executable, "-m", "celery", "-A", "workers", "worker", "-P", "solo",
-           "-Q", f"{queues.extraction_queue},{queues.maintenance_queue}", "--loglevel=INFO",
-           "--without-gossip", "--without-mingle", "--without-heartbeat",
-           "-n", f"retold-demo-{principal.session_id}@%h"]
-    outcome = "timeout"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, env=child_env, stdout=log, stderr=subprocess.STDOUT,
-                                cwd=str(Path(__file__).resolve().parent.parent))
-        say(f"  worker pid {proc.pid} started (log {log_path.name})")
-        try:
-            deadline = time.monotonic() + WAIT_SECONDS
-            while time.monotonic() < deadline:
-                row = rt.store.get_session(principal.session_id)
-                if row is not None and row.extracted_at is not None:
-                    outcome = "extracted"
-                    break
-                failed = rt.store.events(kind="extraction.failed")
-                if any(e["payload"].get("session_id") == principal.session_id for e in failed):
-                    outcome = "failed"
-                    break
-                if proc.poll() is not None:
-                    outcome = "worker exited early"
-                    break
-                time.sleep(0.2)
-        finally:
-            code = _stop(proc)
-    say(f"  worker pid {proc.pid} exited with code {code}")
-    return outcome, code
+@dataclass
+class _DemoWorker:
+    """``celery -A workers worker`` on the embedded broker for the whole story."""
 
+    rt: Runtime
+    proc: subprocess.Popen[bytes]
+    say: Callable[[str], None]
 
-def _stop(proc: subprocess.Popen[bytes]) -> int:
-    """Warm shutdown (SIGTERM), then SIGKILL after a grace period; returns the exit code."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-    return int(proc.returncode)
+    @classmethod
+    def start(cls, rt: Runtime, config_path: Path, recordings: Path | None, env: dict[str, str],
+              say: Callable[[str], None]) -> _DemoWorker:
+        child_env = {**env, "RETOLD_CONFIG": str(config_path)}
+        child_env.pop("RETOLD_STORE", None)
+        child_env.pop("RETOLD_BROKER_URL", None)
+        if recordings is not None:
+            child_env["RETOLD_REPLAY_EXTRACTION"] = str(recordings)
+        else:
+            child_env.pop("RETOLD_REPLAY_EXTRACTION", None)
+        log_path = config_path.with_name("worker.log")
+        queues = rt.config.queue
+        cmd = [sys.executable, "-m", "celery", "-A", "workers", "worker", "-P", "solo",
+               "-Q", f"{queues.extraction_queue},{queues.maintenance_queue}", "--loglevel=INFO",
+               "--without-gossip", "--without-mingle", "--without-heartbeat",
+               "-n", f"retold-demo-{os.getpid()}@%h"]
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(cmd, env=child_env, stdout=log, stderr=subprocess.STDOUT,
+                                    cwd=str(Path(__file__).resolve().parent.parent))
+        say(f"worker pid {proc.pid} started (log {log_path.name})")
+        return cls(rt, proc, say)
+
+    def wait_for(self, session_id: str) -> str:
+        """Wait (bounded) until the worker has extracted the session or failed it."""
+        deadline = time.monotonic() + WAIT_SECONDS
+        while time.monotonic() < deadline:
+            row = self.rt.store.get_session(session_id)
+            if row is not None and row.extracted_at is not None:
+                return "extracted"
+            failed = self.rt.store.events(kind="extraction.failed")
+            if any(e["payload"].get("session_id") == session_id for e in failed):
+                return "failed"
+            if self.proc.poll() is not None:
+                return "worker exited early"
+            time.sleep(0.1)
+        return "timeout"
+
+    def stop(self) -> int:
+        """Warm shutdown (SIGTERM), then SIGKILL after a grace period; the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        code = int(self.proc.returncode)
+        self.say(f"\nworker pid {self.proc.pid} exited with code {code}")
+        return code
 
 
 # -- what the demo shows --------------------------------------------------------------------

@@ -5,9 +5,10 @@ per task; the solo and threads pools never send that signal, so :func:`current_r
 also builds it on first use. It is closed on ``worker_process_shutdown`` (prefork
 children) and ``worker_shutdown`` (the main process of the solo and threads pools).
 
-Offline/demo mode: ``RETOLD_REPLAY_EXTRACTION=/path/recording.json`` makes the worker
-extract every session with ``ReplayExtractor(path)`` (the recorded EXTRACTION_SCHEMA
-output) and review with ``TableReviewer()``, which accepts every candidate. It exists for
+Offline/demo mode: ``RETOLD_REPLAY_EXTRACTION=/path/recording.json`` (or a folder of
+``<session id>.json`` recordings) makes the worker extract every session with
+``ReplayExtractor(path)`` (the recorded EXTRACTION_SCHEMA output) and review with
+``TableReviewer()``, which accepts every candidate. It exists for
 demos and integration tests without a hosted model; this module is the only place that
 reads it. Without it the runtime uses the configured hosted extractor and reviewer, and a
 missing reviewer makes extraction report ``not_configured``: review is never skipped.

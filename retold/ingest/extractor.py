@@ -244,12 +244,15 @@ class StructuredLLMExtractor:
 
 
 class ReplayExtractor:
-    """Serves a recorded extraction output from a JSON file (EXTRACTION_SCHEMA).
+    """Serves a recorded extraction output from a JSON file (EXTRACTION_SCHEMA), or from a
+    folder of them named by session id (``<folder>/<session id>.json``), so one worker
+    can replay a whole story.
 
-    The file is read and checked when the extractor is built, so a bad file fails at
-    start-up with :class:`ExtractionOutputError`; each ``extract`` returns a fresh copy
-    of the recorded output whatever the transcript. ``replayed`` is True so the runner
-    marks every event it writes as replayed.
+    A single file is read and checked when the extractor is built, so a bad file fails
+    at start-up with :class:`ExtractionOutputError`; a folder's files are read and
+    checked when their session is extracted, and a session without one fails closed with
+    that error. Each ``extract`` returns a fresh copy of the recorded output whatever the
+    transcript. ``replayed`` is True so the runner marks every event it writes as replayed.
     """
 
     replayed = True
@@ -259,17 +262,24 @@ class ReplayExtractor:
         self.name = f"replay:{self.path.name}"
         # The recording does not say which prompt produced it; callers that know pass it.
         self.prompt_version = prompt_version
+        self._data: object = None if self.path.is_dir() else self._read(self.path)
+
+    @staticmethod
+    def _read(path: Path) -> object:
         try:
-            self._data: object = json.loads(self.path.read_text("utf-8"))
+            data: object = json.loads(path.read_text("utf-8"))
         except (OSError, ValueError) as exc:
-            raise ExtractionOutputError(f"cannot read replay file {self.path}: {exc}") from exc
+            raise ExtractionOutputError(f"cannot read replay file {path}: {exc}") from exc
         try:
-            output_from_json(self._data)
+            output_from_json(data)
         except ExtractionOutputError as exc:
-            raise ExtractionOutputError(f"replay file {self.path}: {exc}") from exc
+            raise ExtractionOutputError(f"replay file {path}: {exc}") from exc
+        return data
 
     def extract(self, transcript: list[Turn], context: ExtractionContext) -> ExtractionOutput:
         """The recorded output (a new object on every call, so callers may change it)."""
+        if self._data is None:
+            return output_from_json(self._read(self.path / f"{context.principal.session_id}.json"))
         return output_from_json(self._data)
 
 

@@ -437,6 +437,21 @@ def test_replayed_runs_say_so(world: World, tmp_path: Path) -> None:
     assert last_run(world)["replayed"] is True
 
 
+def test_a_folder_of_recordings_replays_each_session_by_its_id(world: World, tmp_path: Path) -> None:
+    sid = ended_session(world)
+    folder = tmp_path / "recordings"
+    folder.mkdir()
+    replay = ReplayExtractor(folder)
+    # No recording for this session: the run fails closed and says why.
+    missing = run(world, replay)
+    assert missing.outcome == "failed" and "ExtractionOutputError" in (missing.reason or "")
+    assert world.rt.store.get_session(sid).extracted_at is None  # type: ignore[union-attr]
+    (folder / f"{sid}.json").write_text(json.dumps(output_to_json(output(PREFERS))))
+    assert run(world, replay).outcome == "deferred"  # the failed attempt backs off first
+    assert run(world, replay, force=True).outcome == "extracted"
+    assert last_run(world)["replayed"] is True
+
+
 def test_the_apply_phase_is_atomic(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
     sid = ended_session(world)
     new_project = cand("Orion favours terse replies.", "keep every answer short and technical", 1,
