@@ -268,6 +268,14 @@ def _activation_and_profiles(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX profile_blocks_user ON profile_blocks(user_id)")
 
 
+def _source_ref_index(conn: sqlite3.Connection) -> None:
+    """Records by source reference. A session's summaries are found by ``session:<id>``
+    whenever a run writes one or a supersession retires the ones that restated the old
+    value; the partial index on live summaries cannot serve those lookups (their filters
+    are bound parameters), so without this each of them read every record."""
+    conn.execute("CREATE INDEX records_source_ref ON records(source_ref)")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _initial_schema),
     Migration(2, "extraction stages", _extraction_stages),
@@ -277,6 +285,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "extraction attempts and leases", _extraction_attempts),
     Migration(7, "re-embed staging", _reembed_staging),
     Migration(8, "activation and profile blocks", _activation_and_profiles),
+    Migration(9, "source reference index", _source_ref_index),
 )
 LATEST = MIGRATIONS[-1].version
 
