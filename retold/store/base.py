@@ -38,7 +38,6 @@ __all__ = ["LINK_ROLES", "Embedding", "NewEvent", "StoreBase", "chunks", "dt", "
 LINK_ROLES: tuple[str, ...] = ("about", "mentions")  # a record is about one entity, mentions others
 log = logging.getLogger(__name__)
 
-_SQLITE_MAGIC = b"SQLite format 3\x00"
 _CHUNK = 500  # ids per IN list: far below SQLite's bound-parameter limit
 _EVENT_KEYS = ("id", "at", "kind", "actor", "record_id", "entity_id", "payload")
 # The tables a memory write or an erase can touch, as counted by row_counts().
@@ -167,16 +166,10 @@ class StoreBase:
                           clock=self.clock, migrate_schema=False, read_only=self._read_only_asked)
 
     def _refuse_foreign_file(self) -> None:
-        """Refuse a file that is not SQLite before sqlite3 writes anything to it."""
-        if self.path == ":memory:":
-            return
-        target = Path(self.path)
-        if target.is_dir():
+        """Refuse a directory; a file that is not SQLite is refused by ``connect``, which
+        reads its header through SQLite rather than with ``open()`` (see ``refuse_foreign``)."""
+        if self.path != ":memory:" and Path(self.path).is_dir():
             raise NotADatabaseError(f"store path {self.path} is a directory")
-        if target.exists() and target.stat().st_size > 0:
-            with target.open("rb") as handle:
-                if handle.read(16) != _SQLITE_MAGIC:
-                    raise NotADatabaseError(f"{self.path} is not a SQLite database; refusing to open it")
 
     # -- transactions -------------------------------------------------------------
 

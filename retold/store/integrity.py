@@ -43,7 +43,6 @@ Problem = Literal[
 
 _SAMPLE = 10  # ids named per problem; the count covers the rest
 _MAX_SQLITE_LINES = 100  # SQLite's own default cap on reported errors
-_MAGIC = b"SQLite format 3\x00"
 _DAMAGE = (CORRUPT, NOTADB, IOERR)  # what a check reports instead of raising
 _ACTIVE = "('provisional', 'confirmed')"
 # A store migrated before this version has no recorded family to hold its vectors to.
@@ -102,9 +101,6 @@ def check_file(path: str | Path, *, quick: bool = False, busy_timeout: float = 3
     file = Path(target)
     if not file.is_file():
         raise StoreError(f"no store file at {target}")
-    with file.open("rb") as handle:
-        if handle.read(16) != _MAGIC:
-            raise NotADatabaseError(f"{target} is not a SQLite database")
     reason = read_only_reason(target, asked=False)
     lock = StoreLock(target, busy_timeout, reason)
     with lock:

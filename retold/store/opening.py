@@ -12,11 +12,11 @@ import os
 import sqlite3
 from pathlib import Path
 
-from retold.errors import StoreReadOnlyError
-from retold.store.failures import CANTOPEN, READONLY, primary_code
+from retold.errors import NotADatabaseError, StoreReadOnlyError
+from retold.store.failures import CANTOPEN, NOTADB, READONLY, primary_code
 from retold.store.migrations import current_version
 
-__all__ = ["connect", "journal_mode", "read_only_reason"]
+__all__ = ["connect", "journal_mode", "read_only_reason", "refuse_foreign"]
 
 
 def read_only_reason(path: str, asked: bool) -> str | None:
@@ -50,17 +50,40 @@ def _open(target: str, busy_timeout: float, *, uri: bool = False) -> sqlite3.Con
     )
 
 
+def refuse_foreign(conn: sqlite3.Connection, path: str) -> None:
+    """Close ``conn`` and raise NotADatabaseError when its file is not a SQLite database.
+
+    SQLite reads the file's header on the first statement and writes nothing before it.
+    The header is not read with ``open()`` beside the connection: closing any descriptor
+    of a file drops every POSIX lock this process holds on it, the shared lock that tells
+    other processes this one still uses the store among them. A process that then closes
+    its own connection believes it is the last, and deletes the WAL index the first one
+    still reads from, which leaves that one reading a stale store, or worse.
+    """
+    try:
+        conn.execute("PRAGMA schema_version").fetchone()
+    except sqlite3.DatabaseError as exc:
+        if primary_code(exc) != NOTADB:
+            raise
+        conn.close()
+        raise NotADatabaseError(f"{path} is not a SQLite database; refusing to open it") from exc
+
+
 def connect(path: str, busy_timeout: float, read_only_reason: str | None) -> sqlite3.Connection:
     """A read-write connection, or (with a ``read_only_reason``) a read-only one through
-    ``mode=ro``, so that SQLite itself refuses every write; TEMP tables still work."""
+    ``mode=ro``, so that SQLite itself refuses every write; TEMP tables still work. A file
+    that is not a SQLite database is refused before anything is written to it."""
     if read_only_reason is None:
-        return _open(path, busy_timeout)
+        conn = _open(path, busy_timeout)
+        refuse_foreign(conn, path)
+        return conn
     target = Path(path)
     if not target.exists():
         raise StoreReadOnlyError(f"no store at {path}, and none is created when it must be opened "
                                  f"read-only ({read_only_reason})")
     uri = target.resolve().as_uri() + "?mode=ro"
     conn = _open(uri, busy_timeout, uri=True)
+    refuse_foreign(conn, path)
     try:
         current_version(conn)  # the first read opens the WAL index beside the file
         return conn

@@ -139,7 +139,7 @@ def test_check_refuses_what_is_not_a_store(tmp_path: Path, capsys: pytest.Captur
     assert main(["check", "--store", str(notes)]) == 1
     assert main(["check", "--store", str(tmp_path / "missing.sqlite")]) == 1
     lines = capsys.readouterr().err.strip().splitlines()
-    assert lines == [f"retold check: {notes} is not a SQLite database",
+    assert lines == [f"retold check: {notes} is not a SQLite database; refusing to open it",
                      f"retold check: no store at {tmp_path / 'missing.sqlite'}"]
 
 

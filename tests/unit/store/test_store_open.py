@@ -220,3 +220,25 @@ def test_a_damaged_table_page_is_reported_as_damage_when_read(store_path: Path) 
     with pytest.raises(StoreCorruptError, match="malformed"):
         opened.get_record(record_id)
     opened.close()
+
+
+def test_a_second_store_on_a_file_keeps_other_processes_seeing_this_one(tmp_path: Path) -> None:
+    # Opening a second Store in this process (as a runtime does for its search log writer)
+    # must not drop this process's hold on the file: otherwise another process that
+    # closes its connection believes it is the last one, deletes the WAL index, and this
+    # process goes on reading a store frozen at that moment.
+    import subprocess
+    import sys
+
+    path = tmp_path / "memory.sqlite"
+    first = Store(path)
+    second = first.second_connection()
+    script = ("import sys; from retold.store import Store; s = Store(sys.argv[1]); "
+              "[s.append_event('test.other_process', 'other', {'n': n}) for n in range(3)]; s.close()")
+    for round_ in range(2):
+        subprocess.run([sys.executable, "-c", script, str(path)], check=True, timeout=60)
+        assert Path(f"{path}-shm").exists()
+        assert len(first.events(kind="test.other_process")) == 3 * (round_ + 1)
+        assert len(second.events(kind="test.other_process")) == 3 * (round_ + 1)
+    second.close()
+    first.close()
