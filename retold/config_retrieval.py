@@ -95,6 +95,7 @@ class AutoGateConfig:
     standout_margin: float = 0.0  # off: a search nobody asked for never passes on a lead alone
     standout_floor: float = 1.0
     companion_margin: float = 0.0  # off
+    nameless_lexical_floor: float = 0.40
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +112,7 @@ class GateConfig:
     standout_margin: float = 0.10  # 0 = off
     standout_floor: float = 0.50
     companion_margin: float = 0.05  # 0 = off
+    nameless_lexical_floor: float = 0.35
     auto: AutoGateConfig = field(default_factory=AutoGateConfig)
 
 

@@ -56,6 +56,7 @@ class GateFloors:
     standout_margin: float = 0.0
     standout_floor: float = 1.0
     companion_margin: float = 0.0
+    nameless_lexical_floor: float = 0.0
     policy_only: bool = False  # cross_encoder_only: the reranker alone judges relevance
 
     def dense_for(self, kind: RecordKind) -> tuple[float, str]:
@@ -77,6 +78,7 @@ class GateFloors:
             "standout_margin": self.standout_margin,
             "standout_floor": self.standout_floor,
             "companion_margin": self.companion_margin,
+            "nameless_lexical_floor": self.nameless_lexical_floor,
         }
 
 
@@ -87,7 +89,8 @@ def floors_for(cfg: GateConfig, trigger: str) -> GateFloors:
     return GateFloors(source.dense_floor, source.lexical_min_term_fraction,
                       source.lexical_min_matched_terms, source.relative_floor, tuple(excluded),
                       source.name_only_margin, source.unknown_name_floor, source.standout_margin,
-                      source.standout_floor, source.companion_margin)
+                      source.standout_floor, source.companion_margin,
+                      source.nameless_lexical_floor)
 
 
 @dataclass
@@ -128,6 +131,16 @@ def _step1(
         missed.append(f"no dense match >= {floor:.2f} ({label})")
     if match is not None and match.total_terms:
         passed, detail = _lexical(match, floors)
+        if passed and shape.asks and match.name_terms and not names_hit:
+            # The question names someone or something this record never mentions: words
+            # it shares about what is asked ("travel" in Meridian Travel, "deploy" of
+            # another project) say little unless the meaning is close too.
+            cosine = c.dense.score if c.dense is not None else None
+            if cosine is None or cosine < floors.nameless_lexical_floor:
+                passed = False
+                detail += (f" but none of the question's names, and dense "
+                           f"{'-' if cosine is None else f'{cosine:.3f}'} < "
+                           f"{floors.nameless_lexical_floor:.2f}")
         if passed:
             return detail, missed
         missed.append(detail)

@@ -208,3 +208,16 @@ def test_no_companion_without_a_pass_or_for_an_unknown_name() -> None:
     assert [c.record_id for c in both] == ["a", "b"]  # each above the unknown-name floor
     near = gate([dense("a", 0.95), dense("b", 0.89)], kinds, following, stranger).kept
     assert [c.record_id for c in near] == ["a"]
+
+
+def test_asked_words_from_a_record_without_the_questions_names_need_a_cosine_too() -> None:
+    # "Why did Vera travel to Tucson?" against "Meridian Travel is on the Team plan".
+    strict = replace(FLOORS, nameless_lexical_floor=0.35)
+    kinds = dict.fromkeys(("stranger", "close"), SEMANTIC)
+    stranger = lexical("stranger", [term("travel")], 3, names=2, cosine=0.20)
+    close = lexical("close", [term("travel")], 3, names=2, cosine=0.40)
+    result = gate([stranger, close], kinds, strict)
+    assert [c.record_id for c in result.kept] == ["close"]
+    assert "none of the question's names, and dense 0.200 < 0.35" in dict(result.gated_out)["stranger"]
+    # A question that names nothing is unaffected.
+    assert kept([lexical("plain", [term("travel")], 1, cosine=0.1)]) == ["plain"]
