@@ -331,7 +331,8 @@ def test_a_record_that_leads_its_entitys_records_answers_and_replays(world: Worl
     world.embedder.make_similar("What does Acme North pay for?", "Acme North is on the Team plan.", 0.58)
     outcome = search(world, "What does Acme North pay for?")
     assert ids(outcome) == [plan]
-    assert "leads the other 2 records carrying the question's names" in outcome.response.results[0].explanation.gate
+    why = outcome.response.results[0].explanation.gate
+    assert "leads the other 2 records carrying the question's names" in why
     replayed = replay_gate(log(world, outcome), floors_for(world.rt.config.retrieval.gate, "tool"))
     assert [c.record_id for c in replayed.kept] == [plan]
     # Nothing of the account stands out for an attribute never stored.
