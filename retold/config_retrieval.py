@@ -109,10 +109,10 @@ class GateConfig:
     relative_floor: float = 0.0
     name_only_margin: float = 0.15
     unknown_name_floor: float = 0.85
-    standout_margin: float = 0.10  # 0 = off
+    standout_margin: float = 0.12  # 0 = off
     standout_floor: float = 0.50
     companion_margin: float = 0.05  # 0 = off
-    nameless_lexical_floor: float = 0.35
+    nameless_lexical_floor: float = 0.40
     auto: AutoGateConfig = field(default_factory=AutoGateConfig)
 
 
