@@ -193,17 +193,21 @@ def _standouts(candidates: Sequence[Candidate], failed: Sequence[Candidate],
     """
     if floors.standout_margin <= 0:
         return {}
-    named = [c for c in candidates if _carries_names(c)]
     lowest = min((c.dense.score for c in candidates if c.dense is not None), default=0.0)
+    named = sorted(((c.dense.score if c.dense is not None else lowest, c.record_id)
+                    for c in candidates if _carries_names(c)), reverse=True)
     leads: dict[str, str] = {}
     for c in failed:
-        if c.dense is None or not _name_only(c) or c.dense.score < floors.standout_floor:
+        if (c.dense is None or len(named) < 2 or not _name_only(c)
+                or c.dense.score < floors.standout_floor):
             continue
-        others = [o.dense.score if o.dense is not None else lowest for o in named if o is not c]
-        if others and c.dense.score - max(others) >= floors.standout_margin:
-            leads[c.record_id] = (f"dense {c.dense.score:.3f} leads the other {len(others)} records "
-                                  f"carrying the question's names by "
-                                  f"{c.dense.score - max(others):.3f} >= {floors.standout_margin:.2f}")
+        # The best of the others: the runner-up when this record is the best.
+        rival = named[1][0] if named[0][1] == c.record_id else named[0][0]
+        lead = c.dense.score - rival
+        if lead >= floors.standout_margin:
+            leads[c.record_id] = (f"dense {c.dense.score:.3f} leads the other {len(named) - 1} "
+                                  f"records carrying the question's names by {lead:.3f} >= "
+                                  f"{floors.standout_margin:.2f}")
     return leads
 
 
