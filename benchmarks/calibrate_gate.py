@@ -21,7 +21,7 @@ Run: ``.venv/bin/python -m benchmarks.calibrate_gate [--model M --version V --di
 [--write-defaults]``. ``--model``/``--version``/``--dims`` calibrate another embedding
 (what ``retold reembed`` asks for before it switches models). Writes
 benchmarks/results/calibration.json and calibration.md; ``--write-defaults`` also writes
-the chosen floors into config.yaml and the defaults in retold/config.py.
+the chosen floors into config.yaml and the defaults in retold/config_retrieval.py.
 """
 
 from __future__ import annotations
@@ -59,11 +59,17 @@ MIN_ABSTENTION = 0.90
 MAX_INJECTION = 0.10
 K = 10
 GRID = {
-    "semantic": [0.55, 0.60, 0.65, 0.70, 0.75],
-    "episodic": [0.45, 0.50, 0.55, 0.60],
-    "relative_floor": [0.0, 0.8, 0.95],
-    "name_only_margin": [0.05, 0.10, 0.15, 0.20, 0.25],
+    "semantic": [0.60, 0.65, 0.70],
+    "episodic": [0.45, 0.50, 0.55],
+    "relative_floor": [0.0],
+    "name_only_margin": [0.10, 0.15, 0.20],
+    "standout_margin": [0.08, 0.10, 0.12],
+    "companion_margin": [0.0, 0.05],
+    "nameless_lexical_floor": [0.30, 0.35, 0.40],
 }
+# Tuned by the grid; the rest of a gate block keeps its configured value.
+TUNED_GATE = ("relative_floor", "name_only_margin", "standout_margin", "companion_margin",
+              "nameless_lexical_floor")
 
 
 def build_hand(store_path: Path, data: dict[str, Any], embedding: dict[str, object] | None,
@@ -164,8 +170,7 @@ def objective(m: dict[str, float]) -> float:
 
 def with_values(floors: GateFloors, values: dict[str, float]) -> GateFloors:
     dense = replace(floors.dense_floor, semantic=values["semantic"], episodic=values["episodic"])
-    return replace(floors, dense_floor=dense, relative_floor=values["relative_floor"],
-                   name_only_margin=values["name_only_margin"])
+    return replace(floors, dense_floor=dense, **{name: values[name] for name in TUNED_GATE})
 
 
 def sweep(base: GateFloors, half_a: list[Search], hand: list[Search], keys: dict[str, str]
@@ -186,19 +191,19 @@ def sweep(base: GateFloors, half_a: list[Search], hand: list[Search], keys: dict
 
 
 def write_defaults(values: dict[str, float]) -> None:
-    """Write the chosen floors into config.yaml and the retold/config.py defaults."""
+    """Write the chosen floors into config.yaml and the retold/config_retrieval.py defaults."""
     yaml_path = ROOT / "config.yaml"
     text = yaml_path.read_text()
     block = re.search(r"\n  gate:\n.*?\n    auto:", text, re.S)
     assert block is not None, "config.yaml gate block not found"
     body = block.group(0)
-    for name in ("semantic", "episodic", "relative_floor", "name_only_margin"):
+    for name in ("semantic", "episodic", *TUNED_GATE):
         body = re.sub(rf"(\n {{4,6}}{name}: )[0-9.]+", rf"\g<1>{values[name]:.2f}", body, count=1)
     yaml_path.write_text(text[: block.start()] + body + text[block.end():])
-    code_path = ROOT / "retold" / "config.py"
+    code_path = ROOT / "retold" / "config_retrieval.py"
     code = code_path.read_text()
     for cls, names in (("DenseFloors", ("semantic", "episodic")),
-                       ("GateConfig", ("relative_floor", "name_only_margin"))):
+                       ("GateConfig", TUNED_GATE)):
         found = re.search(rf"class {cls}:.*?\n\n\n", code, re.S)
         assert found is not None, cls
         body = found.group(0)
@@ -211,7 +216,7 @@ def write_defaults(values: dict[str, float]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write-defaults", action="store_true",
-                        help="write the chosen floors into config.yaml and retold/config.py")
+                        help="write the chosen floors into config.yaml and retold/config_retrieval.py")
     parser.add_argument("--model", help="embedding model to calibrate (default: embedding.model)")
     parser.add_argument("--version", help="its embedding version tag (default: embedding.version)")
     parser.add_argument("--dims", type=int, help="its vector width (default: embedding.dims)")
@@ -244,12 +249,12 @@ def main() -> None:
                                         expected=s["expected"], twin=s["twin"], current=s["current"],
                                         stale=s["stale"]))
     before = {"semantic": base.dense_floor.semantic, "episodic": base.dense_floor.episodic,
-              "relative_floor": base.relative_floor, "name_only_margin": base.name_only_margin}
+              **{name: getattr(base, name) for name in TUNED_GATE}}
     chosen, feasible = sweep(base, halves["A"], hand, keys)
     results: dict[str, Any] = {"machine": machine(), "model": model, "embedding_version": version, "k": K,
                                "min_abstention": MIN_ABSTENTION, "max_injection_rate": MAX_INJECTION,
                                "grid": GRID, "constraints_met": feasible}
-    table = [["floors", "semantic / episodic / relative / name margin", "half", "R@5", "abstention",
+    table = [["floors", " / ".join(GRID), "half", "R@5", "abstention",
               "twin right@1", "current@1", "hand P / R / injection"]]
     for label, values in (("before", before), ("chosen on half A", chosen)):
         floors = with_values(base, values)
@@ -272,7 +277,7 @@ def main() -> None:
         print(" | ".join(line))
     if args.write_defaults:
         write_defaults(chosen)
-        print("wrote the chosen floors into config.yaml and retold/config.py")
+        print("wrote the chosen floors into config.yaml and retold/config_retrieval.py")
 
 
 if __name__ == "__main__":

@@ -92,6 +92,10 @@ class AutoGateConfig:
     exclude_source_kinds: tuple[SourceKind, ...] = ("session_summary",)
     name_only_margin: float = 0.20
     unknown_name_floor: float = 0.90
+    standout_margin: float = 0.0  # off: a search nobody asked for never passes on a lead alone
+    standout_floor: float = 1.0
+    companion_margin: float = 0.0  # off
+    nameless_lexical_floor: float = 0.40
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +109,10 @@ class GateConfig:
     relative_floor: float = 0.0
     name_only_margin: float = 0.15
     unknown_name_floor: float = 0.85
+    standout_margin: float = 0.12  # 0 = off
+    standout_floor: float = 0.50
+    companion_margin: float = 0.05  # 0 = off
+    nameless_lexical_floor: float = 0.40
     auto: AutoGateConfig = field(default_factory=AutoGateConfig)
 
 

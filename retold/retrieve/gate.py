@@ -9,11 +9,15 @@ clears an absolute floor: the per-type dense floor (raised by ``name_only_margin
 record shares the question's names but none of its asked terms, because a shared name
 inflates the cosine whatever attribute is asked), or the lexical floor on the asked terms
 (on the names when the question only names things); an entity match counts as a name
-match, never as a pass of its own unless the question only names things. Step 2 drops
-survivors below ``relative_floor`` times the best fused score among survivors with the
-same number of channels (0 disables it). Every dropped candidate carries the step and floor
-that dropped it, so a logged search can be re-decided with other floors
-(``docs/decisions.md``, "The gate judges what is asked").
+match, never as a pass of its own unless the question only names things. Such a name-only
+record also passes when its cosine leads every other record carrying the question's names
+by ``standout_margin`` (and reaches ``standout_floor``): the question picked it out of that
+entity's records. Companions: once something passed, a candidate within
+``companion_margin`` of the best passing cosine follows the passes. Step 2 drops survivors
+below ``relative_floor`` times the best fused score among survivors with the same number of
+channels (0 disables it). Every dropped candidate carries the step and floor that dropped
+it, so a logged search can be re-decided with other floors (``docs/decisions.md``, "The
+gate judges what is asked" and "A record the question picks out of its entity's records").
 """
 
 from __future__ import annotations
@@ -49,6 +53,10 @@ class GateFloors:
     exclude_source_kinds: tuple[str, ...] = ()
     name_only_margin: float = 0.0
     unknown_name_floor: float = 1.0
+    standout_margin: float = 0.0
+    standout_floor: float = 1.0
+    companion_margin: float = 0.0
+    nameless_lexical_floor: float = 0.0
     policy_only: bool = False  # cross_encoder_only: the reranker alone judges relevance
 
     def dense_for(self, kind: RecordKind) -> tuple[float, str]:
@@ -67,6 +75,10 @@ class GateFloors:
             "exclude_source_kinds": list(self.exclude_source_kinds),
             "name_only_margin": self.name_only_margin,
             "unknown_name_floor": self.unknown_name_floor,
+            "standout_margin": self.standout_margin,
+            "standout_floor": self.standout_floor,
+            "companion_margin": self.companion_margin,
+            "nameless_lexical_floor": self.nameless_lexical_floor,
         }
 
 
@@ -76,7 +88,9 @@ def floors_for(cfg: GateConfig, trigger: str) -> GateFloors:
     excluded = cfg.auto.exclude_source_kinds if trigger == "auto" else ()
     return GateFloors(source.dense_floor, source.lexical_min_term_fraction,
                       source.lexical_min_matched_terms, source.relative_floor, tuple(excluded),
-                      source.name_only_margin, source.unknown_name_floor)
+                      source.name_only_margin, source.unknown_name_floor, source.standout_margin,
+                      source.standout_floor, source.companion_margin,
+                      source.nameless_lexical_floor)
 
 
 @dataclass
@@ -117,6 +131,16 @@ def _step1(
         missed.append(f"no dense match >= {floor:.2f} ({label})")
     if match is not None and match.total_terms:
         passed, detail = _lexical(match, floors)
+        if passed and shape.asks and match.name_terms and not names_hit:
+            # The question names someone or something this record never mentions: words
+            # it shares about what is asked ("travel" in Meridian Travel, "deploy" of
+            # another project) say little unless the meaning is close too.
+            cosine = c.dense.score if c.dense is not None else None
+            if cosine is None or cosine < floors.nameless_lexical_floor:
+                passed = False
+                detail += (f" but none of the question's names, and dense "
+                           f"{'-' if cosine is None else f'{cosine:.3f}'} < "
+                           f"{floors.nameless_lexical_floor:.2f}")
         if passed:
             return detail, missed
         missed.append(detail)
@@ -146,6 +170,66 @@ def _lexical(match: LexicalMatch, floors: GateFloors) -> tuple[bool, str]:
     return False, detail
 
 
+def _carries_names(c: Candidate) -> bool:
+    """Whether the record carries every name of the question (or its resolved entity)."""
+    match = c.lexical_terms
+    return c.entity is not None or (match is not None and match.name_terms > 0
+                                    and match.names_matched >= match.name_terms)
+
+
+def _name_only(c: Candidate) -> bool:
+    match = c.lexical_terms
+    return _carries_names(c) and (match is None or match.asked_matched == 0)
+
+
+def _standouts(candidates: Sequence[Candidate], failed: Sequence[Candidate],
+               floors: GateFloors) -> dict[str, str]:
+    """Name-only candidates that lead every other record carrying the question's names.
+
+    A question about an entity asks for one of its records; which one, the cosine says
+    better than any single floor can, because a shared name lifts every record of the
+    entity alike. A record of the entity outside the dense list counts at the lowest
+    logged cosine, which bounds it from above; a lone record has nothing to lead.
+    """
+    if floors.standout_margin <= 0:
+        return {}
+    lowest = min((c.dense.score for c in candidates if c.dense is not None), default=0.0)
+    named = sorted(((c.dense.score if c.dense is not None else lowest, c.record_id)
+                    for c in candidates if _carries_names(c)), reverse=True)
+    leads: dict[str, str] = {}
+    for c in failed:
+        if (c.dense is None or len(named) < 2 or not _name_only(c)
+                or c.dense.score < floors.standout_floor):
+            continue
+        # The best of the others: the runner-up when this record is the best.
+        rival = named[1][0] if named[0][1] == c.record_id else named[0][0]
+        lead = c.dense.score - rival
+        if lead >= floors.standout_margin:
+            leads[c.record_id] = (f"dense {c.dense.score:.3f} leads the other {len(named) - 1} "
+                                  f"records carrying the question's names by {lead:.3f} >= "
+                                  f"{floors.standout_margin:.2f}")
+    return leads
+
+
+def _companions(passed: Sequence[Candidate], failed: Sequence[Candidate],
+                floors: GateFloors) -> list[Candidate]:
+    """Failed candidates whose cosine is within ``companion_margin`` of the best pass.
+
+    Once the question is known to have an answer, a record about as close to it as that
+    answer is likely a second answer (another film seen with the same friend), not noise.
+    """
+    cosines = [c.dense.score for c in passed if c.dense is not None]
+    if floors.companion_margin <= 0 or not cosines:
+        return []
+    best = max(cosines)
+    out = [c for c in failed if c.dense is not None and c.dense.score >= best - floors.companion_margin]
+    for c in out:
+        assert c.dense is not None
+        c.gate_reason = (f"passed as a companion: dense {c.dense.score:.3f} within "
+                         f"{floors.companion_margin:.2f} of the best pass {best:.3f}")
+    return out
+
+
 def gate(
     candidates: Sequence[Candidate],
     kinds: Mapping[str, RecordKind],
@@ -156,22 +240,37 @@ def gate(
     shape = shape or QueryShape()
     gated_out: list[tuple[str, str]] = []
     step1: list[Candidate] = []
+    failed: list[Candidate] = []
     best_missed: list[str] | None = None
     for c in candidates:
         kind = kinds[c.record_id]
         if kind.source_kind in floors.exclude_source_kinds:
             c.gate_reason = f"excluded source kind {kind.source_kind} (host-issued search)"
-            gated_out.append((c.record_id, c.gate_reason))
             continue
         passed, missed = _step1(c, kind, floors, shape)
         if passed is None:
             c.gate_reason = "step 1: " + "; ".join(missed)
-            gated_out.append((c.record_id, c.gate_reason))
+            failed.append(c)
             if best_missed is None:
                 best_missed = missed  # candidates arrive best first
         else:
             c.gate_reason = f"passed on {passed}"
             step1.append(c)
+    if shape.asks and not shape.unknown_names and not floors.policy_only:
+        leads = _standouts(candidates, failed, floors)
+        for c in failed:
+            if c.record_id in leads:
+                c.gate_reason = f"passed on {leads[c.record_id]}"
+        passed_ids = {c.record_id for c in step1} | set(leads)
+        step1 = [c for c in candidates if c.record_id in passed_ids]
+        failed = [c for c in failed if c.record_id not in leads]
+        followers = _companions(step1, failed, floors)
+        step1 += followers  # after every candidate that passed on its own
+        following = {c.record_id for c in followers}
+        failed = [c for c in failed if c.record_id not in following]
+    dropped = {c.record_id for c in failed}
+    gated_out += [(c.record_id, c.gate_reason or "") for c in candidates
+                  if c.record_id in dropped or kinds[c.record_id].source_kind in floors.exclude_source_kinds]
     tops: dict[int, float] = {}
     for c in step1:
         tops[_channels(c)] = max(tops.get(_channels(c), 0.0), c.score)

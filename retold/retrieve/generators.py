@@ -19,6 +19,7 @@ from retold.index.vector import VectorIndex
 from retold.ingest.entities import normalize_alias
 from retold.models import ACTIVE_STATUSES, LexicalMatch, LexicalTerm, QueryShape, Scope
 from retold.retrieve.stemmer import porter_stem
+from retold.retrieve.synonyms import synonym_stems
 from retold.retrieve.terms import QueryTerm, alias_ngrams, fts_tokens, query_terms
 from retold.store import EligibleSet, Store
 
@@ -204,9 +205,12 @@ class _FieldTokens:
 
     def covers(self, term: QueryTerm) -> bool:
         """Whether the row holds ``term``: identifiers and names as spelled, plain words
-        by stem, so "deploying" covers "deploys" but ``Deploys`` only "deploys"."""
+        by stem, so "deploying" covers "deploys" but ``Deploys`` only "deploys"; a plain
+        word also by a synonym of an attribute name ("tier" by "plan")."""
         if term.is_exact:
             return _holds(self.sequences, self.words, term.tokens)
+        if len(term.stems) == 1:
+            return not self.stems.isdisjoint(synonym_stems(term.stems[0]))
         return _holds(self.stemmed, self.stems, term.stems)
 
 

@@ -12,6 +12,7 @@ FLOORS = floors_for(load_config(overrides={"retrieval": {"gate": {
     "dense_floor": {"semantic": 0.45, "episodic": 0.40, "procedural": 0.45, "session_summary": 0.50},
     "relative_floor": 0.5, "name_only_margin": 0.2, "unknown_name_floor": 0.9,
     "lexical_min_term_fraction": 0.5, "lexical_min_matched_terms": 2,
+    "standout_margin": 0.0, "companion_margin": 0.0,
 }}}).retrieval.gate, "tool")
 SEMANTIC = RecordKind("semantic", "user_statement")
 EPISODIC = RecordKind("episodic", "agent_inference")
@@ -152,3 +153,71 @@ def test_policy_only_floors_leave_relevance_to_the_reranker() -> None:
     result = gate([dense("weak", 0.1), summary], kinds, policy, shape)
     assert [c.record_id for c in result.kept] == ["weak"]
     assert "excluded source kind" in dict(result.gated_out)["sum"]
+
+
+def acme(rid: str, cosine: float | None, asked: tuple[str, ...] = ()) -> Candidate:
+    """A record of Acme North for "What subscription tier does Acme North have?"."""
+    names = [term("acme", name=True), term("north", name=True)]
+    return lexical(rid, names + [term(a) for a in asked], 4, names=2, cosine=cosine)
+
+
+def test_a_name_only_record_that_leads_the_entitys_other_records_passes() -> None:
+    leading = replace(FLOORS, standout_margin=0.10, standout_floor=0.50)
+    plan, contact, renewal = acme("plan", 0.60), acme("contact", 0.48), acme("renewal", None)
+    kinds = dict.fromkeys(("plan", "contact", "renewal", "other"), SEMANTIC)
+    result = gate([plan, contact, renewal, dense("other", 0.30)], kinds, leading)
+    assert [c.record_id for c in result.kept] == ["plan"]
+    assert "leads the other 2 records carrying the question's names by 0.120" in (plan.gate_reason or "")
+
+
+def test_no_lead_means_an_unstored_attribute_still_abstains() -> None:
+    # "What is Acme North's stock ticker?": no record of Acme North stands out.
+    leading = replace(FLOORS, standout_margin=0.10, standout_floor=0.50)
+    kinds = dict.fromkeys(("plan", "contact", "alone"), SEMANTIC)
+    assert gate([acme("plan", 0.60), acme("contact", 0.55)], kinds, leading).kept == []
+    # A lone record of the entity has nothing to lead, and a low cosine never passes.
+    assert gate([acme("alone", 0.60)], kinds, leading).kept == []
+    assert gate([acme("plan", 0.45), acme("contact", 0.20)], kinds, leading).kept == []
+
+
+def test_the_lead_rule_is_only_for_records_that_share_nothing_but_the_names() -> None:
+    leading = replace(FLOORS, standout_margin=0.10, standout_floor=0.50)
+    # A lexical match on what is asked already had its chance at the floors.
+    asked = acme("asked", 0.40, asked=("tier",))
+    kinds = {"asked": SEMANTIC, "contact": SEMANTIC}
+    assert gate([asked, acme("contact", 0.10)], kinds, replace(leading, standout_floor=0.3)).kept == []
+
+
+def test_companions_follow_a_pass_within_the_margin() -> None:
+    # "Which film did Pia see with Helena?": two films, one just under the floor.
+    following = replace(FLOORS, companion_margin=0.10)
+    first, second, far = dense("first", 0.50), dense("second", 0.43), dense("far", 0.38)
+    kinds = dict.fromkeys(("first", "second", "far"), SEMANTIC)
+    result = gate([second, first, far], kinds, following)
+    assert [c.record_id for c in result.kept] == ["first", "second"]  # passes lead
+    assert "companion: dense 0.430 within 0.10 of the best pass 0.500" in (second.gate_reason or "")
+    assert "far" in dict(result.gated_out)
+
+
+def test_no_companion_without_a_pass_or_for_an_unknown_name() -> None:
+    following = replace(FLOORS, companion_margin=0.05)
+    kinds = dict.fromkeys(("a", "b"), SEMANTIC)
+    assert gate([dense("a", 0.44), dense("b", 0.43)], kinds, following).kept == []
+    stranger = QueryShape(asks=True, unknown_names=("zelda",))
+    both = gate([dense("a", 0.95), dense("b", 0.93)], kinds, following, stranger).kept
+    assert [c.record_id for c in both] == ["a", "b"]  # each above the unknown-name floor
+    near = gate([dense("a", 0.95), dense("b", 0.89)], kinds, following, stranger).kept
+    assert [c.record_id for c in near] == ["a"]
+
+
+def test_asked_words_from_a_record_without_the_questions_names_need_a_cosine_too() -> None:
+    # "Why did Vera travel to Tucson?" against "Meridian Travel is on the Team plan".
+    strict = replace(FLOORS, nameless_lexical_floor=0.35)
+    kinds = dict.fromkeys(("stranger", "close"), SEMANTIC)
+    stranger = lexical("stranger", [term("travel")], 3, names=2, cosine=0.20)
+    close = lexical("close", [term("travel")], 3, names=2, cosine=0.40)
+    result = gate([stranger, close], kinds, strict)
+    assert [c.record_id for c in result.kept] == ["close"]
+    assert "none of the question's names, and dense 0.200 < 0.35" in dict(result.gated_out)["stranger"]
+    # A question that names nothing is unaffected.
+    assert kept([lexical("plain", [term("travel")], 1, cosine=0.1)]) == ["plain"]

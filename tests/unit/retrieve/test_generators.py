@@ -201,6 +201,21 @@ def test_plain_words_match_by_their_stem(world: World) -> None:
     assert hit.record_id == prefers and len(hit.match.terms) == 2
 
 
+
+def test_a_synonym_of_an_attribute_name_covers_the_asked_word(world: World) -> None:
+    store = world.rt.store
+    plan = remember(world, "Priya moved the Acme account to the Team plan.")
+    remember(world, "Acme hired three engineers.")
+    eligible = eligible_for(store, *readable_scopes(store, world.p))
+
+    found = {hit.record_id: hit.match for hit in lexical_candidates(store, ["Acme subscription tier"],
+                                                                    eligible, K)}
+    # "subscription" and "tier" are names of a plan; "employees" is not a name of a job.
+    assert [t.value for t in found[plan].terms] == ["acme", "subscription", "tier"]
+    found = {hit.record_id: hit.match for hit in lexical_candidates(store, ["Acme employees"], eligible, K)}
+    assert all(t.value != "employees" for match in found.values() for t in match.terms)
+
+
 def test_identifiers_and_names_count_only_where_spelled_as_queried(world: World) -> None:
     store = world.rt.store
     exact = remember(world, "Edit deploy.yml before the release.")

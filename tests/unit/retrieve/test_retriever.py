@@ -321,3 +321,19 @@ def test_host_issued_search_uses_auto_floors_and_excludes_summaries(world: World
     auto = world.rt.config.retrieval.gate.auto
     assert np.isclose(flags["gate"]["relative_floor"], auto.relative_floor)
     assert flags["gate"]["dense_floor"]["semantic"] == auto.dense_floor.semantic
+
+
+def test_a_record_that_leads_its_entitys_records_answers_and_replays(world: World) -> None:
+    plan = fact(world, "Acme North is on the Team plan.", "plan")
+    fact(world, "The billing contact for Acme North is Dana Reyes.", "billing_contact")
+    fact(world, "Acme North's contract renews in May.", "renewal_date")
+    # Below the name-only floor, but far ahead of the account's other records.
+    world.embedder.make_similar("What does Acme North pay for?", "Acme North is on the Team plan.", 0.58)
+    outcome = search(world, "What does Acme North pay for?")
+    assert ids(outcome) == [plan]
+    why = outcome.response.results[0].explanation.gate
+    assert "leads the other 2 records carrying the question's names" in why
+    replayed = replay_gate(log(world, outcome), floors_for(world.rt.config.retrieval.gate, "tool"))
+    assert [c.record_id for c in replayed.kept] == [plan]
+    # Nothing of the account stands out for an attribute never stored.
+    assert ids(search(world, "What is Acme North's stock ticker?")) == []
