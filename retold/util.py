@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import threading
 import time
@@ -61,8 +62,13 @@ def to_iso(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+@functools.lru_cache(maxsize=16384)
 def from_iso(text: str) -> datetime:
-    """Parse a stored timestamp (or any ISO 8601 string with an offset) as UTC."""
+    """Parse a stored timestamp (or any ISO 8601 string with an offset) as UTC.
+
+    Remembered per text (datetimes are immutable): searches read the same records'
+    timestamps again and again.
+    """
     moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
@@ -144,16 +150,33 @@ def to_plain(value: Any) -> Any:
     A dataclass that defines its own ``__str__`` is a value with a canonical text form
     (a Scope is ``user:aditya``) and becomes that text.
     """
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        if type(value).__str__ is not object.__str__:
+    kind: Any = type(value)
+    if kind in _PLAIN_SCALARS:
+        return value
+    names = _dataclass_fields(kind)
+    if names is not None:
+        if kind.__str__ is not object.__str__:
             return str(value)
-        return {f.name: to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {name: to_plain(getattr(value, name)) for name in names}
     if isinstance(value, datetime):
         return to_iso(value)
     if isinstance(value, Mapping):
         return {str(k): to_plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [to_plain(v) for v in value]
-    if type(value).__module__ == "numpy" and hasattr(value, "item"):
+    if kind.__module__ == "numpy" and hasattr(value, "item"):
         return value.item()  # a numpy scalar score is not JSON
     return value
+
+
+# Returned as they are; checked first because most leaves of a tool result are these.
+_PLAIN_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+@functools.lru_cache(maxsize=256)
+def _dataclass_fields(kind: Any) -> tuple[str, ...] | None:
+    """The field names of a dataclass type, None for any other type; asked per value, so
+    remembered per type (a search result converts hundreds of values)."""
+    if not dataclasses.is_dataclass(kind):
+        return None
+    return tuple(f.name for f in dataclasses.fields(kind))

@@ -127,21 +127,37 @@ class OnnxEmbedder(_CachedEmbedder, LazyModel):
         out: Matrix | None = None
         for start in range(0, len(order), _BATCH_SIZE):
             rows = order[start : start + _BATCH_SIZE]
-            width = max(len(encodings[i].ids) for i in rows)
-            ids = np.full((len(rows), width), loaded.pad_id, dtype=np.int64)
-            mask = np.zeros((len(rows), width), dtype=np.int64)
-            types = np.zeros((len(rows), width), dtype=np.int64)
-            for row, i in enumerate(rows):
-                enc = encodings[i]
-                n = len(enc.ids)
-                ids[row, :n], mask[row, :n], types[row, :n] = enc.ids, enc.attention_mask, enc.type_ids
+            batch = [encodings[i] for i in rows]
+            # Sorted by length, so equal first and last lengths mean no padding (always so
+            # for a single query): the mask is all ones and pooling is a plain mean, the
+            # same numbers without filling and weighting by a mask.
+            unpadded = len(batch[0].ids) == len(batch[-1].ids)
+            if unpadded:
+                ids = np.array([enc.ids for enc in batch], dtype=np.int64)
+                mask = np.ones_like(ids)
+                types = np.array([enc.type_ids for enc in batch], dtype=np.int64)
+            else:
+                ids, mask, types = _padded(batch, loaded.pad_id)
             feeds = {name: array for name, array in
                      (("input_ids", ids), ("attention_mask", mask), ("token_type_ids", types))
                      if name in loaded.inputs}
             (hidden,) = loaded.session.run(["last_hidden_state"], feeds)
-            pooled = mean_pool(np.asarray(hidden, dtype=np.float32), mask)
+            hidden = np.asarray(hidden, dtype=np.float32)
+            pooled = hidden.mean(axis=1, dtype=np.float32) if unpadded else mean_pool(hidden, mask)
             if out is None:
                 out = np.empty((len(texts), pooled.shape[1]), dtype=np.float32)
             out[rows] = pooled
         assert out is not None  # texts is never empty here
         return out
+
+
+def _padded(batch: list[Any], pad_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Input ids, attention mask and token types of ``batch``, padded to its longest row."""
+    width = max(len(enc.ids) for enc in batch)
+    ids = np.full((len(batch), width), pad_id, dtype=np.int64)
+    mask = np.zeros((len(batch), width), dtype=np.int64)
+    types = np.zeros((len(batch), width), dtype=np.int64)
+    for row, enc in enumerate(batch):
+        n = len(enc.ids)
+        ids[row, :n], mask[row, :n], types[row, :n] = enc.ids, enc.attention_mask, enc.type_ids
+    return ids, mask, types

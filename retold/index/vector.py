@@ -47,6 +47,12 @@ class VectorIndex:
         self._seq_pos = np.full(_MIN_CAPACITY, -1, dtype=np.int64)
         self._applied: dict[str, int] = {}  # record id -> index_version this process holds
         self.loaded_version = -1  # records_version the projection reflects; -1: never loaded
+        # Bumped by every change to rows, liveness or the seq table; keys _gathered.
+        self._generation = 0
+        # (eligible set token, generation, positions, their rows): the last search's
+        # eligible rows, copied once. Agents search one eligible set many times between
+        # writes, and copying its rows out of the matrix was most of a dense search.
+        self._gathered: tuple[int, int, np.ndarray, np.ndarray | None] | None = None
 
     # -- diagnostics (snapshots, never the live structures) ------------------------------
 
@@ -88,6 +94,7 @@ class VectorIndex:
         seq_pos = np.full(max(_MIN_CAPACITY, int(snap.seqs.max(initial=0)) * 2 + 1), -1, np.int64)
         seq_pos[snap.seqs] = np.arange(n)
         with self._lock:
+            self._generation += 1
             self._matrix, self._live, self._seq_pos = matrix, live, seq_pos
             self._ids = list(snap.ids)
             self._pos = {record_id: i for i, record_id in enumerate(snap.ids)}
@@ -151,6 +158,7 @@ class VectorIndex:
         if norm > 0 and abs(norm - 1.0) > 1e-3:
             row = row / norm
         with self._lock:
+            self._generation += 1
             position = self._pos.get(record_id)
             if position is None:
                 position = len(self._ids)
@@ -167,6 +175,7 @@ class VectorIndex:
     def remove(self, record_id: str, index_version: int | None = None) -> None:
         """Hide a record (``live[pos] = False``) without rebuilding the matrix."""
         with self._lock:
+            self._generation += 1
             position = self._pos.get(record_id)
             if position is not None:
                 self._live[position] = False
@@ -186,6 +195,7 @@ class VectorIndex:
         position = self._pos.get(record_id)
         if position is None or seq < 0:
             return
+        self._generation += 1
         if seq >= self._seq_pos.shape[0]:
             grown = np.full(max(seq + 1, self._seq_pos.shape[0] * 2), -1, dtype=np.int64)
             grown[: self._seq_pos.shape[0]] = self._seq_pos
@@ -238,18 +248,12 @@ class VectorIndex:
             return []
         with self._lock:
             n = len(self._ids)
-            positions = self._positions(eligible_ids)
-            positions = positions[self._live[positions]]
+            positions, rows = self._eligible_rows(eligible_ids, n)
             if positions.size == 0:
                 return []
-            if positions.size < n * _GATHER_FRACTION:
-                if not isinstance(eligible_ids, EligibleSet):  # the store's set is unique
-                    positions = np.unique(positions)
-                scores = self._matrix[positions] @ queries.T
+            if rows is not None:
+                scores = rows @ queries.T
             else:
-                mask = np.zeros(n, dtype=bool)
-                mask[positions] = True
-                positions = np.flatnonzero(mask)  # sorted and de-duplicated
                 scores = (self._matrix[:n] @ queries.T)[positions]
             best = scores.max(axis=1) if scores.shape[1] > 1 else scores[:, 0]
             if best.size > k:
@@ -258,6 +262,35 @@ class VectorIndex:
                 top = np.arange(best.size)
             top = top[np.argsort(-best[top], kind="stable")]
             return [(self._ids[int(positions[i])], float(best[i])) for i in top]
+
+    def _eligible_rows(
+        self, eligible_ids: Collection[str], n: int
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """The live eligible positions, and their rows when gathering them beats one product
+        over the whole matrix (None: score every row, then pick these positions).
+
+        For the store's EligibleSet both are kept until the set or the index changes, so
+        the next search with the same set copies nothing; the kept rows are under a quarter
+        of the matrix. Called with the lock held.
+        """
+        token = eligible_ids.token if isinstance(eligible_ids, EligibleSet) else None
+        cached = self._gathered
+        if token is not None and cached is not None and cached[:2] == (token, self._generation):
+            return cached[2], cached[3]
+        positions = self._positions(eligible_ids)
+        positions = positions[self._live[positions]]
+        rows: np.ndarray | None = None
+        if positions.size < n * _GATHER_FRACTION:
+            if token is None:  # the store's set is unique
+                positions = np.unique(positions)
+            rows = self._matrix[positions]
+        else:
+            mask = np.zeros(n, dtype=bool)
+            mask[positions] = True
+            positions = np.flatnonzero(mask)  # sorted and de-duplicated
+        if token is not None:
+            self._gathered = (token, self._generation, positions, rows)
+        return positions, rows
 
     def vector_for(self, record_id: str) -> np.ndarray | None:
         """A copy of one live row, or None."""

@@ -8,6 +8,7 @@ creates a provisional entity in the writer's scope.
 
 from __future__ import annotations
 
+import functools
 import unicodedata
 from collections.abc import Sequence
 from typing import Literal
@@ -39,11 +40,13 @@ class EntityError(RetoldError):
         self.message = message
 
 
+@functools.lru_cache(maxsize=8192)
 def normalize_alias(text: str) -> str:
     """The lookup form of a name: diacritics stripped, casefolded, spaces collapsed.
 
     ``"  José  Núñez "`` becomes ``"jose nunez"``. NFKD also folds compatibility forms
-    (full-width letters, ligatures), so visually equal spellings meet.
+    (full-width letters, ligatures), so visually equal spellings meet. Remembered per
+    text: every search normalises each query n-gram and term, and agents repeat words.
     """
     decomposed = unicodedata.normalize("NFKD", text)
     stripped = "".join(ch for ch in decomposed if not unicodedata.combining(ch))

@@ -9,9 +9,8 @@ invariant), so no stage can surface a record the caller may not read.
 
 from __future__ import annotations
 
-import json
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -45,7 +44,7 @@ from retold.retrieve.generators import (
     resolve_entity_aliases,
 )
 from retold.retrieve.rewrite import QueryRewriter, rewrite_stage
-from retold.retrieve.search_log import SearchLogWriter
+from retold.retrieve.search_log import LogJson, SearchLogWriter, log_json
 from retold.store import EligibleSet, Store
 from retold.util import Clock, Timer, new_id, to_iso
 
@@ -56,14 +55,16 @@ _ELIGIBLE_CACHE_ENTRIES = 64
 
 @dataclass
 class SearchOutcome:
-    """The response plus the text rendered for the model."""
+    """The response, the text rendered for the model, and the scopes the search read
+    (the tool result filters entity ids by them without asking the store again)."""
 
     response: SearchResponse
     rendered: str
+    scopes: list[Scope] = field(default_factory=list)
 
 
-def _json(value: Any) -> str:
-    return json.dumps(value, default=lambda v: to_iso(v) if isinstance(v, datetime) else str(v))
+def _copy(values: list[str] | None) -> list[str] | None:
+    return None if values is None else list(values)
 
 
 class Retriever:
@@ -174,40 +175,48 @@ class Retriever:
                           rewritten, empty_reason)
         timer.mark("explain")
 
-        # Handed over, not written: the answer never waits for the store's write lock.
+        # Handed over, not written: the answer never waits for the store's write lock. The
+        # JSON columns are serialised by the writer (LogJson). The request and scopes are
+        # copied here, since callers own them; explanations are read later, and a caller
+        # must treat a response as read-only (docs/decisions.md, "Search-log rows are
+        # serialised by the writer").
+        asked = {"queries": list(request.queries), "types": _copy(request.types),
+                 "entities": _copy(request.entities), "since": request.since,
+                 "until": request.until, "k": request.k,
+                 "include_history": request.include_history}
+        read_scopes = [str(s) for s in scopes]
+        explained = [(r.explanation, r.record.id) for r in results]
+        flags = self._flags(floors, refresh, k)
         self.search_log.submit({
             "id": search_id, "at": to_iso(started), "agent_id": principal.agent_id,
             "user_id": principal.user_id, "session_id": principal.session_id,
-            "trigger": request.trigger,
-            "request": _json({"queries": request.queries, "types": request.types,
-                              "entities": request.entities, "since": request.since,
-                              "until": request.until, "k": request.k,
-                              "include_history": request.include_history}),
+            "trigger": request.trigger, "request": LogJson(lambda: asked),
             "context": request.context, "rewrite_status": rewrite_status,
-            "rewritten_queries": _json(rewritten) if rewritten is not None else None,
-            "readable_scopes": _json([str(s) for s in scopes]),
-            "dense": _json([[rid, rank, round(cos, 6)] for rank, (rid, cos) in enumerate(dense, 1)]),
-            "lexical": _json({
+            "rewritten_queries": log_json(rewritten) if rewritten is not None else None,
+            "readable_scopes": LogJson(lambda: read_scopes),
+            "dense": LogJson(lambda: [[rid, rank, round(cos, 6)]
+                                      for rank, (rid, cos) in enumerate(dense, 1)]),
+            "lexical": LogJson(lambda: {
                 "hits": [[h.record_id, h.rank, h.bm25,
                           [[t.value, t.is_identifier, t.is_entity_alias, t.is_proper] for t in h.match.terms],
                           h.match.total_terms, h.match.name_terms] for h in lexical],
                 "asks": shape.asks, "unknown_names": list(shape.unknown_names)}),
-            "entity": _json([[rid, rank, eid] for rank, (rid, eid) in enumerate(entity, 1)]),
-            "fused": _json(fused_log), "freshness": _json(freshness_log),
-            "gated_out": _json(gated.gated_out), "deduped_out": _json(deduped_out),
-            "reranked": _json(rerank.logged) if rerank.logged is not None else None,
-            "reranked_out": _json(rerank.omitted), "rerank_status": rerank.status,
-            "rerank_error": rerank.error, "budget_out": _json(budget.budget_out),
-            "returned": _json([r.record.id for r in results]),
-            "explanations": _json([explanation_dict(r.explanation) | {"record_id": r.record.id}
-                                   for r in results] or [{"empty_reason": empty_reason}]),
-            "config_flags": _json(self._flags(floors, refresh, k)), "warm": int(warm),
-            "timings_ms": _json(timer.as_dict()),
+            "entity": LogJson(lambda: [[rid, rank, eid] for rank, (rid, eid) in enumerate(entity, 1)]),
+            "fused": LogJson(lambda: fused_log), "freshness": LogJson(lambda: freshness_log),
+            "gated_out": LogJson(lambda: gated.gated_out), "deduped_out": LogJson(lambda: deduped_out),
+            "reranked": LogJson(lambda: rerank.logged) if rerank.logged is not None else None,
+            "reranked_out": LogJson(lambda: rerank.omitted), "rerank_status": rerank.status,
+            "rerank_error": rerank.error, "budget_out": LogJson(lambda: budget.budget_out),
+            "returned": LogJson(lambda: [rid for _, rid in explained]),
+            "explanations": LogJson(lambda: [explanation_dict(ex) | {"record_id": rid}
+                                             for ex, rid in explained] or [{"empty_reason": empty_reason}]),
+            "config_flags": LogJson(lambda: flags), "warm": int(warm),
+            "timings_ms": log_json(timer.as_dict()),
         })
         timer.mark("log")
         response = SearchResponse(search_id, list(request.queries), rewritten, rewrite_status,
                                   results, empty_reason, timer.as_dict())
-        return SearchOutcome(response, rendered)
+        return SearchOutcome(response, rendered, scopes)
 
     # -- stages ---------------------------------------------------------------------------
 

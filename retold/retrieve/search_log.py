@@ -8,6 +8,10 @@ connection to the same file, so while it queues on ``busy_timeout`` this process
 go on through the store's own connection. ``inline`` mode (and an in-memory store, which
 no second connection can share) writes the row inside the search instead.
 
+A row's JSON columns may arrive as :class:`LogJson` values, serialised when the row is
+written: in background mode that work happens on the writer thread, after the search
+has answered.
+
 Either way a log row never costs a search its answer: a full queue drops the row, and a
 failed write (the lock held past ``busy_timeout``, a read-only file, a full disk) drops its
 batch. Both are counted in :meth:`SearchLogWriter.stats` and logged once per burst. See
@@ -16,18 +20,21 @@ docs/decisions.md, "Search-log rows are written off the search path".
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from retold.config import SearchLogConfig
 from retold.store import Store
+from retold.util import to_iso
 
-__all__ = ["SearchLogStats", "SearchLogWriter"]
+__all__ = ["LogJson", "SearchLogStats", "SearchLogWriter", "log_json"]
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +42,32 @@ Row = Mapping[str, Any]
 # An idle writer thread ends after this long, closing its connection; the next row starts
 # a new one. A process that stopped searching holds no second connection.
 _IDLE_SECONDS = 30.0
+
+
+def log_json(value: Any) -> str:
+    """A search-log JSON column: datetimes as store text, anything else unknown as str."""
+    return json.dumps(value, default=lambda v: to_iso(v) if isinstance(v, datetime) else str(v))
+
+
+class LogJson:
+    """A JSON column whose text is made when the row is written, not during the search.
+
+    ``build`` returns the value to serialise. It must read only what the search will not
+    change after it hands the row over (values built for the row, frozen hits), because
+    it may run on the writer thread after the search has returned.
+    """
+
+    __slots__ = ("_build",)
+
+    def __init__(self, build: Callable[[], Any]) -> None:
+        self._build = build
+
+    def text(self) -> str:
+        return log_json(self._build())
+
+
+def _materialise(row: Row) -> dict[str, Any]:
+    return {key: value.text() if isinstance(value, LogJson) else value for key, value in row.items()}
 
 
 @dataclass(frozen=True)
@@ -197,7 +230,9 @@ class SearchLogWriter:
 
     def _write(self, batch: Sequence[Row], store: Store) -> None:
         try:
-            written = store.insert_search_logs(batch)
+            # Inside the try: a column that fails to serialise fails its batch, never the
+            # writer thread.
+            written = store.insert_search_logs([_materialise(row) for row in batch])
         except Exception as exc:  # noqa: BLE001 - a log row must never fail or stop a search
             self._failed_rows(len(batch), exc)
             return

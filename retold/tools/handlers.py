@@ -186,16 +186,18 @@ class ToolHandlers:
         """Run a search the adapter built itself (a host-issued ``trigger="auto"`` search)
         through the same pipeline and result shape as the tool."""
         outcome = self.parts.retriever.search(principal, request)
-        return self._search_result(principal, outcome.response, outcome.rendered)
+        return self._search_result(outcome.scopes, outcome.response, outcome.rendered)
 
     # -- memory_search ----------------------------------------------------------------------
 
     def _search(self, principal: Principal, payload: dict[str, Any], context: str | None) -> ToolResult:
         return self.search(principal, search_request(payload, context))
 
-    def _search_result(self, principal: Principal, response: SearchResponse, rendered: str) -> ToolResult:
+    def _search_result(self, scopes: list[Scope], response: SearchResponse, rendered: str) -> ToolResult:
+        # The scopes the search itself read: asking the store for the grants again would
+        # cost two queries per search and could disagree with what the search saw.
         readable_entities = self._readable_entities(
-            principal, (eid for r in response.results for eid in r.explanation.entity_ids))
+            scopes, (eid for r in response.results for eid in r.explanation.entity_ids))
         results = []
         for hit in response.results:
             record = hit.record
@@ -214,8 +216,7 @@ class ToolHandlers:
             "rewrite_status": response.rewrite_status, "rewritten_queries": response.rewritten_queries,
         }
 
-    def _readable_entities(self, principal: Principal, entity_ids: Iterable[str]) -> set[str]:
-        readable = grants.readable_scopes(self.parts.store, principal)
+    def _readable_entities(self, readable: list[Scope], entity_ids: Iterable[str]) -> set[str]:
         out = set()
         for entity_id in set(entity_ids):
             entity = self.parts.store.get_entity(entity_id)

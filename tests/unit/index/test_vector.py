@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from retold.index.vector import VectorIndex
-from retold.models import RECORD_STATUSES
+from retold.models import RECORD_STATUSES, Scope
 from retold.store import Store
 from retold.testing import make_record
 
@@ -199,3 +199,25 @@ def test_eligible_set_from_the_store_finds_rows_upserted_without_their_seq(
     assert index.search(local_vec, eligible, 1)[0][0] == local
     assert index.refresh(store, 512) == "current"  # and refresh learns its seq
     assert index.search(loaded_vec, eligible, 1)[0][0] == loaded
+
+
+def test_a_repeated_eligible_set_sees_every_change_made_between_searches(
+    store: Store, index: VectorIndex
+) -> None:
+    # Few eligible rows among many, so search gathers and keeps the eligible rows.
+    mine = [write(store, seed) for seed in range(3)]
+    for seed in range(12):
+        write(store, 100 + seed, scope=Scope("user", "someone-else"))
+    index.load(store)
+    eligible = store.eligible_ids([Scope("user", "aditya")])
+    query = unit(999)
+    before = index.search(query, eligible, 3)
+    assert {rid for rid, _ in before} == {rid for rid, _, _ in mine}
+    moved = mine[1][0]
+    index.upsert(moved, query)  # the same eligible set, one of its rows changed
+    best_id, best_cos = index.search(query, eligible, 1)[0]
+    assert (best_id, round(best_cos, 5)) == (moved, 1.0)
+    index.remove(moved)
+    after = index.search(query, eligible, 3)
+    assert [rid for rid, _ in after] == [rid for rid, _ in before if rid != moved]
+    assert [cos for _, cos in after] == pytest.approx([cos for rid, cos in before if rid != moved])

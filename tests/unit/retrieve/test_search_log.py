@@ -17,7 +17,7 @@ from retold import build_runtime, load_config
 from retold.config import SearchLogConfig
 from retold.models import SearchRequest
 from retold.retrieve.retriever import SearchOutcome
-from retold.retrieve.search_log import SearchLogWriter
+from retold.retrieve.search_log import LogJson, SearchLogWriter
 from retold.runtime import Runtime
 from retold.store import Store
 from retold.testing import TEST_GATE, World, make_world
@@ -235,3 +235,25 @@ def test_an_in_memory_store_writes_inline_and_building_a_runtime_starts_no_threa
         assert [t for t in threading.enumerate() if t.name == "retold-search-log"] == before
     finally:
         world.rt.close()
+
+
+def test_log_columns_are_serialised_by_the_writer_and_a_bad_one_fails_only_its_batch(
+    world: World, caplog: pytest.LogCaptureFixture,
+) -> None:
+    writer = SearchLogWriter(world.rt.store, replace(SearchLogConfig(), writes="background"))
+    good = log_row(world, at=to_iso(world.clock.now())) | {
+        "returned": LogJson(lambda: ["a", "b"])}
+
+    def broken() -> list[str]:
+        raise RuntimeError("cannot build this column")
+
+    writer.submit(good)
+    assert writer.flush()
+    writer.submit(log_row(world, at=to_iso(world.clock.now())) | {"returned": LogJson(broken)})
+    with caplog.at_level(logging.WARNING):
+        assert writer.close()
+    stats = writer.stats()
+    assert (stats.written, stats.failed) == (1, 1)
+    row = world.rt.store.search_log_row(good["id"])
+    assert row is not None and row["returned"] == '["a", "b"]'
+    assert "cannot build this column" in caplog.text
