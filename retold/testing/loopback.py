@@ -111,6 +111,10 @@ def credential(headers: dict[str, str]) -> str | None:
 
 def _handler_for(api: ScriptedApi[Any]) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
+        # Keep-alive, as the real APIs offer: the SDK's connection pool then reuses one
+        # connection instead of paying a connect and a server thread per request.
+        protocol_version = "HTTP/1.1"
+
         def do_POST(self) -> None:  # noqa: N802 - the name http.server dispatches to
             raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             headers = {k.lower(): v for k, v in self.headers.items()}
