@@ -44,7 +44,7 @@ from retold.retrieve.profile import ProfileAssembler
 from retold.retrieve.retriever import Retriever
 from retold.retrieve.rewrite import QueryRewriter, rewriter_from_config
 from retold.retrieve.search_log import SearchLogWriter
-from retold.store import EmbeddingFamily, Store
+from retold.store import EmbeddingFamily, Store, open_store
 from retold.tools.handlers import ToolHandlers
 from retold.util import Clock, SystemClock
 
@@ -298,11 +298,10 @@ def build_runtime(
     if embedder is None and not allow_embedding_mismatch:
         check_model_files(config.embedding)
     clock = clock or SystemClock()
-    path = Path(config.store.path)
-    if str(path) != ":memory:":
-        path.parent.mkdir(parents=True, exist_ok=True)
-    store = Store(
-        path,
+    if not config.store.url and config.store.path != ":memory:":
+        Path(config.store.path).parent.mkdir(parents=True, exist_ok=True)
+    store = open_store(
+        config.store.target,
         busy_timeout_seconds=config.store.busy_timeout_seconds,
         clock=clock,
         allow_migration_issues=allow_migration_issues,

@@ -1,6 +1,6 @@
 """Raw SQL for tests: assertions on rows no API returns, and set-up of states no API
 produces (a stale claim, a legacy row). Each call opens its own connection to the store
-file, so tests never reach into the store's connection."""
+(a SQLite file or a PostgreSQL URL), so tests never reach into the store's connection."""
 
 from __future__ import annotations
 
@@ -9,7 +9,10 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+from retold.config import is_database_url
 from retold.store import Store
+from retold.store.pg_connection import PgConnection
+from retold.store.url import conninfo
 
 __all__ = ["execute", "rows"]
 
@@ -18,8 +21,18 @@ def _path(store: Store | str | Path) -> str:
     return store.path if isinstance(store, Store) else str(store)
 
 
+def _pg(target: str) -> PgConnection:
+    return PgConnection(conninfo(target), connect_timeout=5)
+
+
 def rows(store: Store | str | Path, sql: str, *params: Any) -> list[tuple[Any, ...]]:
     """Every row of one read-only query."""
+    if is_database_url(_path(store)):
+        conn = _pg(_path(store))
+        try:
+            return [tuple(row) for row in conn.execute(sql, params).fetchall()]
+        finally:
+            conn.close()
     uri = Path(_path(store)).resolve().as_uri() + "?mode=ro"
     with closing(sqlite3.connect(uri, uri=True, timeout=30)) as conn:
         return conn.execute(sql, params).fetchall()
@@ -27,5 +40,11 @@ def rows(store: Store | str | Path, sql: str, *params: Any) -> list[tuple[Any, .
 
 def execute(store: Store | str | Path, sql: str, *params: Any) -> int:
     """Run one write statement in its own transaction; return the rows it changed."""
+    if is_database_url(_path(store)):
+        conn = _pg(_path(store))
+        try:
+            return int(conn.execute(sql, params).rowcount)
+        finally:
+            conn.close()
     with closing(sqlite3.connect(_path(store), timeout=30)) as conn, conn:
         return conn.execute(sql, params).rowcount
