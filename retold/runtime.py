@@ -19,7 +19,7 @@ from pathlib import Path
 
 from retold.adapters.base import MemorySession, new_session_id
 from retold.broker.scheduler import CeleryScheduler, scheduler_from_config
-from retold.config import Config, config_to_dict
+from retold.config import Config, config_to_dict, is_database_url
 from retold.config_env import load_config_from_environment
 from retold.errors import EmbeddingMismatchError
 from retold.host import MemoryHost
@@ -298,7 +298,7 @@ def build_runtime(
     if embedder is None and not allow_embedding_mismatch:
         check_model_files(config.embedding)
     clock = clock or SystemClock()
-    if not config.store.url and config.store.path != ":memory:":
+    if not is_database_url(config.store.target) and config.store.path != ":memory:":
         Path(config.store.path).parent.mkdir(parents=True, exist_ok=True)
     store = open_store(
         config.store.target,

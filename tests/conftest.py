@@ -19,7 +19,8 @@ from retold.util import ManualClock
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 BACKENDS = ("sqlite", "postgres")
-BOTH_BACKENDS = ("store", "retrieve")  # test folders whose store tests run on both
+# Test folders under tests/unit whose tests of the store fixture (or the world) run on both.
+BOTH_BACKENDS = ("store", "retrieve", "ingest", "tools", "policy", "index")
 
 
 def pytest_configure(config: pytest.Config) -> None:

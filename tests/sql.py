@@ -14,7 +14,7 @@ from retold.store import Store
 from retold.store.pg_connection import PgConnection
 from retold.store.url import conninfo
 
-__all__ = ["execute", "rows"]
+__all__ = ["dump_lines", "execute", "fts_ids", "rows"]
 
 
 def _path(store: Store | str | Path) -> str:
@@ -48,3 +48,31 @@ def execute(store: Store | str | Path, sql: str, *params: Any) -> int:
             conn.close()
     with closing(sqlite3.connect(_path(store), timeout=30)) as conn, conn:
         return conn.execute(sql, params).rowcount
+
+
+def fts_ids(store: Store | str | Path, phrase: str, column: str | None = None) -> set[str]:
+    """Record ids whose lexical-index row matches ``phrase`` (in one ``column`` when given),
+    read as the backend indexes them: FTS5 ``MATCH``, or PostgreSQL's weighted document."""
+    if not is_database_url(_path(store)):
+        match = f'{column}:"{phrase}"' if column else f'"{phrase}"'
+        sql = "SELECT record_id FROM records_fts WHERE records_fts MATCH ?"
+        return {r[0] for r in rows(store, sql, match)}
+    if column:
+        sql = (f"SELECT record_id FROM records_fts WHERE to_tsvector('retold_exact', {column})"
+               " @@ phraseto_tsquery('retold_exact', ?)")
+        return {r[0] for r in rows(store, sql, phrase)}
+    sql = ("SELECT record_id FROM records_fts WHERE document @@"
+           " (phraseto_tsquery('retold_stem', ?) || phraseto_tsquery('retold_exact', ?))")
+    return {r[0] for r in rows(store, sql, phrase, phrase)}
+
+
+def dump_lines(store: Store | str | Path) -> list[str]:
+    """Every row of the store as ``INSERT INTO "table" VALUES(...)`` text: SQLite's own
+    dump, or each PostgreSQL table's rows in the same shape."""
+    if not is_database_url(_path(store)):
+        with closing(sqlite3.connect(_path(store))) as conn:
+            return list(conn.iterdump())
+    tables = [r[0] for r in rows(store, "SELECT table_name FROM information_schema.tables"
+                                        " WHERE table_schema = current_schema() ORDER BY table_name")]
+    return [f'INSERT INTO "{table}" VALUES{row!r}' for table in tables
+            for row in rows(store, f'SELECT * FROM "{table}"')]

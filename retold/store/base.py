@@ -122,7 +122,8 @@ class StoreBase:
         migrate_schema: bool = True,
         read_only: bool = False,
     ) -> None:
-        self.path = str(path)
+        self.path = str(path)  # what messages name (a PostgreSQL URL without its password)
+        self._target = str(path)  # what a second connection opens
         self.clock: Clock = clock or SystemClock()
         self.busy_timeout_seconds = busy_timeout_seconds
         self._read_only_asked = read_only
@@ -180,7 +181,7 @@ class StoreBase:
         ``busy_timeout``. The schema is not migrated again. ``:memory:`` cannot be shared."""
         if self.path == ":memory:":
             raise StoreError("an in-memory store cannot be opened twice")
-        return type(self)(self.path, busy_timeout_seconds=self.busy_timeout_seconds,
+        return type(self)(self._target, busy_timeout_seconds=self.busy_timeout_seconds,
                           clock=self.clock, migrate_schema=False, read_only=self._read_only_asked)
 
     def _refuse_foreign_file(self) -> None:

@@ -69,10 +69,20 @@ def translate_named(sql: str) -> str:
     return _NAMED.sub(swap, sql)
 
 
+def _clean(value: Any) -> Any:
+    """PostgreSQL text cannot hold NUL, which SQLite stores; it becomes U+FFFD, so a query
+    with one still runs (and matches nothing) and a write keeps the rest of its text."""
+    if isinstance(value, str) and "\x00" in value:
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, list) and value and isinstance(value[0], str):  # not a list of seqs
+        return [_clean(item) for item in value]
+    return value
+
+
 def _bind(order: tuple[int, ...] | None, params: Sequence[Any]) -> Sequence[Any]:
     if order is None:
-        return params
-    return [params[i] for i in order]
+        return [_clean(value) for value in params]
+    return [_clean(params[i]) for i in order]
 
 
 class PgConnection:
@@ -94,7 +104,7 @@ class PgConnection:
             # several statements), so only the TEMP schema is renamed.
             return self._raw.execute(_TEMP.sub("pg_temp.", sql))
         if isinstance(params, Mapping):  # sqlite3's :name parameters
-            return self._raw.execute(translate_named(sql), params)
+            return self._raw.execute(translate_named(sql), {k: _clean(v) for k, v in params.items()})
         text, order = translate_sql(sql)
         return self._raw.execute(text, _bind(order, params))
 

@@ -68,17 +68,18 @@ class PgStore(Store):
         self._driver_errors = (psycopg.Error,)
         self._integrity_errors = (psycopg.IntegrityError,)
         self.read_only = self._read_only_asked
-        self._lock = StoreLock(redact(self.path), self.busy_timeout_seconds,
+        self.path = redact(self._target)
+        self._lock = StoreLock(self.path, self.busy_timeout_seconds,
                                "store.read_only is set" if self.read_only else None)
-        info = conninfo(self.path, read_only=self.read_only)
+        info = conninfo(self._target, read_only=self.read_only)
         try:
             self._conn = PgConnection(info, connect_timeout=self.busy_timeout_seconds)
         except psycopg.OperationalError as exc:
-            raise StoreError(f"cannot connect to the store {redact(self.path)}: {exc}") from exc
+            raise StoreError(f"cannot connect to the store {self.path}: {exc}") from exc
         try:
             # A writer waits for the write lock at most this long, as busy_timeout on SQLite.
             self._conn.execute(f"SET lock_timeout = '{int(self.busy_timeout_seconds * 1000)}ms'")
-            self.migration_report = (pg_migrate(self._conn, redact(self.path))
+            self.migration_report = (pg_migrate(self._conn, self.path)
                                      if migrate_schema and not self.read_only else None)
         except BaseException:
             self._conn.close()
@@ -94,7 +95,7 @@ class PgStore(Store):
 
     def migrate(self) -> MigrationReport:
         with self._lock:
-            self.migration_report = pg_migrate(self._conn, redact(self.path))
+            self.migration_report = pg_migrate(self._conn, self.path)
             return self.migration_report
 
     def _write_fts(self, conn: Any, record_ids: Iterable[str]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from retold.config import load_config
 from retold.config_env import load_config_from_environment
+from retold.store import open_store
 from retold.store.pg_connection import translate_named, translate_sql
 from retold.store.url import conninfo, redact
 
@@ -40,3 +41,17 @@ def test_urls_drop_the_driver_suffix_and_hide_the_password() -> None:
     assert "default_transaction_read_only" in conninfo(url, read_only=True)
     assert "search_path" in conninfo(url, read_only=True)
     assert "secret" not in redact(url)
+
+
+def test_a_store_names_its_url_without_the_password(pg_database: str) -> None:
+    from tests.postgres import fresh_schema
+
+    url = fresh_schema(pg_database).replace("postgres@", "postgres:secret@", 1)  # trust auth ignores it
+    store = open_store(url)
+    try:
+        assert "secret" not in store.path and store.backend == "postgres"
+        other = store.second_connection()
+        assert other.records_version() == store.records_version() == 0
+        other.close()
+    finally:
+        store.close()
