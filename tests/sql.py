@@ -58,11 +58,12 @@ def fts_ids(store: Store | str | Path, phrase: str, column: str | None = None) -
         sql = "SELECT record_id FROM records_fts WHERE records_fts MATCH ?"
         return {r[0] for r in rows(store, sql, match)}
     if column:
-        sql = (f"SELECT record_id FROM records_fts WHERE to_tsvector('retold_exact', {column})"
-               " @@ phraseto_tsquery('retold_exact', ?)")
+        sql = (f"SELECT record_id FROM records_fts WHERE to_tsvector('retold_exact', retold_words({column}))"
+               " @@ phraseto_tsquery('retold_exact', retold_words(?))")
         return {r[0] for r in rows(store, sql, phrase)}
     sql = ("SELECT record_id FROM records_fts WHERE document @@"
-           " (phraseto_tsquery('retold_stem', ?) || phraseto_tsquery('retold_exact', ?))")
+           " (phraseto_tsquery('retold_stem', retold_words(?))"
+           " || phraseto_tsquery('retold_exact', retold_words(?)))")
     return {r[0] for r in rows(store, sql, phrase, phrase)}
 
 

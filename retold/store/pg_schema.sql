@@ -14,6 +14,11 @@ CREATE FUNCTION instr(haystack text, needle text) RETURNS integer
 CREATE FUNCTION json_each(doc text) RETURNS TABLE(value text)
   LANGUAGE sql IMMUTABLE PARALLEL SAFE
   RETURN jsonb_array_elements_text(doc::jsonb);
+-- Words as FTS5's unicode61 tokenizer cuts them: runs of letters and digits. PostgreSQL's
+-- own parser would keep 'id/attribute' or 'a/b.py' whole as one path token.
+CREATE FUNCTION retold_words(body text) RETURNS text
+  LANGUAGE sql IMMUTABLE PARALLEL SAFE
+  RETURN regexp_replace(body, '[^[:alnum:]]+', ' ', 'g');
 
 CREATE TABLE entities (
   id            TEXT COLLATE "C" PRIMARY KEY,
@@ -110,10 +115,10 @@ CREATE TABLE records_fts (
   aliases     TEXT COLLATE "C" NOT NULL,
   tags        TEXT COLLATE "C" NOT NULL DEFAULT '',
   document    tsvector GENERATED ALWAYS AS (
-    setweight(to_tsvector('retold_stem', content), 'D')
-    || setweight(to_tsvector('retold_exact', subject), 'C')
-    || setweight(to_tsvector('retold_exact', aliases), 'B')
-    || setweight(to_tsvector('retold_stem', tags), 'A')) STORED
+    setweight(to_tsvector('retold_stem', retold_words(content)), 'D')
+    || setweight(to_tsvector('retold_exact', retold_words(subject)), 'C')
+    || setweight(to_tsvector('retold_exact', retold_words(aliases)), 'B')
+    || setweight(to_tsvector('retold_stem', retold_words(tags)), 'A')) STORED
 );
 CREATE INDEX records_fts_document ON records_fts USING gin (document);
 

@@ -43,7 +43,8 @@ _PHRASE = re.compile(r'"([^"]*)"')
 @lru_cache(maxsize=64)
 def _tsquery(terms: int) -> str:
     """A tsquery OR-ing ``terms`` phrases, each stemmed or exactly as written."""
-    one = "(phraseto_tsquery('retold_stem', ?) || phraseto_tsquery('retold_exact', ?))"
+    one = ("(phraseto_tsquery('retold_stem', retold_words(?))"
+           " || phraseto_tsquery('retold_exact', retold_words(?)))")
     return " || ".join([one] * terms)
 
 

@@ -119,3 +119,10 @@ def test_erasing_a_user_leaves_no_canary_in_any_live_table(store: Store) -> None
     assert store.get_record(kept.id) is not None
     assert _ids(store, '"notes"', [VERA]) == [kept.id]
     store.compact()
+
+
+def test_words_inside_paths_and_ids_are_found_as_fts5_cuts_them(store: Store) -> None:
+    rec = make_record(content="Edit config/settings.py before each deploy.")
+    store.write_record(rec)
+    assert _ids(store, '"settings"', [ADITYA]) == [rec.id]
+    assert _ids(store, '"explanation style"', [ADITYA]) == [rec.id]  # subject 'ent_aditya/explanation_style'
