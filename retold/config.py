@@ -76,13 +76,31 @@ EmbeddingBackend = Literal["auto", "onnx", "sentence-transformers"]
 SchedulerMode = Literal["celery", "in_process"]
 
 
+_DATABASE_SCHEMES = ("postgresql://", "postgresql+psycopg://", "postgres://")
+
+
+def is_database_url(target: object) -> bool:
+    """Whether a store target names a PostgreSQL database rather than a SQLite file."""
+    return isinstance(target, str) and target.lower().startswith(_DATABASE_SCHEMES)
+
+
 @dataclass(frozen=True, slots=True)
 class StoreConfig:
-    """``store:`` - where the SQLite file lives and how long a writer queues."""
+    """``store:`` - where the store lives (a SQLite file, or a PostgreSQL database when
+    ``url`` is set) and how long a writer queues."""
 
     path: str = "./memory.sqlite"
     busy_timeout_seconds: float = 30.0
     read_only: bool = False  # open the file read-only: searches work, every write fails
+    # postgresql://user@host:5432/db (or postgresql+psycopg://...): a store that agents and
+    # workers on several hosts share; it wins over path (docs/decisions.md, "PostgreSQL as a
+    # shared store")
+    url: str | None = None
+
+    @property
+    def target(self) -> str:
+        """What the store opens: the URL when one is set, else the SQLite path."""
+        return self.url or self.path
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,8 @@ winning:
 
 1. the defaults of :class:`~retold.config.Config`;
 2. the config file: the path the caller names (``retold --config``), else ``RETOLD_CONFIG``;
-3. ``RETOLD_STORE`` (``store.path``) and ``RETOLD_BROKER_URL`` (``queue.broker_url``);
+3. ``RETOLD_STORE`` (``store.path``, or ``store.url`` when it is a PostgreSQL URL) and
+   ``RETOLD_BROKER_URL`` (``queue.broker_url``);
 4. the caller's own overrides (``retold --store``).
 
 The environment is a parameter: the edges pass ``os.environ``, tests pass a dict, and
@@ -20,7 +21,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from retold.config import Config, load_config
+from retold.config import Config, is_database_url, load_config
 
 __all__ = ["BROKER_ENV", "CONFIG_ENV", "STORE_ENV", "load_config_from_environment"]
 
@@ -30,6 +31,12 @@ BROKER_ENV = "RETOLD_BROKER_URL"
 
 # variable -> (block, key) it overrides
 _OVERRIDES = {STORE_ENV: ("store", "path"), BROKER_ENV: ("queue", "broker_url")}
+
+
+def store_key(target: str) -> str:
+    """The ``store:`` key a ``--store``/``RETOLD_STORE`` value sets: ``url`` for a
+    PostgreSQL URL, else ``path``."""
+    return "url" if is_database_url(target) else "path"
 
 
 def load_config_from_environment(
@@ -43,7 +50,7 @@ def load_config_from_environment(
     merged: dict[str, dict[str, Any]] = {}
     for variable, (block, key) in _OVERRIDES.items():
         if value := environ.get(variable, "").strip():
-            merged.setdefault(block, {})[key] = value
+            merged.setdefault(block, {})[store_key(value) if variable == STORE_ENV else key] = value
     for block, values in (overrides or {}).items():
         merged.setdefault(block, {}).update(values)
     file = path if path is not None else (environ.get(CONFIG_ENV, "").strip() or None)

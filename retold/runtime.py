@@ -19,7 +19,7 @@ from pathlib import Path
 
 from retold.adapters.base import MemorySession, new_session_id
 from retold.broker.scheduler import CeleryScheduler, scheduler_from_config
-from retold.config import Config, config_to_dict
+from retold.config import Config, config_to_dict, is_database_url
 from retold.config_env import load_config_from_environment
 from retold.errors import EmbeddingMismatchError
 from retold.host import MemoryHost
@@ -44,7 +44,7 @@ from retold.retrieve.profile import ProfileAssembler
 from retold.retrieve.retriever import Retriever
 from retold.retrieve.rewrite import QueryRewriter, rewriter_from_config
 from retold.retrieve.search_log import SearchLogWriter
-from retold.store import EmbeddingFamily, Store
+from retold.store import EmbeddingFamily, Store, open_store
 from retold.tools.handlers import ToolHandlers
 from retold.util import Clock, SystemClock
 
@@ -298,11 +298,10 @@ def build_runtime(
     if embedder is None and not allow_embedding_mismatch:
         check_model_files(config.embedding)
     clock = clock or SystemClock()
-    path = Path(config.store.path)
-    if str(path) != ":memory:":
-        path.parent.mkdir(parents=True, exist_ok=True)
-    store = Store(
-        path,
+    if not is_database_url(config.store.target) and config.store.path != ":memory:":
+        Path(config.store.path).parent.mkdir(parents=True, exist_ok=True)
+    store = open_store(
+        config.store.target,
         busy_timeout_seconds=config.store.busy_timeout_seconds,
         clock=clock,
         allow_migration_issues=allow_migration_issues,

@@ -10,7 +10,11 @@ from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
+from retold.config import is_database_url
 from retold.store import Store
+from retold.store.pg_connection import PgConnection
+from retold.store.postgres import WRITE_LOCK
+from retold.store.url import conninfo
 from tests.sql import rows
 
 __all__ = ["FullDiskStore", "corrupt_page", "write_lock_held"]
@@ -19,6 +23,16 @@ __all__ = ["FullDiskStore", "corrupt_page", "write_lock_held"]
 @contextmanager
 def write_lock_held(path: str | Path) -> Iterator[None]:
     """Another connection (as another process would) holds the write lock for the body."""
+    if is_database_url(str(path)):
+        pg = PgConnection(conninfo(str(path)), connect_timeout=5)
+        pg.execute("BEGIN")
+        pg.execute("SELECT pg_advisory_xact_lock(?)", (WRITE_LOCK,))
+        try:
+            yield
+        finally:
+            pg.execute("ROLLBACK")
+            pg.close()
+        return
     with closing(sqlite3.connect(path, isolation_level=None)) as conn:
         conn.execute("BEGIN IMMEDIATE")
         try:

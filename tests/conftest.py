@@ -11,13 +11,16 @@ import pytest
 
 from retold.host import MemoryHost
 from retold.models import Record
-from retold.store import Store
+from retold.store import Store, open_store
 from retold.testing import T0, World, make_record, make_world
 from retold.testing.anthropic_stub import AnthropicStub, serve_anthropic_stub
 from retold.testing.openai_stub import OpenAIStub, serve_openai_stub
 from retold.util import ManualClock
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+BACKENDS = ("sqlite", "postgres")
+# Test folders under tests/unit whose tests of the store fixture (or the world) run on both.
+BOTH_BACKENDS = ("store", "retrieve", "ingest", "tools", "policy", "index")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -26,6 +29,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "hosted: drives a real provider SDK against its loopback stub; added to every test"
         " that uses the anthropic_stub or openai_stub fixture (skipped locally when the SDKs"
         " are missing, required in CI)",
+    )
+    config.addinivalue_line(
+        "markers",
+        "sqlite_only(reason): a test of the SQLite file itself; its PostgreSQL case is skipped"
+        " with the reason given",
     )
 
 
@@ -80,9 +88,53 @@ def store_path(tmp_path: Path) -> Path:
     return tmp_path / "memory.sqlite"
 
 
+@pytest.fixture(scope="session")
+def pg_database() -> Iterator[str]:
+    """This run's PostgreSQL database (created now, dropped at the end). Skipped locally
+    when no server answers; in CI that is a failure."""
+    from tests import postgres
+
+    why = postgres.available()
+    if why is not None:
+        if IN_CI:
+            pytest.fail(f"PostgreSQL is required in CI: {why}")
+        pytest.skip(why)
+    with postgres.test_database() as url:
+        yield url
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Tests in these folders that use the ``store`` fixture run once per backend; the
+    rest of the suite stays on SQLite until it is ported."""
+    if "backend" in metafunc.fixturenames:
+        here = Path(str(metafunc.definition.path)).as_posix()
+        both = any(f"/tests/unit/{folder}/" in here for folder in BOTH_BACKENDS)
+        metafunc.parametrize("backend", BACKENDS if both else BACKENDS[:1], indirect=True)
+
+
 @pytest.fixture
-def store(store_path: Path, clock: ManualClock) -> Iterator[Store]:
-    opened = Store(store_path, clock=clock)
+def backend(request: pytest.FixtureRequest) -> str:
+    """The store backend of the ``store`` fixture; PostgreSQL is skipped for a test marked
+    ``sqlite_only``."""
+    marker = request.node.get_closest_marker("sqlite_only")
+    if request.param == "postgres" and marker is not None:
+        pytest.skip(f"SQLite only: {marker.args[0] if marker.args else marker.kwargs.get('reason')}")
+    return str(request.param)
+
+
+@pytest.fixture
+def store_target(backend: str, store_path: Path, request: pytest.FixtureRequest) -> str:
+    """Where the ``store`` fixture lives: a SQLite file, or a fresh PostgreSQL schema."""
+    if backend == "sqlite":
+        return str(store_path)
+    from tests import postgres
+
+    return postgres.fresh_schema(request.getfixturevalue("pg_database"))
+
+
+@pytest.fixture
+def store(store_target: str, clock: ManualClock) -> Iterator[Store]:
+    opened = open_store(store_target, clock=clock)
     yield opened
     opened.close()
 
@@ -99,10 +151,10 @@ def record_factory() -> Callable[..., Record]:
 
 
 @pytest.fixture
-def world(tmp_path: Path) -> Iterator[World]:
+def world(tmp_path: Path, store_target: str) -> Iterator[World]:
     """A real store with grants, a provisioned user and an open session; fakes at the
     model boundaries (see retold.testing)."""
-    made = make_world(tmp_path)
+    made = make_world(tmp_path, store=store_target)
     yield made
     made.rt.close()
 

@@ -1,6 +1,6 @@
 """Raw SQL for tests: assertions on rows no API returns, and set-up of states no API
 produces (a stale claim, a legacy row). Each call opens its own connection to the store
-file, so tests never reach into the store's connection."""
+(a SQLite file or a PostgreSQL URL), so tests never reach into the store's connection."""
 
 from __future__ import annotations
 
@@ -9,17 +9,30 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+from retold.config import is_database_url
 from retold.store import Store
+from retold.store.pg_connection import PgConnection
+from retold.store.url import conninfo
 
-__all__ = ["execute", "rows"]
+__all__ = ["dump_lines", "execute", "fts_ids", "rows"]
 
 
 def _path(store: Store | str | Path) -> str:
     return store.path if isinstance(store, Store) else str(store)
 
 
+def _pg(target: str) -> PgConnection:
+    return PgConnection(conninfo(target), connect_timeout=5)
+
+
 def rows(store: Store | str | Path, sql: str, *params: Any) -> list[tuple[Any, ...]]:
     """Every row of one read-only query."""
+    if is_database_url(_path(store)):
+        conn = _pg(_path(store))
+        try:
+            return [tuple(row) for row in conn.execute(sql, params).fetchall()]
+        finally:
+            conn.close()
     uri = Path(_path(store)).resolve().as_uri() + "?mode=ro"
     with closing(sqlite3.connect(uri, uri=True, timeout=30)) as conn:
         return conn.execute(sql, params).fetchall()
@@ -27,5 +40,40 @@ def rows(store: Store | str | Path, sql: str, *params: Any) -> list[tuple[Any, .
 
 def execute(store: Store | str | Path, sql: str, *params: Any) -> int:
     """Run one write statement in its own transaction; return the rows it changed."""
+    if is_database_url(_path(store)):
+        conn = _pg(_path(store))
+        try:
+            return int(conn.execute(sql, params).rowcount)
+        finally:
+            conn.close()
     with closing(sqlite3.connect(_path(store), timeout=30)) as conn, conn:
         return conn.execute(sql, params).rowcount
+
+
+def fts_ids(store: Store | str | Path, phrase: str, column: str | None = None) -> set[str]:
+    """Record ids whose lexical-index row matches ``phrase`` (in one ``column`` when given),
+    read as the backend indexes them: FTS5 ``MATCH``, or PostgreSQL's weighted document."""
+    if not is_database_url(_path(store)):
+        match = f'{column}:"{phrase}"' if column else f'"{phrase}"'
+        sql = "SELECT record_id FROM records_fts WHERE records_fts MATCH ?"
+        return {r[0] for r in rows(store, sql, match)}
+    if column:
+        sql = (f"SELECT record_id FROM records_fts WHERE to_tsvector('retold_exact', retold_words({column}))"
+               " @@ phraseto_tsquery('retold_exact', retold_words(?))")
+        return {r[0] for r in rows(store, sql, phrase)}
+    sql = ("SELECT record_id FROM records_fts WHERE document @@"
+           " (phraseto_tsquery('retold_stem', retold_words(?))"
+           " || phraseto_tsquery('retold_exact', retold_words(?)))")
+    return {r[0] for r in rows(store, sql, phrase, phrase)}
+
+
+def dump_lines(store: Store | str | Path) -> list[str]:
+    """Every row of the store as ``INSERT INTO "table" VALUES(...)`` text: SQLite's own
+    dump, or each PostgreSQL table's rows in the same shape."""
+    if not is_database_url(_path(store)):
+        with closing(sqlite3.connect(_path(store))) as conn:
+            return list(conn.iterdump())
+    tables = [r[0] for r in rows(store, "SELECT table_name FROM information_schema.tables"
+                                        " WHERE table_schema = current_schema() ORDER BY table_name")]
+    return [f'INSERT INTO "{table}" VALUES{row!r}' for table in tables
+            for row in rows(store, f'SELECT * FROM "{table}"')]

@@ -35,8 +35,8 @@ EXIT_DAMAGED = 1
 def check_store(config: Config) -> None:
     """Log what the quick check found; raise SystemExit when the worker must not start."""
     path = config.store.path
-    if path == ":memory:" or not Path(path).exists():
-        return  # nothing stored yet: the runtime creates the store
+    if config.store.url or path == ":memory:" or not Path(path).exists():
+        return  # nothing stored yet (the runtime creates it), or a PostgreSQL store: no file to check
     try:
         report = check_file(path, quick=True, busy_timeout=config.store.busy_timeout_seconds)
     except StoreLockedError as exc:  # a busy store is no reason to stay down

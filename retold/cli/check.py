@@ -24,6 +24,9 @@ def register(commands: Any) -> None:
 
     def run(args: argparse.Namespace) -> int:
         config = cli_config(args)
+        if config.store.url:
+            raise StoreError("retold check runs SQLite's integrity checks; a PostgreSQL store is "
+                             "checked with the server's own tools (amcheck, pg_dump)")
         path = config.store.path
         if path == ":memory:":
             raise StoreError("an in-memory store has no file to check")

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from retold.cli_failure import EXIT_ERROR
 from retold.config import Config
-from retold.config_env import load_config_from_environment
+from retold.config_env import load_config_from_environment, store_key
 from retold.models import Scope
 from retold.util import to_plain
 
@@ -47,8 +47,8 @@ class Refused(Exception):
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--store", help="SQLite store file (default: $RETOLD_STORE, else store.path "
-                        "from the config)")
+    parser.add_argument("--store", help="SQLite store file or PostgreSQL URL (default: $RETOLD_STORE, "
+                        "else store.url or store.path from the config)")
     parser.add_argument("--config", help="config YAML (default: $RETOLD_CONFIG; defaults apply without "
                         "either)")
     parser.add_argument("--as", dest="actor", default=None,
@@ -76,7 +76,7 @@ def cli_config(args: argparse.Namespace) -> Config:
     this command's flags on top."""
     overrides: dict[str, Any] = {}
     if args.store:
-        overrides["store"] = {"path": args.store}
+        overrides["store"] = {store_key(args.store): args.store}
     return load_config_from_environment(os.environ, args.config, overrides)
 
 
@@ -95,7 +95,8 @@ def cli_runtime(
     from retold.runtime import build_runtime
 
     config = cli_config(args)
-    if existing and config.store.path != ":memory:" and not Path(config.store.path).exists():
+    if (existing and not config.store.url and config.store.path != ":memory:"
+            and not Path(config.store.path).exists()):
         raise Refused(f"no store at {config.store.path}")
     return build_runtime(config, allow_embedding_mismatch=repairs or not models)
 

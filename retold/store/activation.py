@@ -119,7 +119,8 @@ class ActivationMixin(RecordsMixin):
                 " rule = excluded.rule, reason = excluded.reason, category = excluded.category,"
                 " decided_by = excluded.decided_by, decided_at = excluded.decided_at,"
                 " review_opened_at = excluded.review_opened_at",
-                (*found, record_id, activation, rule, reason, category, decided_by, now, opened))
+                (found[0], found[1], int(found[2]), record_id, activation, rule, reason, category,
+                 decided_by, now, opened))
             self._insert_event(conn, event)
             stored = conn.execute(f"SELECT {_COLUMNS} FROM record_activation WHERE record_id = ?",
                                   (record_id,)).fetchone()

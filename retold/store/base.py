@@ -97,7 +97,19 @@ class Embedding:
 
 
 class StoreBase:
-    """One connection to the store file, safe to share between threads of a process."""
+    """One connection to the store file, safe to share between threads of a process.
+
+    The class attributes below are what a PostgreSQL store (``retold.store.postgres``)
+    replaces, with :meth:`_open`, :meth:`_begin_write` and the lexical queries.
+    """
+
+    backend = "sqlite"
+    _BEGIN_READ = "BEGIN"  # one WAL snapshot for several reads
+    _BUMP_VERSION = "UPDATE store_meta SET value = value + 1 WHERE key = 'records_version' RETURNING value"
+    # A counted reinforcement: JSON true, which SQLite's json_extract reads as 1.
+    _COUNTED_TRUE = "json_extract(payload, '$.counted') = 1"
+    _driver_errors: tuple[type[Exception], ...] = (sqlite3.Error,)
+    _integrity_errors: tuple[type[Exception], ...] = (sqlite3.IntegrityError,)
 
     def __init__(
         self,
@@ -109,25 +121,13 @@ class StoreBase:
         migrate_schema: bool = True,
         read_only: bool = False,
     ) -> None:
-        self.path = str(path)
+        self.path = str(path)  # what messages name (a PostgreSQL URL without its password)
+        self._target = str(path)  # what a second connection opens
         self.clock: Clock = clock or SystemClock()
         self.busy_timeout_seconds = busy_timeout_seconds
         self._read_only_asked = read_only
-        reason = None if self.path == ":memory:" else read_only_reason(self.path, read_only)
-        self.read_only = reason is not None
-        if reason and not read_only:
-            log.warning("store %s: %s; opened read-only, so searches and reads work and writes "
-                        "are refused", self.path, reason)
-        self._lock = StoreLock(self.path, busy_timeout_seconds, reason)
         self._depth = 0
-        self._refuse_foreign_file()
-        with self._lock:  # a failure while opening is reported like any later one
-            self._conn = connect(self.path, busy_timeout_seconds, reason)
-            try:
-                self.migration_report = self._prepare(migrate_schema)
-            except BaseException:
-                self._conn.close()
-                raise
+        self._open(migrate_schema)
         report = self.migration_report
         if report and report.unresolved and not allow_migration_issues:
             self._conn.close()
@@ -135,6 +135,24 @@ class StoreBase:
                 f"store {self.path} has {report.unresolved} legacy records that a migration "
                 "could not map; run `retold migrate` to review them"
             )
+
+    def _open(self, migrate_schema: bool) -> None:
+        """Open the file (read-only when asked or when it cannot be written), check it and
+        migrate it; sets ``_conn``, ``_lock``, ``read_only`` and ``migration_report``."""
+        reason = None if self.path == ":memory:" else read_only_reason(self.path, self._read_only_asked)
+        self.read_only = reason is not None
+        if reason and not self._read_only_asked:
+            log.warning("store %s: %s; opened read-only, so searches and reads work and writes "
+                        "are refused", self.path, reason)
+        self._lock = StoreLock(self.path, self.busy_timeout_seconds, reason)
+        self._refuse_foreign_file()
+        with self._lock:  # a failure while opening is reported like any later one
+            self._conn: Any = connect(self.path, self.busy_timeout_seconds, reason)
+            try:
+                self.migration_report = self._prepare(migrate_schema)
+            except BaseException:
+                self._conn.close()
+                raise
 
     def _prepare(self, migrate_schema: bool) -> MigrationReport | None:
         """Check the file, set the connection's pragmas and apply pending migrations.
@@ -162,7 +180,7 @@ class StoreBase:
         ``busy_timeout``. The schema is not migrated again. ``:memory:`` cannot be shared."""
         if self.path == ":memory:":
             raise StoreError("an in-memory store cannot be opened twice")
-        return type(self)(self.path, busy_timeout_seconds=self.busy_timeout_seconds,
+        return type(self)(self._target, busy_timeout_seconds=self.busy_timeout_seconds,
                           clock=self.clock, migrate_schema=False, read_only=self._read_only_asked)
 
     def _refuse_foreign_file(self) -> None:
@@ -172,6 +190,10 @@ class StoreBase:
             raise NotADatabaseError(f"store path {self.path} is a directory")
 
     # -- transactions -------------------------------------------------------------
+
+    def _begin_write(self) -> None:
+        """Start the outermost write transaction, holding the store's write lock."""
+        self._conn.execute("BEGIN IMMEDIATE")
 
     @contextmanager
     def atomic(self) -> Iterator[sqlite3.Connection]:
@@ -184,7 +206,10 @@ class StoreBase:
         with self._lock:
             depth = self._depth
             savepoint = f"retold_sp_{depth}"
-            self._conn.execute("BEGIN IMMEDIATE" if depth == 0 else f"SAVEPOINT {savepoint}")
+            if depth == 0:
+                self._begin_write()
+            else:
+                self._conn.execute(f"SAVEPOINT {savepoint}")
             self._depth = depth + 1
             try:
                 yield self._conn
@@ -195,7 +220,7 @@ class StoreBase:
                     else:
                         self._conn.execute(f"ROLLBACK TO {savepoint}")
                         self._conn.execute(f"RELEASE {savepoint}")
-                except sqlite3.Error:
+                except self._driver_errors:
                     pass  # keep the original error
                 raise
             else:
@@ -205,7 +230,7 @@ class StoreBase:
                     except BaseException:
                         try:
                             self._conn.execute("ROLLBACK")
-                        except sqlite3.Error:
+                        except self._driver_errors:
                             pass
                         raise
                 else:
@@ -220,7 +245,7 @@ class StoreBase:
             if self._depth or self._conn.in_transaction:
                 yield self._conn  # already inside a transaction or another snapshot
                 return
-            self._conn.execute("BEGIN")
+            self._conn.execute(self._BEGIN_READ)
             try:
                 yield self._conn
             finally:
@@ -270,10 +295,7 @@ class StoreBase:
         """
         if not self._depth:
             raise StoreError("records_version may only change inside Store.atomic()")
-        row = conn.execute(
-            "UPDATE store_meta SET value = value + 1 WHERE key = 'records_version' RETURNING value"
-        ).fetchone()
-        return int(row[0])
+        return int(conn.execute(self._BUMP_VERSION).fetchone()[0])
 
     # -- the audit log: append-only, except for erasure --------------------------------
 

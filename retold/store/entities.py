@@ -23,11 +23,11 @@ from retold.util import from_iso, new_id, to_iso
 if TYPE_CHECKING:
     from retold.models import EntityStatus
 
-__all__ = ["ENTITY_STATUSES", "EntitiesMixin", "EntityMergeError", "MergeReport"]
+__all__ = ["ENTITY_COLUMNS", "ENTITY_STATUSES", "EntitiesMixin", "EntityMergeError", "MergeReport"]
 
 ENTITY_STATUSES: tuple[str, ...] = ("provisional", "confirmed", "merged", "deleted")
 
-_ENTITY_COLUMNS = "e.id, e.kind, e.canonical, e.scope_kind, e.scope_id, e.status, e.merged_into, e.created_at"
+ENTITY_COLUMNS = "e.id, e.kind, e.canonical, e.scope_kind, e.scope_id, e.status, e.merged_into, e.created_at"
 
 
 class EntityMergeError(StoreError):
@@ -98,10 +98,10 @@ class EntitiesMixin(StoreBase):
         with self.atomic() as conn:
             try:
                 cursor = conn.execute(
-                    "INSERT OR IGNORE INTO entity_aliases(entity_id, alias_norm) VALUES (?, ?)",
+                    "INSERT INTO entity_aliases(entity_id, alias_norm) VALUES (?, ?) ON CONFLICT DO NOTHING",
                     (entity_id, alias_norm),
                 )
-            except sqlite3.IntegrityError as exc:  # foreign key: no such entity
+            except self._integrity_errors as exc:  # foreign key: no such entity
                 raise StoreError(f"no entity {entity_id}") from exc
             added = cursor.rowcount > 0
             if added:
@@ -112,7 +112,7 @@ class EntitiesMixin(StoreBase):
         """One entity with its aliases, whatever its status; None when absent."""
         with self.snapshot() as conn:
             row = conn.execute(
-                f"SELECT {_ENTITY_COLUMNS} FROM entities e WHERE e.id = ?", (entity_id,)
+                f"SELECT {ENTITY_COLUMNS} FROM entities e WHERE e.id = ?", (entity_id,)
             ).fetchone()
             if row is None:
                 return None
@@ -162,7 +162,7 @@ class EntitiesMixin(StoreBase):
             return []
         scope_sql, params = scope_clause(scopes, "e.")
         sql = (
-            f"SELECT {_ENTITY_COLUMNS} FROM entity_aliases a JOIN entities e ON e.id = a.entity_id"
+            f"SELECT {ENTITY_COLUMNS} FROM entity_aliases a JOIN entities e ON e.id = a.entity_id"
             f" WHERE a.alias_norm = ? AND {scope_sql} AND e.status IN ({marks(statuses)})"
         )
         args: list[str] = [alias_norm, *params, *statuses]
@@ -192,34 +192,37 @@ class EntitiesMixin(StoreBase):
         if not scopes or not wanted:
             return {}
         scope_sql, params = scope_clause(scopes, "e.")
-        sql = (
-            f"SELECT p.alias_norm, {_ENTITY_COLUMNS} FROM temp.retold_alias_probe p"
+        where = (
             " JOIN entity_aliases a ON a.alias_norm = p.alias_norm"
             " JOIN entities e ON e.id = a.entity_id"
             f" WHERE {scope_sql} AND e.status IN ({marks(statuses)})"
         )
         args: list[str] = [*params, *statuses]
         if kinds is not None:
-            sql += f" AND e.kind IN ({marks(kinds)})"
+            where += f" AND e.kind IN ({marks(kinds)})"
             args += list(kinds)
         with self.snapshot() as conn:
-            conn.execute(
-                "CREATE TEMP TABLE IF NOT EXISTS retold_alias_probe(alias_norm TEXT PRIMARY KEY)"
-            )
-            conn.execute("DELETE FROM temp.retold_alias_probe")
-            try:
-                conn.executemany(
-                    "INSERT INTO temp.retold_alias_probe(alias_norm) VALUES (?)",
-                    ((alias,) for alias in wanted),
-                )
-                rows = conn.execute(sql + " ORDER BY p.alias_norm, e.id", args).fetchall()
-                aliases = self._aliases_of(conn, list(dict.fromkeys(row[1] for row in rows)))
-            finally:
-                conn.execute("DELETE FROM temp.retold_alias_probe")
+            rows = self._alias_probe(conn, wanted, where + " ORDER BY p.alias_norm, e.id", args)
+            aliases = self._aliases_of(conn, list(dict.fromkeys(row[1] for row in rows)))
         out: dict[str, list[Entity]] = {}
         for row in rows:
             out.setdefault(row[0], []).append(self._entity(row[1:], aliases.get(row[1], [])))
         return out
+
+    def _alias_probe(self, conn: sqlite3.Connection, wanted: list[str], tail: str,
+                     args: list[str]) -> list[tuple[str, ...]]:
+        """``alias_norm`` and the entity columns of every alias in ``wanted`` joined by
+        ``tail``; the aliases go through a TEMP table (PostgreSQL: one array parameter)."""
+        conn.execute("CREATE TEMP TABLE IF NOT EXISTS retold_alias_probe(alias_norm TEXT PRIMARY KEY)")
+        conn.execute("DELETE FROM temp.retold_alias_probe")
+        try:
+            conn.executemany("INSERT INTO temp.retold_alias_probe(alias_norm) VALUES (?)",
+                             ((alias,) for alias in wanted))
+            return list(conn.execute(
+                f"SELECT p.alias_norm, {ENTITY_COLUMNS} FROM temp.retold_alias_probe p{tail}", args
+            ).fetchall())
+        finally:
+            conn.execute("DELETE FROM temp.retold_alias_probe")
 
     def readable_entities(self, scopes: Sequence[Scope], limit: int) -> list[tuple[str, str, str]]:
         """``(entity_id, kind, canonical)`` of active entities in ``scopes``, confirmed
@@ -252,10 +255,11 @@ class EntitiesMixin(StoreBase):
         with self.atomic() as conn:
             try:
                 conn.executemany(
-                    "INSERT OR IGNORE INTO record_entities(record_id, entity_id, role) VALUES (?, ?, ?)",
+                    "INSERT INTO record_entities(record_id, entity_id, role) VALUES (?, ?, ?)"
+                    " ON CONFLICT DO NOTHING",
                     [(record_id, entity_id, role) for entity_id, role in links],
                 )
-            except sqlite3.IntegrityError as exc:  # foreign key: missing record or entity
+            except self._integrity_errors as exc:  # foreign key: missing record or entity
                 raise StoreError(f"cannot link record {record_id}: {exc}") from exc
             self._write_fts(conn, [record_id])
 
@@ -286,7 +290,7 @@ class EntitiesMixin(StoreBase):
                     "SELECT count(*) FROM (SELECT 1 FROM record_entities re"
                     " JOIN records r ON r.id = re.record_id"
                     f" WHERE re.entity_id = ? AND r.status IN ({marks(ACTIVE_STATUSES)})"
-                    " AND (r.expires_at IS NULL OR r.expires_at >= ?) LIMIT ?)",
+                    " AND (r.expires_at IS NULL OR r.expires_at >= ?) LIMIT ?) AS linked",
                     (eid, *ACTIVE_STATUSES, moment, cap + 1),
                 ).fetchone()[0])
                 for eid in dict.fromkeys(entity_ids)
@@ -364,7 +368,7 @@ class EntitiesMixin(StoreBase):
                 )
             ]
             conn.executemany(
-                "INSERT OR IGNORE INTO entity_aliases(entity_id, alias_norm) VALUES (?, ?)",
+                "INSERT INTO entity_aliases(entity_id, alias_norm) VALUES (?, ?) ON CONFLICT DO NOTHING",
                 [(target_id, alias) for alias in aliases_added],
             )
 

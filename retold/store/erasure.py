@@ -164,7 +164,7 @@ class ErasureMixin(StoreBase):
         conn.execute("DELETE FROM temp.retold_erase_sessions")
         picked = "(SELECT id FROM temp.retold_erase_sessions)"
         try:
-            conn.executemany("INSERT OR IGNORE INTO temp.retold_erase_sessions(id) VALUES (?)",
+            conn.executemany("INSERT INTO temp.retold_erase_sessions(id) VALUES (?) ON CONFLICT DO NOTHING",
                              [(s,) for s in session_ids])
             counts["sessions"] += len(session_ids)
             counts["turns"] += conn.execute(

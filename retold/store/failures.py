@@ -25,7 +25,9 @@ from retold.errors import (
     StoreReadOnlyError,
 )
 
-__all__ = ["CANTOPEN", "READONLY", "StoreLock", "primary_code", "translate"]
+__all__ = [
+    "CANTOPEN", "READONLY", "StoreLock", "condition_error", "primary_code", "translate", "translate_pg",
+]
 
 # SQLite's primary result codes (an extended code keeps the primary one in its low byte).
 BUSY, READONLY, IOERR, CORRUPT, FULL, CANTOPEN, NOTADB = 5, 8, 10, 11, 13, 14, 26
@@ -46,27 +48,54 @@ def translate(exc: sqlite3.Error, path: str, *, waited: float, busy_timeout: flo
     wait SQLite gave up on; ``read_only_reason`` says why the store was opened read-only.
     """
     code = primary_code(exc)
-    reason = " ".join(str(exc).split())
-    if code == BUSY:
+    if code == READONLY and getattr(exc, "sqlite_errorcode", None) == _READONLY_DBMOVED:
+        return StoreReadOnlyError(f"store {path} was moved or deleted while open; reopen it")
+    kind = {BUSY: "locked", READONLY: "read_only", FULL: "full", CORRUPT: "damaged", NOTADB: "damaged",
+            IOERR: "unreadable", CANTOPEN: "unreadable"}.get(code or 0)
+    return condition_error(kind, path, " ".join(str(exc).split()), waited=waited,
+                           busy_timeout=busy_timeout, read_only_reason=read_only_reason)
+
+
+def condition_error(kind: str | None, path: str, reason: str, *, waited: float, busy_timeout: float,
+                    read_only_reason: str | None = None) -> StoreError | None:
+    """The Retold error for one condition of the store, with its remedy; None for None.
+    Both backends report through this, so a caller sees the same error for the same
+    condition."""
+    if kind == "locked":
         return StoreLockedError(
             f"store {path} is locked by another connection's write; gave up after waiting "
             f"{waited:.1f} s (store.busy_timeout_seconds: {busy_timeout:g}); nothing was changed, "
             "retry when that write has finished")
-    if code == READONLY:
-        if getattr(exc, "sqlite_errorcode", None) == _READONLY_DBMOVED:
-            return StoreReadOnlyError(f"store {path} was moved or deleted while open; reopen it")
+    if kind == "read_only":
         why = f"{read_only_reason}; " if read_only_reason else ""
         return StoreReadOnlyError(f"store {path} is read-only ({why}{reason}): searches and reads "
                                   "work, this write was refused and nothing was changed")
-    if code == FULL:
+    if kind == "full":
         return StoreFullError(f"store {path} cannot grow: the disk is full ({reason}); the write was "
                               "rolled back, free some space and retry")
-    if code in (CORRUPT, NOTADB):
+    if kind == "damaged":
         return StoreCorruptError(f"store {path} is damaged ({reason}); nothing was changed: keep the "
                                  "file for inspection and restore the store from a snapshot")
-    if code in (IOERR, CANTOPEN):
+    if kind == "unreadable":
         return StoreError(f"store {path}: the file cannot be read or written ({reason})")
     return None
+
+
+# PostgreSQL's SQLSTATE classes for the same conditions.
+_PG_KINDS = {"55P03": "locked", "25006": "read_only", "53100": "full", "XX001": "damaged",
+             "XX002": "damaged"}
+
+
+def translate_pg(exc: BaseException, path: str, *, waited: float, busy_timeout: float,
+                 read_only_reason: str | None = None) -> StoreError | None:
+    """The Retold error for a psycopg failure, or None for a bug or a caller mistake.
+    A lost or refused connection is a StoreError of its own."""
+    kind = _PG_KINDS.get(str(getattr(exc, "sqlstate", "") or ""))
+    reason = " ".join(str(exc).split())
+    if kind is None and type(exc).__name__ == "OperationalError":
+        return StoreError(f"store {path}: the database cannot be reached ({reason})")
+    return condition_error(kind, path, reason, waited=waited, busy_timeout=busy_timeout,
+                           read_only_reason=read_only_reason)
 
 
 class StoreLock:
@@ -100,5 +129,10 @@ class StoreLock:
         if isinstance(exc, sqlite3.Error):
             translated = translate(exc, self.path, waited=waited, busy_timeout=self.busy_timeout,
                                    read_only_reason=self.read_only_reason)
-            if translated is not None:
-                raise translated from exc
+        elif exc is not None and type(exc).__module__.startswith("psycopg"):
+            translated = translate_pg(exc, self.path, waited=waited, busy_timeout=self.busy_timeout,
+                                      read_only_reason=self.read_only_reason)
+        else:
+            return
+        if translated is not None:
+            raise translated from exc

@@ -6,6 +6,7 @@ through :func:`write_fts_rows`, so a migrated store indexes exactly what a new o
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterable
 
@@ -33,9 +34,10 @@ def is_stemmed(conn: sqlite3.Connection) -> bool:
     return row is not None and FTS_TOKENIZER in str(row[0])
 
 
-def write_fts_rows(conn: sqlite3.Connection, record_ids: Iterable[str]) -> None:
+def write_fts_rows(conn: sqlite3.Connection, record_ids: Iterable[str], *, with_tags: bool = False) -> None:
     """Rewrite the FTS rows of these records from their content, subject and the
-    aliases of every entity they link to.
+    aliases of every entity they link to; ``with_tags`` adds the tags, space-joined (the
+    PostgreSQL index has a column for them, FTS5 has none).
 
     The aliases column is a copy, so a new link, a new alias or an entity merge must
     rewrite every record it touches. A deleted record keeps no FTS row: a forgotten
@@ -43,11 +45,11 @@ def write_fts_rows(conn: sqlite3.Connection, record_ids: Iterable[str]) -> None:
     """
     for record_id in dict.fromkeys(record_ids):
         row = conn.execute(
-            "SELECT seq, content, subject, status FROM records WHERE id = ?", (record_id,)
+            "SELECT seq, content, subject, status, tags FROM records WHERE id = ?", (record_id,)
         ).fetchone()
         if row is None:
             continue
-        seq, content, subject, status = row
+        seq, content, subject, status, tags = row
         conn.execute("DELETE FROM records_fts WHERE rowid = ?", (seq,))
         if status == "deleted":
             continue
@@ -60,8 +62,15 @@ def write_fts_rows(conn: sqlite3.Connection, record_ids: Iterable[str]) -> None:
                 (record_id,),
             )
         )
-        conn.execute(
-            "INSERT INTO records_fts(rowid, record_id, content, subject, aliases)"
-            " VALUES (?, ?, ?, ?, ?)",
-            (seq, record_id, content, subject, aliases),
-        )
+        if with_tags:
+            conn.execute(
+                "INSERT INTO records_fts(rowid, record_id, content, subject, aliases, tags)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (seq, record_id, content, subject, aliases, " ".join(json.loads(tags))),
+            )
+        else:
+            conn.execute(
+                "INSERT INTO records_fts(rowid, record_id, content, subject, aliases)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (seq, record_id, content, subject, aliases),
+            )

@@ -36,8 +36,8 @@ class MembersMixin(StoreBase):
         """Add one user to one shared scope; False when they already belonged."""
         with self.atomic() as conn:
             cursor = conn.execute(
-                "INSERT OR IGNORE INTO scope_members(scope_kind, scope_id, user_id, added_at, added_by)"
-                " VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO scope_members(scope_kind, scope_id, user_id, added_at, added_by)"
+                " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
                 (scope.kind, scope.id, user_id, ts(self.clock.now()), added_by),
             )
             return cursor.rowcount > 0

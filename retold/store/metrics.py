@@ -20,7 +20,7 @@ _WRITE_OUTCOMES = (
     "SELECT coalesce(substr(outcome, 1, instr(outcome || ':', ':') - 1),"
     "  CASE kind WHEN 'record.reinforced' THEN 'reinforced' ELSE 'created' END) AS name, count(*)"
     " FROM (SELECT kind, json_extract(payload, '$.outcome') AS outcome FROM events"
-    "  WHERE kind IN ('record.created', 'record.reinforced') AND at >= ?)"
+    "  WHERE kind IN ('record.created', 'record.reinforced') AND at >= ?) AS writes"
     " GROUP BY name"
 )
 
@@ -43,8 +43,8 @@ class MetricsMixin(StoreBase):
         """Logged searches by trigger (``tool``, ``auto``): (searches, those that returned nothing)."""
         with self._lock:
             rows = self._conn.execute(
-                "SELECT trigger, count(*), sum(returned = '[]') FROM search_log WHERE at >= ?"
-                " GROUP BY trigger", (_from(since),),
+                "SELECT trigger, count(*), count(CASE WHEN returned = '[]' THEN 1 END) FROM search_log"
+                " WHERE at >= ? GROUP BY trigger", (_from(since),),
             ).fetchall()
         return {str(trigger): (int(total), int(empty or 0)) for trigger, total, empty in rows}
 

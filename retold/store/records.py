@@ -10,7 +10,6 @@ filters; no SQL fragment comes from outside ``retold.store``.
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -94,11 +93,11 @@ class RecordsMixin(StoreBase):
             if links:
                 try:
                     conn.executemany(
-                        "INSERT OR IGNORE INTO record_entities(record_id, entity_id, role)"
-                        " VALUES (?, ?, ?)",
+                        "INSERT INTO record_entities(record_id, entity_id, role)"
+                        " VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
                         [(record.id, entity_id, role) for entity_id, role in links],
                     )
-                except sqlite3.IntegrityError as exc:  # foreign key: no such entity
+                except self._integrity_errors as exc:  # foreign key: no such entity
                     raise StoreError(f"cannot link record {record.id}: {exc}") from exc
             if embedding is not None:
                 self._put_vectors(conn, [(record.id, embedding.vector)], embedding.model,
@@ -179,7 +178,8 @@ class RecordsMixin(StoreBase):
         noted = to_iso(self.clock.now())
         with self.atomic() as conn:
             conn.executemany(
-                "INSERT OR IGNORE INTO record_conflicts(record_id, other_id, noted_at) VALUES (?, ?, ?)",
+                "INSERT INTO record_conflicts(record_id, other_id, noted_at) VALUES (?, ?, ?)"
+                " ON CONFLICT DO NOTHING",
                 [(record_id, other_id, noted), (other_id, record_id, noted)],
             )
 
@@ -200,7 +200,7 @@ class RecordsMixin(StoreBase):
                 ref for (ref,) in conn.execute(
                     "SELECT json_extract(payload, '$.source_ref') FROM events"
                     " WHERE record_id = ? AND kind = 'record.reinforced'"
-                    " AND json_extract(payload, '$.counted') = 1",
+                    f" AND {self._COUNTED_TRUE}",
                     (record_id,),
                 ) if ref
             )
@@ -259,7 +259,7 @@ class RecordsMixin(StoreBase):
             escaped = id_suffix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
             where.append("id LIKE ? ESCAPE '\\'")
             params.append("%" + escaped)
-        return self._select(" AND ".join(where) or "1", params, limit=limit)
+        return self._select(" AND ".join(where) or "1 = 1", params, limit=limit)
 
     def active_for_subject(
         self,

@@ -84,6 +84,8 @@ class SearchMixin(StoreBase):
     """The eligible set, lexical and entity candidate queries, and ``search_log``."""
 
     _eligible_token: int | None = None  # which EligibleSet temp.retold_eligible_seq holds
+    # SQLite's unary + on a column: "use no index for this term" (PostgreSQL has none).
+    _NOT_INDEXED = "+"
 
     def eligible_ids(
         self,
@@ -114,13 +116,13 @@ class SearchMixin(StoreBase):
             unknown = set(types) - set(RECORD_TYPES)
             if unknown:
                 raise ValueError(f"unknown record types {sorted(unknown)}")
-            where += f" AND +type IN ({marks(types)})"
+            where += f" AND {self._NOT_INDEXED}type IN ({marks(types)})"
             tail += list(types)
         if since is not None:
-            where += " AND +event_at >= ?"
+            where += f" AND {self._NOT_INDEXED}event_at >= ?"
             tail.append(to_iso(since))
         if until is not None:
-            where += " AND +event_at <= ?"
+            where += f" AND {self._NOT_INDEXED}event_at <= ?"
             tail.append(to_iso(until))
         # One branch per scope, each a range of the covering records_scope index; UNION ALL
         # is cheaper than SQLite's multi-index OR plan and scopes never overlap.
@@ -332,10 +334,10 @@ class SearchMixin(StoreBase):
                         # A record has at most one link per entity, so this many rows
                         # always hold ``limit`` distinct records when there are that many.
                         cursor = conn.execute(sql + " LIMIT ?", (limit * len(wanted),))
-                        rows = _take_links(cursor, None, limit)
+                        rows = take_links(cursor, None, limit)
                 else:
                     cursor = conn.execute(sql)
-                    rows = _take_links(cursor, _lookup(eligible), limit)
+                    rows = take_links(cursor, _lookup(eligible), limit)
                 cursor.close()
             finally:
                 conn.execute("DELETE FROM temp.retold_entity_probe")
@@ -396,7 +398,7 @@ def _take_eligible(
     return kept
 
 
-def _take_links(
+def take_links(
     cursor: sqlite3.Cursor, lookup: np.ndarray | None, limit: int
 ) -> list[tuple[str, str, int]]:
     """The first ``limit`` distinct records of an ordered ``(record_id, entity_id, seq)``

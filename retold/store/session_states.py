@@ -97,7 +97,7 @@ class SessionStatesMixin(StoreBase):
                 f" {_STATE} AS state, s.started_at, s.ended_at, s.extraction_started_at,"
                 " s.extracted_at, s.extraction_attempts,"
                 " CASE WHEN s.extracted_at IS NULL THEN s.extraction_last_error END AS last_error"
-                " FROM sessions s)"
+                " FROM sessions s) AS states"
                 f" WHERE {' AND '.join(where)} ORDER BY started_at DESC, id DESC LIMIT {int(query.limit)}",
                 params,
             ).fetchall()

@@ -191,7 +191,7 @@ class SessionsMixin(StoreBase):
                 "SELECT id, agent_id, last_active_at FROM ("
                 " SELECT s.id, s.agent_id, coalesce((SELECT t.at FROM session_turns t"
                 "  WHERE t.session_id = s.id ORDER BY t.turn DESC LIMIT 1), s.started_at)"
-                "  AS last_active_at FROM sessions s WHERE s.ended_at IS NULL)"
+                "  AS last_active_at FROM sessions s WHERE s.ended_at IS NULL) AS open_sessions"
                 " WHERE last_active_at < ? ORDER BY last_active_at, id",
                 (to_iso(last_active_before),),
             ).fetchall()

@@ -94,7 +94,8 @@ class VectorsMixin(StoreBase):
                 "WITH changed(id) AS ("
                 "  SELECT id FROM records WHERE index_version > ?1"
                 "  UNION SELECT record_id FROM embeddings WHERE index_version > ?1)"
-                " SELECT r.id, r.seq, max(r.index_version, coalesce(e.index_version, 0)), r.status,"
+                " SELECT r.id, r.seq, CASE WHEN e.index_version > r.index_version THEN e.index_version"
+                "        ELSE r.index_version END, r.status,"
                 "        e.model, e.version, e.dims, e.vector"
                 " FROM changed c JOIN records r ON r.id = c.id"
                 " LEFT JOIN embeddings e ON e.record_id = r.id",

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from retold.config import load_config
+from retold.config import is_database_url, load_config
 from retold.hosted import FakeCompletionClient
 from retold.index.embedder import FakeEmbedder
 from retold.index.reranker import FakeReranker, NoReranker
@@ -144,14 +144,17 @@ class World:
         return self.rt.store.events(kind=kind)
 
 
-def make_world(tmp_path: Path, *, grant_personal: bool = True, **ingestion: Any) -> World:
-    """A store under ``tmp_path`` with ``research-agent`` granted ``user:aditya``, the user
-    provisioned, and session ``s1`` open; ``ingestion`` overrides that config block."""
+def make_world(tmp_path: Path, *, grant_personal: bool = True, store: str | None = None,
+               **ingestion: Any) -> World:
+    """A store under ``tmp_path`` (or at ``store``, a path or a PostgreSQL URL) with
+    ``research-agent`` granted ``user:aditya``, the user provisioned, and session ``s1``
+    open; ``ingestion`` overrides that config block."""
     embedder = FakeEmbedder()
+    target = store or str(tmp_path / "memory.sqlite")
     # The config names the fake's own family, as the store records it, so a CLI or worker
     # given this config opens the world's store without an embedding mismatch.
     config = load_config(overrides={
-        "store": {"path": str(tmp_path / "memory.sqlite")},
+        "store": {"url" if is_database_url(target) else "path": target},
         "embedding": {"model": "fake", "version": embedder.version, "dims": embedder.dims},
         "ingestion": ingestion,
         "retrieval": {"gate": TEST_GATE},

@@ -75,7 +75,7 @@ def test_a_read_only_store_serves_reads_and_refuses_a_write(
 def test_a_full_disk_refuses_the_write(
     store: tuple[Path, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("retold.runtime.Store", FullDiskStore)
+    monkeypatch.setattr("retold.store.url.Store", FullDiskStore)
     code, lines = _run(capsys, store, "grant", "agent-a", "project:" + "p" * 30_000)
     assert code == EXIT_ERROR
     _one_line(lines, "the disk is full", "rolled back")

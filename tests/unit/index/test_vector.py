@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import multiprocessing
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,7 +11,7 @@ from hypothesis import strategies as st
 
 from retold.index.vector import VectorIndex
 from retold.models import RECORD_STATUSES, Scope
-from retold.store import Store
+from retold.store import Store, open_store
 from retold.testing import make_record
 
 DIMS = 16
@@ -122,12 +121,12 @@ def test_refresh_after_own_write_reports_current(store: Store, index: VectorInde
 
 
 def test_refresh_applies_a_second_store_handles_writes_as_delta(
-    store: Store, store_path: Path, index: VectorIndex
+    store: Store, store_target: str, index: VectorIndex
 ) -> None:
     keep, keep_vec, _ = write(store, 1)
     doomed, doomed_vec, _ = write(store, 2)
     index.load(store)
-    other = Store(store_path)
+    other = open_store(store_target)
     new_id_, new_vec, _ = write(other, 3)
     other.transition(doomed, "deleted", from_statuses=RECORD_STATUSES)
     other.close()
@@ -149,10 +148,10 @@ def test_reembedding_under_another_model_drops_the_row_on_refresh(
 
 
 def test_refresh_reloads_past_the_incremental_limit(
-    store: Store, store_path: Path, index: VectorIndex
+    store: Store, store_target: str, index: VectorIndex
 ) -> None:
     index.load(store)
-    other = Store(store_path)
+    other = open_store(store_target)
     written = [write(other, seed) for seed in range(6)]
     other.close()
     assert index.refresh(store, 5) == "reload"
@@ -168,17 +167,17 @@ def test_local_burst_does_not_force_a_reload(store: Store, index: VectorIndex) -
 
 
 def _other_process_writes(path: str) -> None:
-    store = Store(path)
+    store = open_store(path)
     write(store, 42)
     store.close()
 
 
 def test_refresh_sees_a_real_second_process_as_delta(
-    store: Store, store_path: Path, index: VectorIndex
+    store: Store, store_target: str, index: VectorIndex
 ) -> None:
     write(store, 1)
     index.load(store)
-    proc = multiprocessing.get_context("spawn").Process(target=_other_process_writes, args=(str(store_path),))
+    proc = multiprocessing.get_context("spawn").Process(target=_other_process_writes, args=(store_target,))
     proc.start()
     proc.join(60)
     assert proc.exitcode == 0

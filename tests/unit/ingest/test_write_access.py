@@ -9,7 +9,7 @@ import pytest
 from retold.models import Principal, Scope
 from retold.policy.grants import readable_scopes
 from retold.testing import ADITYA, AGENT, World, make_world
-from tests.sql import rows
+from tests.sql import fts_ids, rows
 
 CONCISE = "Keep answers concise and technical."
 
@@ -58,8 +58,7 @@ def test_user_record_never_reaches_another_user_through_any_channel(world: World
     for principal, visible in ((world.p, True), (vera, False)):
         eligible = store.eligible_ids(readable_scopes(store, principal))
         dense = {rid for rid, _ in index.search(world.embedder.embed_queries([text])[0], eligible, 5)}
-        lexical = {r[0] for r in rows(
-            store, "SELECT record_id FROM records_fts WHERE records_fts MATCH 'vault'")} & eligible.as_set()
+        lexical = fts_ids(store, "vault") & eligible.as_set()
         entity = {r[0] for r in rows(
             store, "SELECT re.record_id FROM record_entities re JOIN entity_aliases a"
             " ON a.entity_id = re.entity_id WHERE a.alias_norm = 'aditya'")} & eligible.as_set()

@@ -6,8 +6,6 @@ no row of the store repeats the secret (the transcript, which the user wrote, as
 from __future__ import annotations
 
 import json
-import sqlite3
-from contextlib import closing
 from typing import Any
 
 import pytest
@@ -17,6 +15,7 @@ from retold.ingest.reviewer import TableReviewer
 from retold.models import CandidateRecord, ExtractionOutput, ReviewDecision, Scope, SessionSummary
 from retold.testing import World
 from retold.tools.handlers import ToolHandlers
+from tests.sql import dump_lines
 
 PASSWORD = "Tr0ub4dor&3"
 API_KEY = "sk-proj-Zx9Tq4Lm7Wn2Kp5Rv8Yb3Hc6Jd1Fg0Sa4Qe7Ut2Io9Pl"
@@ -26,9 +25,8 @@ SAYS = f"I prefer short answers. My staging password is {PASSWORD} by the way."
 def stored_text(world: World) -> str:
     """Every row of the store as SQL text, except the transcript the user typed."""
     world.rt.flush_search_log()
-    with closing(sqlite3.connect(world.rt.store.path)) as conn:
-        lines = conn.iterdump()
-        return "\n".join(line for line in lines if not line.startswith('INSERT INTO "session_turns"'))
+    lines = dump_lines(world.rt.store)
+    return "\n".join(line for line in lines if not line.startswith('INSERT INTO "session_turns"'))
 
 
 def call(world: World, tool: str, payload: dict[str, Any]) -> dict[str, Any]:

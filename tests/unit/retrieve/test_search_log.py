@@ -19,7 +19,7 @@ from retold.models import SearchRequest
 from retold.retrieve.retriever import SearchOutcome
 from retold.retrieve.search_log import LogJson, SearchLogWriter
 from retold.runtime import Runtime
-from retold.store import Store
+from retold.store import Store, open_store
 from retold.testing import TEST_GATE, World, make_world
 from retold.util import new_id, to_iso
 from tests.conditions import write_lock_held
@@ -136,7 +136,7 @@ def test_a_read_only_store_serves_searches_and_counts_failed_writes(
         assert (stats.submitted, stats.written, stats.failed, stats.pending) == (3, 0, 3, 0)
         failures = [r for r in caplog.records if "search log write failed" in r.getMessage()]
         assert len(failures) == 1  # one warning for the burst, not one per row
-        assert "readonly" in failures[0].getMessage()
+        assert "read-only" in failures[0].getMessage()
     finally:
         rt.close()
     assert logged(world.rt.store.path) == 0
@@ -205,7 +205,7 @@ def test_a_row_reaching_the_store_after_its_users_erasure_is_left_out(world: Wor
     before = to_iso(world.clock.now())
     world.clock.advance(minutes=1)
     # Another process erases the user while this process still holds a row from before.
-    with closing(Store(world.rt.store.path, clock=world.clock, migrate_schema=False)) as other:
+    with closing(open_store(world.rt.store.path, clock=world.clock, migrate_schema=False)) as other:
         other.erase_user("aditya", "admin", "user request")
     world.clock.advance(minutes=1)
     after = to_iso(world.clock.now())

@@ -9,6 +9,8 @@ from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from retold.retrieve.generators import lexical_candidates
 from retold.store import Store
 from retold.store.migrations import LATEST, MIGRATIONS, migrate
@@ -107,6 +109,7 @@ def test_migration_4_rebuilds_an_unstemmed_index(store_path: Path, tmp_path: Pat
     again.close()
 
 
+@pytest.mark.sqlite_only("migration 4 rebuilds the FTS5 table")
 def test_a_new_store_is_created_stemmed_and_migration_4_leaves_it(store: Store) -> None:
     record = make_record(content="Preferences were updated.")
     store.write_record(record)

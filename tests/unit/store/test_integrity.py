@@ -143,6 +143,7 @@ def test_check_refuses_what_is_not_a_store(tmp_path: Path, capsys: pytest.Captur
                      f"retold check: no store at {tmp_path / 'missing.sqlite'}"]
 
 
+@pytest.mark.sqlite_only("snapshots are SQLite files; a PostgreSQL store is dumped with pg_dump")
 def test_snapshot_load_refuses_a_damaged_snapshot_before_touching_the_store(
     world: World, tmp_path: Path,
 ) -> None:
@@ -159,6 +160,7 @@ def test_snapshot_load_refuses_a_damaged_snapshot_before_touching_the_store(
     assert world.counts() == before and world.rt.store.get_record(fresh) is not None
 
 
+@pytest.mark.sqlite_only("snapshots are SQLite files; a PostgreSQL store is dumped with pg_dump")
 def test_snapshot_load_refuses_a_snapshot_whose_rows_disagree(world: World, tmp_path: Path) -> None:
     record_id = _write(world, "Aditya keeps a torch in the car.", "car")
     ops = world.rt.operations

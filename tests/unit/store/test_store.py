@@ -146,6 +146,7 @@ def test_rolled_back_change_does_not_move_records_version(store: Store) -> None:
     assert store.records_version() == 1
 
 
+@pytest.mark.sqlite_only("reads the FTS5 table with MATCH")
 def test_deleting_a_record_removes_its_fts_row(store: Store) -> None:
     rec = make_record(content="The deploy pipeline uses bge-m3 embeddings")
     store.write_record(rec)
@@ -222,6 +223,7 @@ def test_eligible_ids_applies_scope_status_expiry_type_window_and_history(store:
     assert set(store.eligible_ids([Scope("user", "vera")], now=now)) == {other_user.id}
 
 
+@pytest.mark.sqlite_only("reads SQLite's statement trace")
 def test_eligible_ids_is_one_indexed_query(store: Store) -> None:
     captured: list[str] = []
     with store.snapshot() as conn:

@@ -1,0 +1,128 @@
+"""The PostgreSQL schema and its forward-only migrations.
+
+A new PostgreSQL store is created at the latest schema in one step (``pg_schema.sql``,
+which mirrors every SQLite migration up to :data:`~retold.store.migrations.LATEST`), and
+``schema_migrations`` records each of those versions as on SQLite, so ``retold migrate``
+reports the same version on both backends. A later schema change adds a migration to
+:data:`PG_MIGRATIONS` with the SQLite one's version. Every step holds a transaction-scoped
+advisory lock, so two processes opening a new store at once serialise and the second
+finds the work done. See docs/decisions.md, "PostgreSQL as a shared store".
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from importlib import resources
+from typing import Any
+
+from retold.errors import NotADatabaseError, SchemaTooNewError
+from retold.store.migrations import LATEST, MIGRATIONS, MigrationReport
+from retold.util import SystemClock, to_iso
+
+__all__ = ["PG_MIGRATIONS", "SCHEMA_LOCK", "current_version", "migrate"]
+
+log = logging.getLogger(__name__)
+
+# The advisory lock key schema changes take (distinct from the write lock's).
+SCHEMA_LOCK = 0x7265746F6C64_01  # "retold" + 1
+# Migrations after the initial PostgreSQL schema: (version, name, apply).
+PG_MIGRATIONS: tuple[tuple[int, str, Callable[[Any], None]], ...] = ()
+_PG_LATEST = PG_MIGRATIONS[-1][0] if PG_MIGRATIONS else LATEST
+
+
+def _has_table(conn: Any, name: str) -> bool:
+    row = conn.execute("SELECT to_regclass(?) IS NOT NULL", (name,)).fetchone()
+    return bool(row[0])
+
+
+def current_version(conn: Any) -> int:
+    """The highest applied migration, 0 for an empty database. Reads only."""
+    if not _has_table(conn, "schema_migrations"):
+        return 0
+    return int(conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()[0])
+
+
+def _check(conn: Any, where: str) -> int:
+    version = current_version(conn)
+    if version > _PG_LATEST:
+        raise SchemaTooNewError(f"store {where} has schema version {version}, newer than this Retold "
+                                f"(knows up to {_PG_LATEST}); upgrade Retold to open it")
+    if version == 0 and _has_table(conn, "records"):
+        raise NotADatabaseError(f"{where} holds a table 'records' but no Retold schema; refusing to add "
+                                "Retold's tables to it")
+    return version
+
+
+def _text_search(conn: Any) -> None:
+    """The two text-search configurations the lexical index uses: ``retold_stem`` (English
+    stems) and ``retold_exact`` (words as written), both folding accents when the
+    ``unaccent`` extension can be had, as SQLite's tokenizer removes diacritics."""
+    conn.execute("CREATE TEXT SEARCH CONFIGURATION retold_stem (COPY = english)")
+    conn.execute("CREATE TEXT SEARCH CONFIGURATION retold_exact (COPY = simple)")
+    available = conn.execute(
+        "SELECT installed_version IS NOT NULL, true FROM pg_available_extensions WHERE name = 'unaccent'"
+    ).fetchone()
+    if available is None:
+        log.info("PostgreSQL has no unaccent extension; accents are kept in the lexical index")
+        return
+    if not available[0]:
+        conn.execute("SAVEPOINT retold_unaccent")
+        try:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS unaccent")
+        except Exception as exc:  # not allowed for this role: index without folding
+            conn.execute("ROLLBACK TO SAVEPOINT retold_unaccent")
+            log.info("cannot create the unaccent extension (%s); accents are kept", exc)
+            return
+        conn.execute("RELEASE SAVEPOINT retold_unaccent")
+    # The extension lives in one schema of the database, not necessarily on this path.
+    home = conn.execute("SELECT n.nspname FROM pg_extension e JOIN pg_namespace n"
+                        " ON n.oid = e.extnamespace WHERE e.extname = 'unaccent'").fetchone()[0]
+    for name, dictionary in (("retold_stem", "english_stem"), ("retold_exact", "simple")):
+        conn.execute(f"ALTER TEXT SEARCH CONFIGURATION {name} ALTER MAPPING FOR"
+                     f" asciiword, asciihword, hword_asciipart, word, hword, hword_part"
+                     f' WITH "{home}".unaccent, {dictionary}')
+
+
+def _initial(conn: Any) -> None:
+    """The whole schema, recorded as every SQLite migration up to the latest."""
+    _text_search(conn)
+    script = resources.files("retold.store").joinpath("pg_schema.sql").read_text("utf-8")
+    conn.execute(script)  # a parameterless script goes as one multi-statement query
+    conn.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY,"
+                 " name TEXT NOT NULL, applied_at TEXT NOT NULL)")
+    now = to_iso(SystemClock().now())
+    conn.executemany("INSERT INTO schema_migrations(version, name, applied_at) VALUES (?, ?, ?)",
+                     [(m.version, m.name, now) for m in MIGRATIONS])
+
+
+def migrate(conn: Any, where: str) -> MigrationReport:
+    """Create the schema on an empty database, apply later migrations; idempotent."""
+    if _check(conn, where) >= _PG_LATEST:
+        return MigrationReport((), current_version(conn), _unresolved(conn))
+    applied: list[int] = []
+    steps: list[tuple[int, str, Callable[[Any], None]]] = [(LATEST, "initial schema", _initial)]
+    steps += PG_MIGRATIONS
+    for version, name, apply in steps:
+        conn.execute("BEGIN")
+        try:
+            conn.execute("SELECT pg_advisory_xact_lock(?)", (SCHEMA_LOCK,))
+            if _check(conn, where) >= version:  # another process applied it meanwhile
+                conn.execute("ROLLBACK")
+                continue
+            apply(conn)
+            if apply is not _initial:
+                conn.execute("INSERT INTO schema_migrations(version, name, applied_at) VALUES (?, ?, ?)",
+                             (version, name, to_iso(SystemClock().now())))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        applied += [m.version for m in MIGRATIONS] if apply is _initial else [version]
+    return MigrationReport(tuple(applied), current_version(conn), _unresolved(conn))
+
+
+def _unresolved(conn: Any) -> int:
+    if not _has_table(conn, "migration_issues"):
+        return 0
+    return int(conn.execute("SELECT count(*) FROM migration_issues").fetchone()[0])

@@ -1,0 +1,194 @@
+"""PgStore: the store on a PostgreSQL database that agents and workers on many hosts share.
+
+It is :class:`~retold.store.Store` with the few parts that differ between the dialects
+replaced by name: how the connection opens and migrates, how a write transaction takes
+the store's write lock, how ``records_version`` is bumped, and the lexical and entity
+candidate queries (``tsvector`` instead of FTS5). Every other query is the store's shared
+SQL, run through :class:`~retold.store.pg_connection.PgConnection`. See docs/decisions.md,
+"PostgreSQL as a shared store".
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from retold.errors import StoreError
+from retold.store.eligible import EligibleSet
+from retold.store.entities import ENTITY_COLUMNS
+from retold.store.failures import StoreLock
+from retold.store.fts import write_fts_rows
+from retold.store.migrations import MigrationReport
+from retold.store.pg_connection import PgConnection
+from retold.store.pg_schema import migrate as pg_migrate
+from retold.store.search import FtsRow, take_links
+from retold.store.store import Store
+from retold.store.url import conninfo, redact
+
+__all__ = ["WRITE_LOCK", "PgStore"]
+
+# The transaction-scoped advisory lock every write transaction takes first: writers queue
+# on it as SQLite's writers queue on BEGIN IMMEDIATE, so a decide-and-write (read the
+# current truth, then supersede it) never interleaves with another writer's.
+WRITE_LOCK = 0x7265746F6C64  # "retold"
+# ts_rank weights for labels {D, C, B, A}: content 1, subject 2, aliases 3, tags 1, the
+# ratios of the FTS5 column weights (docs/decisions.md, "PostgreSQL as a shared store").
+_WEIGHTS = "'{0.25, 0.5, 0.75, 0.25}'"
+_PHRASE = re.compile(r'"([^"]*)"')
+
+
+@lru_cache(maxsize=64)
+def _tsquery(terms: int) -> str:
+    """A tsquery OR-ing ``terms`` phrases, each stemmed or exactly as written."""
+    one = ("(phraseto_tsquery('retold_stem', retold_words(?))"
+           " || phraseto_tsquery('retold_exact', retold_words(?)))")
+    return " || ".join([one] * terms)
+
+
+def _phrases(match: str) -> list[str]:
+    """The quoted phrases of the FTS5 expression the retriever builds (``"a" OR "b c"``)."""
+    return [p for p in dict.fromkeys(_PHRASE.findall(match)) if p.strip()]
+
+
+class PgStore(Store):
+    """The store on PostgreSQL: one connection per process, shared by its threads."""
+
+    backend = "postgres"
+    _BEGIN_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ"
+    _BUMP_VERSION = ("UPDATE store_meta SET value = (value::bigint + 1)::text"
+                     " WHERE key = 'records_version' RETURNING value")
+    _COUNTED_TRUE = "json_extract(payload, '$.counted') = 'true'"
+    _NOT_INDEXED = ""
+
+    def _open(self, migrate_schema: bool) -> None:
+        import psycopg
+
+        self._driver_errors = (psycopg.Error,)
+        self._integrity_errors = (psycopg.IntegrityError,)
+        self.read_only = self._read_only_asked
+        self.path = redact(self._target)
+        self._lock = StoreLock(self.path, self.busy_timeout_seconds,
+                               "store.read_only is set" if self.read_only else None)
+        info = conninfo(self._target, read_only=self.read_only)
+        try:
+            self._conn = PgConnection(info, connect_timeout=self.busy_timeout_seconds)
+        except psycopg.OperationalError as exc:
+            raise StoreError(f"cannot connect to the store {self.path}: {exc}") from exc
+        try:
+            # A writer waits for the write lock at most this long, as busy_timeout on SQLite.
+            self._conn.execute(f"SET lock_timeout = '{int(self.busy_timeout_seconds * 1000)}ms'")
+            self.migration_report = (pg_migrate(self._conn, self.path)
+                                     if migrate_schema and not self.read_only else None)
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def _begin_write(self) -> None:
+        self._conn.execute("BEGIN")
+        try:
+            self._conn.execute("SELECT pg_advisory_xact_lock(?)", (WRITE_LOCK,))
+        except BaseException:
+            self._conn.execute("ROLLBACK")  # a lock wait that timed out leaves nothing open
+            raise
+
+    def migrate(self) -> MigrationReport:
+        with self._lock:
+            self.migration_report = pg_migrate(self._conn, self.path)
+            return self.migration_report
+
+    def _write_fts(self, conn: Any, record_ids: Iterable[str]) -> None:
+        write_fts_rows(conn, record_ids, with_tags=True)
+
+    # -- lexical and entity candidates -------------------------------------------------
+
+    def fts_candidates(
+        self, match: str, eligible: EligibleSet, limit: int, *, temp_table_max: int | None = None,
+    ) -> list[FtsRow]:
+        """The best ``limit`` eligible rows for the retriever's phrase expression, by
+        ``ts_rank`` over the weighted document (negated, so lower is better as with bm25).
+        The eligible restriction is part of the query, before the limit."""
+        phrases = _phrases(match)
+        if not phrases or limit <= 0 or len(eligible) == 0:
+            return []
+        params: list[Any] = [p for phrase in phrases for p in (phrase, phrase)]
+        with self.snapshot() as conn:
+            rows = conn.execute(
+                f"SELECT f.rowid, -ts_rank({_WEIGHTS}, f.document, q.query, 1) AS score,"
+                " f.record_id, f.content, f.subject, f.aliases"
+                f" FROM records_fts f, (SELECT {_tsquery(len(phrases))} AS query) q"
+                " WHERE f.document @@ q.query AND f.rowid = ANY(?)"
+                " ORDER BY score, f.rowid LIMIT ?",
+                [*params, eligible.seqs.tolist(), limit]).fetchall()
+        return [FtsRow(rid, int(seq), float(score), content, subject, aliases)
+                for seq, score, rid, content, subject, aliases in rows]
+
+    def count_fts_matches(self, match: str) -> int:
+        phrases = _phrases(match)
+        if not phrases:
+            return 0
+        params = [p for phrase in phrases for p in (phrase, phrase)]
+        with self._lock:
+            return int(self._conn.execute(
+                f"SELECT count(*) FROM records_fts WHERE document @@ ({_tsquery(len(phrases))})",
+                params).fetchone()[0])
+
+    def records_for_entities(
+        self, entity_ids: Sequence[str], eligible: EligibleSet, limit: int, *,
+        temp_table_max: int | None = None,
+    ) -> list[tuple[str, str]]:
+        """As on SQLite: eligible records linked to these entities, ``about`` links
+        first, then the newest ``event_at``; each record once, with its best link. The
+        ids travel as two array parameters."""
+        wanted = list(dict.fromkeys(entity_id for entity_id in entity_ids if entity_id))
+        if not wanted or limit <= 0 or len(eligible) == 0:
+            return []
+        with self.snapshot() as conn:
+            cursor = conn.execute(
+                "SELECT re.record_id, re.entity_id, r.seq FROM record_entities re"
+                " JOIN records r ON r.id = re.record_id"
+                " WHERE re.entity_id = ANY(?) AND r.seq = ANY(?)"
+                " ORDER BY re.role = 'mentions', r.event_at DESC, re.record_id DESC, re.entity_id"
+                " LIMIT ?", (wanted, eligible.seqs.tolist(), limit * len(wanted)))
+            rows = take_links(cursor, None, limit)
+        return [(record_id, entity_id) for record_id, entity_id, _ in rows]
+
+    def _alias_probe(self, conn: Any, wanted: list[str], tail: str, args: list[str]) -> list[tuple[str, ...]]:
+        # No TEMP table: a read-only PostgreSQL transaction may not create one.
+        return list(conn.execute(
+            f"SELECT p.alias_norm, {ENTITY_COLUMNS} FROM unnest(?::text[]) AS p(alias_norm){tail}",
+            [wanted, *args]).fetchall())
+
+    # -- erasure's compaction ------------------------------------------------------------
+
+    def compact(self) -> bool:
+        """VACUUM the tables an erase touches, so their dead row versions (which still
+        hold the erased text) are removed now rather than by autovacuum later. WAL
+        segments and backups keep what they held until they are recycled; see README
+        "PostgreSQL"."""
+        with self._lock:
+            if self._depth:
+                raise StoreError("compact() cannot run inside a transaction")
+            for table in ("records", "records_fts", "embeddings", "reembed_vectors", "events",
+                          "session_turns", "search_log", "extraction_stages", "entities",
+                          "entity_aliases", "record_entities", "profile_blocks", "scope_members"):
+                self._conn.execute(f"VACUUM {table}")
+            return True
+
+    def truncate_wal(self) -> bool:
+        """The server recycles its WAL itself; nothing to do from a client."""
+        return True
+
+    def backup_to(self, path: str | Path) -> None:
+        raise StoreError("a PostgreSQL store is not saved as a snapshot file: use pg_dump (README "
+                         "\"PostgreSQL\")")
+
+    def restore_from(self, path: str | Path) -> None:
+        raise StoreError("a PostgreSQL store is not loaded from a snapshot file: use pg_restore (README "
+                         "\"PostgreSQL\")")
+
+    def set_secure_delete(self, on: bool) -> None:
+        """No such switch on PostgreSQL: :meth:`compact` removes dead row versions."""
+
