@@ -43,6 +43,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.pipeline_bench
 	$(BIN)/python -m benchmarks.encoder_bench
 	$(BIN)/python -m benchmarks.integrity_bench
+	$(BIN)/python -m benchmarks.scale_bench
 
 clean:
 	rm -rf .demo .pytest_cache .mypy_cache .ruff_cache
