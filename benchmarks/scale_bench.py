@@ -52,6 +52,7 @@ from retold.ingest.ingestor import WriteRequest  # noqa: E402
 from retold.models import Scope, SearchRequest  # noqa: E402
 from retold.runtime import Runtime  # noqa: E402
 from retold.store import Embedding, open_store  # noqa: E402
+from retold.store.url import conninfo  # noqa: E402
 from retold.testing import make_record  # noqa: E402
 
 BACKENDS = ("sqlite", "postgres")
@@ -93,7 +94,7 @@ def _analyze(url: str) -> None:
     planned as scans."""
     import psycopg
 
-    with psycopg.connect("postgresql://" + url.split("://", 1)[1], autocommit=True) as conn:
+    with psycopg.connect(conninfo(url), autocommit=True) as conn:
         conn.execute("ANALYZE")
 
 
