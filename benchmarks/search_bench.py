@@ -194,6 +194,14 @@ def targets(results: dict[str, Any]) -> list[tuple[str, float | None, float]]:
     return out
 
 
+def _cpu(b: dict[str, Any]) -> str:
+    """Thread CPU time of both sides and their ratio; absent from results made before it."""
+    if "retold_cpu_ms" not in b:
+        return "-"
+    return (f"{b['retold_cpu_ms']['p50']:.2f} / {b['dense_cpu_ms']['p50']:.2f} "
+            f"({b['cpu_ratio_p50']:.2f})")
+
+
 def _met(value: float | None, limit: float) -> str:
     return "n/a" if value is None else ("met" if value <= limit else "NOT met")
 
@@ -224,11 +232,13 @@ def tables(results: dict[str, Any]) -> tuple[list[list[str]], list[str]]:
         lines += ["", "Mode baseline (ms): memory_search (default config, ONNX Runtime, one thread) "
                   "against sentence-transformers encode + one dot product + argsort, interleaved:", "",
                   "| records | queries | Retold p50 / p95 | dense-only p50 / p95 | ratio p50 | "
-                  "Retold embed p50 | ST embed p50 | Retold non-embed p50 |", "|" + "---|" * 8]
+                  "Retold embed p50 | ST embed p50 | Retold non-embed p50 | CPU ms p50 Retold / "
+                  "dense-only (ratio) |", "|" + "---|" * 9]
         for n, b in results["baseline"].items():
             lines.append(f"| {int(n):,} | {b['queries']} | {_pair(b['retold_ms'])} | {_pair(b['dense_ms'])} "
                          f"| {b['ratio_p50']:.2f} | {b['retold_embed_ms']['p50']:.2f} | "
-                         f"{b['dense_embed_ms']['p50']:.2f} | {b['retold_non_embed_p50_ms']:.2f} |")
+                         f"{b['dense_embed_ms']['p50']:.2f} | {b['retold_non_embed_p50_ms']:.2f} | "
+                         f"{_cpu(b)} |")
     cold = results.get("cold")
     if cold:
         lines += ["", f"Mode cold: {cold['runs']} fresh processes on {cold['records']:,} records "
