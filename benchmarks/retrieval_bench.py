@@ -17,10 +17,13 @@ top k, averaged), abstention (unanswerable questions that return nothing), right
 each unanswerable question's answerable twin, current value at rank 1 and stale results on
 questions about facts that changed, results and tokens per search.
 
-Run: ``.venv/bin/python -m benchmarks.retrieval_bench [--conversations N] [--dump PATH]``;
-``--dump`` also writes every logged search row with its question, for offline gate sweeps
-(``benchmarks.calibrate_gate --conversational PATH``). Writes
-benchmarks/results/retrieval.json and retrieval.md.
+Run: ``.venv/bin/python -m benchmarks.retrieval_bench [--conversations N] [--dump PATH]
+[--store URL]``; ``--dump`` also writes every logged search row with its question, for
+offline gate sweeps (``benchmarks.calibrate_gate --conversational PATH``). Writes
+benchmarks/results/retrieval.json and retrieval.md. ``--store`` runs the same questions on
+an empty PostgreSQL database instead of a fresh SQLite file and writes
+retrieval_postgres.json and .md, so the two lexical channels (FTS5 and ``tsvector``) can be
+compared under the same gate floors.
 """
 
 from __future__ import annotations
@@ -251,13 +254,15 @@ def score(questions: list[Question], system: str) -> dict[str, Any]:
 
 def run(
     conversations: list[dict[str, Any]],
-    store_path: Path,
+    store: Path | str,
     embedding: dict[str, object] | None = None,
 ) -> tuple[list[Question], dict[str, Any], Any]:
-    """Load and ask every conversation; ``embedding`` overrides the embedding block."""
+    """Load and ask every conversation on ``store`` (a SQLite path or a PostgreSQL URL);
+    ``embedding`` overrides the embedding block."""
+    key = "url" if str(store).startswith("postgresql") else "path"
     config = load_config(
         overrides={
-            "store": {"path": str(store_path)},
+            "store": {key: str(store)},
             "embedding": {"torch_threads": 1, **(embedding or {})},
         }
     )
@@ -392,11 +397,13 @@ def main() -> None:
     parser.add_argument("--conversations", type=int, default=None, help="only the first N")
     parser.add_argument("--dump", type=Path, default=None, help="write logged rows here (JSON)")
     parser.add_argument("--no-report", action="store_true", help="do not write benchmarks/results")
+    parser.add_argument("--store", default=None,
+                        help="an empty PostgreSQL database URL to run on instead of SQLite")
     args = parser.parse_args()
     data = json.loads(DATA.read_text())
     conversations = data["conversations"][: args.conversations]
     with tempfile.TemporaryDirectory() as tmp:
-        questions, logged, rt = run(conversations, Path(tmp) / "memory.sqlite")
+        questions, logged, rt = run(conversations, args.store or Path(tmp) / "memory.sqlite")
         halves = {
             "A": [q for q in questions if q.conv % 2 == 0],
             "B": [q for q in questions if q.conv % 2],
@@ -408,6 +415,7 @@ def main() -> None:
             "records": sum(len(c["records"]) for c in conversations),
             "questions": len(questions),
             "conversations": len(conversations),
+            "backend": rt.store.backend,
             "embedding": {"model": rt.embedder.name, "version": rt.embedder.version},
             "gate": floors_for(rt.config.retrieval.gate, "tool").as_dict(),
             "halves": {h: {s: score(qs, s) for s in SYSTEMS} for h, qs in halves.items()},
@@ -418,11 +426,13 @@ def main() -> None:
     for row in table(report):
         print(" | ".join(row))
     if not args.no_report:
+        postgres = report["backend"] == "postgres"
         write_report(
-            "retrieval",
+            "retrieval_postgres" if postgres else "retrieval",
             report,
             table(report),
-            notes=f"{report['records']} records, {report['questions']} questions, "
+            notes=("On PostgreSQL (tsvector lexical channel). " if postgres else "")
+            + f"{report['records']} records, {report['questions']} questions, "
             f"{report['conversations']} conversations; k = {K}. Baselines: dense "
             "cosine, BM25 (porter), RRF of both, over every stated fact.",
         )
