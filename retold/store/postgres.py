@@ -40,12 +40,41 @@ _WEIGHTS = "'{0.25, 0.5, 0.75, 0.25}'"
 _PHRASE = re.compile(r'"([^"]*)"')
 
 
+_ONE_PHRASE = ("(phraseto_tsquery('retold_stem', retold_words(?))"
+               " || phraseto_tsquery('retold_exact', retold_words(?)))")
+# Rows a phrase's document frequency is counted up to: past it the phrase is common and
+# its weight is near its floor anyway, and counting on would cost a scan per search.
+_DF_CAP = 5000
+# BM25's term-frequency saturation and length normalisation, FTS5's defaults. A phrase's
+# term frequency is its ts_rank without normalisation scaled so that one occurrence in
+# content counts 1 (ts_rank gives weight / 1.645 for a single occurrence; content's
+# weight is 0.25), an alias 3: saturation then keeps a name in the aliases column from
+# outweighing the rarer word the question asks about, as it does under FTS5's bm25.
+_K1, _B = 1.2, 0.75
+_TF_SCALE = 1.6449 / 0.25
+
+
 @lru_cache(maxsize=64)
 def _tsquery(terms: int) -> str:
     """A tsquery OR-ing ``terms`` phrases, each stemmed or exactly as written."""
-    one = ("(phraseto_tsquery('retold_stem', retold_words(?))"
-           " || phraseto_tsquery('retold_exact', retold_words(?)))")
-    return " || ".join([one] * terms)
+    return " || ".join([_ONE_PHRASE] * terms)
+
+
+@lru_cache(maxsize=64)
+def _idf_phrases(terms: int) -> str:
+    """``terms`` phrase queries with BM25's inverse document frequency, as a derived table
+    ``p(query, idf)``. The row count is the planner's estimate (exact below autovacuum's
+    first ANALYZE, when the table is small enough to count)."""
+    rows = ", ".join(f"({_ONE_PHRASE})" for _ in range(terms))
+    return (
+        "(SELECT v.query, ln(1 + (t.n - d.n + 0.5) / (d.n + 0.5)) AS idf"
+        f" FROM (VALUES {rows}) AS v(query)"
+        " CROSS JOIN (SELECT CASE WHEN c.reltuples > 0 THEN c.reltuples::float8"
+        " ELSE (SELECT count(*) FROM records_fts)::float8 END AS n"
+        " FROM pg_class c WHERE c.oid = 'records_fts'::regclass) t"
+        " CROSS JOIN LATERAL (SELECT count(*)::float8 AS n FROM (SELECT 1 FROM records_fts g"
+        f" WHERE g.document @@ v.query LIMIT {_DF_CAP}) m) d)"
+    )
 
 
 def _phrases(match: str) -> list[str]:
@@ -107,21 +136,31 @@ class PgStore(Store):
     def fts_candidates(
         self, match: str, eligible: EligibleSet, limit: int, *, temp_table_max: int | None = None,
     ) -> list[FtsRow]:
-        """The best ``limit`` eligible rows for the retriever's phrase expression, by
-        ``ts_rank`` over the weighted document (negated, so lower is better as with bm25).
-        The eligible restriction is part of the query, before the limit."""
+        """The best ``limit`` eligible rows for the retriever's phrase expression, scored
+        as BM25 scores them: each matched phrase's term frequency (from ``ts_rank`` over
+        the weighted document, so the column counts), saturated and normalised by the
+        document's length against the matched rows' mean, times the phrase's inverse
+        document frequency; summed and negated so lower is better as with FTS5's bm25.
+        Without IDF and saturation a name most records carry (a speaker's) outweighs the
+        rare word the question is about. The eligible restriction is part of the query,
+        before the limit."""
         phrases = _phrases(match)
         if not phrases or limit <= 0 or len(eligible) == 0:
             return []
         params: list[Any] = [p for phrase in phrases for p in (phrase, phrase)]
         with self.snapshot() as conn:
             rows = conn.execute(
-                f"SELECT f.rowid, -ts_rank({_WEIGHTS}, f.document, q.query, 1) AS score,"
-                " f.record_id, f.content, f.subject, f.aliases"
+                f"WITH p AS MATERIALIZED {_idf_phrases(len(phrases))}"
+                " SELECT m.rowid, -(SELECT sum(p.idf * t.tf * (1 + ?) / (t.tf + ? * (1 - ? + ?"
+                " * length(m.document) / m.avglen)))"
+                f" FROM p CROSS JOIN LATERAL (SELECT ts_rank({_WEIGHTS}, m.document, p.query, 0)"
+                f" * {_TF_SCALE} AS tf) t WHERE m.document @@ p.query) AS score,"
+                " m.record_id, m.content, m.subject, m.aliases"
+                " FROM (SELECT f.*, greatest(avg(length(f.document)) OVER (), 1) AS avglen"
                 f" FROM records_fts f, (SELECT {_tsquery(len(phrases))} AS query) q"
-                " WHERE f.document @@ q.query AND f.rowid = ANY(?)"
-                " ORDER BY score, f.rowid LIMIT ?",
-                [*params, eligible.seqs.tolist(), limit]).fetchall()
+                " WHERE f.document @@ q.query AND f.rowid = ANY(?)) m"
+                " ORDER BY score, m.rowid LIMIT ?",
+                [*params, _K1, _K1, _B, _B, *params, eligible.seqs.tolist(), limit]).fetchall()
         return [FtsRow(rid, int(seq), float(score), content, subject, aliases)
                 for seq, score, rid, content, subject, aliases in rows]
 
