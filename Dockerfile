@@ -1,4 +1,5 @@
-# Retold worker image: the library, the Celery workers and beat, Flower.
+# Retold worker image: the library, the Celery workers and beat, Flower; psycopg (the
+# postgres extra) so the same image serves a SQLite or a PostgreSQL store.
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 WORKDIR /app
@@ -11,7 +12,7 @@ RUN pip install --no-cache-dir $TORCH_PIP_ARGS torch==2.13.0
 COPY pyproject.toml README.md beat_schedule.py config.yaml ./
 COPY retold ./retold
 COPY workers ./workers
-RUN pip install --no-cache-dir '.[models,hosted,monitor]'
+RUN pip install --no-cache-dir '.[models,hosted,monitor,postgres]'
 # Export the default model to ONNX at build time, so workers start without importing torch.
 RUN python -c "from retold.index.onnx_export import ensure_exported; print(ensure_exported())"
 VOLUME ["/data"]

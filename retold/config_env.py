@@ -11,6 +11,11 @@ winning:
    ``RETOLD_BROKER_URL`` (``queue.broker_url``);
 4. the caller's own overrides (``retold --store``).
 
+``store.url`` wins over ``store.path`` inside one layer, but a later layer that names a
+store replaces the whole store target: a SQLite path from ``RETOLD_STORE`` or ``--store``
+clears a URL an earlier layer set, so a shared config file naming the PostgreSQL store never
+silently beats the file this process was told to use.
+
 The environment is a parameter: the edges pass ``os.environ``, tests pass a dict, and
 nothing here reads it on its own.
 """
@@ -23,7 +28,9 @@ from typing import Any
 
 from retold.config import Config, is_database_url, load_config
 
-__all__ = ["BROKER_ENV", "CONFIG_ENV", "STORE_ENV", "load_config_from_environment"]
+__all__ = [
+    "BROKER_ENV", "CONFIG_ENV", "STORE_ENV", "load_config_from_environment", "store_key", "store_target",
+]
 
 CONFIG_ENV = "RETOLD_CONFIG"
 STORE_ENV = "RETOLD_STORE"
@@ -39,6 +46,12 @@ def store_key(target: str) -> str:
     return "url" if is_database_url(target) else "path"
 
 
+def store_target(target: str) -> dict[str, str | None]:
+    """The ``store:`` keys a ``--store``/``RETOLD_STORE`` value sets: the URL, or the path
+    with any earlier URL cleared (a URL would otherwise win over it)."""
+    return {"url": target} if store_key(target) == "url" else {"path": target, "url": None}
+
+
 def load_config_from_environment(
     environ: Mapping[str, str],
     path: str | os.PathLike[str] | None = None,
@@ -50,8 +63,12 @@ def load_config_from_environment(
     merged: dict[str, dict[str, Any]] = {}
     for variable, (block, key) in _OVERRIDES.items():
         if value := environ.get(variable, "").strip():
-            merged.setdefault(block, {})[store_key(value) if variable == STORE_ENV else key] = value
+            keys = store_target(value) if variable == STORE_ENV else {key: value}
+            merged.setdefault(block, {}).update(keys)
     for block, values in (overrides or {}).items():
-        merged.setdefault(block, {}).update(values)
+        layer = dict(values)
+        if block == "store" and "path" in layer and "url" not in layer:
+            layer["url"] = None  # a path named here beats a URL from the file or RETOLD_STORE
+        merged.setdefault(block, {}).update(layer)
     file = path if path is not None else (environ.get(CONFIG_ENV, "").strip() or None)
     return load_config(file, overrides=merged)

@@ -1,43 +1,131 @@
-"""The compose stack: every service is health-checked, keys pass through, the store is on the host."""
+"""The compose stack: every service is health-checked, keys pass through, the SQLite store is
+on the host, and the `postgres` profile runs a second stack against a PostgreSQL service."""
 
 from __future__ import annotations
 
+import re
+import tomllib
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
+from retold.config_env import store_key
+
 ROOT = Path(__file__).resolve().parents[2]
+SQLITE_STACK = ("worker", "beat", "flower")
+PG_STACK = ("worker-pg", "beat-pg", "flower-pg")
+
+
+def _compose() -> dict[str, Any]:
+    compose: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    return compose
 
 
 def _services() -> dict[str, Any]:
-    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
-    services: dict[str, Any] = compose["services"]
+    services: dict[str, Any] = _compose()["services"]
     return services
+
+
+def _interpolated(value: str) -> str:
+    """``value`` as compose sees it with none of its variables set: each ``${VAR:-default}``
+    becomes its default."""
+    return re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", value)
 
 
 def test_every_service_has_a_healthcheck_command() -> None:
     services = _services()
-    assert set(services) == {"redis", "worker", "beat", "flower"}
+    assert set(services) == {"redis", "postgres", *SQLITE_STACK, *PG_STACK}
     for name, service in services.items():
         test = service["healthcheck"]["test"]
         assert test[0] in {"CMD", "CMD-SHELL"} and len(test) > 1, name
 
 
 def test_provider_keys_pass_through_with_empty_defaults() -> None:
-    for name in ("worker", "beat", "flower"):
+    for name in (*SQLITE_STACK, *PG_STACK):
         env = _services()[name]["environment"]
         assert env["ANTHROPIC_API_KEY"] == "${ANTHROPIC_API_KEY:-}", name
         assert env["OPENAI_API_KEY"] == "${OPENAI_API_KEY:-}", name
-    assert _services()["flower"]["environment"]["RETOLD_FLOWER_AUTH"] == "${RETOLD_FLOWER_AUTH:-}"
+    for name in ("flower", "flower-pg"):
+        assert _services()[name]["environment"]["RETOLD_FLOWER_AUTH"] == "${RETOLD_FLOWER_AUTH:-}"
 
 
 def test_the_store_lives_in_a_host_directory_every_retold_service_mounts() -> None:
-    for name in ("worker", "beat", "flower"):
+    for name in SQLITE_STACK:
         service = _services()[name]
+        assert "profiles" not in service, name  # `docker compose up` still starts the SQLite stack
         assert service["environment"]["RETOLD_STORE"] == "/data/memory.sqlite", name
         host, container = service["volumes"][0].split(":")[:2]
         # a bind mount (a path), not a named volume, so agents on the host open the same file
         assert host.startswith("./") and container == "/data", name
     beat = _services()["beat"]["command"]
     assert beat[beat.index("-s") + 1].startswith("/data/")
+
+
+def test_the_postgres_service_keeps_its_data_in_a_named_volume_and_is_checked_with_pg_isready() -> None:
+    postgres = _services()["postgres"]
+    assert postgres["image"].startswith("postgres:")  # the official image
+    assert postgres["profiles"] == ["postgres"]
+    volume, mount = postgres["volumes"][0].split(":")[:2]
+    assert volume in _compose()["volumes"] and mount == "/var/lib/postgresql/data"
+    # the image keeps its data there only before 18 (later ones use a versioned directory)
+    assert int(postgres["image"].split(":")[1].split(".")[0]) < 18
+    probe = postgres["healthcheck"]["test"][-1]
+    env = postgres["environment"]
+    assert probe.startswith("pg_isready") and f"-U {env['POSTGRES_USER']}" in probe
+    assert f"-d {env['POSTGRES_DB']}" in probe
+
+
+def test_the_postgres_profile_runs_workers_beat_and_flower_against_the_database() -> None:
+    services = _services()
+    db = services["postgres"]["environment"]
+    for name in PG_STACK:
+        service = services[name]
+        assert service["profiles"] == ["postgres"], name
+        env = service["environment"]
+        url = _interpolated(env["RETOLD_STORE"])
+        assert url.startswith("postgresql+psycopg://") and store_key(url) == "url", name
+        parts = urlsplit(url)
+        assert (parts.hostname, parts.username, parts.path) == (
+            "postgres", db["POSTGRES_USER"], f"/{db['POSTGRES_DB']}"), name
+        assert parts.password == _interpolated(db["POSTGRES_PASSWORD"]), name
+        assert service["depends_on"]["postgres"]["condition"] == "service_healthy", name
+        assert service["depends_on"]["redis"]["condition"] == "service_healthy", name
+        # no host directory: the database holds everything
+        assert not [v for v in service.get("volumes", []) if v.startswith(("./", "/"))], name
+    assert services["worker-pg"]["command"] == services["worker"]["command"]
+
+
+def test_each_stack_meets_on_a_broker_database_of_its_own() -> None:
+    services = _services()
+    sqlite = {services[name]["environment"]["RETOLD_BROKER_URL"] for name in SQLITE_STACK}
+    pg = {services[name]["environment"]["RETOLD_BROKER_URL"] for name in PG_STACK}
+    # one broker per stack, and not the same one: a SQLite worker must never take a
+    # session that lives in PostgreSQL, nor the other way round
+    assert len(sqlite) == len(pg) == 1 and sqlite != pg
+
+
+def test_the_image_installs_the_postgres_extra() -> None:
+    installs = [line for line in (ROOT / "Dockerfile").read_text().splitlines()
+                if line.startswith("RUN pip install") and "'.[" in line]
+    assert len(installs) == 1
+    extras = installs[0].split("'.[", 1)[1].split("]", 1)[0].split(",")
+    assert "postgres" in extras
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(dep.startswith("psycopg") for dep in declared["postgres"])
+
+
+def test_the_readme_starts_the_postgres_stack_compose_defines() -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## PostgreSQL\n"):readme.index("## Configuration\n")]
+    block = re.search(r"```sh\n(.*?)```", section, re.S)
+    assert block is not None, "README's PostgreSQL section lost its compose commands"
+    up = next(line for line in block.group(1).splitlines() if "docker compose up" in line)
+    named = up.split("#")[0].split("--build", 1)[1].split()
+    services = _services()
+    assert named and set(named) == set(PG_STACK)
+    assert all(services[name]["profiles"] == ["postgres"] for name in named)
+    # the agents' broker is the one the PostgreSQL stack consumes from, as the host sees it
+    broker = _interpolated(services["worker-pg"]["environment"]["RETOLD_BROKER_URL"])
+    assert broker.replace("redis://redis:", "redis://127.0.0.1:") in block.group(1)

@@ -71,3 +71,34 @@ def test_an_agent_runtime_and_a_worker_read_the_same_config(
         assert rt.store.path == str(tmp_path / "file.sqlite")
         assert isinstance(rt.scheduler, CeleryScheduler)
         assert rt.scheduler.broker_url == REDIS == create_app(worker_config).conf.broker_url
+
+
+PG_URL = "postgresql+psycopg://retold@db.internal:5432/retold"
+
+
+def test_a_store_url_from_the_environment_reaches_agents_and_workers_alike(
+    config_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from workers.app import config_from_environment
+
+    env = {"RETOLD_CONFIG": str(config_file), "RETOLD_STORE": PG_URL}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    worker = config_from_environment()
+    assert worker == load_config_from_environment(env)  # what an agent's build_runtime() loads
+    assert (worker.store.url, worker.store.target) == (PG_URL, PG_URL)
+
+
+def test_a_later_layer_that_names_a_file_replaces_an_earlier_url(tmp_path: Path) -> None:
+    shared = tmp_path / "shared.yaml"
+    shared.write_text(f"store:\n  url: {PG_URL}\nembedding:\n  model: fake\n")
+    local = str(tmp_path / "local.sqlite")
+    # the variable beats the file, though the file's key is the URL
+    from_env = load_config_from_environment({"RETOLD_CONFIG": str(shared), "RETOLD_STORE": local})
+    assert (from_env.store.url, from_env.store.target) == (None, local)
+    # an explicit path (``retold --store``) beats a URL in the variable
+    flag = load_config_from_environment({"RETOLD_STORE": PG_URL}, overrides={"store": {"path": local}})
+    assert flag.store.target == local
+    # and a URL in a later layer still beats a path in an earlier one
+    assert load_config_from_environment({"RETOLD_STORE": local},
+                                        overrides={"store": {"url": PG_URL}}).store.target == PG_URL
