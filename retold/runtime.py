@@ -42,7 +42,7 @@ from retold.policy.activation import ActivationPolicy
 from retold.policy.lifecycle import Lifecycle
 from retold.retrieve.profile import ProfileAssembler
 from retold.retrieve.retriever import Retriever
-from retold.retrieve.rewrite import QueryRewriter, rewriter_from_config
+from retold.retrieve.rewrite import NoRewriter, QueryRewriter, rewriter_from_config
 from retold.retrieve.search_log import SearchLogWriter
 from retold.store import EmbeddingFamily, Store, open_store
 from retold.tools.handlers import ToolHandlers
@@ -214,6 +214,18 @@ class Runtime:
             self.store, self.index, self.embedder, rewriter,
             self._reranker or reranker_from_config(self.config.reranker), self.config,
             self.lifecycle, self.clock, search_log=self.search_log,
+        )
+
+    def comparison_retriever(self) -> Retriever:
+        """The search pipeline the tools use, without the hosted rewriter and without
+        search-log rows: what ``retold migrate-store`` runs on two stores to compare them. A
+        model's rewrite could differ between the two searches, and searches that check a
+        store are no user's, so they stay out of its log and metrics."""
+        return Retriever(
+            self.store, self.index, self.embedder, NoRewriter(),
+            self._reranker or reranker_from_config(self.config.reranker), self.config,
+            self.lifecycle, self.clock,
+            search_log=SearchLogWriter(self.store, self.config.retrieval.search_log, discard=True),
         )
 
     @cached_property

@@ -16,7 +16,18 @@ import sqlite3
 import sys
 from collections.abc import Sequence
 
-from retold.cli import access, check, maintenance, members, observe, profile, records, retry, serve
+from retold.cli import (
+    access,
+    check,
+    maintenance,
+    members,
+    migrate_store,
+    observe,
+    profile,
+    records,
+    retry,
+    serve,
+)
 from retold.cli.common import Parser, Refused
 from retold.cli_failure import EXIT_ERROR, logged_warnings, report_failure
 from retold.errors import RetoldError
@@ -31,7 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="retold", description="Retold: durable, scoped, evidence-backed memory for AI agents."
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for group in (maintenance, retry, check, serve, records, access, members, profile, observe):
+    for group in (maintenance, migrate_store, retry, check, serve, records, access, members, profile,
+                  observe):
         group.register(commands)
     return parser
 

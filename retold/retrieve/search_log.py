@@ -86,9 +86,12 @@ class SearchLogWriter:
     """Writes search_log rows for one process, in the background unless configured inline."""
 
     def __init__(self, store: Store, config: SearchLogConfig, *,
-                 idle_seconds: float = _IDLE_SECONDS) -> None:
+                 idle_seconds: float = _IDLE_SECONDS, discard: bool = False) -> None:
         self._store = store
         self._config = config
+        # Searches that are no user's (comparing two stores after a move) leave no row, so
+        # the log and the metrics read from it keep describing what users asked.
+        self.discard = discard
         self.background = config.writes == "background" and store.path != ":memory:"
         self._idle_seconds = idle_seconds
         self._queue: queue.Queue[Row | None] = queue.Queue(maxsize=config.queue_size)
@@ -104,6 +107,8 @@ class SearchLogWriter:
 
     def submit(self, row: Row) -> None:
         """Hand over one complete row; never raises and, in background mode, never waits."""
+        if self.discard:
+            return
         if not self.background:
             with self._lock:
                 self._submitted += 1

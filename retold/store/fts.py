@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
-__all__ = ["FTS_TOKENIZER", "create_fts_table", "is_stemmed", "write_fts_rows"]
+__all__ = ["FTS_COLUMNS", "FTS_TOKENIZER", "all_fts_rows", "create_fts_table", "is_stemmed", "write_fts_rows"]
 
 # Porter stems over unicode61 words: "deploying" finds "deploys" (docs/decisions.md,
 # "The lexical channel stems words").
 FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
+# The columns of an FTS row as the writer fills them; the PostgreSQL index adds "tags".
+FTS_COLUMNS = ("rowid", "record_id", "content", "subject", "aliases")
 
 
 def create_fts_table(conn: sqlite3.Connection) -> None:
@@ -32,6 +34,13 @@ def is_stemmed(conn: sqlite3.Connection) -> bool:
         "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'records_fts'"
     ).fetchone()
     return row is not None and FTS_TOKENIZER in str(row[0])
+
+
+def _row(seq: int, record_id: str, content: str, subject: str, aliases: Iterable[str], tags: str,
+         with_tags: bool) -> tuple[object, ...]:
+    """One FTS row's values in :data:`FTS_COLUMNS` order (then the tags, space-joined)."""
+    row = (seq, record_id, content, subject, " ".join(aliases))
+    return (*row, " ".join(json.loads(tags))) if with_tags else row
 
 
 def write_fts_rows(conn: sqlite3.Connection, record_ids: Iterable[str], *, with_tags: bool = False) -> None:
@@ -53,7 +62,7 @@ def write_fts_rows(conn: sqlite3.Connection, record_ids: Iterable[str], *, with_
         conn.execute("DELETE FROM records_fts WHERE rowid = ?", (seq,))
         if status == "deleted":
             continue
-        aliases = " ".join(
+        aliases = [
             alias
             for (alias,) in conn.execute(
                 "SELECT DISTINCT a.alias_norm FROM record_entities re"
@@ -61,16 +70,27 @@ def write_fts_rows(conn: sqlite3.Connection, record_ids: Iterable[str], *, with_
                 " WHERE re.record_id = ? ORDER BY a.alias_norm",
                 (record_id,),
             )
-        )
-        if with_tags:
-            conn.execute(
-                "INSERT INTO records_fts(rowid, record_id, content, subject, aliases, tags)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (seq, record_id, content, subject, aliases, " ".join(json.loads(tags))),
-            )
-        else:
-            conn.execute(
-                "INSERT INTO records_fts(rowid, record_id, content, subject, aliases)"
-                " VALUES (?, ?, ?, ?, ?)",
-                (seq, record_id, content, subject, aliases),
-            )
+        ]
+        values = _row(seq, record_id, content, subject, aliases, tags, with_tags)
+        columns = (*FTS_COLUMNS, "tags") if with_tags else FTS_COLUMNS
+        conn.execute(f"INSERT INTO records_fts({', '.join(columns)})"
+                     f" VALUES ({', '.join('?' for _ in values)})", values)
+
+
+def all_fts_rows(conn: sqlite3.Connection, *, with_tags: bool = False) -> Iterator[tuple[object, ...]]:
+    """The FTS row of every record that is not deleted, in ``seq`` order, exactly as
+    :func:`write_fts_rows` would write them one record at a time: for loading a whole
+    index in bulk (a store moving into PostgreSQL), with two statements in all rather
+    than three per record. The links and aliases are read first, then the records."""
+    aliases: dict[str, list[str]] = {}
+    for record_id, alias in conn.execute(
+        "SELECT re.record_id, a.alias_norm FROM record_entities re"
+        " JOIN entity_aliases a ON a.entity_id = re.entity_id ORDER BY re.record_id, a.alias_norm"
+    ).fetchall():
+        held = aliases.setdefault(record_id, [])
+        if not held or held[-1] != alias:  # DISTINCT, as the writer's query has it
+            held.append(alias)
+    for seq, record_id, content, subject, tags in conn.execute(
+        "SELECT seq, id, content, subject, tags FROM records WHERE status != 'deleted' ORDER BY seq"
+    ):
+        yield _row(seq, record_id, content, subject, aliases.get(record_id, ()), tags, with_tags)

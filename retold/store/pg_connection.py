@@ -116,6 +116,21 @@ class PgConnection:
             cursor.executemany(text, batch)
         return cursor
 
+    def copy_rows(self, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> int:
+        """Load ``rows`` into ``table`` with one ``COPY ... FROM STDIN``; the number loaded.
+
+        One statement however many rows: a bulk load pays no round trip per row, and the
+        table's foreign keys are checked at the statement's end, so a row may name one that
+        comes later in the same load (a record superseding a newer one, an entity merged
+        into a later one). ``table`` and ``columns`` come from the schema, never from input."""
+        loaded = 0
+        with self._raw.cursor() as cursor, cursor.copy(
+                f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row([_clean(value) for value in row])
+                loaded += 1
+        return loaded
+
     @property
     def in_transaction(self) -> bool:
         return self._raw.info.transaction_status != self._idle

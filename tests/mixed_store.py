@@ -1,0 +1,100 @@
+"""A SQLite store with a realistic mix of rows, for the tests that move a store.
+
+Written through the tools, the host, the hooks and an extraction, as a store in use would
+be: confirmed statements, one superseded by a newer value, one erased, a conflict, a
+shared project record, a search, an ended and extracted session with its stages and
+summary, a profile block and a re-embed half staged. Every table but ``migration_issues``
+(only a legacy store has rows there) ends up holding rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from retold.ingest.extractor import FakeExtractor
+from retold.ingest.reviewer import TableReviewer
+from retold.models import ExtractionOutput, Principal, Scope, SessionSummary
+from retold.store import EmbeddingFamily
+from retold.testing import AGENT, TEST_GATE, FakeEmbedder, World, make_world
+
+__all__ = ["EMPTY_TABLES", "MixedStore", "build_mixed_store", "config_text"]
+
+# Tables the mix leaves empty, and why: only a legacy store has unmapped rows.
+EMPTY_TABLES = frozenset({"migration_issues"})
+PROJECT = Scope("project", "atlas")
+
+
+@dataclass(frozen=True)
+class MixedStore:
+    path: Path
+    current_id: str  # Aditya's editor now (Helix)
+    superseded_id: str  # what it was (Neovim)
+    erased_id: str
+    project_id: str
+    last_seq: int
+    records_version: int
+
+
+def config_text() -> str:
+    """A config for the CLI that opens the mixed store: the fake embedder's family and the
+    test gate floors, as the world uses them."""
+    embedder = FakeEmbedder()
+    floors = TEST_GATE["dense_floor"]
+    assert isinstance(floors, dict)
+    return (f"embedding:\n  model: fake\n  version: {embedder.version}\n  dims: {embedder.dims}\n"
+            "retrieval:\n  gate:\n    dense_floor: {"
+            + ", ".join(f"{kind}: {value}" for kind, value in floors.items())
+            + f"}}\n    relative_floor: {TEST_GATE['relative_floor']}\n")
+
+
+def _write(world: World, principal: Principal, said: str, content: str, attribute: str,
+           **extra: object) -> str:
+    world.say("user", said, principal)
+    out = world.rt.tools.call("memory_write", principal, {
+        "type": "semantic", "content": content, "attribute": attribute,
+        "source_kind": "user_statement", "evidence": said,
+        "entities": [{"kind": "person", "name": "Aditya", "role": "about"}], **extra})
+    assert "error" not in out, out
+    return str(out["record_id"])
+
+
+def build_mixed_store(tmp_path: Path) -> MixedStore:
+    """The mixed store at ``tmp_path / "memory.sqlite"``, closed."""
+    world = make_world(tmp_path)
+    rt, p = world.rt, world.p
+    old = _write(world, p, "My editor is Neovim, I use it for everything.",
+                 "Aditya uses Neovim as his editor.", "editor")
+    current = _write(world, p, "I switched my editor to Helix last week.",
+                     "Aditya uses Helix as his editor.", "editor")
+    _write(world, p, "I drink oat milk flat whites every morning.",
+           "Aditya drinks oat milk flat whites.", "coffee_order")
+    _write(world, p, "Please answer in British English.", "Aditya wants answers in British English.",
+           "answer_language")
+    erased = _write(world, p, "My locker code is 4417 at the gym.", "Aditya's gym locker code is 4417.",
+                    "locker_code")
+    tea = _write(world, p, "I never drink coffee after noon.", "Aditya never drinks coffee after noon.",
+                 "coffee_cutoff")
+    rt.store.add_conflict(tea, old)
+    world.share(PROJECT, write=True)
+    in_project = Principal(AGENT, "aditya", "s1", PROJECT.id)
+    project = _write(world, in_project, "The atlas deploys go through the staging cluster first.",
+                     "Atlas deploys go through the staging cluster first.", "deploy_process",
+                     write_target="current_project")
+    rt.tools.call("memory_search", p, {"queries": ["which editor does Aditya use?"]})
+    rt.profiles.for_session(p)
+    rt.operations.erase_record(erased, "asked to forget", "ops")
+    rt.store.stage_vectors([(current, np.ones(8, dtype=np.float32) / np.sqrt(8))],
+                           EmbeddingFamily("other-model", "2", 8))
+    rt.hooks.on_session_end(p)
+    summary = SessionSummary("Aditya talked about his editor and his coffee.", [], [])
+    ran = rt.extraction.using(FakeExtractor(ExtractionOutput([], summary)), TableReviewer()).run("s1")
+    assert ran.outcome == "extracted", ran
+    rt.flush_search_log()
+    assert rt.store.get_record(old).status == "superseded"  # type: ignore[union-attr]
+    last_seq = max(r.seq or 0 for r in rt.store.find_records())
+    version = rt.store.records_version()
+    rt.close()
+    return MixedStore(tmp_path / "memory.sqlite", current, old, erased, project, last_seq, version)
