@@ -4,8 +4,8 @@ The same sample of records (:func:`retold.store.sampling.sample_records`) is sea
 both stores through the search pipeline the tools use, each as a reader who may read the
 record, with a query made of the record's own words: the name of the entity it is about,
 its attribute and the start of its content. The stores' lexical indexes rank differently
-(FTS5's bm25 and PostgreSQL's ``ts_rank``), so the top results need not be equal; what
-must hold is that a record the source store finds among its top ``k`` (itself, or a
+(FTS5's bm25, and BM25 assembled from ``ts_rank`` on PostgreSQL), so the top results need
+not be equal; what must hold is that a record the source store finds among its top ``k`` (itself, or a
 record with exactly its text) the target finds too. The overlap of the two top lists is
 reported alongside. See docs/decisions.md, "Moving a SQLite store into PostgreSQL".
 """
