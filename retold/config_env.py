@@ -23,7 +23,9 @@ from typing import Any
 
 from retold.config import Config, is_database_url, load_config
 
-__all__ = ["BROKER_ENV", "CONFIG_ENV", "STORE_ENV", "load_config_from_environment"]
+__all__ = [
+    "BROKER_ENV", "CONFIG_ENV", "STORE_ENV", "load_config_from_environment", "store_key", "store_override",
+]
 
 CONFIG_ENV = "RETOLD_CONFIG"
 STORE_ENV = "RETOLD_STORE"
@@ -39,6 +41,15 @@ def store_key(target: str) -> str:
     return "url" if is_database_url(target) else "path"
 
 
+def store_override(target: str) -> dict[str, Any]:
+    """The ``store:`` values a ``--store``/``RETOLD_STORE`` value sets. A path also clears
+    a URL set by an earlier layer: the URL would otherwise win over it, and the later
+    layer would not (docs/decisions.md, "PostgreSQL as a shared store")."""
+    if is_database_url(target):
+        return {"url": target}
+    return {"path": target, "url": None}
+
+
 def load_config_from_environment(
     environ: Mapping[str, str],
     path: str | os.PathLike[str] | None = None,
@@ -50,7 +61,8 @@ def load_config_from_environment(
     merged: dict[str, dict[str, Any]] = {}
     for variable, (block, key) in _OVERRIDES.items():
         if value := environ.get(variable, "").strip():
-            merged.setdefault(block, {})[store_key(value) if variable == STORE_ENV else key] = value
+            merged.setdefault(block, {}).update(store_override(value) if variable == STORE_ENV
+                                                else {key: value})
     for block, values in (overrides or {}).items():
         merged.setdefault(block, {}).update(values)
     file = path if path is not None else (environ.get(CONFIG_ENV, "").strip() or None)

@@ -14,7 +14,7 @@ from retold.store import Store
 from retold.store.pg_connection import PgConnection
 from retold.store.url import conninfo
 
-__all__ = ["dump_lines", "execute", "fts_ids", "rows"]
+__all__ = ["dump_lines", "execute", "fts_ids", "rows", "stored_bytes"]
 
 
 def _path(store: Store | str | Path) -> str:
@@ -77,3 +77,14 @@ def dump_lines(store: Store | str | Path) -> list[str]:
                                         " WHERE table_schema = current_schema() ORDER BY table_name")]
     return [f'INSERT INTO "{table}" VALUES{row!r}' for table in tables
             for row in rows(store, f'SELECT * FROM "{table}"')]
+
+
+def stored_bytes(store: Store | str | Path) -> bytes:
+    """What the store holds, lower-cased, to search for text that must be gone: the bytes
+    of a SQLite file with its WAL and shared-memory index, or on PostgreSQL every live row
+    of every table (the rows' dead versions are what ``PgStore.compact`` vacuums)."""
+    if is_database_url(_path(store)):
+        return "\n".join(dump_lines(store)).encode().lower()
+    path = _path(store)
+    return b"".join(Path(f"{path}{suffix}").read_bytes() for suffix in ("", "-wal", "-shm")
+                    if Path(f"{path}{suffix}").exists()).lower()

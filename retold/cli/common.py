@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from retold.cli_failure import EXIT_ERROR
 from retold.config import Config
-from retold.config_env import load_config_from_environment, store_key
+from retold.config_env import load_config_from_environment, store_override
 from retold.models import Scope
 from retold.util import to_plain
 
@@ -76,7 +76,7 @@ def cli_config(args: argparse.Namespace) -> Config:
     this command's flags on top."""
     overrides: dict[str, Any] = {}
     if args.store:
-        overrides["store"] = {store_key(args.store): args.store}
+        overrides["store"] = store_override(args.store)
     return load_config_from_environment(os.environ, args.config, overrides)
 
 
