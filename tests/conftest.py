@@ -1,4 +1,5 @@
-"""Shared fixtures: real SQLite files under tmp_path, records built with defaults."""
+"""Shared fixtures: a real store per test (a SQLite file under tmp_path, or a fresh schema in
+this run's PostgreSQL database), records built with defaults, the loopback API stubs."""
 
 from __future__ import annotations
 
