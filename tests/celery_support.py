@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import pytest
 import redis
 
 from retold import build_runtime
-from retold.config import Config
+from retold.config import Config, is_database_url
 from retold.ingest.session import ExtractionScheduler
 from retold.models import Principal, Scope
 from retold.runtime import Runtime
@@ -33,6 +34,16 @@ def flushed_redis(url: str) -> Iterator[None]:
     finally:
         client.flushdb()
         client.close()
+
+
+def store_yaml(target: str, folder: Path) -> str:
+    """The ``store:`` block of a test's config file for ``target`` (the ``store_target``
+    fixture: a SQLite file or a PostgreSQL URL). A URL keeps a store path in ``folder``,
+    where the embedded broker puts its file, so no process of the test writes one into
+    its working directory."""
+    if is_database_url(target):
+        return f"store:\n  url: {json.dumps(target)}\n  path: {json.dumps(str(folder / 'memory.sqlite'))}\n"
+    return f"store:\n  path: {json.dumps(target)}\n"
 
 
 def wait_for(predicate: Callable[[], bool], what: str, logs: list[Path], timeout: float,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
-from contextlib import closing, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -17,28 +17,51 @@ from retold.store.postgres import WRITE_LOCK
 from retold.store.url import conninfo
 from tests.sql import rows
 
-__all__ = ["FullDiskStore", "corrupt_page", "write_lock_held"]
+__all__ = ["FullDiskStore", "WriteLocker", "corrupt_page", "write_lock_held"]
+
+
+class WriteLocker:
+    """A connection of its own (as another process would hold) that takes the store's
+    write lock and lets it go on demand, and reads while it holds it: ``BEGIN IMMEDIATE``
+    on a SQLite file, the advisory write lock on PostgreSQL."""
+
+    def __init__(self, target: str | Path) -> None:
+        self._pg = is_database_url(str(target))
+        self._conn: Any = (PgConnection(conninfo(str(target)), connect_timeout=5) if self._pg
+                           else sqlite3.connect(target, timeout=60, isolation_level=None))
+        self.held = False
+
+    def take(self) -> None:
+        if self._pg:
+            self._conn.execute("BEGIN")
+            self._conn.execute("SELECT pg_advisory_xact_lock(?)", (WRITE_LOCK,))
+        else:
+            self._conn.execute("BEGIN IMMEDIATE")
+        self.held = True
+
+    def release(self) -> None:
+        self._conn.execute("COMMIT")
+        self.held = False
+
+    def scalar(self, sql: str) -> Any:
+        return self._conn.execute(sql).fetchone()[0]
+
+    def close(self) -> None:
+        if self.held:
+            self._conn.execute("ROLLBACK")
+            self.held = False
+        self._conn.close()
 
 
 @contextmanager
 def write_lock_held(path: str | Path) -> Iterator[None]:
     """Another connection (as another process would) holds the write lock for the body."""
-    if is_database_url(str(path)):
-        pg = PgConnection(conninfo(str(path)), connect_timeout=5)
-        pg.execute("BEGIN")
-        pg.execute("SELECT pg_advisory_xact_lock(?)", (WRITE_LOCK,))
-        try:
-            yield
-        finally:
-            pg.execute("ROLLBACK")
-            pg.close()
-        return
-    with closing(sqlite3.connect(path, isolation_level=None)) as conn:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        finally:
-            conn.execute("ROLLBACK")
+    locker = WriteLocker(path)
+    try:
+        locker.take()
+        yield
+    finally:
+        locker.close()
 
 
 class FullDiskStore(Store):

@@ -1,4 +1,5 @@
-"""Shared fixtures: real SQLite files under tmp_path, records built with defaults."""
+"""Shared fixtures: a real store per test (a SQLite file under tmp_path, or a fresh schema in
+this run's PostgreSQL database), records built with defaults, the loopback API stubs."""
 
 from __future__ import annotations
 
@@ -19,8 +20,6 @@ from retold.util import ManualClock
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 BACKENDS = ("sqlite", "postgres")
-# Test folders under tests/unit whose tests of the store fixture (or the world) run on both.
-BOTH_BACKENDS = ("store", "retrieve", "ingest", "tools", "policy", "index")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -29,6 +28,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "hosted: drives a real provider SDK against its loopback stub; added to every test"
         " that uses the anthropic_stub or openai_stub fixture (skipped locally when the SDKs"
         " are missing, required in CI)",
+    )
+    config.addinivalue_line(
+        "markers",
+        "both_backends: an integration test whose store fixtures run on SQLite and on"
+        " PostgreSQL (unit tests always do)",
     )
     config.addinivalue_line(
         "markers",
@@ -104,11 +108,13 @@ def pg_database() -> Iterator[str]:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Tests in these folders that use the ``store`` fixture run once per backend; the
-    rest of the suite stays on SQLite until it is ported."""
+    """Every unit test that uses a store (the ``backend`` fixture, through ``store``,
+    ``store_target`` or ``world``) runs once per backend, and so does an integration test
+    marked ``both_backends``; other integration tests stay on SQLite, where a second
+    backend would prove nothing new for the time it costs."""
     if "backend" in metafunc.fixturenames:
         here = Path(str(metafunc.definition.path)).as_posix()
-        both = any(f"/tests/unit/{folder}/" in here for folder in BOTH_BACKENDS)
+        both = "/tests/unit/" in here or metafunc.definition.get_closest_marker("both_backends") is not None
         metafunc.parametrize("backend", BACKENDS if both else BACKENDS[:1], indirect=True)
 
 

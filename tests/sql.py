@@ -14,7 +14,7 @@ from retold.store import Store
 from retold.store.pg_connection import PgConnection
 from retold.store.url import conninfo
 
-__all__ = ["dump_lines", "execute", "fts_ids", "rows"]
+__all__ = ["disagreements", "dump_lines", "execute", "fts_ids", "rows", "stored_bytes"]
 
 
 def _path(store: Store | str | Path) -> str:
@@ -77,3 +77,34 @@ def dump_lines(store: Store | str | Path) -> list[str]:
                                         " WHERE table_schema = current_schema() ORDER BY table_name")]
     return [f'INSERT INTO "{table}" VALUES{row!r}' for table in tables
             for row in rows(store, f'SELECT * FROM "{table}"')]
+
+
+def stored_bytes(store: Store | str | Path) -> bytes:
+    """What the store holds, lower-cased, to search for text that must be gone: the bytes
+    of a SQLite file with its WAL and shared-memory index, or on PostgreSQL every live row
+    of every table (the rows' dead versions are what ``PgStore.compact`` vacuums)."""
+    if is_database_url(_path(store)):
+        return "\n".join(dump_lines(store)).encode().lower()
+    path = _path(store)
+    return b"".join(Path(f"{path}{suffix}").read_bytes() for suffix in ("", "-wal", "-shm")
+                    if Path(f"{path}{suffix}").exists()).lower()
+
+
+_ACTIVE = "('provisional', 'confirmed')"
+_AGREEMENT = {
+    "missing_fts_row": f"SELECT id FROM records WHERE status IN {_ACTIVE}"
+                       " AND seq NOT IN (SELECT rowid FROM records_fts)",
+    "stray_fts_row": "SELECT f.record_id FROM records_fts f LEFT JOIN records r ON r.seq = f.rowid"
+                     " WHERE r.id IS NULL OR r.status = 'deleted' OR r.id != f.record_id",
+    "missing_embedding": f"SELECT id FROM records WHERE status IN {_ACTIVE}"
+                         " AND id NOT IN (SELECT record_id FROM embeddings)",
+    "orphan_embedding": "SELECT record_id FROM embeddings WHERE record_id NOT IN (SELECT id FROM records)",
+}
+
+
+def disagreements(store: Store | str | Path) -> dict[str, list[str]]:
+    """Records, lexical rows and vectors that disagree, read with the same SQL on both
+    backends (``retold check`` adds SQLite's own page checks on a file): each problem with
+    the ids it names, and an empty dict for a store whose every write landed whole."""
+    found = {problem: [str(row[0]) for row in rows(store, sql)] for problem, sql in _AGREEMENT.items()}
+    return {problem: ids for problem, ids in found.items() if ids}

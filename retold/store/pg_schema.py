@@ -57,8 +57,15 @@ def _check(conn: Any, where: str) -> int:
 def _text_search(conn: Any) -> None:
     """The two text-search configurations the lexical index uses: ``retold_stem`` (English
     stems) and ``retold_exact`` (words as written), both folding accents when the
-    ``unaccent`` extension can be had, as SQLite's tokenizer removes diacritics."""
+    ``unaccent`` extension can be had, as SQLite's tokenizer removes diacritics.
+
+    The stems come from a snowball dictionary without a stopword list: ``english`` drops
+    "up", "on" or "off" from a document and from a phrase, so "follow up" would match
+    every "follow", where FTS5 (which indexes every word) needs both words together."""
+    conn.execute("CREATE TEXT SEARCH DICTIONARY retold_english (TEMPLATE = snowball, Language = english)")
     conn.execute("CREATE TEXT SEARCH CONFIGURATION retold_stem (COPY = english)")
+    conn.execute("ALTER TEXT SEARCH CONFIGURATION retold_stem ALTER MAPPING REPLACE english_stem"
+                 " WITH retold_english")
     conn.execute("CREATE TEXT SEARCH CONFIGURATION retold_exact (COPY = simple)")
     available = conn.execute(
         "SELECT installed_version IS NOT NULL, true FROM pg_available_extensions WHERE name = 'unaccent'"
@@ -78,7 +85,7 @@ def _text_search(conn: Any) -> None:
     # The extension lives in one schema of the database, not necessarily on this path.
     home = conn.execute("SELECT n.nspname FROM pg_extension e JOIN pg_namespace n"
                         " ON n.oid = e.extnamespace WHERE e.extname = 'unaccent'").fetchone()[0]
-    for name, dictionary in (("retold_stem", "english_stem"), ("retold_exact", "simple")):
+    for name, dictionary in (("retold_stem", "retold_english"), ("retold_exact", "simple")):
         conn.execute(f"ALTER TEXT SEARCH CONFIGURATION {name} ALTER MAPPING FOR"
                      f" asciiword, asciihword, hword_asciipart, word, hword, hword_part"
                      f' WITH "{home}".unaccent, {dictionary}')

@@ -38,6 +38,11 @@ WRITE_LOCK = 0x7265746F6C64  # "retold"
 # ratios of the FTS5 column weights (docs/decisions.md, "PostgreSQL as a shared store").
 _WEIGHTS = "'{0.25, 0.5, 0.75, 0.25}'"
 _PHRASE = re.compile(r'"([^"]*)"')
+# What an erase blanks or deletes rows of, and what the retention sweeps do.
+_ERASED_TABLES = ("records", "records_fts", "embeddings", "reembed_vectors", "events", "session_turns",
+                  "search_log", "extraction_stages", "entities", "entity_aliases", "record_entities",
+                  "profile_blocks", "record_activation", "scope_members")
+_RETAINED_TABLES = ("session_turns", "extraction_stages", "search_log", "events")
 
 
 _ONE_PHRASE = ("(phraseto_tsquery('retold_stem', retold_words(?))"
@@ -200,25 +205,28 @@ class PgStore(Store):
             f"SELECT p.alias_norm, {ENTITY_COLUMNS} FROM unnest(?::text[]) AS p(alias_norm){tail}",
             [wanted, *args]).fetchall())
 
-    # -- erasure's compaction ------------------------------------------------------------
+    # -- erasure's and retention's vacuum ------------------------------------------------
 
     def compact(self) -> bool:
         """VACUUM the tables an erase touches, so their dead row versions (which still
         hold the erased text) are removed now rather than by autovacuum later. WAL
         segments and backups keep what they held until they are recycled; see README
         "PostgreSQL"."""
-        with self._lock:
-            if self._depth:
-                raise StoreError("compact() cannot run inside a transaction")
-            for table in ("records", "records_fts", "embeddings", "reembed_vectors", "events",
-                          "session_turns", "search_log", "extraction_stages", "entities",
-                          "entity_aliases", "record_entities", "profile_blocks", "scope_members"):
-                self._conn.execute(f"VACUUM {table}")
-            return True
+        return self._vacuum(_ERASED_TABLES)
 
     def truncate_wal(self) -> bool:
-        """The server recycles its WAL itself; nothing to do from a client."""
-        return True
+        """The server recycles its own WAL. What a client can remove after the retention
+        sweeps is the dead row versions they left, which still hold the removed text, so
+        the tables those sweeps delete from or rewrite are vacuumed."""
+        return self._vacuum(_RETAINED_TABLES)
+
+    def _vacuum(self, tables: tuple[str, ...]) -> bool:
+        with self._lock:
+            if self._depth:
+                raise StoreError("VACUUM cannot run inside a transaction")
+            for table in tables:
+                self._conn.execute(f"VACUUM {table}")
+            return True
 
     def backup_to(self, path: str | Path) -> None:
         raise StoreError("a PostgreSQL store is not saved as a snapshot file: use pg_dump (README "

@@ -129,6 +129,12 @@ class World:
         self.rt.host.grant(agent, scope, read=True, write=write)
         self.rt.host.add_member(scope, user_id or self.p.user_id)
 
+    @property
+    def target(self) -> str:
+        """What the world's store opens: its file path, or its PostgreSQL URL (with any
+        password, unlike ``rt.store.path``); what ``--store`` or another runtime is given."""
+        return self.rt.config.store.target
+
     def record(self, record_id: str | None) -> Record:
         assert record_id is not None
         found = self.rt.store.get_record(record_id)

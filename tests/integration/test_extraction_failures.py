@@ -1,5 +1,6 @@
 """Real workers on Redis: a killed worker's session is taken over once its lease lapses,
-and a worker with no API key fails its tasks visibly, warns once and loops on nothing.
+and a worker with no API key fails its tasks visibly, warns once and loops on nothing; on
+a SQLite store and on PostgreSQL.
 
 The workers run the production wiring (``celery -A workers worker``, the hosted models
 over the real Anthropic SDK pointed at the loopback stub). Nothing here ages a claim by
@@ -25,8 +26,18 @@ from retold.ingest.extractor import output_to_json
 from retold.models import CandidateRecord, ExtractionOutput, SessionSummary
 from retold.runtime import Runtime
 from retold.testing.anthropic_stub import AnthropicStub, serve_anthropic_stub, tool_use
-from tests.celery_support import agent_runtime, flushed_redis, killed_at_exit, start_worker, talk, wait_for
+from tests.celery_support import (
+    agent_runtime,
+    flushed_redis,
+    killed_at_exit,
+    start_worker,
+    store_yaml,
+    talk,
+    wait_for,
+)
 from workers.app import create_app
+
+pytestmark = pytest.mark.both_backends
 
 ROOT = Path(__file__).resolve().parents[2]
 REDIS_URL = "redis://127.0.0.1:6379/10"  # test_workers.py uses 7, test_worker_crash.py 8
@@ -46,10 +57,10 @@ def stub() -> Iterator[AnthropicStub]:
 
 
 @pytest.fixture
-def config(tmp_path: Path, stub: AnthropicStub) -> Iterator[tuple[Config, Path]]:
+def config(tmp_path: Path, stub: AnthropicStub, store_target: str) -> Iterator[tuple[Config, Path]]:
     path = tmp_path / "config.yaml"
     path.write_text(
-        f"store:\n  path: {tmp_path / 'memory.sqlite'}\n"
+        store_yaml(store_target, tmp_path) +
         "embedding:\n  model: fake\n"
         f"ingestion:\n  equivalence:\n    model: exact\n  extraction_lease_seconds: {LEASE_S}\n"
         f"hosted:\n  base_url: {stub.base_url}\n  max_retries: 0\n"

@@ -3,7 +3,8 @@ event stream Flower reads as the ``PROGRESS`` state, searches keep working while
 and after the worker is killed part-way a second worker resumes from the staged batches.
 
 The test pauses the worker deterministically by holding the store's write lock: the
-worker embeds its next batch and then waits to stage it, so "part-way" is exact.
+worker embeds its next batch and then waits to stage it, so "part-way" is exact. It runs
+on a SQLite file and on PostgreSQL (the advisory write lock).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import json
 import os
 import re
 import signal
-import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -27,10 +27,13 @@ from retold.config import Config
 from retold.index.embedder import FakeEmbedder
 from retold.models import Principal, Scope, SearchRequest
 from retold.testing import make_record
-from tests.celery_support import StartWorker, solo_workers, wait_for
+from tests.celery_support import StartWorker, solo_workers, store_yaml, wait_for
 from tests.celery_support import flushed_redis as flushed
+from tests.conditions import WriteLocker
 from tests.sql import rows
 from workers.app import create_app
+
+pytestmark = pytest.mark.both_backends
 
 REDIS_URL = "redis://127.0.0.1:6379/14"
 RECORDS = 400
@@ -39,10 +42,10 @@ DEADLINE_S = 45
 
 
 @pytest.fixture
-def config_path(tmp_path: Path) -> Path:
+def config_path(tmp_path: Path, store_target: str) -> Path:
     path = tmp_path / "config.yaml"
     path.write_text(
-        f"store:\n  path: {tmp_path / 'memory.sqlite'}\n  busy_timeout_seconds: 120\n"
+        store_yaml(store_target, tmp_path) + "  busy_timeout_seconds: 120\n"
         f"embedding:\n  model: fake\n  version: fake-1\n  reembed_batch_size: {BATCH}\n"
         f"queue:\n  broker_url: {REDIS_URL}\n"
     )
@@ -118,7 +121,7 @@ def _live(path: str) -> list[tuple[Any, ...]]:
     return rows(path, "SELECT version, count(*) FROM embeddings GROUP BY version")
 
 
-def _stop_after(lock: sqlite3.Connection, least: int, log: Path) -> int:
+def _stop_after(lock: WriteLocker, least: int, log: Path) -> int:
     """Take the write lock once at least ``least`` vectors are staged, and return how many.
 
     The count is read while holding the lock, between two of the worker's batches, and the
@@ -127,11 +130,11 @@ def _stop_after(lock: sqlite3.Connection, least: int, log: Path) -> int:
     """
     deadline = time.monotonic() + DEADLINE_S
     while time.monotonic() < deadline:
-        lock.execute("BEGIN IMMEDIATE")
-        staged = int(lock.execute("SELECT count(*) FROM reembed_vectors").fetchone()[0])
+        lock.take()
+        staged = int(lock.scalar("SELECT count(*) FROM reembed_vectors"))
         if staged >= least:
             return staged
-        lock.execute("COMMIT")
+        lock.release()
         time.sleep(0.005)
     tail = log.read_text(errors="replace")[-3000:]
     pytest.fail(f"fewer than {least} vectors staged in {DEADLINE_S} s\n{tail}")
@@ -147,20 +150,20 @@ def test_a_killed_reembed_worker_is_resumed_by_the_next_and_progress_shows_as_ta
     config_path: Path, monitor: _Monitor, start_worker: StartWorker, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = load_config(config_path)
-    path = config.store.path
+    path = config.store.target
     _fill(config)
     first, first_log = start_worker("reembed-first")
     # Its online event proves the monitor listens before any progress is sent.
     wait_for(lambda: any(w.alive for w in monitor.state.workers.values()), "the first worker online",
              [first_log], DEADLINE_S)
 
-    lock = sqlite3.connect(path, timeout=60, isolation_level=None)
+    lock = WriteLocker(path)
     try:
-        lock.execute("BEGIN IMMEDIATE")  # the worker will wait to stage its first batch
+        lock.take()  # the worker will wait to stage its first batch
         task_id = _enqueue(config_path, capsys)
         wait_for(lambda: getattr(monitor.task(task_id), "state", None) == "PROGRESS",
                  "the first progress report", [first_log], DEADLINE_S)
-        lock.execute("COMMIT")
+        lock.release()
         staged = _stop_after(lock, 2 * BATCH, first_log)  # the worker waits at its next batch
         assert 2 * BATCH <= staged < RECORDS
         # Part-way, the live vectors are all still the old family's.
@@ -170,8 +173,6 @@ def test_a_killed_reembed_worker_is_resumed_by_the_next_and_progress_shows_as_ta
         os.kill(first.pid, signal.SIGKILL)
         first.wait(timeout=10)
     finally:
-        if lock.in_transaction:
-            lock.execute("ROLLBACK")
         lock.close()
 
     # A stopped re-embed leaves the store as searchable as before it started.

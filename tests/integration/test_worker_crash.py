@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sqlite3
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -28,10 +27,13 @@ from retold.models import CandidateRecord, ExtractionOutput, Principal, SessionS
 from retold.runtime import Runtime
 from retold.testing.anthropic_stub import AnthropicStub, serve_anthropic_stub, tool_use
 from retold.util import to_iso
-from tests.celery_support import StartWorker, agent_runtime, solo_workers
+from tests.celery_support import StartWorker, agent_runtime, solo_workers, store_yaml
 from tests.celery_support import flushed_redis as flushed
 from tests.celery_support import wait_for as shared_wait_for
+from tests.sql import execute
 from workers.app import create_app
+
+pytestmark = pytest.mark.both_backends
 
 REDIS_DB = 8  # test_workers.py uses 7
 REDIS_URL = f"redis://127.0.0.1:6379/{REDIS_DB}"
@@ -75,10 +77,10 @@ def flushed_redis() -> Iterator[None]:
 
 
 @pytest.fixture
-def config_path(tmp_path: Path, stub: AnthropicStub) -> Path:
+def config_path(tmp_path: Path, stub: AnthropicStub, store_target: str) -> Path:
     path = tmp_path / "config.yaml"
     path.write_text(
-        f"store:\n  path: {tmp_path / 'memory.sqlite'}\n"
+        store_yaml(store_target, tmp_path) +
         "embedding:\n  model: fake\n"
         "ingestion:\n  equivalence:\n    model: exact\n"
         f"hosted:\n  base_url: {stub.base_url}\n  max_retries: 0\n"
@@ -153,13 +155,8 @@ def test_a_worker_killed_after_the_extract_stage_is_recovered_without_a_second_e
 
         # Age the dead worker's claim past the claim timeout (the config allows whole minutes only).
         stale = datetime.now(UTC) - timedelta(minutes=config.ingestion.extraction_claim_timeout_minutes + 1)
-        conn = sqlite3.connect(config.store.path, timeout=30)
-        try:
-            with conn:
-                conn.execute("UPDATE sessions SET extraction_started_at = ? WHERE id = ?",
-                             (to_iso(stale), SESSION))
-        finally:
-            conn.close()
+        execute(config.store.target, "UPDATE sessions SET extraction_started_at = ? WHERE id = ?",
+                to_iso(stale), SESSION)
 
         second, second_log = workers("crash-second")
         wait_for(ready(second_log), "the second worker", [second_log])

@@ -1,6 +1,6 @@
 """A real ``celery -A workers worker`` with ``metrics.port`` set serves the store's numbers
-at ``/metrics``, on the embedded broker (no Redis needed); a session ended after the
-worker started shows up in the next scrape."""
+(a SQLite file or PostgreSQL) at ``/metrics``, on the embedded broker (no Redis needed); a
+session ended after the worker started shows up in the next scrape."""
 
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ import pytest
 from retold import build_runtime, load_config
 from retold.ingest.session import InProcessScheduler
 from retold.models import Principal
-from tests.celery_support import wait_for
+from tests.celery_support import store_yaml, wait_for
 from tests.optional import need
 from tests.ports import free_port
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120), pytest.mark.both_backends]
 
 
 def _scrape(port: int) -> str | None:
@@ -31,12 +31,12 @@ def _scrape(port: int) -> str | None:
         return None
 
 
-def test_a_worker_with_a_metrics_port_serves_the_stores_numbers(tmp_path: Path) -> None:
+def test_a_worker_with_a_metrics_port_serves_the_stores_numbers(tmp_path: Path, store_target: str) -> None:
     need("prometheus_client")
     port = free_port()
     config = tmp_path / "config.yaml"
-    config.write_text(f"store:\n  path: {tmp_path / 'memory.sqlite'}\nembedding:\n  model: fake\n"
-                      f"metrics:\n  port: {port}\n")
+    config.write_text(store_yaml(store_target, tmp_path)
+                      + f"embedding:\n  model: fake\nmetrics:\n  port: {port}\n")
     loaded = load_config(config)
     with build_runtime(loaded, scheduler=InProcessScheduler()) as rt:
         rt.hooks.on_turn(Principal("agent-a", "cleo", "s-open", None), "user", "Hello there, worker.")

@@ -32,9 +32,11 @@ from retold.runtime import Runtime
 from retold.testing import make_record
 from tests.celery_support import agent_runtime as open_runtime
 from tests.celery_support import flushed_redis as flushed
-from tests.celery_support import talk, worker_args
+from tests.celery_support import store_yaml, talk, worker_args
 from tests.celery_support import wait_for as shared_wait_for
 from workers.app import create_app
+
+pytestmark = pytest.mark.both_backends
 
 ROOT = Path(__file__).resolve().parents[2]
 REDIS_DB = 7
@@ -82,9 +84,9 @@ class Setup:
 
 
 @pytest.fixture
-def setup(tmp_path: Path) -> Setup:
+def setup(tmp_path: Path, store_target: str) -> Setup:
     config_path = tmp_path / "config.yaml"
-    config_path.write_text(f"store:\n  path: {tmp_path / 'memory.sqlite'}\nembedding:\n  model: fake\n")
+    config_path.write_text(store_yaml(store_target, tmp_path) + "embedding:\n  model: fake\n")
     recording = tmp_path / "recording.json"
     candidate = CandidateRecord(type="semantic", content=CONTENT, attribute="answer_style",
                                 source_kind="user_statement",
@@ -192,7 +194,7 @@ def test_the_same_pipeline_runs_on_the_embedded_broker(
     setup: Setup, processes: Callable[..., subprocess.Popen[bytes]]
 ) -> None:
     end_to_end(setup, None, processes, "embedded")
-    queue_file = setup.tmp / "queue.sqlite"
+    queue_file = setup.tmp / "queue.sqlite"  # beside store.path, which a PostgreSQL URL leaves set
     assert queue_file.exists()
 
 

@@ -41,14 +41,14 @@ def test_help_runs_without_importing_torch() -> None:
     assert "migrate" in result.stdout and "demo" in result.stdout
 
 
-def test_migrate_creates_and_reports_a_store(tmp_path: Path) -> None:
-    store = tmp_path / "mem.sqlite"
-    first = run_cli("migrate", "--store", str(store))
+def test_migrate_creates_and_reports_a_store(store_target: str) -> None:
+    store = store_target
+    first = run_cli("migrate", "--store", store)
     assert first.returncode == 0, first.stderr
     applied = ", ".join(str(v) for v in range(1, LATEST + 1))
     assert f"schema version {LATEST} (applied: {applied})" in first.stdout
     assert "embedding family: none recorded" in first.stdout  # no vector yet
-    again = run_cli("migrate", "--store", str(store))
+    again = run_cli("migrate", "--store", store)
     assert "none pending" in again.stdout
 
 

@@ -17,9 +17,11 @@ import pytest
 
 from retold import build_runtime, load_config
 from retold.cli import build_parser
+from retold.config_env import store_key
 from retold.models import Principal, Scope
 from retold.testing import make_record
 from retold.util import SystemClock
+from tests.sql import execute, rows
 
 AGENT, USER = "cli-agent", "cleo"
 SCOPE = Scope("user", USER)
@@ -34,13 +36,15 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> tuple[str, str]:
-    """A store with a grant, one session and three records; returns (--store, --config)."""
+def store(store_target: str, tmp_path: Path) -> tuple[str, str]:
+    """A store (a file, or a PostgreSQL schema) with a grant, one session and three
+    records; returns (--store, --config). The config's store path puts the embedded
+    broker's file in tmp_path on both backends."""
     config = tmp_path / "config.yaml"
-    config.write_text("embedding:\n  model: fake\n")
-    path = tmp_path / "mem.sqlite"
+    config.write_text(f"store:\n  path: {tmp_path / 'mem.sqlite'}\nembedding:\n  model: fake\n")
+    path = store_target
     now = SystemClock().now()
-    rt = build_runtime(load_config(config, overrides={"store": {"path": str(path)}}))
+    rt = build_runtime(load_config(config, overrides={"store": {store_key(path): path}}))
     with rt:
         rt.host.grant(AGENT, SCOPE, read=True, write=True)
         principal = Principal(AGENT, USER, "sess-1", None)
@@ -54,7 +58,7 @@ def store(tmp_path: Path) -> tuple[str, str]:
             rt.store.write_record(record)
             rt.store.put_embedding(rid, rt.embedder.name, rt.embedder.version,
                                    rt.embedder.embed_documents([record.content])[0])
-    return str(path), str(config)
+    return path, str(config)
 
 
 def _ok(*args: str) -> subprocess.CompletedProcess[str]:
@@ -201,6 +205,7 @@ def test_a_config_of_another_embedding_family_is_refused_until_reembed(
            *search, "--config", config)
 
 
+@pytest.mark.sqlite_only("snapshots are SQLite files; a PostgreSQL store refuses them (pg_dump)")
 def test_snapshot_save_and_load(store: tuple[str, str], tmp_path: Path) -> None:
     path, config = store
     common = ("--store", path, "--config", config)
@@ -226,9 +231,7 @@ def test_grant_and_revoke(store: tuple[str, str]) -> None:
 
 
 def _end_session(path: str) -> None:
-    with sqlite3.connect(path) as conn:
-        conn.execute("UPDATE sessions SET ended_at = '2026-09-03T13:00:00.000000Z' WHERE id = 'sess-1'")
-    conn.close()
+    execute(path, "UPDATE sessions SET ended_at = '2026-09-03T13:00:00.000000Z' WHERE id = 'sess-1'")
 
 
 def test_extract_without_a_hosted_model_says_it_is_not_configured(store: tuple[str, str]) -> None:
@@ -248,12 +251,10 @@ def test_retry_hands_a_blocked_session_back_to_the_queue(store: tuple[str, str])
     _end_session(path)
     _fails(3, "not_configured", "extract", "sess-1", *common)  # blocked under this setup
     assert "sess-1: attempts reset, queued for a worker" in _ok("retry", "sess-1", *common).stdout
-    with sqlite3.connect(path) as conn:
-        row = conn.execute("SELECT extraction_blocked_by, extraction_attempts, extraction_enqueued_at"
-                           " FROM sessions WHERE id = 'sess-1'").fetchone()
-    conn.close()
+    [row] = rows(path, "SELECT extraction_blocked_by, extraction_attempts, extraction_enqueued_at"
+                       " FROM sessions WHERE id = 'sess-1'")
     assert row[0] is None and row[1] == 0 and row[2] is not None
-    queued = Path(path).with_name("queue.sqlite")
+    queued = Path(config).with_name("queue.sqlite")  # beside the configured store path
     with sqlite3.connect(queued) as conn:
         assert conn.execute("SELECT count(*) FROM kombu_message").fetchone() == (1,)
     conn.close()
@@ -264,10 +265,7 @@ def test_migrate_exits_2_until_unmapped_rows_are_retired_or_acknowledged(store: 
     path, config = store
     common = ("--store", path, "--config", config)
     assert "none pending" in _ok("migrate", *common).stdout
-    conn = sqlite3.connect(path)
-    with conn:
-        conn.execute("INSERT INTO migration_issues VALUES (2, 'rec-live', 'two about links')")
-    conn.close()
+    execute(path, "INSERT INTO migration_issues VALUES (2, 'rec-live', 'two about links')")
     _fails(1, "run `retold migrate`", "dump", "--scope", f"user:{USER}", *common)
     listed = run_cli("migrate", *common)
     assert listed.returncode == 2 and "rec-live" in listed.stdout and "[unresolved]" in listed.stdout

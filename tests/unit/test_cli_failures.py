@@ -18,6 +18,7 @@ import pytest
 from retold import build_runtime, load_config
 from retold.cli import main
 from retold.cli_failure import EXIT_ERROR, EXIT_LOCKED
+from retold.config_env import store_target
 from retold.ingest.session import InProcessScheduler
 from retold.models import Principal, Scope
 from retold.testing import make_record
@@ -30,19 +31,20 @@ SCOPE = "user:cleo"
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> tuple[Path, Path]:
-    """A store holding one record, and a config with a short busy timeout."""
+def store(tmp_path: Path, store_target: str) -> tuple[str, Path]:
+    """A store holding one record (a file, or a PostgreSQL schema), and a config with a
+    short busy timeout."""
     config = tmp_path / "config.yaml"
-    config.write_text("embedding:\n  model: fake\nstore:\n  busy_timeout_seconds: 0.2\n")
-    path = tmp_path / "mem.sqlite"
-    with build_runtime(load_config(config, overrides={"store": {"path": str(path)}})) as rt:
+    config.write_text(f"embedding:\n  model: fake\nstore:\n  busy_timeout_seconds: 0.2\n"
+                      f"  path: {tmp_path / 'mem.sqlite'}\n")
+    with build_runtime(load_config(config, overrides={"store": store_target(store_target)})) as rt:
         rt.store.write_record(make_record(scope=Scope.parse(SCOPE), content="Cleo likes river walks."))
-    return path, config
+    return store_target, config
 
 
-def _run(capsys: pytest.CaptureFixture[str], store: tuple[Path, Path], *args: str) -> tuple[int, list[str]]:
+def _run(capsys: pytest.CaptureFixture[str], store: tuple[str, Path], *args: str) -> tuple[int, list[str]]:
     path, config = store
-    code = main([*args, "--store", str(path), "--config", str(config)])
+    code = main([*args, "--store", path, "--config", str(config)])
     return code, capsys.readouterr().err.strip().splitlines()
 
 
@@ -53,7 +55,7 @@ def _one_line(lines: list[str], *needles: str) -> None:
 
 
 def test_a_locked_store_serves_reads_and_a_write_says_locked_with_its_wait(
-    store: tuple[Path, Path], capsys: pytest.CaptureFixture[str],
+    store: tuple[str, Path], capsys: pytest.CaptureFixture[str],
 ) -> None:
     with write_lock_held(store[0]):
         assert _run(capsys, store, "dump", "--scope", SCOPE) == (0, ["1 active records in user:cleo"])
@@ -63,7 +65,7 @@ def test_a_locked_store_serves_reads_and_a_write_says_locked_with_its_wait(
 
 
 def test_a_read_only_store_serves_reads_and_refuses_a_write(
-    store: tuple[Path, Path], capsys: pytest.CaptureFixture[str],
+    store: tuple[str, Path], capsys: pytest.CaptureFixture[str],
 ) -> None:
     store[1].write_text(store[1].read_text() + "  read_only: true\n")
     assert _run(capsys, store, "dump", "--scope", SCOPE)[0] == 0
@@ -72,8 +74,9 @@ def test_a_read_only_store_serves_reads_and_refuses_a_write(
     _one_line(lines, "is read-only", "searches and reads work")
 
 
+@pytest.mark.sqlite_only("a full disk is simulated with SQLite's max_page_count")
 def test_a_full_disk_refuses_the_write(
-    store: tuple[Path, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    store: tuple[str, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr("retold.store.url.Store", FullDiskStore)
     code, lines = _run(capsys, store, "grant", "agent-a", "project:" + "p" * 30_000)
@@ -81,20 +84,23 @@ def test_a_full_disk_refuses_the_write(
     _one_line(lines, "the disk is full", "rolled back")
 
 
-SETUPS: list[tuple[str, Callable[[Path], object], tuple[str, ...], str]] = [
-    ("not SQLite", lambda p: p.write_text("meeting notes\n" * 100), ("dump", "--scope", SCOPE),
-     "is not a SQLite database"),
-    ("newer schema", lambda p: execute(p, "INSERT INTO schema_migrations VALUES (99, 'future', 'x')"),
-     ("dump", "--scope", SCOPE), "newer than this Retold"),
-    ("damaged schema page", corrupt_page, ("dump", "--scope", SCOPE), "is damaged"),
-    ("damaged table page", lambda p: corrupt_page(p, "records"), ("dump", "--scope", SCOPE), "is damaged"),
+_FILE = pytest.mark.sqlite_only("the bytes of a store file")
+SETUPS = [
+    pytest.param(lambda p: Path(p).write_text("meeting notes\n" * 100), ("dump", "--scope", SCOPE),
+                 "is not a SQLite database", id="not SQLite", marks=_FILE),
+    pytest.param(lambda p: execute(p, "INSERT INTO schema_migrations VALUES (99, 'future', 'x')"),
+                 ("dump", "--scope", SCOPE), "newer than this Retold", id="newer schema"),
+    pytest.param(corrupt_page, ("dump", "--scope", SCOPE), "is damaged", id="damaged schema page",
+                 marks=_FILE),
+    pytest.param(lambda p: corrupt_page(p, "records"), ("dump", "--scope", SCOPE), "is damaged",
+                 id="damaged table page", marks=_FILE),
 ]
 
 
-@pytest.mark.parametrize(("name", "setup", "args", "needle"), SETUPS, ids=[s[0] for s in SETUPS])
+@pytest.mark.parametrize(("setup", "args", "needle"), SETUPS)
 def test_a_store_that_cannot_be_used_says_why_in_one_line(
-    store: tuple[Path, Path], capsys: pytest.CaptureFixture[str], name: str,
-    setup: Callable[[Path], object], args: tuple[str, ...], needle: str,
+    store: tuple[str, Path], capsys: pytest.CaptureFixture[str],
+    setup: Callable[[str], object], args: tuple[str, ...], needle: str,
 ) -> None:
     setup(store[0])
     code, lines = _run(capsys, store, *args)
@@ -102,8 +108,9 @@ def test_a_store_that_cannot_be_used_says_why_in_one_line(
     _one_line(lines, needle)
 
 
+@pytest.mark.sqlite_only("a damaged page of a store file")
 def test_verbose_adds_the_cause_and_traceback_after_the_line(
-    store: tuple[Path, Path], capsys: pytest.CaptureFixture[str],
+    store: tuple[str, Path], capsys: pytest.CaptureFixture[str],
 ) -> None:
     corrupt_page(store[0], "records")
     code, lines = _run(capsys, store, "dump", "--scope", SCOPE, "-v")
@@ -115,11 +122,11 @@ def test_verbose_adds_the_cause_and_traceback_after_the_line(
 
 
 def test_a_provider_failure_in_extract_is_one_line_with_or_without_v(
-    store: tuple[Path, Path],
+    store: tuple[str, Path],
 ) -> None:
     need("anthropic")
     path, config = store
-    with build_runtime(load_config(config, overrides={"store": {"path": str(path)}}),
+    with build_runtime(load_config(config, overrides={"store": store_target(path)}),
                        scheduler=InProcessScheduler()) as rt:
         principal = Principal("agent-a", "cleo", "s-down", None)
         rt.hooks.on_turn(principal, "user", "Please remember that I like river walks.")
@@ -130,7 +137,7 @@ def test_a_provider_failure_in_extract_is_one_line_with_or_without_v(
     env = {**os.environ, "ANTHROPIC_API_KEY": "test-key", "HF_HUB_OFFLINE": "1"}
 
     def extract(*flags: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "retold.cli", "extract", "s-down", "--store", str(path),
+        return subprocess.run([sys.executable, "-m", "retold.cli", "extract", "s-down", "--store", path,
                                "--config", str(config), *flags], capture_output=True, text=True,
                               timeout=120, env=env)
 

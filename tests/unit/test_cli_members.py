@@ -10,6 +10,7 @@ import pytest
 
 from retold import build_runtime, load_config
 from retold.cli import main
+from retold.config_env import store_target
 from retold.models import Principal, Scope
 from retold.policy.grants import readable_scopes
 
@@ -18,14 +19,15 @@ APOLLO = Scope("project", "apollo")
 
 
 @pytest.fixture
-def flags(tmp_path: Path) -> list[str]:
+def flags(tmp_path: Path, store_target: str) -> list[str]:
     config = tmp_path / "config.yaml"
-    config.write_text("embedding:\n  model: fake\n")
-    return ["--store", str(tmp_path / "mem.sqlite"), "--config", str(config)]
+    # The store path places the embedded broker's file, on both backends.
+    config.write_text(f"store:\n  path: {tmp_path / 'mem.sqlite'}\nembedding:\n  model: fake\n")
+    return ["--store", store_target, "--config", str(config)]
 
 
 def _reads_apollo(flags: list[str], user: str) -> bool:
-    config = load_config(flags[3], overrides={"store": {"path": flags[1]}})
+    config = load_config(flags[3], overrides={"store": store_target(flags[1])})
     with build_runtime(config) as rt:
         return APOLLO in readable_scopes(rt.store, Principal(AGENT, user, "s", None))
 

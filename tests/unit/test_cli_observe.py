@@ -15,6 +15,7 @@ import pytest
 
 from retold import build_runtime, load_config
 from retold.cli import main
+from retold.config_env import store_target
 from retold.ingest.extractor import FakeExtractor
 from retold.ingest.reviewer import TableReviewer
 from retold.ingest.session import InProcessScheduler
@@ -33,13 +34,14 @@ def _restore_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[list[str]]:
+def store(tmp_path: Path, store_target: str) -> Iterator[list[str]]:
     """Sessions ``chat`` (open), ``stuck`` (no hosted model: blocked until one is), ``done``
     (extracted) and ``bea-1`` (another user's, ended, never tried); returns the flags."""
     config = tmp_path / "config.yaml"
-    config.write_text("embedding:\n  model: fake\n")
-    path = tmp_path / "mem.sqlite"
-    loaded = load_config(config, overrides={"store": {"path": str(path)}})
+    # The store path places the embedded broker's file, on both backends.
+    config.write_text(f"store:\n  path: {tmp_path / 'mem.sqlite'}\nembedding:\n  model: fake\n")
+    path = store_target
+    loaded = load_config(config, overrides={"store": store_target(path)})
     with build_runtime(loaded, scheduler=InProcessScheduler(), environ={}) as rt:
         rt.host.grant(AGENT, Scope("user", "cleo"), read=True, write=True)
         for session_id, user in (("chat", "cleo"), ("stuck", "cleo"), ("done", "cleo"), ("bea-1", "bea")):
@@ -49,7 +51,7 @@ def store(tmp_path: Path) -> Iterator[list[str]]:
                 rt.hooks.on_session_end(principal)
         assert rt.extraction.run("stuck").outcome == "not_configured"
         assert rt.extraction.using(FakeExtractor(QUIET), TableReviewer()).run("done").outcome == "extracted"
-    yield ["--store", str(path), "--config", str(config)]
+    yield ["--store", path, "--config", str(config)]
 
 
 def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

@@ -9,6 +9,7 @@ import pytest
 
 from retold import build_runtime, load_config
 from retold.cli import main
+from retold.config_env import store_target
 from retold.models import Principal, Scope
 
 AGENT, USER = "cli-agent", "cleo"
@@ -16,14 +17,15 @@ TURN = "I like the colour teal. Maybe I prefer short answers? Also, I think I en
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> tuple[list[str], dict[str, str]]:
+def store(tmp_path: Path, store_target: str) -> tuple[list[str], dict[str, str]]:
     """A store with two records waiting for review and one inference; returns the common
     arguments and the record ids by name."""
     config = tmp_path / "config.yaml"
-    config.write_text("embedding:\n  model: fake\n")
-    path = tmp_path / "mem.sqlite"
+    # The store path places the embedded broker's file, on both backends.
+    config.write_text(f"store:\n  path: {tmp_path / 'mem.sqlite'}\nembedding:\n  model: fake\n")
+    path = store_target
     ids: dict[str, str] = {}
-    with build_runtime(load_config(config, overrides={"store": {"path": str(path)}})) as rt:
+    with build_runtime(load_config(config, overrides={"store": store_target(path)})) as rt:
         rt.host.grant(AGENT, Scope("user", USER), read=True, write=True)
         principal = Principal(AGENT, USER, "sess-1")
         rt.hooks.on_session_start(principal)
@@ -40,17 +42,17 @@ def store(tmp_path: Path) -> tuple[list[str], dict[str, str]]:
                 payload["evidence"] = quote
             result = rt.tools.call("memory_write", principal, payload)
             ids[name] = result["record_id"]
-    return ["--store", str(path), "--config", str(config)], ids
+    return ["--store", path, "--config", str(config)], ids
 
 
 def _events(common: list[str], kind: str) -> list[dict[str, object]]:
-    config = load_config(common[3], overrides={"store": {"path": common[1]}})
+    config = load_config(common[3], overrides={"store": store_target(common[1])})
     with build_runtime(config) as rt:
         return rt.store.events(kind=kind)
 
 
 def _profile(common: list[str], session_id: str) -> tuple[str, ...]:
-    config = load_config(common[3], overrides={"store": {"path": common[1]}})
+    config = load_config(common[3], overrides={"store": store_target(common[1])})
     with build_runtime(config) as rt:
         principal = Principal(AGENT, USER, session_id)
         rt.hooks.on_session_start(principal)

@@ -9,7 +9,7 @@ import pytest
 
 from retold import build_runtime
 from retold.broker import CeleryScheduler
-from retold.config_env import load_config_from_environment
+from retold.config_env import load_config_from_environment, store_target
 from retold.errors import ConfigError
 
 REDIS = "redis://127.0.0.1:6390/3"
@@ -38,6 +38,19 @@ def test_variables_beat_the_file_and_explicit_overrides_beat_both(config_file: P
     assert config.embedding.model == "fake"  # the rest of the file still applies
     flag = load_config_from_environment(env, overrides={"store": {"path": str(tmp_path / "flag.sqlite")}})
     assert flag.store.path == str(tmp_path / "flag.sqlite")
+
+
+def test_a_later_layer_wins_whichever_kind_of_store_each_names(config_file: Path, tmp_path: Path) -> None:
+    url = "postgresql://retold@db.internal:5432/retold"
+    env = {"RETOLD_CONFIG": str(config_file), "RETOLD_STORE": url}
+    assert load_config_from_environment(env).store.target == url  # a URL beats the file's path
+    flag = str(tmp_path / "flag.sqlite")
+    back = load_config_from_environment(env, overrides={"store": store_target(flag)})
+    assert back.store.target == flag and back.store.url is None  # and a path beats the URL
+    with_url = tmp_path / "url.yaml"
+    with_url.write_text(f"store:\n  url: {url}\n")
+    local = load_config_from_environment({"RETOLD_CONFIG": str(with_url), "RETOLD_STORE": flag})
+    assert local.store.target == flag
 
 
 def test_an_explicit_path_beats_retold_config_and_empty_variables_count_as_unset(

@@ -1,19 +1,19 @@
 """``retold erase --user``: a canary written everywhere a user's text can reach (stored
-profile blocks included) must be gone from the raw bytes of the store file and its WAL,
-while another user's survives."""
+profile blocks included) must be gone from the raw bytes of the store file and its WAL
+(on PostgreSQL: from every live row of every table), while another user's survives."""
 
 from __future__ import annotations
 
 import os
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 from retold.ingest.ingestor import WriteRequest
 from retold.models import EntityMention, Principal, Scope, SearchRequest
-from retold.store import Store
+from retold.store import open_store
 from retold.testing import AGENT, World, make_world
+from tests.sql import fts_ids, rows, stored_bytes
 
 U_CANARY = "zq-canary-7f3a"
 V_CANARY = "zq-canary-v9b2"
@@ -59,64 +59,50 @@ def _plant(world: World, user: str, canary: str) -> list[str]:
     return ids
 
 
-def _raw(path: Path) -> bytes:
-    return b"".join(
-        Path(f"{path}{suffix}").read_bytes() for suffix in ("", "-wal", "-shm")
-        if Path(f"{path}{suffix}").exists()
-    ).lower()
-
-
-def test_erase_user_leaves_no_canary_in_the_file_or_wal(tmp_path: Path) -> None:
-    world = make_world(tmp_path)
+def test_erase_user_leaves_no_canary_in_the_file_or_wal(tmp_path: Path, store_target: str) -> None:
+    world = make_world(tmp_path, store=store_target)
     world.rt.host.grant(AGENT, SHARED, read=True, write=True)
     u_ids = _plant(world, "uzz", U_CANARY)
     v_ids = _plant(world, "vyy", V_CANARY)
-    store_path = Path(world.rt.store.path)
     world.rt.close()
-    assert U_CANARY.encode() in _raw(store_path)  # the plant reached the file
+    assert U_CANARY.encode() in stored_bytes(store_target)  # the plant reached the store
 
     config = tmp_path / "config.yaml"
     config.write_text("embedding:\n  model: fake\n  version: fake-1\n")  # the world's fake family
-    idle = Store(store_path)  # an open, idle connection must not keep the WAL alive
+    idle = open_store(store_target)  # an open, idle connection must not keep the WAL alive
     try:
         result = subprocess.run(
             [sys.executable, "-m", "retold.cli", "erase", "--user", "uzz", "--reason", "test", "--yes",
-             "--store", str(store_path), "--config", str(config)],
+             "--store", store_target, "--config", str(config)],
             capture_output=True, text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"},
         )
         assert result.returncode == 0, result.stderr
         assert "erased user uzz" in result.stdout
-        raw = _raw(store_path)
+        raw = stored_bytes(store_target)
     finally:
         idle.close()
 
     assert U_CANARY.encode() not in raw
     assert V_CANARY.encode() in raw
-    conn = sqlite3.connect(store_path)
-    try:
-        rows = conn.execute(
-            f"SELECT id, status, content, evidence, tags FROM records WHERE id IN ({','.join('?' * 6)})",
-            [*u_ids, *v_ids]).fetchall()
-        by_id = {row[0]: row[1:] for row in rows}
-        for rid in u_ids:  # ids survive as tombstones
-            assert by_id[rid] == ("deleted", "", None, "[]")
-        for rid in v_ids:
-            assert by_id[rid][0] != "deleted" and V_CANARY in by_id[rid][1]
-        assert conn.execute("SELECT count(*) FROM records_fts WHERE records_fts MATCH '\"7f3a\"'"
-                            ).fetchone()[0] == 0
-        assert conn.execute("SELECT count(*) FROM records_fts WHERE records_fts MATCH '\"v9b2\"'"
-                            ).fetchone()[0] == len(v_ids) + 1  # and the profile's preference
-        assert conn.execute("SELECT count(*) FROM session_turns WHERE session_id = 'sess-uzz'"
-                            ).fetchone()[0] == 1  # the turn row stays, blank
-        assert conn.execute("SELECT count(*) FROM search_log WHERE user_id = 'uzz'").fetchone()[0] == 0
-        kinds = [r[0] for r in conn.execute("SELECT kind FROM events WHERE kind = 'user.erased'")]
-        assert kinds == ["user.erased"]
-    finally:
-        conn.close()
+    found = rows(store_target, "SELECT id, status, content, evidence, tags FROM records"
+                               f" WHERE id IN ({','.join('?' * 6)})", *u_ids, *v_ids)
+    by_id = {row[0]: row[1:] for row in found}
+    for rid in u_ids:  # ids survive as tombstones
+        assert by_id[rid] == ("deleted", "", None, "[]")
+    for rid in v_ids:
+        assert by_id[rid][0] != "deleted" and V_CANARY in by_id[rid][1]
+    assert fts_ids(store_target, "7f3a") == set()
+    assert len(fts_ids(store_target, "v9b2")) == len(v_ids) + 1  # and the profile's preference
+    assert rows(store_target, "SELECT count(*) FROM session_turns WHERE session_id = 'sess-uzz'"
+                ) == [(1,)]  # the turn row stays, blank
+    assert rows(store_target, "SELECT count(*) FROM search_log WHERE user_id = 'uzz'") == [(0,)]
+    assert rows(store_target, "SELECT kind FROM events WHERE kind = 'user.erased'") == [("user.erased",)]
 
 
-def test_erasing_a_user_after_retention_thinned_their_rows_still_leaves_no_canary(tmp_path: Path) -> None:
-    world = make_world(tmp_path)
+def test_erasing_a_user_after_retention_thinned_their_rows_still_leaves_no_canary(
+    tmp_path: Path, store_target: str,
+) -> None:
+    world = make_world(tmp_path, store=store_target)
     try:
         world.rt.host.grant(AGENT, SHARED, read=True, write=True)
         _plant(world, "uzz", U_CANARY)
@@ -135,7 +121,7 @@ def test_erasing_a_user_after_retention_thinned_their_rows_still_leaves_no_canar
         assert any(about_u(e) for e in world.rt.store.events())
         result = world.rt.operations.erase_user("uzz", "test")
         assert result.compacted
-        raw = _raw(Path(world.rt.store.path))
+        raw = stored_bytes(store_target)
         assert U_CANARY.encode() not in raw
         assert V_CANARY.encode() in raw  # the other user's records are untouched
         assert [e["kind"] for e in world.rt.store.events() if about_u(e)] == ["user.erased"]

@@ -12,13 +12,14 @@ import numpy as np
 import pytest
 
 from retold import build_runtime, load_config
+from retold.config_env import store_target
 from retold.errors import EmbeddingMismatchError, MigrationIssuesError
 from retold.index.embedder import FakeEmbedder
 from retold.ingest.equivalence import FakeJudge
 from retold.models import Scope, SearchRequest
 from retold.operations import OperationError, Operations
 from retold.runtime import Runtime
-from retold.store import EmbeddingFamily, Store
+from retold.store import EmbeddingFamily, open_store
 from retold.testing import ADITYA, T0, TEST_GATE, World, make_record
 from retold.util import ManualClock, to_iso
 from tests.sql import execute, rows
@@ -148,17 +149,17 @@ def test_erase_session_blanks_turns_and_quotes_but_keeps_the_claim(world: World)
 # -- review-due --------------------------------------------------------------------------------------
 
 
-def _runtime(path: Path, clock: ManualClock, *, embedder: FakeEmbedder | None = None,
+def _runtime(target: str, clock: ManualClock, *, embedder: FakeEmbedder | None = None,
              allow_embedding_mismatch: bool = False, **over: object) -> Runtime:
-    config = load_config(overrides={"store": {"path": str(path)}, "embedding": {"model": "fake"},
+    config = load_config(overrides={"store": store_target(target), "embedding": {"model": "fake"},
                                     "retrieval": {"gate": TEST_GATE}, **over})
     return build_runtime(config, clock=clock, embedder=embedder or FakeEmbedder(), judge=FakeJudge(),
                          allow_embedding_mismatch=allow_embedding_mismatch)
 
 
-def test_review_due_racing_callers_flag_each_row_once(tmp_path: Path) -> None:
+def test_review_due_racing_callers_flag_each_row_once(store_target: str) -> None:
     clock = ManualClock(T0)
-    first, second = (_runtime(tmp_path / "m.sqlite", clock) for _ in range(2))
+    first, second = (_runtime(store_target, clock) for _ in range(2))
     try:
         due = [make_record(review_at=T0 - timedelta(hours=i)) for i in range(60)]
         for record in due:
@@ -192,8 +193,8 @@ def test_review_due_racing_callers_flag_each_row_once(tmp_path: Path) -> None:
         second.close()
 
 
-def test_review_due_claims_one_bounded_batch(tmp_path: Path) -> None:
-    rt = _runtime(tmp_path / "m.sqlite", ManualClock(T0), ingestion={"temporal_review_batch_size": 5})
+def test_review_due_claims_one_bounded_batch(store_target: str) -> None:
+    rt = _runtime(store_target, ManualClock(T0), ingestion={"temporal_review_batch_size": 5})
     with rt:
         for i in range(12):
             rt.store.write_record(make_record(review_at=T0 - timedelta(minutes=i)))
@@ -236,7 +237,7 @@ def test_reembed_accepts_a_version_bump_and_records_the_new_family(world: World)
     result = _ops(world).reembed("fake", "2")
     assert result.embedded == 1 and set(_vectors(world).values()) == {("fake", "2")}
     assert world.rt.store.embedding_family() == EmbeddingFamily("fake", "2", 384)
-    path = Path(world.rt.store.path)
+    path = world.target
     world.rt.close()
     with pytest.raises(EmbeddingMismatchError, match="holds fake version 2 .* asks for fake version fake-1"):
         _runtime(path, ManualClock(T0))  # still configured for the old version
@@ -257,7 +258,7 @@ def test_reembed_to_another_model_refuses_while_the_logged_floors_are_uncalibrat
     assert not world.events("store.reembedded") and world.counts() == before
     assert world.rt.store.embedding_family() == EmbeddingFamily("fake", "fake-1", 384)
     ops.reembed("fake", "fake-1")  # the version the search ran under: nothing to recalibrate
-    path = Path(world.rt.store.path)
+    path = world.target
     world.rt.close()
     # Recalibrated floors and a config naming the new model, opened the way `retold reembed`
     # opens a store that still holds the old family.
@@ -272,6 +273,7 @@ def test_reembed_to_another_model_refuses_while_the_logged_floors_are_uncalibrat
 # -- snapshots -----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.sqlite_only("snapshots are SQLite files; a PostgreSQL store refuses them (pg_dump)")
 def test_snapshot_round_trip_restores_every_table(world: World, tmp_path: Path) -> None:
     rid = _written(world)
     ops = _ops(world)
@@ -299,16 +301,16 @@ def test_snapshot_round_trip_restores_every_table(world: World, tmp_path: Path) 
 # -- migrate -------------------------------------------------------------------------------------------------
 
 
-def test_migrate_expire_unmapped_retires_legacy_rows(store_path: Path, clock: ManualClock) -> None:
-    store = Store(store_path, clock=clock)
+def test_migrate_expire_unmapped_retires_legacy_rows(store_target: str, clock: ManualClock) -> None:
+    store = open_store(store_target, clock=clock)
     legacy, fine = make_record(), make_record()
     store.write_record(legacy)
     store.write_record(fine)
     execute(store, "INSERT INTO migration_issues VALUES (2, ?, 'zero about links')", legacy.id)
     store.close()
     with pytest.raises(MigrationIssuesError):
-        Store(store_path)
-    rt = build_runtime(load_config(overrides={"store": {"path": str(store_path)},
+        open_store(store_target)
+    rt = build_runtime(load_config(overrides={"store": store_target(store_target),
                                               "embedding": {"model": "fake"}}),
                        clock=clock, allow_migration_issues=True)
     with rt:
@@ -322,7 +324,7 @@ def test_migrate_expire_unmapped_retires_legacy_rows(store_path: Path, clock: Ma
         assert rt.store.get_record(legacy.id).status == "expired"  # type: ignore[union-attr]
         assert rt.store.get_record(fine.id).status == "confirmed"  # type: ignore[union-attr]
         assert [e["record_id"] for e in rt.store.events(kind="record.status")] == [legacy.id]
-    Store(store_path).close()  # opens again without allow_migration_issues
+    open_store(store_target).close()  # opens again without allow_migration_issues
 
 
 # -- reads -------------------------------------------------------------------------------------------

@@ -171,7 +171,9 @@ def test_progress_outside_a_worker_or_with_a_dead_backend_never_fails_the_work()
 def _config_file(tmp_path: Path, broker: str | None = None) -> Path:
     path = tmp_path / "config.yaml"
     queue = f"queue:\n  broker_url: {broker}\n" if broker else ""
-    path.write_text(f"embedding:\n  model: fake\n  version: {OLD[1]}\n{queue}")
+    # The store path places the embedded broker's file, whichever store --store names.
+    path.write_text(f"store:\n  path: {tmp_path / 'memory.sqlite'}\n"
+                    f"embedding:\n  model: fake\n  version: {OLD[1]}\n{queue}")
     return path
 
 
@@ -182,16 +184,16 @@ def test_enqueue_publishes_a_reembed_the_worker_app_consumes(
     from workers.app import create_app
 
     _fill(world, 1)
-    store, config_path = world.rt.store.path, _config_file(tmp_path)
+    store, config_path = world.target, _config_file(tmp_path)
     world.rt.close()
     assert main(["reembed", "--model", NEW.model, "--version", NEW.version, "--enqueue",
                  "--store", store, "--config", str(config_path)]) == 0
     assert "as task" in capsys.readouterr().out
     assert rows(store, "SELECT DISTINCT version FROM embeddings") == [(OLD[1],)]  # nothing ran here
 
-    from retold.config_env import load_config_from_environment
+    from retold.config_env import load_config_from_environment, store_target
 
-    config = load_config_from_environment({}, str(config_path), {"store": {"path": store}})
+    config = load_config_from_environment({}, str(config_path), {"store": store_target(store)})
     with create_app(config).connection_for_read() as conn:  # what a worker of this config consumes
         queue = conn.SimpleQueue(config.queue.maintenance_queue)
         try:
@@ -207,7 +209,7 @@ def test_enqueue_publishes_a_reembed_the_worker_app_consumes(
 def test_enqueue_to_an_unreachable_broker_is_one_line_and_quick(
     world: World, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    store, config_path = world.rt.store.path, _config_file(tmp_path, "redis://127.0.0.1:1/0")
+    store, config_path = world.target, _config_file(tmp_path, "redis://127.0.0.1:1/0")
     world.rt.close()
     started = time.monotonic()
     code = main(["reembed", "--model", NEW.model, "--version", NEW.version, "--enqueue",

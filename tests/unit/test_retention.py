@@ -1,6 +1,7 @@
 """``retold retain``: search-log rows and the text in event payloads go after their ages,
 while what is kept still replays (the gate from a log row, reinforcement counting from
-events) and the removed text is gone from the file's bytes."""
+events) and the removed text is gone from the file's bytes (on PostgreSQL: from every
+live row)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from retold.models import SearchRequest
 from retold.retrieve.gate import floors_for, replay_gate
 from retold.testing import World, make_world
 from retold.util import to_iso
-from tests.sql import execute, rows
+from tests.sql import execute, rows, stored_bytes
 
 CANARY = "zq-retain-5c1d"
 
@@ -20,11 +21,6 @@ def _search(world: World, text: str) -> str:
     response = world.rt.retriever.search(world.p, SearchRequest(queries=[text])).response
     world.rt.flush_search_log()
     return response.search_id
-
-
-def _raw(path: Path) -> bytes:
-    return b"".join(Path(f"{path}{suffix}").read_bytes() for suffix in ("", "-wal")
-                    if Path(f"{path}{suffix}").exists()).lower()
 
 
 def test_search_logs_past_their_age_are_deleted_and_younger_ones_still_replay(world: World) -> None:
@@ -91,20 +87,20 @@ def test_transcript_retention_also_deletes_the_stages_that_quote_it(world: World
     assert blanked["payload"]["stages"] == 1
 
 
-def test_retention_leaves_no_removed_text_in_the_file_or_wal(tmp_path: Path) -> None:
-    world = make_world(tmp_path)
+def test_retention_leaves_no_removed_text_in_the_file_or_wal(tmp_path: Path, store_target: str) -> None:
+    world = make_world(tmp_path, store=store_target)
     try:
         _search(world, f"what is the codename {CANARY}")
         world.rt.store.append_event("test.note", "tester", {"quote": CANARY})
         assert world.rt.store.truncate_wal()  # rows this old live in the main file, not the WAL
-        path = Path(world.rt.store.path)
-        assert CANARY.encode() in _raw(path)
+        path = store_target
+        assert CANARY.encode() in stored_bytes(path)
         world.clock.advance(days=max(world.rt.config.retention.search_log_days,
                                      world.rt.config.retention.event_payload_days) + 1)
         result = world.rt.operations.retain()
         assert result.search_logs_deleted == 1 and result.event_payloads_thinned >= 1
         assert result.wal_truncated
-        assert CANARY.encode() not in _raw(path)
+        assert CANARY.encode() not in stored_bytes(path)
         assert rows(path, "SELECT count(*) FROM events WHERE kind = 'test.note'") == [(1,)]  # the row stays
     finally:
         world.rt.close()

@@ -13,21 +13,23 @@ import pytest
 import retold
 from retold import build_runtime, load_config
 from retold.cli import main
+from retold.config_env import store_target
 from retold.errors import EmbeddingMismatchError, ModelMissingError, StoreError
 from retold.index.embedder import FakeEmbedder
 from retold.ingest.extractor import FakeExtractor
 from retold.ingest.reviewer import TableReviewer
 from retold.models import ExtractionOutput, Principal, SessionSummary
 from retold.store import EmbeddingFamily, Store
+from retold.store.url import redact
 from retold.testing import make_record
 
 
-def fake_config(path: Path) -> retold.Config:
-    return load_config(overrides={"store": {"path": str(path)}, "embedding": {"model": "fake"}})
+def fake_config(target: str | Path) -> retold.Config:
+    return load_config(overrides={"store": store_target(str(target)), "embedding": {"model": "fake"}})
 
 
-def test_runtime_writes_and_finds_a_vector_through_its_index(tmp_path: Path) -> None:
-    with build_runtime(fake_config(tmp_path / "m.sqlite")) as rt:
+def test_runtime_writes_and_finds_a_vector_through_its_index(store_target: str) -> None:
+    with build_runtime(fake_config(store_target)) as rt:
         assert isinstance(rt.embedder, FakeEmbedder)
         rec = make_record(content="Aditya prefers concise technical explanations.")
         vec = rt.embedder.embed_documents([rec.content])[0]
@@ -42,8 +44,8 @@ def test_runtime_writes_and_finds_a_vector_through_its_index(tmp_path: Path) -> 
         assert rt.index.search(query, eligible, 3)[0][0] == rec.id
 
 
-def test_two_runtimes_on_one_file_see_each_others_writes(tmp_path: Path) -> None:
-    cfg = fake_config(tmp_path / "m.sqlite")
+def test_two_runtimes_on_one_store_see_each_others_writes(store_target: str) -> None:
+    cfg = fake_config(store_target)
     with build_runtime(cfg) as reader, build_runtime(cfg) as writer:
         reader.refresh_index()
         rec = make_record()
@@ -55,11 +57,11 @@ def test_two_runtimes_on_one_file_see_each_others_writes(tmp_path: Path) -> None
         assert reader.index.vector_for(rec.id) is not None
 
 
-def test_close_closes_the_store_and_is_idempotent(tmp_path: Path) -> None:
-    rt = build_runtime(fake_config(tmp_path / "m.sqlite"))
+def test_close_closes_the_store_and_is_idempotent(store_target: str) -> None:
+    rt = build_runtime(fake_config(store_target))
     rt.close()
     rt.close()
-    with pytest.raises(Exception):  # noqa: B017 - sqlite3.ProgrammingError on a closed db
+    with pytest.raises(Exception):  # noqa: B017 - the driver's error for a closed connection
         rt.store.records_version()
 
 
@@ -114,8 +116,8 @@ def test_importing_retold_and_opening_a_session_imports_no_agent_framework(tmp_p
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
-def test_runtime_refuses_a_store_of_another_embedding_family(tmp_path: Path) -> None:
-    path = tmp_path / "memory.sqlite"
+def test_runtime_refuses_a_store_of_another_embedding_family(store_target: str) -> None:
+    path = store_target
     with build_runtime(fake_config(path)) as rt:
         assert rt.store.embedding_family() is None  # nothing written yet: any family may start
         rec = make_record()
@@ -123,13 +125,13 @@ def test_runtime_refuses_a_store_of_another_embedding_family(tmp_path: Path) -> 
             rt.store.write_record(rec)
             rt.store.put_embedding(rec.id, rt.embedder.name, rt.embedder.version,
                                    rt.embedder.embed_documents([rec.content])[0])
-    other = load_config(overrides={"store": {"path": str(path)},
+    other = load_config(overrides={"store": store_target(path),
                                    "embedding": {"model": "fake", "version": "2", "dims": 8}})
     with pytest.raises(EmbeddingMismatchError) as refused:
         build_runtime(other)
     assert isinstance(refused.value, retold.ConfigError)
     assert str(refused.value) == (
-        f"store {path} holds fake version 1 (384-d) vectors but the config asks for fake version 2"
+        f"store {redact(path)} holds fake version 1 (384-d) vectors but the config asks for fake version 2"
         " (8-d); run `retold reembed --model fake --version 2 --dims 8` or set"
         " embedding.model/version/dims back to fake / 1 / 384")
     assert "\n" not in str(refused.value)
@@ -140,10 +142,13 @@ def test_runtime_refuses_a_store_of_another_embedding_family(tmp_path: Path) -> 
 
 
 @pytest.mark.filterwarnings("ignore:.*noload.*")  # kombu's SQLAlchemy transport, not ours
-def test_a_session_ended_by_a_default_runtime_waits_on_the_queue_its_worker_reads(tmp_path: Path) -> None:
+def test_a_session_ended_by_a_default_runtime_waits_on_the_queue_its_worker_reads(
+    tmp_path: Path, store_target: str,
+) -> None:
     from workers.app import create_app
 
-    config = fake_config(tmp_path / "m.sqlite")  # no broker configured: the embedded one
+    # No broker configured: the embedded one, beside the store path (which a URL leaves set).
+    config = fake_config(store_target).replace({"store": {"path": str(tmp_path / "memory.sqlite")}})
     with build_runtime(config, environ={}) as rt:
         p = Principal("research-agent", "aditya", "s-queued", None)
         rt.hooks.on_turn(p, "user", "Keep every answer short.")
@@ -159,8 +164,9 @@ def test_a_session_ended_by_a_default_runtime_waits_on_the_queue_its_worker_read
             queue.close()
 
 
-def test_the_in_process_scheduler_extracts_a_session_when_it_ends(tmp_path: Path) -> None:
-    config = fake_config(tmp_path / "m.sqlite").replace({"queue": {"scheduler": "in_process"}})
+def test_the_in_process_scheduler_extracts_a_session_when_it_ends(tmp_path: Path, store_target: str) -> None:
+    config = fake_config(store_target).replace({"store": {"path": str(tmp_path / "memory.sqlite")},
+                                                "queue": {"scheduler": "in_process"}})
     extractor = FakeExtractor(ExtractionOutput([], SessionSummary("Aditya asked for short answers.", [], [])))
     with build_runtime(config, extractor=extractor, reviewer=TableReviewer(), environ={}) as rt:
         p = Principal("research-agent", "aditya", "s-now", None)

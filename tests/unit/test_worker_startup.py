@@ -20,6 +20,8 @@ from tests.sql import execute
 from workers.startup import EXIT_DAMAGED, check_store
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.sqlite_only("SQLite's integrity checks of a store file; a worker on a"
+                                     " PostgreSQL store has no file to check")
 
 
 def _closed_copy(world: World, name: str) -> Path:

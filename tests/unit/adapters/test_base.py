@@ -12,7 +12,7 @@ import pytest
 from retold.adapters.base import RECALLED_HEADER, MemorySession, Message
 from retold.models import Principal, Scope
 from retold.retrieve.profile import ProfileAssembler
-from retold.store import Store
+from retold.store import open_store
 from retold.testing import ADITYA, AGENT, World
 from tests.conditions import write_lock_held
 
@@ -220,11 +220,11 @@ def test_the_profile_survives_an_idle_split_unchanged(world: World) -> None:
 
 def test_a_locked_store_still_gives_the_session_its_profile(world: World) -> None:
     _state_vim(world)
-    impatient = Store(world.rt.store.path, busy_timeout_seconds=0.2, clock=world.clock)
+    impatient = open_store(world.target, busy_timeout_seconds=0.2, clock=world.clock)
     profiles = ProfileAssembler(impatient, world.rt.config.activation, world.clock)
     s = MemorySession(world.rt.tools, world.rt.hooks, world.rt.store, world.rt.config,
                       Principal(AGENT, "aditya", "s2"), profiles=profiles)
-    with write_lock_held(world.rt.store.path):
+    with write_lock_held(world.target):
         block = s.profile
     assert block is not None and "Aditya edits code in vim." in block.text
     assert world.rt.store.profile_block("s2") is None  # shown, but not stored: untraced

@@ -268,8 +268,8 @@ def test_stale_claim_is_reclaimed_after_the_timeout(world: World) -> None:
     assert len(reclaimed) == 1 and reclaimed[0]["payload"]["stale_claim"] == to_iso(T0)
 
 
-def test_summary_is_written_even_without_candidates(tmp_path: Path) -> None:
-    world = make_world(tmp_path, summary_ttl_days=7, summary_max_chars=60)
+def test_summary_is_written_even_without_candidates(tmp_path: Path, store_target: str) -> None:
+    world = make_world(tmp_path, store=store_target, summary_ttl_days=7, summary_max_chars=60)
     try:
         sid = ended_session(world)
         result = run(world, FakeExtractor(output()))
@@ -534,8 +534,8 @@ def test_racing_temporal_workers_flag_each_due_record_once(world: World) -> None
             old.content, old.status, old.source_kind, old.evidence)
 
 
-def test_private_scope_is_the_destination_without_a_user_grant(tmp_path: Path) -> None:
-    world = make_world(tmp_path, grant_personal=False)
+def test_private_scope_is_the_destination_without_a_user_grant(tmp_path: Path, store_target: str) -> None:
+    world = make_world(tmp_path, store=store_target, grant_personal=False)
     try:
         ended_session(world)
         episode = replace(PHONE, content="Aditya mentioned reading on a phone.")

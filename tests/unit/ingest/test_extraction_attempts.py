@@ -83,8 +83,8 @@ def working(world: World) -> ExtractionRunner:
 
 
 @pytest.fixture
-def world(tmp_path: Path) -> Any:
-    made = make_world(tmp_path, extraction_max_attempts=3, extraction_retry_seconds=60)
+def world(tmp_path: Path, store_target: str) -> Any:
+    made = make_world(tmp_path, store=store_target, extraction_max_attempts=3, extraction_retry_seconds=60)
     try:
         yield made
     finally:
@@ -160,8 +160,10 @@ def test_not_configured_warns_once_names_the_key_and_blocks_until_the_setup_chan
 # -- the recover sweep ---------------------------------------------------------------------------
 
 
-def test_recover_hands_over_due_sessions_in_batches_and_never_twice_while_queued(tmp_path: Path) -> None:
-    world = make_world(tmp_path)
+def test_recover_hands_over_due_sessions_in_batches_and_never_twice_while_queued(
+    tmp_path: Path, store_target: str,
+) -> None:
+    world = make_world(tmp_path, store=store_target)
     try:
         attempts = world.rt.extraction.attempts
         attempts.recover = replace(attempts.recover, batch_size=2, requeue_after=timedelta(minutes=120))

@@ -11,7 +11,7 @@ import pytest
 from retold.errors import StoreFullError, StoreLockedError, StoreReadOnlyError
 from retold.ingest.session import InProcessScheduler, SessionBuffer, SessionHooks
 from retold.models import Principal
-from retold.store import Store
+from retold.store import Store, open_store
 from retold.store.claims import ClaimTerms
 from retold.testing import T0
 from retold.util import ManualClock
@@ -341,22 +341,30 @@ def test_a_queue_outage_is_logged_once_and_left_alone_for_a_while(
     assert [sid for sid, _stage in pending] == ["s1", "s2", "s3", "s4", "s5"]  # none lost
 
 
-def test_store_conditions_reach_the_host_as_retold_errors(
+def test_a_full_disk_reaches_the_host_as_a_retold_error(
     store_path: Path, scheduler: InProcessScheduler, clock: ManualClock,
 ) -> None:
-    """A full disk, a read-only file and a held lock each raise their own Retold error from
-    the hooks, never a raw sqlite3 error, and the turn is not half written."""
+    """A full disk (made with SQLite's page limit) raises StoreFullError from the hooks,
+    never a raw sqlite3 error, and the turn is not half written."""
     Store(store_path, clock=clock).close()
     full = FullDiskStore(store_path, clock=clock)
     with pytest.raises(StoreFullError):
         SessionHooks(full, scheduler, IDLE, clock).on_turn(P, "user", "a long paste " * 20_000)
     assert full.get_session("s1") is None
     full.close()
-    read_only = Store(store_path, clock=clock, read_only=True)
+
+
+def test_a_read_only_or_locked_store_reaches_the_host_as_a_retold_error(
+    store_target: str, scheduler: InProcessScheduler, clock: ManualClock,
+) -> None:
+    """A read-only store and a held write lock each raise their own Retold error from the
+    hooks, never the driver's."""
+    open_store(store_target, clock=clock).close()
+    read_only = open_store(store_target, clock=clock, read_only=True)
     with pytest.raises(StoreReadOnlyError):
         SessionHooks(read_only, scheduler, IDLE, clock).on_session_start(P)
     read_only.close()
-    busy = Store(store_path, clock=clock, busy_timeout_seconds=0.1)
-    with write_lock_held(store_path), pytest.raises(StoreLockedError):
+    busy = open_store(store_target, clock=clock, busy_timeout_seconds=0.1)
+    with write_lock_held(store_target), pytest.raises(StoreLockedError):
         SessionHooks(busy, scheduler, IDLE, clock).on_session_end(P)
     busy.close()

@@ -14,8 +14,8 @@ from tests.sql import fts_ids, rows
 CONCISE = "Keep answers concise and technical."
 
 
-def test_agent_reads_and_writes_its_private_scope_without_a_grant(tmp_path: Path) -> None:
-    world = make_world(tmp_path, grant_personal=False)
+def test_agent_reads_and_writes_its_private_scope_without_a_grant(tmp_path: Path, store_target: str) -> None:
+    world = make_world(tmp_path, store=store_target, grant_personal=False)
     private = world.p.private_scope
     result = world.write(content="Prefers tabs.", attribute="indent", target=private,
                          entities=[("person", "Aditya", "about")])
@@ -34,8 +34,8 @@ def test_user_scope_grant_is_not_honoured_for_another_user(world: World) -> None
     assert ADITYA not in readable_scopes(world.rt.store, vera)
 
 
-def test_default_target_needs_a_provisioned_read_write_grant(tmp_path: Path) -> None:
-    world = make_world(tmp_path, grant_personal=False)
+def test_default_target_needs_a_provisioned_read_write_grant(tmp_path: Path, store_target: str) -> None:
+    world = make_world(tmp_path, store=store_target, grant_personal=False)
     before = world.counts()
     refused = world.write(content="Prefers concise answers.", attribute="answer_style")
     assert refused.outcome == "scope_not_writable" and refused.record_id is None

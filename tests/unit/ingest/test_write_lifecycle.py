@@ -211,8 +211,10 @@ def test_contradiction_under_another_attribute_needs_the_cosine_too(world: World
     assert len(_active(world)) == 2
 
 
-def test_scan_cap_records_truncation_and_judges_the_recently_reinforced(tmp_path: Path) -> None:
-    world = make_world(tmp_path, max_entity_attributes=2)
+def test_scan_cap_records_truncation_and_judges_the_recently_reinforced(
+    tmp_path: Path, store_target: str,
+) -> None:
+    world = make_world(tmp_path, store=store_target, max_entity_attributes=2)
     facts = [(f"Aditya fact number {i} about topic {i}.", f"topic_{i}") for i in range(4)]
     ids = []
     for content, attribute in facts:

@@ -31,8 +31,8 @@ BIG, SMALL = 10**9, 0  # temp_table_max forcing the TEMP-table plan or the strea
 
 
 @pytest.fixture
-def world(tmp_path: Path) -> Iterator[World]:
-    made = make_world(tmp_path)
+def world(tmp_path: Path, store_target: str) -> Iterator[World]:
+    made = make_world(tmp_path, store=store_target)
     yield made
     made.rt.close()
 

@@ -82,8 +82,10 @@ def test_another_users_record_never_appears_through_any_channel(world: World) ->
     assert mine in ids(search(world, text))
 
 
-def test_eligible_lexical_match_survives_many_stronger_ineligible_ones(tmp_path: Path) -> None:
-    world = make_world(tmp_path)
+def test_eligible_lexical_match_survives_many_stronger_ineligible_ones(
+    tmp_path: Path, store_target: str,
+) -> None:
+    world = make_world(tmp_path, store=store_target)
     store = world.rt.store
     with store.atomic():
         for i in range(5000):  # 5,000 records in other users' scopes, all matching harder
@@ -137,8 +139,8 @@ def test_duplicate_collapse_keeps_the_higher_ranked_record(world: World) -> None
     assert deduped[0][:2] == [b, a]
 
 
-def test_budget_fill_never_truncates_content(tmp_path: Path) -> None:
-    world = make_world(tmp_path, max_entity_attributes=64)
+def test_budget_fill_never_truncates_content(tmp_path: Path, store_target: str) -> None:
+    world = make_world(tmp_path, store=store_target, max_entity_attributes=64)
     long_text = "Aditya keeps a long checklist for releases: " + "verify the changelog, " * 60
     short = "Aditya keeps a short checklist for releases."
     first = world.write(content=long_text, attribute="release_checklist_long").record_id
@@ -175,10 +177,10 @@ def test_rewrite_disabled_keeps_queries_and_logs_disabled(world: World) -> None:
     assert row["rewrite_status"] == "disabled" and row["rewritten_queries"] is None
 
 
-def test_rewritten_queries_drive_retrieval_and_both_are_logged(tmp_path: Path) -> None:
+def test_rewritten_queries_drive_retrieval_and_both_are_logged(tmp_path: Path, store_target: str) -> None:
     from dataclasses import replace
 
-    world = make_world(tmp_path)
+    world = make_world(tmp_path, store=store_target)
     rid = fact(world, CONCISE, "explanation_style")
     rewriter = FakeRewriter(["concise technical explanations"])
     cfg = world.rt.config
@@ -204,10 +206,12 @@ def test_rewritten_queries_drive_retrieval_and_both_are_logged(tmp_path: Path) -
 # -- reranking, explanations and logs ------------------------------------------------------
 
 
-def test_reranker_sees_only_gate_and_dedup_survivors_capped_and_logs_ranks(tmp_path: Path) -> None:
+def test_reranker_sees_only_gate_and_dedup_survivors_capped_and_logs_ranks(
+    tmp_path: Path, store_target: str,
+) -> None:
     from dataclasses import replace
 
-    world = make_world(tmp_path)
+    world = make_world(tmp_path, store=store_target)
     contents = [f"Aditya's build step {i} uses cache layer {i}." for i in range(4)]
     for i, content in enumerate(contents):
         fact(world, content, f"build_step_{i}")

@@ -221,7 +221,7 @@ def test_a_row_reaching_the_store_after_its_users_erasure_is_left_out(world: Wor
 
 
 def test_an_in_memory_store_writes_inline_and_building_a_runtime_starts_no_thread(
-    tmp_path: Path,
+    tmp_path: Path, store_target: str,
 ) -> None:
     store = Store(":memory:")
     try:
@@ -229,7 +229,7 @@ def test_an_in_memory_store_writes_inline_and_building_a_runtime_starts_no_threa
     finally:
         store.close()
     before = [t for t in threading.enumerate() if t.name == "retold-search-log"]
-    world = make_world(tmp_path)
+    world = make_world(tmp_path, store=store_target)
     try:
         assert world.rt.search_log.background
         assert [t for t in threading.enumerate() if t.name == "retold-search-log"] == before

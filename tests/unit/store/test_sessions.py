@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import threading
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
 from retold.errors import StoreError
-from retold.store import Store
+from retold.store import Store, open_store
 from retold.store.sessions import IdleSession, SessionRow
 from retold.testing import T0
 
@@ -94,8 +93,8 @@ def test_idle_sessions_are_open_sessions_quiet_since_before_the_cutoff(store: St
     ]
 
 
-def test_concurrent_appenders_on_one_file_never_collide(store_path: Path) -> None:
-    first, second = Store(store_path), Store(store_path)
+def test_concurrent_appenders_on_one_store_never_collide(store_target: str) -> None:
+    first, second = open_store(store_target), open_store(store_target)
     try:
         assert first.create_session("s1", "research-agent", "aditya", None, T0)
         per_writer = 40

@@ -13,7 +13,7 @@ import pytest
 
 from retold.errors import NotADatabaseError, SchemaTooNewError
 from retold.models import RECORD_STATUSES, Scope
-from retold.store import Store
+from retold.store import Store, open_store
 from retold.store.migrations import LATEST, MIGRATIONS, Migration, migrate
 from retold.testing import T0, make_record
 
@@ -162,7 +162,7 @@ def test_deleting_a_record_removes_its_fts_row(store: Store) -> None:
 
 
 def _writer(path: str, n: int) -> None:
-    store = Store(path)
+    store = open_store(path)
     for _ in range(n):
         rec = make_record()
         with store.atomic():
@@ -171,16 +171,16 @@ def _writer(path: str, n: int) -> None:
     store.close()
 
 
-def test_concurrent_writer_processes_lose_nothing(store_path: Path) -> None:
-    Store(store_path).close()
+def test_concurrent_writer_processes_lose_nothing(store_target: str) -> None:
+    open_store(store_target).close()
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_writer, args=(str(store_path), 40)) for _ in range(3)]
+    procs = [ctx.Process(target=_writer, args=(store_target, 40)) for _ in range(3)]
     for proc in procs:
         proc.start()
     for proc in procs:
         proc.join(60)
         assert proc.exitcode == 0
-    store = Store(store_path)
+    store = open_store(store_target)
     assert _count(store) == 120
     assert store.records_version() == 240
     store.close()
