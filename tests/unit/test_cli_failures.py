@@ -18,7 +18,7 @@ import pytest
 from retold import build_runtime, load_config
 from retold.cli import main
 from retold.cli_failure import EXIT_ERROR, EXIT_LOCKED
-from retold.config_env import store_target
+from retold.config_env import store_target as store_keys
 from retold.ingest.session import InProcessScheduler
 from retold.models import Principal, Scope
 from retold.testing import make_record
@@ -37,7 +37,7 @@ def store(tmp_path: Path, store_target: str) -> tuple[str, Path]:
     config = tmp_path / "config.yaml"
     config.write_text(f"embedding:\n  model: fake\nstore:\n  busy_timeout_seconds: 0.2\n"
                       f"  path: {tmp_path / 'mem.sqlite'}\n")
-    with build_runtime(load_config(config, overrides={"store": store_target(store_target)})) as rt:
+    with build_runtime(load_config(config, overrides={"store": store_keys(store_target)})) as rt:
         rt.store.write_record(make_record(scope=Scope.parse(SCOPE), content="Cleo likes river walks."))
     return store_target, config
 
@@ -126,7 +126,7 @@ def test_a_provider_failure_in_extract_is_one_line_with_or_without_v(
 ) -> None:
     need("anthropic")
     path, config = store
-    with build_runtime(load_config(config, overrides={"store": store_target(path)}),
+    with build_runtime(load_config(config, overrides={"store": store_keys(path)}),
                        scheduler=InProcessScheduler()) as rt:
         principal = Principal("agent-a", "cleo", "s-down", None)
         rt.hooks.on_turn(principal, "user", "Please remember that I like river walks.")

@@ -10,7 +10,7 @@ import pytest
 
 from retold import build_runtime, load_config
 from retold.cli import main
-from retold.config_env import store_target
+from retold.config_env import store_target as store_keys
 from retold.models import Principal, Scope
 from retold.policy.grants import readable_scopes
 
@@ -27,7 +27,7 @@ def flags(tmp_path: Path, store_target: str) -> list[str]:
 
 
 def _reads_apollo(flags: list[str], user: str) -> bool:
-    config = load_config(flags[3], overrides={"store": store_target(flags[1])})
+    config = load_config(flags[3], overrides={"store": store_keys(flags[1])})
     with build_runtime(config) as rt:
         return APOLLO in readable_scopes(rt.store, Principal(AGENT, user, "s", None))
 

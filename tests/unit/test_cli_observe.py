@@ -15,7 +15,7 @@ import pytest
 
 from retold import build_runtime, load_config
 from retold.cli import main
-from retold.config_env import store_target
+from retold.config_env import store_target as store_keys
 from retold.ingest.extractor import FakeExtractor
 from retold.ingest.reviewer import TableReviewer
 from retold.ingest.session import InProcessScheduler
@@ -41,7 +41,7 @@ def store(tmp_path: Path, store_target: str) -> Iterator[list[str]]:
     # The store path places the embedded broker's file, on both backends.
     config.write_text(f"store:\n  path: {tmp_path / 'mem.sqlite'}\nembedding:\n  model: fake\n")
     path = store_target
-    loaded = load_config(config, overrides={"store": store_target(path)})
+    loaded = load_config(config, overrides={"store": store_keys(path)})
     with build_runtime(loaded, scheduler=InProcessScheduler(), environ={}) as rt:
         rt.host.grant(AGENT, Scope("user", "cleo"), read=True, write=True)
         for session_id, user in (("chat", "cleo"), ("stuck", "cleo"), ("done", "cleo"), ("bea-1", "bea")):

@@ -9,7 +9,7 @@ import pytest
 
 from retold import build_runtime, load_config
 from retold.cli import main
-from retold.config_env import store_target
+from retold.config_env import store_target as store_keys
 from retold.models import Principal, Scope
 
 AGENT, USER = "cli-agent", "cleo"
@@ -25,7 +25,7 @@ def store(tmp_path: Path, store_target: str) -> tuple[list[str], dict[str, str]]
     config.write_text(f"store:\n  path: {tmp_path / 'mem.sqlite'}\nembedding:\n  model: fake\n")
     path = store_target
     ids: dict[str, str] = {}
-    with build_runtime(load_config(config, overrides={"store": store_target(path)})) as rt:
+    with build_runtime(load_config(config, overrides={"store": store_keys(path)})) as rt:
         rt.host.grant(AGENT, Scope("user", USER), read=True, write=True)
         principal = Principal(AGENT, USER, "sess-1")
         rt.hooks.on_session_start(principal)
@@ -46,13 +46,13 @@ def store(tmp_path: Path, store_target: str) -> tuple[list[str], dict[str, str]]
 
 
 def _events(common: list[str], kind: str) -> list[dict[str, object]]:
-    config = load_config(common[3], overrides={"store": store_target(common[1])})
+    config = load_config(common[3], overrides={"store": store_keys(common[1])})
     with build_runtime(config) as rt:
         return rt.store.events(kind=kind)
 
 
 def _profile(common: list[str], session_id: str) -> tuple[str, ...]:
-    config = load_config(common[3], overrides={"store": store_target(common[1])})
+    config = load_config(common[3], overrides={"store": store_keys(common[1])})
     with build_runtime(config) as rt:
         principal = Principal(AGENT, USER, session_id)
         rt.hooks.on_session_start(principal)

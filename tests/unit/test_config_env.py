@@ -9,7 +9,8 @@ import pytest
 
 from retold import build_runtime
 from retold.broker import CeleryScheduler
-from retold.config_env import load_config_from_environment, store_target
+from retold.config_env import load_config_from_environment
+from retold.config_env import store_target as store_keys
 from retold.errors import ConfigError
 
 REDIS = "redis://127.0.0.1:6390/3"
@@ -45,7 +46,7 @@ def test_a_later_layer_wins_whichever_kind_of_store_each_names(config_file: Path
     env = {"RETOLD_CONFIG": str(config_file), "RETOLD_STORE": url}
     assert load_config_from_environment(env).store.target == url  # a URL beats the file's path
     flag = str(tmp_path / "flag.sqlite")
-    back = load_config_from_environment(env, overrides={"store": store_target(flag)})
+    back = load_config_from_environment(env, overrides={"store": store_keys(flag)})
     assert back.store.target == flag and back.store.url is None  # and a path beats the URL
     with_url = tmp_path / "url.yaml"
     with_url.write_text(f"store:\n  url: {url}\n")

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from retold import build_runtime, load_config
-from retold.config_env import store_target
+from retold.config_env import store_target as store_keys
 from retold.errors import EmbeddingMismatchError, MigrationIssuesError
 from retold.index.embedder import FakeEmbedder
 from retold.ingest.equivalence import FakeJudge
@@ -151,7 +151,7 @@ def test_erase_session_blanks_turns_and_quotes_but_keeps_the_claim(world: World)
 
 def _runtime(target: str, clock: ManualClock, *, embedder: FakeEmbedder | None = None,
              allow_embedding_mismatch: bool = False, **over: object) -> Runtime:
-    config = load_config(overrides={"store": store_target(target), "embedding": {"model": "fake"},
+    config = load_config(overrides={"store": store_keys(target), "embedding": {"model": "fake"},
                                     "retrieval": {"gate": TEST_GATE}, **over})
     return build_runtime(config, clock=clock, embedder=embedder or FakeEmbedder(), judge=FakeJudge(),
                          allow_embedding_mismatch=allow_embedding_mismatch)
@@ -310,7 +310,7 @@ def test_migrate_expire_unmapped_retires_legacy_rows(store_target: str, clock: M
     store.close()
     with pytest.raises(MigrationIssuesError):
         open_store(store_target)
-    rt = build_runtime(load_config(overrides={"store": store_target(store_target),
+    rt = build_runtime(load_config(overrides={"store": store_keys(store_target),
                                               "embedding": {"model": "fake"}}),
                        clock=clock, allow_migration_issues=True)
     with rt:

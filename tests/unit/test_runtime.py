@@ -13,7 +13,7 @@ import pytest
 import retold
 from retold import build_runtime, load_config
 from retold.cli import main
-from retold.config_env import store_target
+from retold.config_env import store_target as store_keys
 from retold.errors import EmbeddingMismatchError, ModelMissingError, StoreError
 from retold.index.embedder import FakeEmbedder
 from retold.ingest.extractor import FakeExtractor
@@ -25,7 +25,7 @@ from retold.testing import make_record
 
 
 def fake_config(target: str | Path) -> retold.Config:
-    return load_config(overrides={"store": store_target(str(target)), "embedding": {"model": "fake"}})
+    return load_config(overrides={"store": store_keys(str(target)), "embedding": {"model": "fake"}})
 
 
 def test_runtime_writes_and_finds_a_vector_through_its_index(store_target: str) -> None:
@@ -125,7 +125,7 @@ def test_runtime_refuses_a_store_of_another_embedding_family(store_target: str) 
             rt.store.write_record(rec)
             rt.store.put_embedding(rec.id, rt.embedder.name, rt.embedder.version,
                                    rt.embedder.embed_documents([rec.content])[0])
-    other = load_config(overrides={"store": store_target(path),
+    other = load_config(overrides={"store": store_keys(path),
                                    "embedding": {"model": "fake", "version": "2", "dims": 8}})
     with pytest.raises(EmbeddingMismatchError) as refused:
         build_runtime(other)
