@@ -239,6 +239,20 @@ class StoreBase:
                 self._depth = depth
 
     @contextmanager
+    def _one_view(self) -> Iterator[sqlite3.Connection]:
+        """The connection for a read that must see one consistent state: a snapshot here,
+        where the read takes several statements; PostgreSQL's store writes such reads as
+        one statement, which is consistent on its own, and skips the BEGIN and COMMIT."""
+        with self.snapshot() as conn:
+            yield conn
+
+    def _rows_with_version(self, sql: str, params: Sequence[Any]) -> tuple[int, list[Any]]:
+        """The rows of ``sql`` and the ``records_version`` they reflect, read together."""
+        with self.snapshot() as conn:
+            version = self.read_version(conn)
+            return version, conn.execute(sql, params).fetchall()
+
+    @contextmanager
     def snapshot(self) -> Iterator[sqlite3.Connection]:
         """A consistent read: several statements see one WAL snapshot."""
         with self._lock:

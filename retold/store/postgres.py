@@ -10,22 +10,17 @@ SQL, run through :class:`~retold.store.pg_connection.PgConnection`. See docs/dec
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Sequence
-from functools import lru_cache
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from retold.errors import StoreError
-from retold.store.eligible import EligibleSet
-from retold.store.entities import ENTITY_COLUMNS
 from retold.store.failures import StoreLock
 from retold.store.fts import write_fts_rows
 from retold.store.migrations import MigrationReport
 from retold.store.pg_connection import PgConnection
+from retold.store.pg_reads import PgReads
 from retold.store.pg_schema import migrate as pg_migrate
-from retold.store.search import FtsRow, take_links
-from retold.store.store import Store
 from retold.store.url import conninfo, redact
 
 __all__ = ["WRITE_LOCK", "PgStore"]
@@ -34,26 +29,9 @@ __all__ = ["WRITE_LOCK", "PgStore"]
 # on it as SQLite's writers queue on BEGIN IMMEDIATE, so a decide-and-write (read the
 # current truth, then supersede it) never interleaves with another writer's.
 WRITE_LOCK = 0x7265746F6C64  # "retold"
-# ts_rank weights for labels {D, C, B, A}: content 1, subject 2, aliases 3, tags 1, the
-# ratios of the FTS5 column weights (docs/decisions.md, "PostgreSQL as a shared store").
-_WEIGHTS = "'{0.25, 0.5, 0.75, 0.25}'"
-_PHRASE = re.compile(r'"([^"]*)"')
 
 
-@lru_cache(maxsize=64)
-def _tsquery(terms: int) -> str:
-    """A tsquery OR-ing ``terms`` phrases, each stemmed or exactly as written."""
-    one = ("(phraseto_tsquery('retold_stem', retold_words(?))"
-           " || phraseto_tsquery('retold_exact', retold_words(?)))")
-    return " || ".join([one] * terms)
-
-
-def _phrases(match: str) -> list[str]:
-    """The quoted phrases of the FTS5 expression the retriever builds (``"a" OR "b c"``)."""
-    return [p for p in dict.fromkeys(_PHRASE.findall(match)) if p.strip()]
-
-
-class PgStore(Store):
+class PgStore(PgReads):
     """The store on PostgreSQL: one connection per process, shared by its threads."""
 
     backend = "postgres"
@@ -101,65 +79,6 @@ class PgStore(Store):
 
     def _write_fts(self, conn: Any, record_ids: Iterable[str]) -> None:
         write_fts_rows(conn, record_ids, with_tags=True)
-
-    # -- lexical and entity candidates -------------------------------------------------
-
-    def fts_candidates(
-        self, match: str, eligible: EligibleSet, limit: int, *, temp_table_max: int | None = None,
-    ) -> list[FtsRow]:
-        """The best ``limit`` eligible rows for the retriever's phrase expression, by
-        ``ts_rank`` over the weighted document (negated, so lower is better as with bm25).
-        The eligible restriction is part of the query, before the limit."""
-        phrases = _phrases(match)
-        if not phrases or limit <= 0 or len(eligible) == 0:
-            return []
-        params: list[Any] = [p for phrase in phrases for p in (phrase, phrase)]
-        with self.snapshot() as conn:
-            rows = conn.execute(
-                f"SELECT f.rowid, -ts_rank({_WEIGHTS}, f.document, q.query, 1) AS score,"
-                " f.record_id, f.content, f.subject, f.aliases"
-                f" FROM records_fts f, (SELECT {_tsquery(len(phrases))} AS query) q"
-                " WHERE f.document @@ q.query AND f.rowid = ANY(?)"
-                " ORDER BY score, f.rowid LIMIT ?",
-                [*params, eligible.seqs.tolist(), limit]).fetchall()
-        return [FtsRow(rid, int(seq), float(score), content, subject, aliases)
-                for seq, score, rid, content, subject, aliases in rows]
-
-    def count_fts_matches(self, match: str) -> int:
-        phrases = _phrases(match)
-        if not phrases:
-            return 0
-        params = [p for phrase in phrases for p in (phrase, phrase)]
-        with self._lock:
-            return int(self._conn.execute(
-                f"SELECT count(*) FROM records_fts WHERE document @@ ({_tsquery(len(phrases))})",
-                params).fetchone()[0])
-
-    def records_for_entities(
-        self, entity_ids: Sequence[str], eligible: EligibleSet, limit: int, *,
-        temp_table_max: int | None = None,
-    ) -> list[tuple[str, str]]:
-        """As on SQLite: eligible records linked to these entities, ``about`` links
-        first, then the newest ``event_at``; each record once, with its best link. The
-        ids travel as two array parameters."""
-        wanted = list(dict.fromkeys(entity_id for entity_id in entity_ids if entity_id))
-        if not wanted or limit <= 0 or len(eligible) == 0:
-            return []
-        with self.snapshot() as conn:
-            cursor = conn.execute(
-                "SELECT re.record_id, re.entity_id, r.seq FROM record_entities re"
-                " JOIN records r ON r.id = re.record_id"
-                " WHERE re.entity_id = ANY(?) AND r.seq = ANY(?)"
-                " ORDER BY re.role = 'mentions', r.event_at DESC, re.record_id DESC, re.entity_id"
-                " LIMIT ?", (wanted, eligible.seqs.tolist(), limit * len(wanted)))
-            rows = take_links(cursor, None, limit)
-        return [(record_id, entity_id) for record_id, entity_id, _ in rows]
-
-    def _alias_probe(self, conn: Any, wanted: list[str], tail: str, args: list[str]) -> list[tuple[str, ...]]:
-        # No TEMP table: a read-only PostgreSQL transaction may not create one.
-        return list(conn.execute(
-            f"SELECT p.alias_norm, {ENTITY_COLUMNS} FROM unnest(?::text[]) AS p(alias_norm){tail}",
-            [wanted, *args]).fetchall())
 
     # -- erasure's compaction ------------------------------------------------------------
 

@@ -130,9 +130,7 @@ class SearchMixin(StoreBase):
         params: list[Any] = []
         for scope in scopes:
             params += [scope.kind, scope.id, *tail]
-        with self.snapshot() as conn:
-            version = self.read_version(conn)
-            rows = conn.execute(sql, params).fetchall()
+        version, rows = self._rows_with_version(sql, params)
         seqs = np.fromiter((row[1] for row in rows), dtype=np.int64, count=len(rows))
         expiries = [row[2] for row in rows if row[2] is not None]
         valid_until = from_iso(min(expiries)) if expiries and not include_history else None
