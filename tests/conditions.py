@@ -13,7 +13,7 @@ from typing import Any
 from retold.config import is_database_url
 from retold.store import Store
 from retold.store.pg_connection import PgConnection
-from retold.store.postgres import WRITE_LOCK
+from retold.store.postgres import LOG_LOCK, WRITE_LOCK
 from retold.store.url import conninfo
 from tests.sql import rows
 
@@ -26,7 +26,8 @@ def write_lock_held(path: str | Path) -> Iterator[None]:
     if is_database_url(str(path)):
         pg = PgConnection(conninfo(str(path)), connect_timeout=5)
         pg.execute("BEGIN")
-        pg.execute("SELECT pg_advisory_xact_lock(?)", (WRITE_LOCK,))
+        # Both of the store's locks, as an erasure holds them: writers and search-log rows wait.
+        pg.execute("SELECT pg_advisory_xact_lock(?), pg_advisory_xact_lock(?)", (WRITE_LOCK, LOG_LOCK))
         try:
             yield
         finally:

@@ -10,7 +10,8 @@ SQL, run through :class:`~retold.store.pg_connection.PgConnection`. See docs/dec
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +24,17 @@ from retold.store.pg_reads import PgReads
 from retold.store.pg_schema import migrate as pg_migrate
 from retold.store.url import conninfo, redact
 
-__all__ = ["WRITE_LOCK", "PgStore"]
+__all__ = ["LOG_LOCK", "WRITE_LOCK", "PgStore"]
 
 # The transaction-scoped advisory lock every write transaction takes first: writers queue
 # on it as SQLite's writers queue on BEGIN IMMEDIATE, so a decide-and-write (read the
 # current truth, then supersede it) never interleaves with another writer's.
 WRITE_LOCK = 0x7265746F6C64  # "retold"
+# Taken by search-log inserts and by the erasures that delete search-log rows, so a row
+# checked against the erase events cannot commit after an erase it did not see; the log
+# writer does not need WRITE_LOCK (docs/decisions.md, "Writers decide before they take
+# the write lock").
+LOG_LOCK = WRITE_LOCK + 1
 
 
 class PgStore(PgReads):
@@ -40,6 +46,7 @@ class PgStore(PgReads):
                      " WHERE key = 'records_version' RETURNING value")
     _COUNTED_TRUE = "json_extract(payload, '$.counted') = 'true'"
     _NOT_INDEXED = ""
+    _LOCK_ROW = " FOR NO KEY UPDATE"
 
     def _open(self, migrate_schema: bool) -> None:
         import psycopg
@@ -65,12 +72,36 @@ class PgStore(PgReads):
             raise
 
     def _begin_write(self) -> None:
-        self._conn.execute("BEGIN")
         try:
-            self._conn.execute("SELECT pg_advisory_xact_lock(?)", (WRITE_LOCK,))
+            # One round trip: the lock is taken in the statement after BEGIN.
+            self._conn.execute(f"BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})")
         except BaseException:
-            self._conn.execute("ROLLBACK")  # a lock wait that timed out leaves nothing open
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")  # a lock wait that timed out leaves nothing open
             raise
+
+    def _begin_late(self) -> int:
+        cursor = self._conn.execute("BEGIN; SELECT value FROM store_meta WHERE key = 'records_version'")
+        cursor.nextset()
+        return int(cursor.fetchone()[0])
+
+    def _take_write_lock(self) -> None:
+        self._conn.execute(f"SELECT pg_advisory_xact_lock({WRITE_LOCK})")
+
+    @contextmanager
+    def _search_log_writes(self) -> Iterator[Any]:
+        # Search-log rows need only exclude an erase, not every writer, and a row lost to
+        # a crash is acceptable (rows are dropped when the queue is full anyway), so the
+        # commit does not wait for the WAL flush.
+        outermost = not self._depth
+        with self.atomic(late_lock=True) as conn:
+            if outermost:
+                conn.execute("SET LOCAL synchronous_commit = off")
+            conn.execute(f"SELECT pg_advisory_xact_lock({LOG_LOCK})")
+            yield conn
+
+    def _exclude_search_log(self, conn: Any) -> None:
+        conn.execute(f"SELECT pg_advisory_xact_lock({LOG_LOCK})")
 
     def migrate(self) -> MigrationReport:
         with self._lock:

@@ -151,6 +151,13 @@ class SearchMixin(StoreBase):
 
     # -- search_log: one row per search ------------------------------------------------
 
+    @contextmanager
+    def _search_log_writes(self) -> Iterator[sqlite3.Connection]:
+        """The transaction search-log rows are inserted in; it excludes erasures (here by
+        the store's one write lock)."""
+        with self.atomic() as conn:
+            yield conn
+
     def insert_search_logs(self, rows: Sequence[Mapping[str, Any]]) -> int:
         """Insert complete rows in one transaction; return how many were written.
 
@@ -167,7 +174,7 @@ class SearchMixin(StoreBase):
         if not rows:
             return 0
         oldest = min(str(row["at"]) for row in rows)
-        with self.atomic() as conn:
+        with self._search_log_writes() as conn:
             # Read under the write lock, so no erase can commit between this and the insert.
             erased: dict[tuple[str, str], str] = {}
             for kind, at, user_id, session_id in conn.execute(
