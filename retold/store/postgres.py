@@ -17,7 +17,6 @@ from typing import Any
 
 from retold.errors import StoreError
 from retold.store.failures import StoreLock
-from retold.store.fts import write_fts_rows
 from retold.store.migrations import MigrationReport
 from retold.store.pg_connection import PgConnection
 from retold.store.pg_reads import PgReads
@@ -35,6 +34,24 @@ WRITE_LOCK = 0x7265746F6C64  # "retold"
 # writer does not need WRITE_LOCK (docs/decisions.md, "Writers decide before they take
 # the write lock").
 LOG_LOCK = WRITE_LOCK + 1
+
+
+# write_fts_rows (with tags) as one statement: a deleted record loses its row, any other
+# gets its content, subject, its entities' aliases (distinct, in order) and its tags.
+_WRITE_FTS = (
+    "WITH gone AS (DELETE FROM records_fts WHERE rowid IN"
+    "  (SELECT seq FROM records WHERE id = ANY(?) AND status = 'deleted'))"
+    " INSERT INTO records_fts(rowid, record_id, content, subject, aliases, tags)"
+    " SELECT r.seq, r.id, r.content, r.subject,"
+    "  coalesce((SELECT string_agg(x.alias_norm, ' ' ORDER BY x.alias_norm) FROM"
+    "   (SELECT DISTINCT a.alias_norm FROM record_entities re"
+    "    JOIN entity_aliases a ON a.entity_id = re.entity_id WHERE re.record_id = r.id) x), ''),"
+    "  coalesce((SELECT string_agg(t.tag, ' ' ORDER BY t.n)"
+    "   FROM json_array_elements_text(r.tags::json) WITH ORDINALITY AS t(tag, n)), '')"
+    " FROM records r WHERE r.id = ANY(?) AND r.status <> 'deleted'"
+    " ON CONFLICT (rowid) DO UPDATE SET record_id = excluded.record_id, content = excluded.content,"
+    " subject = excluded.subject, aliases = excluded.aliases, tags = excluded.tags"
+)
 
 
 class PgStore(PgReads):
@@ -109,7 +126,20 @@ class PgStore(PgReads):
             return self.migration_report
 
     def _write_fts(self, conn: Any, record_ids: Iterable[str]) -> None:
-        write_fts_rows(conn, record_ids, with_tags=True)
+        # One statement for any number of records, where write_fts_rows takes four a
+        # record: the rows written inside the write lock are the ones every writer waits on.
+        ids = list(dict.fromkeys(record_ids))
+        if ids:
+            conn.execute(_WRITE_FTS, (ids, ids))
+
+    def _bump_for_insert(self, conn: Any) -> tuple[int, int]:
+        if not self._depth:
+            raise StoreError("records_version may only change inside Store.atomic()")
+        self._hold_write_lock()
+        # One round trip: the new seq comes back with the bumped version.
+        version, seq = conn.execute(
+            self._BUMP_VERSION + ", (SELECT coalesce(max(seq), 0) + 1 FROM records)").fetchone()
+        return int(version), int(seq)
 
     # -- erasure's compaction ------------------------------------------------------------
 

@@ -72,9 +72,7 @@ class RecordsMixin(StoreBase):
             if role not in LINK_ROLES:
                 raise ValueError(f"link role must be about or mentions, got {role!r}")
         with self.atomic() as conn:
-            version = self.bump_version(conn)
-            # BEGIN IMMEDIATE holds the write lock, so max(seq) + 1 cannot race.
-            seq = int(conn.execute("SELECT coalesce(max(seq), 0) + 1 FROM records").fetchone()[0])
+            version, seq = self._bump_for_insert(conn)
             conn.execute(
                 "INSERT INTO records (id, seq, type, version, content, subject, subject_entity_id,"
                 " attribute, scope_kind, scope_id, source_kind, source_ref, creator_agent_id,"
@@ -110,6 +108,12 @@ class RecordsMixin(StoreBase):
             record.index_version, record.seq = version, seq
             event_id = self._insert_event(conn, event()) if event is not None else None
         return RecordWrite(version, seq, event_id)
+
+    def _bump_for_insert(self, conn: Any) -> tuple[int, int]:
+        """A new ``records_version`` for an insert, and the new record's seq."""
+        version = self.bump_version(conn)
+        # The write lock is held (the bump takes it), so max(seq) + 1 cannot race.
+        return version, int(conn.execute("SELECT coalesce(max(seq), 0) + 1 FROM records").fetchone()[0])
 
     # -- status and lifecycle -----------------------------------------------------------
 
