@@ -145,7 +145,8 @@ def _steps(rows: list[dict[str, Any]] | None) -> tuple[str, str, str]:
 
     def cpu(row: dict[str, Any]) -> str:
         server = "" if row.get("server_cpu_ms") is None else f" + {row['server_cpu_ms']:.0f}"
-        return f"{row['client_cpu_ms']:.0f}{server} / {row['write_lock_ms']:.0f}"
+        lock = "-" if row.get("write_lock_ms") is None else f"{row['write_lock_ms']:.0f}"
+        return f"{row['client_cpu_ms']:.0f}{server} / {lock}"
 
     return (f"{rates} ({rows[-1]['scaling']:.2f}x)",
             f"{sum(r['errors'] for r in rows)} / {sum(r['lost_writes'] for r in rows)}",

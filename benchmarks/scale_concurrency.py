@@ -132,7 +132,10 @@ def concurrency(target: str, reader: Runtime, seconds: float,
             "client_cpu_ms": round(sum(r["cpu_s"] for r in results) * 1000 / writes, 2),
             "server_cpu_ms": (round((server_after - server_before) * 1000 / writes, 2)
                               if server_before is not None and server_after is not None else None),
-            "write_lock_ms": round(sum(r["lock_ms"] for r in results) / writes, 2),
+            # SQLite's writers queue on BEGIN IMMEDIATE before the decision, which no stage
+            # separates from the entity lookup; PostgreSQL's wait is the write_lock stage.
+            "write_lock_ms": (round(sum(r["lock_ms"] for r in results) / writes, 2)
+                              if target.startswith("postgresql") else None),
         })
         print(f"  {n} processes: {rows[-1]}", flush=True)
     base = rows[0]["writes_per_s"] or 1.0

@@ -37,10 +37,13 @@ LOG_LOCK = WRITE_LOCK + 1
 
 
 # write_fts_rows (with tags) as one statement: a deleted record loses its row, any other
-# gets its content, subject, its entities' aliases (distinct, in order) and its tags.
+# gets its content, subject, its entities' aliases (distinct, in order) and its tags. The
+# rows to delete are an array, not an IN subquery: a prepared generic plan made while the
+# table was small (no statistics yet) must not join by scanning records_fts on every write.
+# (No statistics: autovacuum has not analysed a table growing under a bulk load.)
 _WRITE_FTS = (
-    "WITH gone AS (DELETE FROM records_fts WHERE rowid IN"
-    "  (SELECT seq FROM records WHERE id = ANY(?) AND status = 'deleted'))"
+    "WITH gone AS (DELETE FROM records_fts WHERE rowid = ANY(ARRAY("
+    "  SELECT seq FROM records WHERE id = ANY(?) AND status = 'deleted')))"
     " INSERT INTO records_fts(rowid, record_id, content, subject, aliases, tags)"
     " SELECT r.seq, r.id, r.content, r.subject,"
     "  coalesce((SELECT string_agg(x.alias_norm, ' ' ORDER BY x.alias_norm) FROM"
