@@ -88,6 +88,17 @@ def _refresh_ms(rt: Runtime, target: str, i: int) -> float:
     return (time.perf_counter() - started) * 1000
 
 
+def _analyze(url: str) -> None:
+    """Statistics as autovacuum's analyse refreshes them while a table grows: a
+    connection's cached plans are made again when they change. Without it (this machine's
+    server runs with autovacuum off) plans made while the tables were nearly empty scan
+    them on every write, and the load slows as they grow."""
+    import psycopg
+
+    with psycopg.connect(conninfo(url), autocommit=True) as conn:
+        conn.execute("ANALYZE")
+
+
 def _vacuum(url: str) -> None:
     """The tables as autovacuum keeps them on a store in use: right after a bulk load it
     has not run yet (and this machine's server runs with it off). Without planner
@@ -108,7 +119,8 @@ def run_size(n: int, targets: dict[str, str], queries: int, seconds: float) -> d
     for backend, target in targets.items():
         started = time.perf_counter()
         rt = bench_runtime(target)
-        populate(rt, records, vectors)
+        populate(rt, records, vectors,
+                 after_batch=(lambda url=target: _analyze(url)) if backend == "postgres" else None)
         if backend == "postgres":
             _vacuum(target)
         rt.refresh_index()

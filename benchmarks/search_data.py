@@ -315,9 +315,10 @@ def fake_vectors(contents: list[str], embedder: FakeEmbedder) -> np.ndarray:
     return out
 
 
-def populate(rt: Runtime, records: list[dict[str, Any]], vectors: np.ndarray) -> None:
+def populate(rt: Runtime, records: list[dict[str, Any]], vectors: np.ndarray,
+             after_batch: Callable[[], None] | None = None) -> None:
     """Users, projects, grants and memberships, then every record with its vector and its
-    ``about`` link."""
+    ``about`` link, 2,000 to a transaction; ``after_batch`` runs after each one."""
     about: dict[Scope, str] = {}
     for user in USERS:
         about[Scope("user", user)] = rt.host.provision_user(user, aliases=[user.capitalize()]).id
@@ -349,6 +350,8 @@ def populate(rt: Runtime, records: list[dict[str, Any]], vectors: np.ndarray) ->
                 # The one write: row, link, vector and FTS row (with the link's aliases) together.
                 rt.store.write_record(rec, links=[(entity_id, "about")],
                                       embedding=Embedding(name, version, vectors[int(spec["i"])]))
+        if after_batch is not None:
+            after_batch()
 
 
 def real_vectors(embedder: Embedder, contents: list[str]) -> np.ndarray:

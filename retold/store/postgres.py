@@ -2,10 +2,12 @@
 
 It is :class:`~retold.store.Store` with the few parts that differ between the dialects
 replaced by name: how the connection opens and migrates, how a write transaction takes
-the store's write lock, how ``records_version`` is bumped, and the lexical and entity
-candidate queries (``tsvector`` instead of FTS5). Every other query is the store's shared
-SQL, run through :class:`~retold.store.pg_connection.PgConnection`. See docs/decisions.md,
-"PostgreSQL as a shared store".
+the store's write lock (at BEGIN, or late for a decide-and-write), the search-log lock,
+how ``records_version`` is bumped and a record's FTS row written; the hot reads and the
+``tsvector`` candidate queries come from :class:`~retold.store.pg_reads.PgReads`. Every
+other query is the store's shared SQL, run through
+:class:`~retold.store.pg_connection.PgConnection`. See docs/decisions.md, "PostgreSQL as a
+shared store" and "Writers decide before they take the write lock".
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ from retold.store.url import conninfo, redact
 
 __all__ = ["LOG_LOCK", "WRITE_LOCK", "PgStore"]
 
-# The transaction-scoped advisory lock every write transaction takes first: writers queue
-# on it as SQLite's writers queue on BEGIN IMMEDIATE, so a decide-and-write (read the
-# current truth, then supersede it) never interleaves with another writer's.
+# The transaction-scoped advisory lock every write transaction takes, at BEGIN or (a
+# late-locked decide-and-write) before its first write: writers queue on it as SQLite's
+# writers queue on BEGIN IMMEDIATE, so no two write at once and a decision is never
+# applied over a change it did not see.
 WRITE_LOCK = 0x7265746F6C64  # "retold"
 # Taken by search-log inserts and by the erasures that delete search-log rows, so a row
 # checked against the erase events cannot commit after an erase it did not see; the log
@@ -39,8 +42,8 @@ LOG_LOCK = WRITE_LOCK + 1
 # write_fts_rows (with tags) as one statement: a deleted record loses its row, any other
 # gets its content, subject, its entities' aliases (distinct, in order) and its tags. The
 # rows to delete are an array, not an IN subquery: a prepared generic plan made while the
-# table was small (no statistics yet) must not join by scanning records_fts on every write.
-# (No statistics: autovacuum has not analysed a table growing under a bulk load.)
+# table was small and had no statistics (a bulk load outpaces autovacuum) must not join
+# by scanning records_fts on every write.
 _WRITE_FTS = (
     "WITH gone AS (DELETE FROM records_fts WHERE rowid = ANY(ARRAY("
     "  SELECT seq FROM records WHERE id = ANY(?) AND status = 'deleted')))"
