@@ -10,8 +10,8 @@ backends so machine noise hits both alike:
 - refresh: another connection (another process would be the same) writes one record with
   its vector; the time this process's RAM index takes to bring itself up to date by delta.
 
-PostgreSQL is ANALYZEd after the bulk load, as autovacuum would have done on a store in
-use. At the first size, 1, 2, 4 and 8 agent processes then write and search concurrently
+PostgreSQL is vacuumed and analysed after the bulk load, as autovacuum would have done on a
+store in use. At the first size, 1, 2, 4 and 8 agent processes then write and search concurrently
 on each backend (``benchmarks/scale_concurrency.py``). Targets (issue "PostgreSQL as the
 shared store"): PostgreSQL search non-embedding p50 <= 2x SQLite's at 100K; 8 agent
 processes >= 3x one process's write throughput on PostgreSQL, with 0 errors and 0 lost
@@ -89,13 +89,25 @@ def _refresh_ms(rt: Runtime, target: str, i: int) -> float:
 
 
 def _analyze(url: str) -> None:
-    """Planner statistics as autovacuum keeps them on a store in use; right after a bulk
-    load it has not run yet, and without them the index-version and lexical queries are
-    planned as scans."""
+    """Statistics as autovacuum's analyse refreshes them while a table grows: a
+    connection's cached plans are made again when they change. Without it (this machine's
+    server runs with autovacuum off) plans made while the tables were nearly empty scan
+    them on every write, and the load slows as they grow."""
     import psycopg
 
     with psycopg.connect(conninfo(url), autocommit=True) as conn:
         conn.execute("ANALYZE")
+
+
+def _vacuum(url: str) -> None:
+    """The tables as autovacuum keeps them on a store in use: right after a bulk load it
+    has not run yet (and this machine's server runs with it off). Without planner
+    statistics the index-version and lexical queries are planned as scans, and without
+    the visibility map every index-only scan of the eligible set visits the heap."""
+    import psycopg
+
+    with psycopg.connect(conninfo(url), autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
 
 
 def run_size(n: int, targets: dict[str, str], queries: int, seconds: float) -> dict[str, Any]:
@@ -107,9 +119,10 @@ def run_size(n: int, targets: dict[str, str], queries: int, seconds: float) -> d
     for backend, target in targets.items():
         started = time.perf_counter()
         rt = bench_runtime(target)
-        populate(rt, records, vectors)
+        populate(rt, records, vectors,
+                 after_batch=(lambda url=target: _analyze(url)) if backend == "postgres" else None)
         if backend == "postgres":
-            _analyze(target)
+            _vacuum(target)
         rt.refresh_index()
         runtimes[backend] = rt
         build[backend] = round(time.perf_counter() - started, 1)
@@ -137,12 +150,19 @@ def run_size(n: int, targets: dict[str, str], queries: int, seconds: float) -> d
                for backend, kinds in samples.items()}}
 
 
-def _steps(rows: list[dict[str, Any]] | None) -> tuple[str, str]:
+def _steps(rows: list[dict[str, Any]] | None) -> tuple[str, str, str]:
     if not rows:
-        return "-", "-"
+        return "-", "-", "-"
     rates = " / ".join(f"{r['writes_per_s']:.1f}" for r in rows)
+
+    def cpu(row: dict[str, Any]) -> str:
+        server = "" if row.get("server_cpu_ms") is None else f" + {row['server_cpu_ms']:.0f}"
+        lock = "-" if row.get("write_lock_ms") is None else f"{row['write_lock_ms']:.0f}"
+        return f"{row['client_cpu_ms']:.0f}{server} / {lock}"
+
     return (f"{rates} ({rows[-1]['scaling']:.2f}x)",
-            f"{sum(r['errors'] for r in rows)} / {sum(r['lost_writes'] for r in rows)}")
+            f"{sum(r['errors'] for r in rows)} / {sum(r['lost_writes'] for r in rows)}",
+            f"{cpu(rows[0])}; {cpu(rows[-1])}")
 
 
 def main() -> None:
@@ -174,7 +194,8 @@ def main() -> None:
             finally:
                 admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
     table = [["records", "backend", "write p50/p95 ms", "search non-embed p50/p95 ms", "refresh p50/p95 ms",
-              "writes/s with 1/2/4/8 processes (scaling at 8)", "errors / lost writes"]]
+              "writes/s with 1/2/4/8 processes (scaling at 8)", "errors / lost writes",
+              "ms per cycle, 1; 8 processes: CPU agent + server / lock wait"]]
     for size in results:
         for backend in BACKENDS:
             row = size[backend]
@@ -182,11 +203,13 @@ def main() -> None:
                           f"{row['write']['p50']:.2f} / {row['write']['p95']:.2f}",
                           f"{row['search']['p50']:.2f} / {row['search']['p95']:.2f}",
                           f"{row['refresh']['p50']:.2f} / {row['refresh']['p95']:.2f}",
-                          _steps(row.get("concurrency"))[0], _steps(row.get("concurrency"))[1]])
+                          *_steps(row.get("concurrency"))])
     write_report("scale", {"machine": machine(), "sizes": results}, table,
                  notes="Fake embedder; embedding excluded from write and search; both backends "
                        "on one machine (2 cores shared with other work), interleaved query by "
-                       "query; PostgreSQL ANALYZEd after the bulk load.",
+                       "query; PostgreSQL vacuumed and analysed after the bulk load. A cycle of "
+                       "the concurrency step is one memory_write and one memory_search; its CPU "
+                       "is the agents' and (PostgreSQL) their server processes', per write.",
                  directory=args.results_dir)
 
 

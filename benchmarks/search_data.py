@@ -27,6 +27,7 @@ from retold.index.embedder import _TOKEN, Embedder, FakeEmbedder, _token_vector
 from retold.ingest.entities import normalize_alias
 from retold.models import Principal, Scope
 from retold.runtime import Runtime
+from retold.store import Embedding
 from retold.testing import make_record
 from retold.util import new_id
 
@@ -314,9 +315,10 @@ def fake_vectors(contents: list[str], embedder: FakeEmbedder) -> np.ndarray:
     return out
 
 
-def populate(rt: Runtime, records: list[dict[str, Any]], vectors: np.ndarray) -> None:
+def populate(rt: Runtime, records: list[dict[str, Any]], vectors: np.ndarray,
+             after_batch: Callable[[], None] | None = None) -> None:
     """Users, projects, grants and memberships, then every record with its vector and its
-    ``about`` link."""
+    ``about`` link, 2,000 to a transaction; ``after_batch`` runs after each one."""
     about: dict[Scope, str] = {}
     for user in USERS:
         about[Scope("user", user)] = rt.host.provision_user(user, aliases=[user.capitalize()]).id
@@ -345,9 +347,11 @@ def populate(rt: Runtime, records: list[dict[str, Any]], vectors: np.ndarray) ->
                     created_at=at, event_at=at, status=spec["status"], confidence=0.9,
                     creator_agent_id=AGENT,
                 )
-                rt.store.write_record(rec)
-                rt.store.put_embedding(rec.id, name, version, vectors[int(spec["i"])])
-                rt.store.link_record(rec.id, [(entity_id, "about")])
+                # The one write: row, link, vector and FTS row (with the link's aliases) together.
+                rt.store.write_record(rec, links=[(entity_id, "about")],
+                                      embedding=Embedding(name, version, vectors[int(spec["i"])]))
+        if after_batch is not None:
+            after_batch()
 
 
 def real_vectors(embedder: Embedder, contents: list[str]) -> np.ndarray:

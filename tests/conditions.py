@@ -13,7 +13,7 @@ from typing import Any
 from retold.config import is_database_url
 from retold.store import Store
 from retold.store.pg_connection import PgConnection
-from retold.store.postgres import WRITE_LOCK
+from retold.store.postgres import LOG_LOCK, WRITE_LOCK
 from retold.store.url import conninfo
 from tests.sql import rows
 
@@ -34,7 +34,10 @@ class WriteLocker:
     def take(self) -> None:
         if self._pg:
             self._conn.execute("BEGIN")
-            self._conn.execute("SELECT pg_advisory_xact_lock(?)", (WRITE_LOCK,))
+            # Both of the store's locks, as an erasure holds them: writers and search-log
+            # rows wait.
+            self._conn.execute("SELECT pg_advisory_xact_lock(?), pg_advisory_xact_lock(?)",
+                               (WRITE_LOCK, LOG_LOCK))
         else:
             self._conn.execute("BEGIN IMMEDIATE")
         self.held = True

@@ -101,18 +101,20 @@ class VectorIndex:
             self._applied = dict(zip(snap.ids, snap.index_versions.tolist(), strict=True))
             self.loaded_version = snap.records_version
 
-    def refresh(self, store: Store, incremental_reload_max: int) -> RefreshOutcome:
+    def refresh(self, store: Store, incremental_reload_max: int, *,
+                version: int | None = None) -> RefreshOutcome:
         """Catch up with other processes' writes before a dense search.
 
         Changes this process already applied (same or newer index_version) are skipped,
         so local writes never count towards ``incremental_reload_max``: when nothing else
-        changed the index advances its version and reports ``current``. See
+        changed the index advances its version and reports ``current``. ``version`` is a
+        ``records_version`` the caller has just read, which saves reading it again. See
         ``docs/architecture.md``, "Index coherence across processes".
         """
         if not self.is_loaded:
             self.load(store)
             return "reload"
-        if store.records_version() == self.loaded_version:
+        if (store.records_version() if version is None else version) == self.loaded_version:
             return "current"
         durable, changes = store.index_changes(self.loaded_version, self.model, self.version, self.dims)
         with self._lock:

@@ -11,7 +11,6 @@ written on any error. The in-memory vector index is updated only after the commi
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
@@ -24,13 +23,16 @@ from retold.ingest.decision import Decision, decide_nearby, decide_subject
 from retold.ingest.entities import EntityError, EntityResolver
 from retold.ingest.equivalence import EquivalenceJudge
 from retold.ingest.evidence import normalize_ws, source_ref, validate_evidence
+from retold.ingest.staleness import DECISIVE_VERDICTS, check_decision
 from retold.ingest.subject import normalize_attribute, subject_of
 from retold.ingest.summary import retire_superseded
-from retold.models import RECORD_TYPES, EntityMention, Principal, Record, Resolution, Scope
+from retold.ingest.write_request import Provenance, Refusal, WriteError, WriteRequest, WriteResult
+from retold.models import RECORD_TYPES, Principal, Record, Resolution, Scope
 from retold.policy import grants
 from retold.policy.lifecycle import Lifecycle
 from retold.policy.secrets import screen
 from retold.store import Embedding, NewEvent, Store
+from retold.store.write_window import WriteWindow
 from retold.util import Clock, Timer, new_id
 
 __all__ = ["Ingestor", "Provenance", "WriteError", "WriteRequest", "WriteResult"]
@@ -50,67 +52,6 @@ NEARBY_K = 10
 # A change this process must apply to its own index after commit: record id, the
 # records_version it committed under, and its new vector and seq (None: the vector is unchanged).
 _IndexChange = tuple[str, int, np.ndarray | None, int | None]
-
-
-@dataclass(frozen=True)
-class WriteRequest:
-    """One memory to write. ``target`` is a symbolic label offered to the model
-    (``personal``, ``current_project``) or, from trusted host and extraction code, a
-    concrete Scope; None means ``personal``."""
-
-    type: str
-    content: str
-    attribute: str | None = None
-    target: str | Scope | None = None
-    source_kind: str = "agent_inference"
-    evidence: str | None = None
-    evidence_turn: int | None = None
-    event_at: datetime | None = None
-    valid_from: datetime | None = None
-    valid_until: datetime | None = None
-    review_at: datetime | None = None
-    entities: tuple[EntityMention, ...] = ()
-    tags: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class WriteError:
-    code: str  # a structured error code (invalid_input, scope_not_writable, ...)
-    message: str
-    details: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class WriteResult:
-    """What a write did: the outcome string (``created``, ``reinforced``,
-    ``superseded:<id>``, ``conflict:<id>``, ...), or the error it returned."""
-
-    outcome: str
-    record_id: str | None
-    status: str | None
-    note: str | None
-    timings_ms: dict[str, float]
-    error: WriteError | None = None
-    event_id: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-
-class _Refusal(Exception):
-    def __init__(self, code: str, message: str, **details: Any) -> None:
-        super().__init__(message)
-        self.error = WriteError(code, message, details)
-
-
-@dataclass
-class Provenance:
-    source_kind: str
-    source_ref: str | None
-    evidence: str | None
-    notes: list[str]
-    entailment: float | str | None  # a score, "not_checked", or None when not scored
 
 
 class Ingestor:
@@ -145,7 +86,7 @@ class Ingestor:
             vector = self.embedder.embed_documents([request.content])[0]
             timer.mark("embed")
             return self._decide_and_write(principal, request, scope, attribute, provenance, vector, timer)
-        except _Refusal as refusal:
+        except Refusal as refusal:
             timer.mark("refused")
             return WriteResult(refusal.error.code, None, None, refusal.error.message,
                                timer.as_dict(), refusal.error)
@@ -156,15 +97,15 @@ class Ingestor:
         self, principal: Principal, request: WriteRequest, origin: Origin
     ) -> tuple[Scope, str | None]:
         if request.type not in RECORD_TYPES:
-            raise _Refusal("invalid_input", f"type must be one of {', '.join(RECORD_TYPES)}")
+            raise Refusal("invalid_input", f"type must be one of {', '.join(RECORD_TYPES)}")
         if not request.content or not request.content.strip():
-            raise _Refusal("invalid_input", "content must not be blank")
+            raise Refusal("invalid_input", "content must not be blank")
         if request.evidence is not None and not request.evidence.strip():
-            raise _Refusal("invalid_input", "evidence must not be blank; omit it instead")
+            raise Refusal("invalid_input", "evidence must not be blank; omit it instead")
         if found := screen(content=request.content, evidence=request.evidence):  # never stored
-            raise _Refusal("secret_detected", found.message, kind=found.kind, field=found.field)
+            raise Refusal("secret_detected", found.message, kind=found.kind, field=found.field)
         if request.source_kind not in _ALLOWED_SOURCES[origin]:
-            raise _Refusal(
+            raise Refusal(
                 "invalid_source_kind",
                 f"source_kind {request.source_kind!r} cannot be written here; use one of "
                 + ", ".join(_ALLOWED_SOURCES[origin]),
@@ -172,20 +113,20 @@ class Ingestor:
         if isinstance(request.target, str):  # a symbolic label the model chose
             offered = grants.resolve_write_target(self.store, principal, request.target)
             if offered is None:
-                raise _Refusal("invalid_write_target",
+                raise Refusal("invalid_write_target",
                                f"write_target {request.target!r} is not offered in this session")
             scope = offered
         else:
             scope = request.target or Scope("user", principal.user_id)
         if not grants.can_write(self.store, principal, scope):
-            raise _Refusal("scope_not_writable", f"scope {scope} is not writable for this agent and user")
+            raise Refusal("scope_not_writable", f"scope {scope} is not writable for this agent and user")
         attribute: str | None = None
         if request.type != "episodic":
             if not request.attribute or not request.attribute.strip():
-                raise _Refusal("invalid_subject", "attribute required for semantic and procedural memories")
+                raise Refusal("invalid_subject", "attribute required for semantic and procedural memories")
             attribute = normalize_attribute(request.attribute)
             if not attribute:
-                raise _Refusal("invalid_subject", "attribute normalizes to nothing")
+                raise Refusal("invalid_subject", "attribute normalizes to nothing")
         return scope, attribute
 
     def provenance(self, principal: Principal, request: WriteRequest) -> Provenance:
@@ -232,28 +173,25 @@ class Ingestor:
         timer: Timer,
     ) -> WriteResult:
         now = self.clock.now()
-        payload: dict[str, Any] = {"judge": self.judge.name, "origin_scope": str(scope),
-                                   "requested_source_kind": request.source_kind}
-        with self.store.atomic():
-            primary, links, ambiguous = self._entities(principal, request, scope, prov.notes)
-            timer.mark("entities")
-            status = self.lifecycle.initial_status(prov.source_kind)
-            candidate = Record(
-                id=new_id(), type=request.type, version=1,  # type: ignore[arg-type]
-                content=request.content.strip(), subject=subject_of(primary, attribute),
-                subject_entity_id=primary, attribute=attribute, scope=scope,
-                source_kind=prov.source_kind,  # type: ignore[arg-type]
-                source_ref=prov.source_ref, creator_agent_id=principal.agent_id,
-                evidence=prov.evidence, created_at=now, event_at=request.event_at or now,
-                expires_at=self.lifecycle.initial_expiry(prov.source_kind, now),
-                valid_from=request.valid_from, valid_until=request.valid_until,
-                review_at=request.review_at, review_flagged_at=None,
-                confidence=self.lifecycle.initial_confidence(prov.source_kind), status=status,
-                supersedes_id=None, reinforcements=0, last_reinforced_at=None,
-                tags=list(request.tags), entity_ids=[e for e, _ in links],
-            )
-            decision = self._decide(candidate, vector, now, payload, timer)
-            timer.mark("supersession")
+        notes = list(prov.notes)
+        # The decision is made before the store's write lock where the store allows it
+        # (PostgreSQL), then checked against what other writers changed meanwhile and made
+        # again under the lock if it may be stale (docs/decisions.md, "Writers decide
+        # before they take the write lock"). On SQLite the lock is held from the start.
+        with self.store.atomic(late_lock=True):
+            for attempt in ("before_lock", "under_lock"):
+                prov.notes[:] = notes
+                payload: dict[str, Any] = {"judge": self.judge.name, "origin_scope": str(scope),
+                                           "requested_source_kind": request.source_kind}
+                candidate, links, ambiguous, decision, read = self._prepare(
+                    principal, request, scope, attribute, prov, vector, now, payload, timer)
+                window = self.store.lock_for_write([e for e, _ in links], model=self.embedder.name,
+                                                   version=self.embedder.version)
+                timer.mark("write_lock")
+                if attempt == "under_lock" or self._stands(window, candidate, vector, read, payload):
+                    break
+            if attempt == "under_lock":
+                payload["decided_again"] = True
 
             def event(outcome: str, record_id: str) -> NewEvent:
                 # Built once the rows are written, so it can report what writing cost.
@@ -281,6 +219,47 @@ class Ingestor:
         return WriteResult(outcome, record_id, final.status if final else None,
                            "; ".join(prov.notes) or None, timer.as_dict(), None, event_id)
 
+    def _prepare(
+        self, principal: Principal, request: WriteRequest, scope: Scope, attribute: str | None,
+        prov: Provenance, vector: np.ndarray, now: datetime, payload: dict[str, Any], timer: Timer,
+    ) -> tuple[Record, list[tuple[str, str]], list[dict[str, Any]], Decision, dict[str, int]]:
+        """Resolve the entities, build the candidate record and decide what to do with it;
+        also return every stored record the decision read, with the version it read."""
+        primary, links, ambiguous = self._entities(principal, request, scope, prov.notes)
+        timer.mark("entities")
+        status = self.lifecycle.initial_status(prov.source_kind)
+        candidate = Record(
+            id=new_id(), type=request.type, version=1,  # type: ignore[arg-type]
+            content=request.content.strip(), subject=subject_of(primary, attribute),
+            subject_entity_id=primary, attribute=attribute, scope=scope,
+            source_kind=prov.source_kind,  # type: ignore[arg-type]
+            source_ref=prov.source_ref, creator_agent_id=principal.agent_id,
+            evidence=prov.evidence, created_at=now, event_at=request.event_at or now,
+            expires_at=self.lifecycle.initial_expiry(prov.source_kind, now),
+            valid_from=request.valid_from, valid_until=request.valid_until,
+            review_at=request.review_at, review_flagged_at=None,
+            confidence=self.lifecycle.initial_confidence(prov.source_kind), status=status,
+            supersedes_id=None, reinforcements=0, last_reinforced_at=None,
+            tags=list(request.tags), entity_ids=[e for e, _ in links],
+        )
+        read: dict[str, int] = {}
+        decision = self._decide(candidate, vector, now, payload, timer, read)
+        timer.mark("supersession")
+        return candidate, links, ambiguous, decision, read
+
+    def _stands(self, window: WriteWindow, candidate: Record, vector: np.ndarray, read: dict[str, int],
+                payload: dict[str, Any]) -> bool:
+        """Whether a decision made before the write lock survives what ``window`` shows;
+        records written meanwhile that are close to the candidate are judged now."""
+        check = check_decision(window, candidate, vector, read,
+                               alias_cosine=self.config.attribute_alias_cosine,
+                               dedup_cosine=self.config.dedup_candidate_cosine)
+        if check.stale:
+            return False
+        verdicts = self._judge(candidate, [(c.record_id, c.content) for c in check.suspects])
+        payload["verdicts"].update(verdicts)
+        return not any(verdict in DECISIVE_VERDICTS for verdict in verdicts.values())
+
     def _entities(
         self, principal: Principal, request: WriteRequest, scope: Scope, notes: list[str]
     ) -> tuple[str | None, list[tuple[str, str]], list[dict[str, Any]]]:
@@ -290,14 +269,14 @@ class Ingestor:
         except EntityError as exc:
             # A missing and an unreadable entity id answer alike, as not_found.
             code = {"entity_not_readable": "not_found", "entity_kind_mismatch": "invalid_input"}
-            raise _Refusal(code.get(exc.code, exc.code), str(exc)) from None
+            raise Refusal(code.get(exc.code, exc.code), str(exc)) from None
         links: list[tuple[str, str]] = []
         ambiguous: list[dict[str, Any]] = []
         primary: str | None = None
         for res in resolutions:
             if res.outcome == "ambiguous":
                 if res.mention.role == "about":
-                    raise _Refusal(
+                    raise Refusal(
                         "entity_ambiguous",
                         f"{res.mention.text!r} names several entities; pass one entity_id",
                         candidates=self.resolver.describe_candidates(res.candidates),
@@ -320,14 +299,14 @@ class Ingestor:
         """A subject-less write is about the principal's person entity."""
         own_scope = scope == Scope("user", principal.user_id)
         if request.type != "episodic" and not own_scope:
-            raise _Refusal("invalid_subject", "about entity required")
+            raise Refusal("invalid_subject", "about entity required")
         if request.type == "episodic" and not grants.can_read(
             self.store, principal, Scope("user", principal.user_id)
         ):
             return None
         res: Resolution = self.resolver.principal_entity(principal)
         if res.outcome == "ambiguous":
-            raise _Refusal(
+            raise Refusal(
                 "entity_ambiguous",
                 f"several person entities carry the alias of user {principal.user_id!r}",
                 candidates=self.resolver.describe_candidates(res.candidates),
@@ -335,11 +314,13 @@ class Ingestor:
         return res.entity.id if res.entity else None
 
     def _decide(
-        self, candidate: Record, vector: np.ndarray, now: datetime, payload: dict[str, Any], timer: Timer
+        self, candidate: Record, vector: np.ndarray, now: datetime, payload: dict[str, Any], timer: Timer,
+        read: dict[str, int],
     ) -> Decision:
         """Decide against what is stored: the same entity's records first (reinforce,
         supersede, conflict), then nearby text (episodic records skip the subject rules:
-        they never supersede). See docs/architecture.md, "The write path"."""
+        they never supersede). See docs/architecture.md, "The write path". Adds each
+        record it read to ``read``, with the index_version it read."""
         self.index.refresh(self.store, self._reload_max)
         scanned: list[Record] = []
         if candidate.type != "episodic" and candidate.subject_entity_id:
@@ -349,15 +330,19 @@ class Ingestor:
             (rid, cos) for rid, cos in self.index.search(vector, eligible, NEARBY_K)
             if cos >= self.config.dedup_candidate_cosine
         ]
+        read.update((r.id, r.index_version) for r in scanned)
         scanned_ids = {r.id for r in scanned}
         nearby_records = {r.id: r for r in self.store.records([rid for rid, _ in nearby_ids])}
+        # A nearby hit that is gone from the store reads as never seen (-1): any change to it counts.
+        read.update((rid, nearby_records[rid].index_version if rid in nearby_records else -1)
+                    for rid, _ in nearby_ids)
         nearby = [(nearby_records[rid], cos) for rid, cos in nearby_ids
                   if rid in nearby_records and rid not in scanned_ids
                   and (candidate.type == "episodic"
                        or nearby_records[rid].subject_entity_id != candidate.subject_entity_id)]
         cosines = {r.id: self._cosine(vector, r.id) for r in scanned}
         timer.mark("dedup_search")
-        verdicts = self._judge(candidate, [*scanned, *(r for r, _ in nearby)])
+        verdicts = self._judge(candidate, [(r.id, r.content) for r in [*scanned, *(r for r, _ in nearby)]])
         timer.mark("judge")
         payload["verdicts"] = verdicts
         decision = None
@@ -383,20 +368,20 @@ class Ingestor:
                     scanned.append(incumbent)
         return scanned
 
-    def _judge(self, candidate: Record, records: list[Record]) -> dict[str, str]:
-        """Every scanned record is judged before anything is decided. Identical
-        text is the same claim without asking the judge."""
+    def _judge(self, candidate: Record, records: list[tuple[str, str]]) -> dict[str, str]:
+        """Every scanned ``(record id, content)`` is judged before anything is decided.
+        Identical text is the same claim without asking the judge."""
         verdicts: dict[str, str] = {}
-        pending: list[Record] = []
+        pending: list[tuple[str, str]] = []
         mine = normalize_ws(candidate.content).casefold()
-        for record in records:
-            if normalize_ws(record.content).casefold() == mine:
-                verdicts[record.id] = "same"
+        for record_id, content in records:
+            if normalize_ws(content).casefold() == mine:
+                verdicts[record_id] = "same"
             else:
-                pending.append(record)
+                pending.append((record_id, content))
         if pending:
-            judged = self.judge.judge_many([(r.content, candidate.content) for r in pending])
-            verdicts.update({r.id: v for r, v in zip(pending, judged, strict=True)})
+            judged = self.judge.judge_many([(content, candidate.content) for _, content in pending])
+            verdicts.update({rid: v for (rid, _), v in zip(pending, judged, strict=True)})
         return verdicts
 
     def _cosine(self, vector: np.ndarray, record_id: str) -> float:

@@ -103,9 +103,12 @@ class Retriever:
         timer.mark("rewrite")
         scopes = readable_scopes(self.store, principal)
         timer.mark("scopes")
-        eligible = self._eligible(scopes, request, started)
+        # Read once: both the cached eligible set and the RAM index are checked against it.
+        version = self.store.records_version()
+        eligible = self._eligible(scopes, request, started, version)
         timer.mark("filter")
-        refresh = self.index.refresh(self.store, self.config.embedding.incremental_reload_max)
+        refresh = self.index.refresh(self.store, self.config.embedding.incremental_reload_max,
+                                     version=version)
         timer.mark("index_refresh")
         qvecs = self.embedder.embed_queries(queries)
         timer.mark("embed")
@@ -151,8 +154,9 @@ class Retriever:
         records.update(counterparts)
         timer.mark("budget")
 
-        conflicts = {p.candidate.record_id: [o for o in self.store.conflicts_of(p.candidate.record_id)
-                                             if o in eligible] for p in budget.chosen}
+        found = self.store.conflicts_among([p.candidate.record_id for p in budget.chosen])
+        conflicts = {p.candidate.record_id: [o for o in found.get(p.candidate.record_id, []) if o in eligible]
+                     for p in budget.chosen}
         dedup_notes = {kept_id: f"kept over {dropped} at cosine {cos:.2f}"
                        for dropped, kept_id, cos in deduped_out}
         placements = [
@@ -220,7 +224,8 @@ class Retriever:
 
     # -- stages ---------------------------------------------------------------------------
 
-    def _eligible(self, scopes: list[Scope], request: SearchRequest, now: datetime) -> EligibleSet:
+    def _eligible(self, scopes: list[Scope], request: SearchRequest, now: datetime,
+                  version: int) -> EligibleSet:
         """The hard filter, reused while nothing it depends on changed.
 
         A set is exact while ``records_version`` is unchanged and no record in it reached
@@ -231,7 +236,7 @@ class Retriever:
         key = (tuple(scopes), tuple(request.types or ()), request.since, request.until,
                request.include_history)
         cached = self._eligible_cache.get(key)
-        if (cached is not None and cached.records_version == self.store.records_version()
+        if (cached is not None and cached.records_version == version
                 and (cached.valid_until is None or now <= cached.valid_until)):
             self._eligible_cache.move_to_end(key)
             return cached

@@ -101,9 +101,11 @@ class ActivationMixin(RecordsMixin):
         review keeps its first stamp, so the backlog age cannot be reset by re-judging.
         """
         now = to_iso(self.clock.now())
-        with self.atomic() as conn:
+        # No version is bumped here, so on PostgreSQL the store's write lock is not needed:
+        # the record's row lock orders this against a concurrent status change.
+        with self.atomic(late_lock=True) as conn:
             found = conn.execute("SELECT scope_kind, scope_id, status IN ('provisional', 'confirmed')"
-                                 " FROM records WHERE id = ?", (record_id,)).fetchone()
+                                 f" FROM records WHERE id = ?{self._LOCK_ROW}", (record_id,)).fetchone()
             if found is None:
                 raise StoreError(f"no record {record_id}")
             previous = conn.execute(

@@ -31,6 +31,7 @@ from retold.store.family import EmbeddingFamily, read_family, write_family
 from retold.store.fts import write_fts_rows
 from retold.store.migrations import LATEST, MigrationReport, check_is_retold, check_not_newer, migrate
 from retold.store.opening import connect, journal_mode, read_only_reason
+from retold.store.write_window import WriteWindow, read_window
 from retold.util import Clock, SystemClock, from_iso, new_id, to_iso
 
 __all__ = ["LINK_ROLES", "Embedding", "NewEvent", "StoreBase", "chunks", "dt", "marks", "scope_clause", "ts"]
@@ -108,6 +109,9 @@ class StoreBase:
     _BUMP_VERSION = "UPDATE store_meta SET value = value + 1 WHERE key = 'records_version' RETURNING value"
     # A counted reinforcement: JSON true, which SQLite's json_extract reads as 1.
     _COUNTED_TRUE = "json_extract(payload, '$.counted') = 1"
+    # Appended to a SELECT that must keep its row from changing until the commit, where the
+    # transaction may not hold the store's write lock (PostgreSQL).
+    _LOCK_ROW = ""
     _driver_errors: tuple[type[Exception], ...] = (sqlite3.Error,)
     _integrity_errors: tuple[type[Exception], ...] = (sqlite3.IntegrityError,)
 
@@ -127,6 +131,11 @@ class StoreBase:
         self.busy_timeout_seconds = busy_timeout_seconds
         self._read_only_asked = read_only
         self._depth = 0
+        # A late-locked transaction (atomic(late_lock=True)): the version it began at
+        # while its window is open, and whether it holds the write lock yet.
+        self._late_since: int | None = None
+        self._late_locked: int | None = None  # the depth it was taken at
+        self._window_read = False  # lock_for_write has reported the window
         self._open(migrate_schema)
         report = self.migration_report
         if report and report.unresolved and not allow_migration_issues:
@@ -195,20 +204,69 @@ class StoreBase:
         """Start the outermost write transaction, holding the store's write lock."""
         self._conn.execute("BEGIN IMMEDIATE")
 
+    def _begin_late(self) -> int | None:
+        """Start the outermost write transaction of :meth:`atomic` with ``late_lock``;
+        return the ``records_version`` it began at when the write lock is not held yet.
+        SQLite cannot write in parallel anyway, so it takes the lock at once (None)."""
+        self._begin_write()
+        return None
+
+    def _take_write_lock(self) -> None:
+        """Take the write lock inside a transaction begun by :meth:`_begin_late`."""
+        raise StoreError("this store takes its write lock when the transaction begins")
+
+    def _hold_write_lock(self) -> None:
+        """Make sure the current transaction holds the write lock (before any write)."""
+        if self._late_since is not None and self._late_locked is None:
+            self._take_write_lock()
+            # PostgreSQL releases a lock taken inside a savepoint when the savepoint rolls
+            # back, so remember the depth it was taken at (see atomic's rollback).
+            self._late_locked = self._depth
+
+    def _exclude_search_log(self, conn: sqlite3.Connection) -> None:
+        """Inside an erase: keep search-log inserts out until it commits (SQLite's write
+        lock already does)."""
+
+    def lock_for_write(self, entity_ids: Sequence[str] = (), *, model: str = "",
+                       version: str = "") -> WriteWindow:
+        """Hold the write lock from here on and return what changed since the transaction
+        began: records changed by other writers (with their vectors of ``model`` and
+        ``version``) and whether one of ``entity_ids`` stopped being active. Empty when the
+        lock was held from the start, as it always is on SQLite. A later call returns
+        only what changed after this one, which is nothing."""
+        since = self._late_since
+        if not self._depth or since is None or self._window_read:
+            return WriteWindow()
+        self._hold_write_lock()
+        self._window_read = True
+        return read_window(self._conn, since, entity_ids, model, version)
+
     @contextmanager
-    def atomic(self) -> Iterator[sqlite3.Connection]:
+    def atomic(self, *, late_lock: bool = False) -> Iterator[sqlite3.Connection]:
         """One write transaction; nested calls become SAVEPOINTs.
 
         ``BEGIN IMMEDIATE`` takes the write lock up front, so concurrent writers in other
         processes queue on ``busy_timeout`` instead of failing on lock upgrade. A failure
         while rolling back never replaces the error that caused the rollback.
+
+        ``late_lock`` is for a decide-and-write that can check its own decision: where
+        the backend allows it (PostgreSQL), the transaction starts without the write lock,
+        reads and decides, then calls :meth:`lock_for_write` and acts on what changed
+        meanwhile. Any write before that call (a nested ``atomic()``, a version bump)
+        takes the lock first, so every write still happens under it.
         """
         with self._lock:
             depth = self._depth
             savepoint = f"retold_sp_{depth}"
             if depth == 0:
-                self._begin_write()
+                self._late_since, self._late_locked, self._window_read = None, None, False
+                if late_lock:
+                    self._late_since = self._begin_late()
+                else:
+                    self._begin_write()
             else:
+                if not late_lock:
+                    self._hold_write_lock()
                 self._conn.execute(f"SAVEPOINT {savepoint}")
             self._depth = depth + 1
             try:
@@ -220,6 +278,8 @@ class StoreBase:
                     else:
                         self._conn.execute(f"ROLLBACK TO {savepoint}")
                         self._conn.execute(f"RELEASE {savepoint}")
+                        if self._late_locked is not None and self._late_locked > depth:
+                            self._late_locked = None  # taken inside this savepoint: released
                 except self._driver_errors:
                     pass  # keep the original error
                 raise
@@ -237,6 +297,22 @@ class StoreBase:
                     self._conn.execute(f"RELEASE {savepoint}")
             finally:
                 self._depth = depth
+                if depth == 0:
+                    self._late_since, self._late_locked, self._window_read = None, None, False
+
+    @contextmanager
+    def _one_view(self) -> Iterator[sqlite3.Connection]:
+        """The connection for a read that must see one consistent state: a snapshot here,
+        where the read takes several statements; PostgreSQL's store writes such reads as
+        one statement, which is consistent on its own, and skips the BEGIN and COMMIT."""
+        with self.snapshot() as conn:
+            yield conn
+
+    def _rows_with_version(self, sql: str, params: Sequence[Any]) -> tuple[int, list[Any]]:
+        """The rows of ``sql`` and the ``records_version`` they reflect, read together."""
+        with self.snapshot() as conn:
+            version = self.read_version(conn)
+            return version, conn.execute(sql, params).fetchall()
 
     @contextmanager
     def snapshot(self) -> Iterator[sqlite3.Connection]:
@@ -295,6 +371,9 @@ class StoreBase:
         """
         if not self._depth:
             raise StoreError("records_version may only change inside Store.atomic()")
+        # Under the write lock, held to the commit: versions commit in the order they
+        # are taken, so a reader that has seen N never later finds a new row below N.
+        self._hold_write_lock()
         return int(conn.execute(self._BUMP_VERSION).fetchone()[0])
 
     # -- the audit log: append-only, except for erasure --------------------------------

@@ -13,7 +13,7 @@ import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from retold.errors import StoreError
 from retold.models import ACTIVE_STATUSES, ENTITY_KINDS, Entity, EntityKind, Scope, ScopeKind
@@ -50,6 +50,10 @@ class MergeReport:
 
 class EntitiesMixin(StoreBase):
     """Rows of ``entities``, ``entity_aliases`` and ``record_entities``."""
+
+    # The columns an entity read selects (alias ``e``); PostgreSQL adds the aliases as an
+    # array column, so the read is one statement (see _alias_lists).
+    _ENTITY_SELECT = ENTITY_COLUMNS
 
     # -- entities and aliases ---------------------------------------------------------
 
@@ -110,20 +114,14 @@ class EntitiesMixin(StoreBase):
 
     def get_entity(self, entity_id: str) -> Entity | None:
         """One entity with its aliases, whatever its status; None when absent."""
-        with self.snapshot() as conn:
-            row = conn.execute(
-                f"SELECT {ENTITY_COLUMNS} FROM entities e WHERE e.id = ?", (entity_id,)
-            ).fetchone()
-            if row is None:
+        with self._one_view() as conn:
+            rows = conn.execute(
+                f"SELECT {self._ENTITY_SELECT} FROM entities e WHERE e.id = ?", (entity_id,)
+            ).fetchall()
+            if not rows:
                 return None
-            aliases = [
-                alias
-                for (alias,) in conn.execute(
-                    "SELECT alias_norm FROM entity_aliases WHERE entity_id = ? ORDER BY alias_norm",
-                    (entity_id,),
-                )
-            ]
-        return self._entity(row, aliases)
+            rows, aliases = self._alias_lists(conn, rows, 0)
+        return self._entity(rows[0], aliases.get(entity_id, []))
 
     def follow_merges(self, entity: Entity) -> Entity:
         """The surviving entity at the end of ``entity``'s ``merged_into`` chain.
@@ -162,16 +160,15 @@ class EntitiesMixin(StoreBase):
             return []
         scope_sql, params = scope_clause(scopes, "e.")
         sql = (
-            f"SELECT {ENTITY_COLUMNS} FROM entity_aliases a JOIN entities e ON e.id = a.entity_id"
+            f"SELECT {self._ENTITY_SELECT} FROM entity_aliases a JOIN entities e ON e.id = a.entity_id"
             f" WHERE a.alias_norm = ? AND {scope_sql} AND e.status IN ({marks(statuses)})"
         )
         args: list[str] = [alias_norm, *params, *statuses]
         if kinds is not None:
             sql += f" AND e.kind IN ({marks(kinds)})"
             args += list(kinds)
-        with self.snapshot() as conn:
-            rows = conn.execute(sql + " ORDER BY e.id", args).fetchall()
-            aliases = self._aliases_of(conn, [row[0] for row in rows])
+        with self._one_view() as conn:
+            rows, aliases = self._alias_lists(conn, conn.execute(sql + " ORDER BY e.id", args).fetchall(), 0)
         return [self._entity(row, aliases.get(row[0], [])) for row in rows]
 
     def entities_by_aliases(
@@ -201,9 +198,9 @@ class EntitiesMixin(StoreBase):
         if kinds is not None:
             where += f" AND e.kind IN ({marks(kinds)})"
             args += list(kinds)
-        with self.snapshot() as conn:
-            rows = self._alias_probe(conn, wanted, where + " ORDER BY p.alias_norm, e.id", args)
-            aliases = self._aliases_of(conn, list(dict.fromkeys(row[1] for row in rows)))
+        with self._one_view() as conn:
+            rows, aliases = self._alias_lists(
+                conn, self._alias_probe(conn, wanted, where + " ORDER BY p.alias_norm, e.id", args), 1)
         out: dict[str, list[Entity]] = {}
         for row in rows:
             out.setdefault(row[0], []).append(self._entity(row[1:], aliases.get(row[1], [])))
@@ -219,7 +216,7 @@ class EntitiesMixin(StoreBase):
             conn.executemany("INSERT INTO temp.retold_alias_probe(alias_norm) VALUES (?)",
                              ((alias,) for alias in wanted))
             return list(conn.execute(
-                f"SELECT p.alias_norm, {ENTITY_COLUMNS} FROM temp.retold_alias_probe p{tail}", args
+                f"SELECT p.alias_norm, {self._ENTITY_SELECT} FROM temp.retold_alias_probe p{tail}", args
             ).fetchall())
         finally:
             conn.execute("DELETE FROM temp.retold_alias_probe")
@@ -430,6 +427,13 @@ class EntitiesMixin(StoreBase):
         )
 
     # -- helpers -------------------------------------------------------------------------
+
+    def _alias_lists(
+        self, conn: sqlite3.Connection, rows: list[Any], at: int
+    ) -> tuple[list[Any], dict[str, list[str]]]:
+        """``rows`` (entity columns from index ``at``) and the aliases of their entities,
+        by entity id."""
+        return rows, self._aliases_of(conn, list(dict.fromkeys(row[at] for row in rows)))
 
     @staticmethod
     def _aliases_of(conn: sqlite3.Connection, entity_ids: list[str]) -> dict[str, list[str]]:

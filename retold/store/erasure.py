@@ -66,6 +66,7 @@ class ErasureMixin(StoreBase):
         """Blank a session's turns (rows kept), the evidence quotes of records sourced from
         it, its search logs and the payloads of events about it; one ``session.erased``."""
         with self.atomic() as conn:
+            self._exclude_search_log(conn)
             if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
                 raise StoreError(f"no session {session_id}")
             result = Erasure("session", session_id)
@@ -89,6 +90,7 @@ class ErasureMixin(StoreBase):
         their sessions, their search logs, their scope memberships, the payloads of events
         about all of these, and the entities and aliases of their scopes. One ``user.erased`` event."""
         with self.atomic() as conn:
+            self._exclude_search_log(conn)
             known = conn.execute(
                 "SELECT EXISTS (SELECT 1 FROM sessions WHERE user_id = ?1)"
                 " OR EXISTS (SELECT 1 FROM search_log WHERE user_id = ?1)"

@@ -2,42 +2,62 @@
 
 It is :class:`~retold.store.Store` with the few parts that differ between the dialects
 replaced by name: how the connection opens and migrates, how a write transaction takes
-the store's write lock, how ``records_version`` is bumped, and the lexical and entity
-candidate queries (``tsvector`` instead of FTS5). Every other query is the store's shared
-SQL, run through :class:`~retold.store.pg_connection.PgConnection`. See docs/decisions.md,
-"PostgreSQL as a shared store".
+the store's write lock (at BEGIN, or late for a decide-and-write), the search-log lock,
+how ``records_version`` is bumped and a record's FTS row written; the hot reads and the
+``tsvector`` candidate queries come from :class:`~retold.store.pg_reads.PgReads`. Every
+other query is the store's shared SQL, run through
+:class:`~retold.store.pg_connection.PgConnection`. See docs/decisions.md, "PostgreSQL as a
+shared store" and "Writers decide before they take the write lock".
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Sequence
-from functools import lru_cache
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from retold.errors import StoreError
-from retold.store.eligible import EligibleSet
-from retold.store.entities import ENTITY_COLUMNS
 from retold.store.failures import StoreLock
-from retold.store.fts import write_fts_rows
 from retold.store.migrations import MigrationReport
 from retold.store.pg_connection import PgConnection
+from retold.store.pg_reads import PgReads
 from retold.store.pg_schema import migrate as pg_migrate
-from retold.store.search import FtsRow, take_links
-from retold.store.store import Store
 from retold.store.url import conninfo, redact
 
-__all__ = ["WRITE_LOCK", "PgStore"]
+__all__ = ["LOG_LOCK", "WRITE_LOCK", "PgStore"]
 
-# The transaction-scoped advisory lock every write transaction takes first: writers queue
-# on it as SQLite's writers queue on BEGIN IMMEDIATE, so a decide-and-write (read the
-# current truth, then supersede it) never interleaves with another writer's.
+# The transaction-scoped advisory lock every write transaction takes, at BEGIN or (a
+# late-locked decide-and-write) before its first write: writers queue on it as SQLite's
+# writers queue on BEGIN IMMEDIATE, so no two write at once and a decision is never
+# applied over a change it did not see.
 WRITE_LOCK = 0x7265746F6C64  # "retold"
-# ts_rank weights for labels {D, C, B, A}: content 1, subject 2, aliases 3, tags 1, the
-# ratios of the FTS5 column weights (docs/decisions.md, "PostgreSQL as a shared store").
-_WEIGHTS = "'{0.25, 0.5, 0.75, 0.25}'"
-_PHRASE = re.compile(r'"([^"]*)"')
+# Taken by search-log inserts and by the erasures that delete search-log rows, so a row
+# checked against the erase events cannot commit after an erase it did not see; the log
+# writer does not need WRITE_LOCK (docs/decisions.md, "Writers decide before they take
+# the write lock").
+LOG_LOCK = WRITE_LOCK + 1
+
+
+# write_fts_rows (with tags) as one statement: a deleted record loses its row, any other
+# gets its content, subject, its entities' aliases (distinct, in order) and its tags. The
+# rows to delete are an array, not an IN subquery: a prepared generic plan made while the
+# table was small and had no statistics (a bulk load outpaces autovacuum) must not join
+# by scanning records_fts on every write.
+_WRITE_FTS = (
+    "WITH gone AS (DELETE FROM records_fts WHERE rowid = ANY(ARRAY("
+    "  SELECT seq FROM records WHERE id = ANY(?) AND status = 'deleted')))"
+    " INSERT INTO records_fts(rowid, record_id, content, subject, aliases, tags)"
+    " SELECT r.seq, r.id, r.content, r.subject,"
+    "  coalesce((SELECT string_agg(x.alias_norm, ' ' ORDER BY x.alias_norm) FROM"
+    "   (SELECT DISTINCT a.alias_norm FROM record_entities re"
+    "    JOIN entity_aliases a ON a.entity_id = re.entity_id WHERE re.record_id = r.id) x), ''),"
+    "  coalesce((SELECT string_agg(t.tag, ' ' ORDER BY t.n)"
+    "   FROM json_array_elements_text(r.tags::json) WITH ORDINALITY AS t(tag, n)), '')"
+    " FROM records r WHERE r.id = ANY(?) AND r.status <> 'deleted'"
+    " ON CONFLICT (rowid) DO UPDATE SET record_id = excluded.record_id, content = excluded.content,"
+    " subject = excluded.subject, aliases = excluded.aliases, tags = excluded.tags"
+)
 # What an erase blanks or deletes rows of, and what the retention sweeps do.
 _ERASED_TABLES = ("records", "records_fts", "embeddings", "reembed_vectors", "events", "session_turns",
                   "search_log", "extraction_stages", "entities", "entity_aliases", "record_entities",
@@ -45,49 +65,7 @@ _ERASED_TABLES = ("records", "records_fts", "embeddings", "reembed_vectors", "ev
 _RETAINED_TABLES = ("session_turns", "extraction_stages", "search_log", "events")
 
 
-_ONE_PHRASE = ("(phraseto_tsquery('retold_stem', retold_words(?))"
-               " || phraseto_tsquery('retold_exact', retold_words(?)))")
-# Rows a phrase's document frequency is counted up to: past it the phrase is common and
-# its weight is near its floor anyway, and counting on would cost a scan per search.
-_DF_CAP = 5000
-# BM25's term-frequency saturation and length normalisation, FTS5's defaults. A phrase's
-# term frequency is its ts_rank without normalisation scaled so that one occurrence in
-# content counts 1 (ts_rank gives weight / 1.645 for a single occurrence; content's
-# weight is 0.25), an alias 3: saturation then keeps a name in the aliases column from
-# outweighing the rarer word the question asks about, as it does under FTS5's bm25.
-_K1, _B = 1.2, 0.75
-_TF_SCALE = 1.6449 / 0.25
-
-
-@lru_cache(maxsize=64)
-def _tsquery(terms: int) -> str:
-    """A tsquery OR-ing ``terms`` phrases, each stemmed or exactly as written."""
-    return " || ".join([_ONE_PHRASE] * terms)
-
-
-@lru_cache(maxsize=64)
-def _idf_phrases(terms: int) -> str:
-    """``terms`` phrase queries with BM25's inverse document frequency, as a derived table
-    ``p(query, idf)``. The row count is the planner's estimate (exact below autovacuum's
-    first ANALYZE, when the table is small enough to count)."""
-    rows = ", ".join(f"({_ONE_PHRASE})" for _ in range(terms))
-    return (
-        "(SELECT v.query, ln(1 + (t.n - d.n + 0.5) / (d.n + 0.5)) AS idf"
-        f" FROM (VALUES {rows}) AS v(query)"
-        " CROSS JOIN (SELECT CASE WHEN c.reltuples > 0 THEN c.reltuples::float8"
-        " ELSE (SELECT count(*) FROM records_fts)::float8 END AS n"
-        " FROM pg_class c WHERE c.oid = 'records_fts'::regclass) t"
-        " CROSS JOIN LATERAL (SELECT count(*)::float8 AS n FROM (SELECT 1 FROM records_fts g"
-        f" WHERE g.document @@ v.query LIMIT {_DF_CAP}) m) d)"
-    )
-
-
-def _phrases(match: str) -> list[str]:
-    """The quoted phrases of the FTS5 expression the retriever builds (``"a" OR "b c"``)."""
-    return [p for p in dict.fromkeys(_PHRASE.findall(match)) if p.strip()]
-
-
-class PgStore(Store):
+class PgStore(PgReads):
     """The store on PostgreSQL: one connection per process, shared by its threads."""
 
     backend = "postgres"
@@ -96,6 +74,7 @@ class PgStore(Store):
                      " WHERE key = 'records_version' RETURNING value")
     _COUNTED_TRUE = "json_extract(payload, '$.counted') = 'true'"
     _NOT_INDEXED = ""
+    _LOCK_ROW = " FOR NO KEY UPDATE"
 
     def _open(self, migrate_schema: bool) -> None:
         import psycopg
@@ -121,12 +100,36 @@ class PgStore(Store):
             raise
 
     def _begin_write(self) -> None:
-        self._conn.execute("BEGIN")
         try:
-            self._conn.execute("SELECT pg_advisory_xact_lock(?)", (WRITE_LOCK,))
+            # One round trip: the lock is taken in the statement after BEGIN.
+            self._conn.execute(f"BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})")
         except BaseException:
-            self._conn.execute("ROLLBACK")  # a lock wait that timed out leaves nothing open
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")  # a lock wait that timed out leaves nothing open
             raise
+
+    def _begin_late(self) -> int:
+        cursor = self._conn.execute("BEGIN; SELECT value FROM store_meta WHERE key = 'records_version'")
+        cursor.nextset()
+        return int(cursor.fetchone()[0])
+
+    def _take_write_lock(self) -> None:
+        self._conn.execute(f"SELECT pg_advisory_xact_lock({WRITE_LOCK})")
+
+    @contextmanager
+    def _search_log_writes(self) -> Iterator[Any]:
+        # Search-log rows need only exclude an erase, not every writer, and a row lost to
+        # a crash is acceptable (rows are dropped when the queue is full anyway), so the
+        # commit does not wait for the WAL flush.
+        outermost = not self._depth
+        with self.atomic(late_lock=True) as conn:
+            if outermost:
+                conn.execute("SET LOCAL synchronous_commit = off")
+            conn.execute(f"SELECT pg_advisory_xact_lock({LOG_LOCK})")
+            yield conn
+
+    def _exclude_search_log(self, conn: Any) -> None:
+        conn.execute(f"SELECT pg_advisory_xact_lock({LOG_LOCK})")
 
     def migrate(self) -> MigrationReport:
         with self._lock:
@@ -134,76 +137,20 @@ class PgStore(Store):
             return self.migration_report
 
     def _write_fts(self, conn: Any, record_ids: Iterable[str]) -> None:
-        write_fts_rows(conn, record_ids, with_tags=True)
+        # One statement for any number of records, where write_fts_rows takes four a
+        # record: the rows written inside the write lock are the ones every writer waits on.
+        ids = list(dict.fromkeys(record_ids))
+        if ids:
+            conn.execute(_WRITE_FTS, (ids, ids))
 
-    # -- lexical and entity candidates -------------------------------------------------
-
-    def fts_candidates(
-        self, match: str, eligible: EligibleSet, limit: int, *, temp_table_max: int | None = None,
-    ) -> list[FtsRow]:
-        """The best ``limit`` eligible rows for the retriever's phrase expression, scored
-        as BM25 scores them: each matched phrase's term frequency (from ``ts_rank`` over
-        the weighted document, so the column counts), saturated and normalised by the
-        document's length against the matched rows' mean, times the phrase's inverse
-        document frequency; summed and negated so lower is better as with FTS5's bm25.
-        Without IDF and saturation a name most records carry (a speaker's) outweighs the
-        rare word the question is about. The eligible restriction is part of the query,
-        before the limit."""
-        phrases = _phrases(match)
-        if not phrases or limit <= 0 or len(eligible) == 0:
-            return []
-        params: list[Any] = [p for phrase in phrases for p in (phrase, phrase)]
-        with self.snapshot() as conn:
-            rows = conn.execute(
-                f"WITH p AS MATERIALIZED {_idf_phrases(len(phrases))}"
-                " SELECT m.rowid, -(SELECT sum(p.idf * t.tf * (1 + ?) / (t.tf + ? * (1 - ? + ?"
-                " * length(m.document) / m.avglen)))"
-                f" FROM p CROSS JOIN LATERAL (SELECT ts_rank({_WEIGHTS}, m.document, p.query, 0)"
-                f" * {_TF_SCALE} AS tf) t WHERE m.document @@ p.query) AS score,"
-                " m.record_id, m.content, m.subject, m.aliases"
-                " FROM (SELECT f.*, greatest(avg(length(f.document)) OVER (), 1) AS avglen"
-                f" FROM records_fts f, (SELECT {_tsquery(len(phrases))} AS query) q"
-                " WHERE f.document @@ q.query AND f.rowid = ANY(?)) m"
-                " ORDER BY score, m.rowid LIMIT ?",
-                [*params, _K1, _K1, _B, _B, *params, eligible.seqs.tolist(), limit]).fetchall()
-        return [FtsRow(rid, int(seq), float(score), content, subject, aliases)
-                for seq, score, rid, content, subject, aliases in rows]
-
-    def count_fts_matches(self, match: str) -> int:
-        phrases = _phrases(match)
-        if not phrases:
-            return 0
-        params = [p for phrase in phrases for p in (phrase, phrase)]
-        with self._lock:
-            return int(self._conn.execute(
-                f"SELECT count(*) FROM records_fts WHERE document @@ ({_tsquery(len(phrases))})",
-                params).fetchone()[0])
-
-    def records_for_entities(
-        self, entity_ids: Sequence[str], eligible: EligibleSet, limit: int, *,
-        temp_table_max: int | None = None,
-    ) -> list[tuple[str, str]]:
-        """As on SQLite: eligible records linked to these entities, ``about`` links
-        first, then the newest ``event_at``; each record once, with its best link. The
-        ids travel as two array parameters."""
-        wanted = list(dict.fromkeys(entity_id for entity_id in entity_ids if entity_id))
-        if not wanted or limit <= 0 or len(eligible) == 0:
-            return []
-        with self.snapshot() as conn:
-            cursor = conn.execute(
-                "SELECT re.record_id, re.entity_id, r.seq FROM record_entities re"
-                " JOIN records r ON r.id = re.record_id"
-                " WHERE re.entity_id = ANY(?) AND r.seq = ANY(?)"
-                " ORDER BY re.role = 'mentions', r.event_at DESC, re.record_id DESC, re.entity_id"
-                " LIMIT ?", (wanted, eligible.seqs.tolist(), limit * len(wanted)))
-            rows = take_links(cursor, None, limit)
-        return [(record_id, entity_id) for record_id, entity_id, _ in rows]
-
-    def _alias_probe(self, conn: Any, wanted: list[str], tail: str, args: list[str]) -> list[tuple[str, ...]]:
-        # No TEMP table: a read-only PostgreSQL transaction may not create one.
-        return list(conn.execute(
-            f"SELECT p.alias_norm, {ENTITY_COLUMNS} FROM unnest(?::text[]) AS p(alias_norm){tail}",
-            [wanted, *args]).fetchall())
+    def _bump_for_insert(self, conn: Any) -> tuple[int, int]:
+        if not self._depth:
+            raise StoreError("records_version may only change inside Store.atomic()")
+        self._hold_write_lock()
+        # One round trip: the new seq comes back with the bumped version.
+        version, seq = conn.execute(
+            self._BUMP_VERSION + ", (SELECT coalesce(max(seq), 0) + 1 FROM records)").fetchone()
+        return int(version), int(seq)
 
     # -- erasure's and retention's vacuum ------------------------------------------------
 

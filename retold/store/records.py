@@ -47,6 +47,10 @@ class Transition:
 class RecordsMixin(StoreBase):
     """Record rows with their links, FTS rows, vectors, status and conflicts."""
 
+    # What a record read selects; PostgreSQL adds the links as an array column, so the
+    # read is one statement (see _record_links).
+    _RECORD_SELECT = "*"
+
     # -- the one write ----------------------------------------------------------------
 
     def write_record(
@@ -68,9 +72,7 @@ class RecordsMixin(StoreBase):
             if role not in LINK_ROLES:
                 raise ValueError(f"link role must be about or mentions, got {role!r}")
         with self.atomic() as conn:
-            version = self.bump_version(conn)
-            # BEGIN IMMEDIATE holds the write lock, so max(seq) + 1 cannot race.
-            seq = int(conn.execute("SELECT coalesce(max(seq), 0) + 1 FROM records").fetchone()[0])
+            version, seq = self._bump_for_insert(conn)
             conn.execute(
                 "INSERT INTO records (id, seq, type, version, content, subject, subject_entity_id,"
                 " attribute, scope_kind, scope_id, source_kind, source_ref, creator_agent_id,"
@@ -106,6 +108,12 @@ class RecordsMixin(StoreBase):
             record.index_version, record.seq = version, seq
             event_id = self._insert_event(conn, event()) if event is not None else None
         return RecordWrite(version, seq, event_id)
+
+    def _bump_for_insert(self, conn: Any) -> tuple[int, int]:
+        """A new ``records_version`` for an insert, and the new record's seq."""
+        version = self.bump_version(conn)
+        # The write lock is held (the bump takes it), so max(seq) + 1 cannot race.
+        return version, int(conn.execute("SELECT coalesce(max(seq), 0) + 1 FROM records").fetchone()[0])
 
     # -- status and lifecycle -----------------------------------------------------------
 
@@ -189,6 +197,20 @@ class RecordsMixin(StoreBase):
                 "SELECT other_id FROM record_conflicts WHERE record_id = ? ORDER BY other_id",
                 (record_id,),
             )]
+
+    def conflicts_among(self, record_ids: Sequence[str]) -> dict[str, list[str]]:
+        """:meth:`conflicts_of` for several records in one query: each id that has
+        conflicts maps to its other ids, in order."""
+        out: dict[str, list[str]] = {}
+        with self._lock:
+            for chunk in chunks(list(dict.fromkeys(record_ids))):
+                for record_id, other_id in self._conn.execute(
+                    "SELECT record_id, other_id FROM record_conflicts"
+                    f" WHERE record_id IN ({marks(chunk)}) ORDER BY record_id, other_id",
+                    chunk,
+                ):
+                    out.setdefault(record_id, []).append(other_id)
+        return out
 
     def counted_refs(self, record_id: str) -> set[str]:
         """The source references already counted for a record: its own and every counted
@@ -328,22 +350,27 @@ class RecordsMixin(StoreBase):
     ) -> list[Record]:
         """Records matching a condition built in this module, with their entity links,
         read in one snapshot."""
-        sql = f"SELECT * FROM records WHERE {where} ORDER BY {order}"
+        sql = f"SELECT {self._RECORD_SELECT} FROM records WHERE {where} ORDER BY {order}"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
-        with self.snapshot() as conn:
+        with self._one_view() as conn:
             cursor = conn.execute(sql, tuple(params))
             names = [d[0] for d in cursor.description]
             rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-            links: dict[str, list[str]] = {row["id"]: [] for row in rows}
-            for chunk in chunks(list(links)):
-                for record_id, entity_id in conn.execute(
-                    "SELECT record_id, entity_id FROM record_entities"
-                    f" WHERE record_id IN ({marks(chunk)}) ORDER BY role = 'mentions', entity_id",
-                    chunk,
-                ):
-                    links[record_id].append(entity_id)
+            links = self._record_links(conn, rows)
         return [record_from_row(row, links[row["id"]]) for row in rows]
+
+    def _record_links(self, conn: Any, rows: list[dict[str, Any]]) -> dict[str, list[str]]:
+        """The linked entity ids of each selected record, about links first."""
+        links: dict[str, list[str]] = {row["id"]: [] for row in rows}
+        for chunk in chunks(list(links)):
+            for record_id, entity_id in conn.execute(
+                "SELECT record_id, entity_id FROM record_entities"
+                f" WHERE record_id IN ({marks(chunk)}) ORDER BY role = 'mentions', entity_id",
+                chunk,
+            ):
+                links[record_id].append(entity_id)
+        return links
 
 
 def record_from_row(row: dict[str, Any], entity_ids: list[str]) -> Record:

@@ -130,9 +130,7 @@ class SearchMixin(StoreBase):
         params: list[Any] = []
         for scope in scopes:
             params += [scope.kind, scope.id, *tail]
-        with self.snapshot() as conn:
-            version = self.read_version(conn)
-            rows = conn.execute(sql, params).fetchall()
+        version, rows = self._rows_with_version(sql, params)
         seqs = np.fromiter((row[1] for row in rows), dtype=np.int64, count=len(rows))
         expiries = [row[2] for row in rows if row[2] is not None]
         valid_until = from_iso(min(expiries)) if expiries and not include_history else None
@@ -153,6 +151,13 @@ class SearchMixin(StoreBase):
 
     # -- search_log: one row per search ------------------------------------------------
 
+    @contextmanager
+    def _search_log_writes(self) -> Iterator[sqlite3.Connection]:
+        """The transaction search-log rows are inserted in; it excludes erasures (here by
+        the store's one write lock)."""
+        with self.atomic() as conn:
+            yield conn
+
     def insert_search_logs(self, rows: Sequence[Mapping[str, Any]]) -> int:
         """Insert complete rows in one transaction; return how many were written.
 
@@ -169,7 +174,7 @@ class SearchMixin(StoreBase):
         if not rows:
             return 0
         oldest = min(str(row["at"]) for row in rows)
-        with self.atomic() as conn:
+        with self._search_log_writes() as conn:
             # Read under the write lock, so no erase can commit between this and the insert.
             erased: dict[tuple[str, str], str] = {}
             for kind, at, user_id, session_id in conn.execute(

@@ -88,19 +88,17 @@ class VectorsMixin(StoreBase):
         Both lookups use their ``index_version`` indexes. A change whose vector is
         missing, of another model or version, or whose record is deleted, maps to None.
         """
-        with self.snapshot() as conn:
-            records_version = self.read_version(conn)
-            rows = conn.execute(
-                "WITH changed(id) AS ("
-                "  SELECT id FROM records WHERE index_version > ?1"
-                "  UNION SELECT record_id FROM embeddings WHERE index_version > ?1)"
-                " SELECT r.id, r.seq, CASE WHEN e.index_version > r.index_version THEN e.index_version"
-                "        ELSE r.index_version END, r.status,"
-                "        e.model, e.version, e.dims, e.vector"
-                " FROM changed c JOIN records r ON r.id = c.id"
-                " LEFT JOIN embeddings e ON e.record_id = r.id",
-                (since_version,),
-            ).fetchall()
+        records_version, rows = self._rows_with_version(
+            "WITH changed(id) AS ("
+            "  SELECT id FROM records WHERE index_version > ?1"
+            "  UNION SELECT record_id FROM embeddings WHERE index_version > ?1)"
+            " SELECT r.id, r.seq, CASE WHEN e.index_version > r.index_version THEN e.index_version"
+            "        ELSE r.index_version END, r.status,"
+            "        e.model, e.version, e.dims, e.vector"
+            " FROM changed c JOIN records r ON r.id = c.id"
+            " LEFT JOIN embeddings e ON e.record_id = r.id",
+            (since_version,),
+        )
         changes = []
         for record_id, seq, index_version, status, e_model, e_version, e_dims, blob in rows:
             usable = (

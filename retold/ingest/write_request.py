@@ -1,0 +1,76 @@
+"""What a write asks for and what it answers: the request, its result or structured
+error, and the provenance the evidence check settled. Shared by the ingestor, the tool
+handlers, the host and extraction; ``retold.ingest.ingestor`` re-exports them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from retold.models import EntityMention, Scope
+
+__all__ = ["Provenance", "Refusal", "WriteError", "WriteRequest", "WriteResult"]
+
+
+@dataclass(frozen=True)
+class WriteRequest:
+    """One memory to write. ``target`` is a symbolic label offered to the model
+    (``personal``, ``current_project``) or, from trusted host and extraction code, a
+    concrete Scope; None means ``personal``."""
+
+    type: str
+    content: str
+    attribute: str | None = None
+    target: str | Scope | None = None
+    source_kind: str = "agent_inference"
+    evidence: str | None = None
+    evidence_turn: int | None = None
+    event_at: datetime | None = None
+    valid_from: datetime | None = None
+    valid_until: datetime | None = None
+    review_at: datetime | None = None
+    entities: tuple[EntityMention, ...] = ()
+    tags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class WriteError:
+    code: str  # a structured error code (invalid_input, scope_not_writable, ...)
+    message: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class WriteResult:
+    """What a write did: the outcome string (``created``, ``reinforced``,
+    ``superseded:<id>``, ``conflict:<id>``, ...), or the error it returned."""
+
+    outcome: str
+    record_id: str | None
+    status: str | None
+    note: str | None
+    timings_ms: dict[str, float]
+    error: WriteError | None = None
+    event_id: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class Refusal(Exception):
+    """A write refused with a structured error; nothing was written."""
+
+    def __init__(self, code: str, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.error = WriteError(code, message, details)
+
+
+@dataclass
+class Provenance:
+    source_kind: str
+    source_ref: str | None
+    evidence: str | None
+    notes: list[str]
+    entailment: float | str | None  # a score, "not_checked", or None when not scored
