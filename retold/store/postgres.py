@@ -41,9 +41,11 @@ LOG_LOCK = WRITE_LOCK + 1
 
 # write_fts_rows (with tags) as one statement: a deleted record loses its row, any other
 # gets its content, subject, its entities' aliases (distinct, in order) and its tags. The
-# rows to delete are an array, not an IN subquery: a prepared generic plan made while the
-# table was small and had no statistics (a bulk load outpaces autovacuum) must not join
-# by scanning records_fts on every write.
+# tags are JSON text, where a NUL character is stored escaped; PostgreSQL text cannot
+# hold it, so the escape becomes U+FFFD's before the JSON is read, as PgConnection does
+# with every text parameter. The rows to delete are an array, not an IN subquery: a
+# prepared generic plan made while the table was small and had no statistics (a bulk
+# load outpaces autovacuum) must not join by scanning records_fts on every write.
 _WRITE_FTS = (
     "WITH gone AS (DELETE FROM records_fts WHERE rowid = ANY(ARRAY("
     "  SELECT seq FROM records WHERE id = ANY(?) AND status = 'deleted')))"
@@ -52,8 +54,9 @@ _WRITE_FTS = (
     "  coalesce((SELECT string_agg(x.alias_norm, ' ' ORDER BY x.alias_norm) FROM"
     "   (SELECT DISTINCT a.alias_norm FROM record_entities re"
     "    JOIN entity_aliases a ON a.entity_id = re.entity_id WHERE re.record_id = r.id) x), ''),"
-    "  coalesce((SELECT string_agg(t.tag, ' ' ORDER BY t.n)"
-    "   FROM json_array_elements_text(r.tags::json) WITH ORDINALITY AS t(tag, n)), '')"
+    "  coalesce((SELECT string_agg(t.tag, ' ' ORDER BY t.n) FROM json_array_elements_text("
+    r"   regexp_replace(r.tags, '(?<!\\)((?:\\\\)*)\\u0000', '\1\\ufffd', 'g')::json)"
+    "   WITH ORDINALITY AS t(tag, n)), '')"
     " FROM records r WHERE r.id = ANY(?) AND r.status <> 'deleted'"
     " ON CONFLICT (rowid) DO UPDATE SET record_id = excluded.record_id, content = excluded.content,"
     " subject = excluded.subject, aliases = excluded.aliases, tags = excluded.tags"

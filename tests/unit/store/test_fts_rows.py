@@ -5,6 +5,8 @@ write_fts_rows; both must hold the same text."""
 
 from __future__ import annotations
 
+import pytest
+
 from retold.models import Scope
 from retold.store import Store
 from retold.testing import make_record
@@ -41,3 +43,16 @@ def test_the_lexical_row_follows_links_aliases_tags_and_deletion(store: Store, b
 
     assert store.transition(rec.id, "deleted", from_statuses=("confirmed",)) is not None
     assert _row(store, rec.seq, backend) == []
+
+
+def test_tags_holding_nul_or_backslashes_are_indexed_as_text_can_hold_them(
+    store: Store, backend: str,
+) -> None:
+    if backend == "sqlite":
+        pytest.skip("FTS5 indexes no tags")
+    # PostgreSQL text cannot hold NUL: it reads as U+FFFD, as in every text parameter. A
+    # backslash followed by "u0000" is text, not an escape, and stays as it is.
+    rec = make_record(tags=["a\x00b", "c\\u0000d", "e\x00\x00"])
+    store.write_record(rec)
+    assert rows(store, "SELECT tags FROM records_fts WHERE rowid = ?", rec.seq) == [
+        ("a\ufffdb c\\u0000d e\ufffd\ufffd",)]
