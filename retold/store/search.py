@@ -175,7 +175,7 @@ class SearchMixin(StoreBase):
             return 0
         oldest = min(str(row["at"]) for row in rows)
         with self._search_log_writes() as conn:
-            # Read under the write lock, so no erase can commit between this and the insert.
+            # Read under the lock erasures take, so none can commit between this and the insert.
             erased: dict[tuple[str, str], str] = {}
             for kind, at, user_id, session_id in conn.execute(
                 "SELECT kind, at, json_extract(payload, '$.user_id'),"
