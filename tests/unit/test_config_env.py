@@ -41,19 +41,6 @@ def test_variables_beat_the_file_and_explicit_overrides_beat_both(config_file: P
     assert flag.store.path == str(tmp_path / "flag.sqlite")
 
 
-def test_a_later_layer_wins_whichever_kind_of_store_each_names(config_file: Path, tmp_path: Path) -> None:
-    url = "postgresql://retold@db.internal:5432/retold"
-    env = {"RETOLD_CONFIG": str(config_file), "RETOLD_STORE": url}
-    assert load_config_from_environment(env).store.target == url  # a URL beats the file's path
-    flag = str(tmp_path / "flag.sqlite")
-    back = load_config_from_environment(env, overrides={"store": store_keys(flag)})
-    assert back.store.target == flag and back.store.url is None  # and a path beats the URL
-    with_url = tmp_path / "url.yaml"
-    with_url.write_text(f"store:\n  url: {url}\n")
-    local = load_config_from_environment({"RETOLD_CONFIG": str(with_url), "RETOLD_STORE": flag})
-    assert local.store.target == flag
-
-
 def test_an_explicit_path_beats_retold_config_and_empty_variables_count_as_unset(
     config_file: Path, tmp_path: Path
 ) -> None:
@@ -116,3 +103,10 @@ def test_a_later_layer_that_names_a_file_replaces_an_earlier_url(tmp_path: Path)
     # and a URL in a later layer still beats a path in an earlier one
     assert load_config_from_environment({"RETOLD_STORE": local},
                                         overrides={"store": {"url": PG_URL}}).store.target == PG_URL
+    # a URL in the variable beats a path in the file, and --store's keys for a path clear it
+    with_path = tmp_path / "path.yaml"
+    with_path.write_text(f"store:\n  path: {tmp_path / 'file.sqlite'}\n")
+    env = {"RETOLD_CONFIG": str(with_path), "RETOLD_STORE": PG_URL}
+    assert load_config_from_environment(env).store.target == PG_URL
+    back = load_config_from_environment(env, overrides={"store": store_keys(local)})
+    assert back.store.target == local and back.store.url is None
