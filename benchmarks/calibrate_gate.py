@@ -11,8 +11,9 @@ decision the retriever makes:
   answer and ordinary chat turns, reported with the chosen floors as a third check
   (precision, recall and the share of ordinary turns that get memory injected).
 
-The objective on half A is the mean of answerable R@5, abstention on unanswerable
-questions, right-at-1 on their answerable twins and current value at rank 1 after updates,
+The objective on half A is the mean of answerable R@5, answerable right-at-1 (the first
+result is an expected record), abstention on unanswerable questions, right-at-1 on their
+answerable twins and current value at rank 1 after updates,
 among floors that abstain on at least ``MIN_ABSTENTION`` of half A and inject into at most
 ``MAX_INJECTION`` of the ordinary turns; when no floor meets both, the best objective wins
 and the report says so.
@@ -64,12 +65,13 @@ GRID = {
     "relative_floor": [0.0],
     "name_only_margin": [0.10, 0.15, 0.20],
     "standout_margin": [0.08, 0.10, 0.12],
-    "companion_margin": [0.0, 0.05],
+    "companion_margin": [0.05, 0.07, 0.10],
+    "companion_weight": [0.5, 0.7, 1.0],
     "nameless_lexical_floor": [0.30, 0.35, 0.40],
 }
 # Tuned by the grid; the rest of a gate block keeps its configured value.
 TUNED_GATE = ("relative_floor", "name_only_margin", "standout_margin", "companion_margin",
-              "nameless_lexical_floor")
+              "companion_weight", "nameless_lexical_floor")
 
 
 def build_hand(store_path: Path, data: dict[str, Any], embedding: dict[str, object] | None,
@@ -140,7 +142,8 @@ def conversational_metrics(
     twins = [right[s.twin] for s in searches if not s.expected and s.twin in right]
     current = [bool(answers[s.key]) and answers[s.key][0] == s.current
                for s in answerable if s.current is not None and s.stale]
-    figures = {"r@5": float(np.mean(r5)), "abstention": float(np.mean(abstained)),
+    figures = {"r@5": float(np.mean(r5)), "right_at_1": float(np.mean(list(right.values()))),
+               "abstention": float(np.mean(abstained)),
                "twin_right_at_1": float(np.mean(twins)), "current_at_1": float(np.mean(current))}
     return {name: round(value, 4) for name, value in figures.items()}
 
@@ -165,7 +168,8 @@ def hand_metrics(searches: list[Search], floors: GateFloors, keys: dict[str, str
 
 
 def objective(m: dict[str, float]) -> float:
-    return (m["r@5"] + m["abstention"] + m["twin_right_at_1"] + m["current_at_1"]) / 4
+    return (m["r@5"] + m["right_at_1"] + m["abstention"] + m["twin_right_at_1"]
+            + m["current_at_1"]) / 5
 
 
 def with_values(floors: GateFloors, values: dict[str, float]) -> GateFloors:
@@ -254,7 +258,7 @@ def main() -> None:
     results: dict[str, Any] = {"machine": machine(), "model": model, "embedding_version": version, "k": K,
                                "min_abstention": MIN_ABSTENTION, "max_injection_rate": MAX_INJECTION,
                                "grid": GRID, "constraints_met": feasible}
-    table = [["floors", " / ".join(GRID), "half", "R@5", "abstention",
+    table = [["floors", " / ".join(GRID), "half", "R@5", "right@1", "abstention",
               "twin right@1", "current@1", "hand P / R / injection"]]
     for label, values in (("before", before), ("chosen on half A", chosen)):
         floors = with_values(base, values)
@@ -264,14 +268,15 @@ def main() -> None:
             m = conversational_metrics(halves[half], floors, keys)
             results[label][half] = m
             table.append([label, " / ".join(f"{values[n]:.2f}" for n in GRID), half, f"{m['r@5']:.3f}",
-                          f"{m['abstention']:.3f}", f"{m['twin_right_at_1']:.3f}", f"{m['current_at_1']:.3f}",
+                          f"{m['right_at_1']:.3f}", f"{m['abstention']:.3f}",
+                          f"{m['twin_right_at_1']:.3f}", f"{m['current_at_1']:.3f}",
                           f"{hm['precision']:.3f} / {hm['recall']:.3f} / {hm['injection_rate']:.3f}"])
     write_report("calibration", results, table,
                  notes=f"{model} (embedding.version {version}); conversational set halves A/B "
                        f"({len(halves['A'])}/{len(halves['B'])} searches), hand-labelled set "
-                       f"({len(hand)} queries). Chosen on half A: best mean of R@5, abstention, twin "
-                       f"right-at-1 and current-at-1 with abstention >= {MIN_ABSTENTION:.0%} and "
-                       f"injection <= {MAX_INJECTION:.0%}"
+                       f"({len(hand)} queries). Chosen on half A: best mean of R@5, right-at-1, "
+                       f"abstention, twin right-at-1 and current-at-1 with abstention >= "
+                       f"{MIN_ABSTENTION:.0%} and injection <= {MAX_INJECTION:.0%}"
                        + ("" if feasible else " (no floor met both; best objective chosen)") + ".")
     for line in table:
         print(" | ".join(line))

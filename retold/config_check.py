@@ -30,6 +30,7 @@ _RANGES: tuple[tuple[str, tuple[float, float, bool]], ...] = (
     ("*.name_only_margin", _UNIT),  # 0 = a shared name raises no floor
     ("*.standout_margin", _UNIT),  # 0 = a lead over the named records passes nothing
     ("*.companion_margin", _UNIT),  # 0 = no companions
+    ("*.companion_weight", _UNIT),  # 0 = a companion ranks after every pass
     ("store.busy_timeout_seconds", _NON_NEGATIVE),  # 0 = fail at once on a held lock
     ("embedding.query_cache_entries", _NON_NEGATIVE),  # 0 = every query is encoded afresh
     ("policy.source_rank.*", _NON_NEGATIVE),

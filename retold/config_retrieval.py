@@ -95,6 +95,7 @@ class AutoGateConfig:
     standout_margin: float = 0.0  # off: a search nobody asked for never passes on a lead alone
     standout_floor: float = 1.0
     companion_margin: float = 0.0  # off
+    companion_weight: float = 1.0
     nameless_lexical_floor: float = 0.40
 
 
@@ -112,6 +113,7 @@ class GateConfig:
     standout_margin: float = 0.12  # 0 = off
     standout_floor: float = 0.50
     companion_margin: float = 0.05  # 0 = off
+    companion_weight: float = 0.7  # a companion ranks by its dense vote times this
     nameless_lexical_floor: float = 0.40
     auto: AutoGateConfig = field(default_factory=AutoGateConfig)
 

@@ -296,7 +296,8 @@ class Candidate:
     rrf_score: float = 0.0
     fused_rank: int = 0
     freshness_multiplier: float | None = None  # episodic records only
-    score: float = 0.0  # rrf_score * freshness_multiplier
+    score: float = 0.0  # rrf_score * freshness_multiplier (a companion: see gate.companion_score)
+    dense_vote: float = 0.0  # the dense channel's share of rrf_score, 1 / (k + dense rank)
     gate_reason: str | None = None
     rerank_score: float | None = None
     rank_after_rerank: int | None = None

@@ -61,8 +61,8 @@ def fuse(
     ``dense`` is ``(record_id, cosine)`` best first, ``lexical`` the lexical hits (put in
     order of their ``rank``), ``entity`` ``(record_id, entity_id)`` best first. Each
     candidate carries a :class:`GeneratorHit` per generator that found it, its matched
-    lexical terms and entity id, ``rrf_score``, 1-based ``fused_rank`` and
-    ``score = rrf_score`` (freshness adjusts it next).
+    lexical terms and entity id, ``rrf_score``, its dense share ``dense_vote``, 1-based
+    ``fused_rank`` and ``score = rrf_score`` (freshness adjusts it next).
     """
     # A record listed twice by one generator (e.g. linked to two matched entities) keeps
     # its first, best position: one generator is one vote in RRF.
@@ -88,6 +88,8 @@ def fuse(
     for fused_rank, (record_id, rrf_score) in enumerate(fused.items(), start=1):
         candidate = Candidate(record_id, rrf_score=rrf_score, fused_rank=fused_rank, score=rrf_score)
         candidate.dense = dense_hits.get(record_id)
+        if candidate.dense is not None:
+            candidate.dense_vote = 1.0 / (k + candidate.dense.rank)
         if record_id in lexical_hits:
             candidate.lexical, candidate.lexical_terms = lexical_hits[record_id]
         if record_id in entity_hits:

@@ -13,7 +13,9 @@ match, never as a pass of its own unless the question only names things. Such a 
 record also passes when its cosine leads every other record carrying the question's names
 by ``standout_margin`` (and reaches ``standout_floor``): the question picked it out of that
 entity's records. Companions: once something passed, a candidate within
-``companion_margin`` of the best passing cosine follows the passes. Step 2 drops survivors
+``companion_margin`` of the best passing cosine is kept too, and ranks by its dense vote
+alone times ``companion_weight`` (:func:`companion_score`): the names it shares earned its
+other votes, not what is asked. Step 2 drops survivors
 below ``relative_floor`` times the best fused score among survivors with the same number of
 channels (0 disables it). Every dropped candidate carries the step and floor that dropped
 it, so a logged search can be re-decided with other floors (``docs/decisions.md``, "The
@@ -30,8 +32,8 @@ from typing import Any
 from retold.config import AutoGateConfig, DenseFloors, GateConfig
 from retold.models import Candidate, GeneratorHit, LexicalMatch, LexicalTerm, QueryShape
 
-__all__ = ["GateFloors", "GateResult", "RecordKind", "floors_for", "gate", "logged_candidates",
-           "replay_gate"]
+__all__ = ["GateFloors", "GateResult", "RecordKind", "companion_score", "floors_for", "gate",
+           "logged_candidates", "replay_gate"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,7 @@ class GateFloors:
     standout_margin: float = 0.0
     standout_floor: float = 1.0
     companion_margin: float = 0.0
+    companion_weight: float = 1.0
     nameless_lexical_floor: float = 0.0
     policy_only: bool = False  # cross_encoder_only: the reranker alone judges relevance
 
@@ -78,6 +81,7 @@ class GateFloors:
             "standout_margin": self.standout_margin,
             "standout_floor": self.standout_floor,
             "companion_margin": self.companion_margin,
+            "companion_weight": self.companion_weight,
             "nameless_lexical_floor": self.nameless_lexical_floor,
         }
 
@@ -90,7 +94,7 @@ def floors_for(cfg: GateConfig, trigger: str) -> GateFloors:
                       source.lexical_min_matched_terms, source.relative_floor, tuple(excluded),
                       source.name_only_margin, source.unknown_name_floor, source.standout_margin,
                       source.standout_floor, source.companion_margin,
-                      source.nameless_lexical_floor)
+                      source.companion_weight, source.nameless_lexical_floor)
 
 
 @dataclass
@@ -98,6 +102,7 @@ class GateResult:
     kept: list[Candidate]
     gated_out: list[tuple[str, str]]  # (record_id, reason)
     empty_reason: str | None
+    companions: frozenset[str] = frozenset()  # kept ids ranked by companion_score
 
 
 def _channels(c: Candidate) -> int:
@@ -230,14 +235,30 @@ def _companions(passed: Sequence[Candidate], failed: Sequence[Candidate],
     return out
 
 
+def companion_score(c: Candidate, floors: GateFloors) -> float:
+    """Where a companion ranks: its dense vote alone, times ``companion_weight``, times its
+    freshness.
+
+    A companion failed every floor on its own. Its lexical and entity votes came from the
+    question's names, which every record of that entity shares, so only the cosine says how
+    close it is to what is asked; the weight keeps a pass that is about as close ahead.
+    """
+    multiplier = c.freshness_multiplier if c.freshness_multiplier is not None else 1.0
+    return c.dense_vote * floors.companion_weight * multiplier
+
+
 def gate(
     candidates: Sequence[Candidate],
     kinds: Mapping[str, RecordKind],
     floors: GateFloors,
     shape: QueryShape | None = None,
 ) -> GateResult:
-    """Apply the steps to candidates in score order; sets ``gate_reason``."""
+    """Apply the steps to candidates in score order; sets ``gate_reason``.
+
+    ``kept`` comes back in rank order: by ``score``, a companion by :func:`companion_score`.
+    """
     shape = shape or QueryShape()
+    following: set[str] = set()
     gated_out: list[tuple[str, str]] = []
     step1: list[Candidate] = []
     failed: list[Candidate] = []
@@ -265,7 +286,7 @@ def gate(
         step1 = [c for c in candidates if c.record_id in passed_ids]
         failed = [c for c in failed if c.record_id not in leads]
         followers = _companions(step1, failed, floors)
-        step1 += followers  # after every candidate that passed on its own
+        step1 += followers
         following = {c.record_id for c in followers}
         failed = [c for c in failed if c.record_id not in following]
     dropped = {c.record_id for c in failed}
@@ -283,6 +304,8 @@ def gate(
             gated_out.append((c.record_id, c.gate_reason))
         else:
             kept.append(c)
+    if following:  # stable: equal scores keep candidate order
+        kept.sort(key=lambda c: -(companion_score(c, floors) if c.record_id in following else c.score))
     empty_reason = None
     if not kept:
         if best_missed is not None:
@@ -291,7 +314,7 @@ def gate(
             empty_reason = "every candidate was dropped: " + gated_out[0][1]
         else:
             empty_reason = "no candidate from any channel among readable records"
-    return GateResult(kept, gated_out, empty_reason)
+    return GateResult(kept, gated_out, empty_reason, frozenset(following))
 
 
 def replay_gate(log_row: Mapping[str, Any], floors: GateFloors) -> GateResult:
@@ -323,6 +346,9 @@ def logged_candidates(
     lexical = {row[0]: row for row in hits}
     entity = {rid: (rank, eid) for rid, rank, eid in col("entity")}
     multipliers = dict(col("freshness"))
+    flags = log_row.get("config_flags")
+    flags = json.loads(flags) if isinstance(flags, str) else (flags or {})
+    rrf_k = int(flags.get("rrf_k", 60))  # rows logged before the flag was: the default k
     candidates: list[Candidate] = []
     kinds: dict[str, RecordKind] = {}
     for rid, fused_rank, rrf_score, type_, source_kind in col("fused"):
@@ -340,6 +366,7 @@ def logged_candidates(
             entity_id=entity[rid][1] if rid in entity else None, rrf_score=rrf_score,
             fused_rank=fused_rank, freshness_multiplier=multiplier,
             score=rrf_score * (multiplier if multiplier is not None else 1.0),
+            dense_vote=1.0 / (rrf_k + dense[rid].rank) if rid in dense else 0.0,
         ))
         kinds[rid] = RecordKind(type_, source_kind)
     candidates.sort(key=lambda c: -c.score)

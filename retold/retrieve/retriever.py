@@ -35,7 +35,7 @@ from retold.retrieve.dedup import collapse_duplicates
 from retold.retrieve.explain import explain, explanation_dict, render
 from retold.retrieve.freshness import apply_freshness
 from retold.retrieve.fusion import fuse
-from retold.retrieve.gate import GateFloors, RecordKind, floors_for, gate
+from retold.retrieve.gate import GateFloors, RecordKind, companion_score, floors_for, gate
 from retold.retrieve.generators import (
     dense_candidates,
     entity_candidates,
@@ -137,6 +137,9 @@ class Retriever:
         kinds = {rid: RecordKind(m.type, m.source_kind) for rid, m in meta.items()}
         cross_only = self.config.reranker.enabled and self.config.reranker.mode == "cross_encoder_only"
         gated = gate(candidates, kinds, _policy_only(floors) if cross_only else floors, shape)
+        for c in gated.kept:  # a companion shows the score it ranks by
+            if c.record_id in gated.companions:
+                c.score = companion_score(c, floors)
         timer.mark("gate")
         kept, deduped_out = collapse_duplicates(gated.kept, self.index, cfg.dedup_cosine)
         # Full records only for the survivors: the earlier stages needed four columns.
@@ -304,7 +307,8 @@ class Retriever:
             "rewrite_enabled": self.config.retrieval.rewrite.enabled,
             "reranker_enabled": self.config.reranker.enabled,
             "reranker_mode": self.config.reranker.mode, "gate": floors.as_dict(),
-            "index_refresh": refresh, "k": k, "token_budget": self.config.retrieval.token_budget,
+            "index_refresh": refresh, "k": k, "rrf_k": self.config.retrieval.rrf_k,
+            "token_budget": self.config.retrieval.token_budget,
             "ranking": "rrf_cross_encoder" if self.config.reranker.enabled else "rrf_only",
         }
 

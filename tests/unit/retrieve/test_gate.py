@@ -194,9 +194,31 @@ def test_companions_follow_a_pass_within_the_margin() -> None:
     first, second, far = dense("first", 0.50), dense("second", 0.43), dense("far", 0.38)
     kinds = dict.fromkeys(("first", "second", "far"), SEMANTIC)
     result = gate([second, first, far], kinds, following)
-    assert [c.record_id for c in result.kept] == ["first", "second"]  # passes lead
+    assert [c.record_id for c in result.kept] == ["first", "second"]  # no dense vote logged
     assert "companion: dense 0.430 within 0.10 of the best pass 0.500" in (second.gate_reason or "")
     assert "far" in dict(result.gated_out)
+
+
+def test_a_companion_ranks_by_its_dense_vote_and_can_lead_a_weak_pass() -> None:
+    # "In which month is Kiran's race?": the training record shares only the name, so it
+    # misses the raised floor; an old episodic record passes on its own with a decayed score.
+    following = replace(FLOORS, companion_margin=0.10, companion_weight=0.7, relative_floor=0.0)
+    race = Candidate("race", dense=GeneratorHit(1, 0.60), rrf_score=0.031, score=0.031,
+                     dense_vote=1 / 61)
+    fun_run = Candidate("fun_run", dense=GeneratorHit(2, 0.55), rrf_score=0.030, score=0.010,
+                        freshness_multiplier=0.33, dense_vote=1 / 62)
+    name_only = QueryShape(asks=True)
+    race.lexical_terms = LexicalMatch((term("kiran", name=True),), 2, 1)
+    kinds = {"race": SEMANTIC, "fun_run": EPISODIC}
+    strict = replace(following, name_only_margin=0.2)  # the race record needs 0.65
+    result = gate([race, fun_run], kinds, strict, name_only)
+    assert result.companions == {"race"}
+    assert [c.record_id for c in result.kept] == ["race", "fun_run"]  # 0.7 / 61 > 0.010
+    # A pass that is about as close keeps the lead: the weight discounts the companion.
+    fresh = Candidate("fresh", dense=GeneratorHit(2, 0.55), rrf_score=0.030, score=0.030,
+                      dense_vote=1 / 62)
+    result = gate([race, fresh], {"race": SEMANTIC, "fresh": EPISODIC}, strict, name_only)
+    assert [c.record_id for c in result.kept] == ["fresh", "race"]
 
 
 def test_no_companion_without_a_pass_or_for_an_unknown_name() -> None:
