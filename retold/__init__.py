@@ -18,6 +18,7 @@ from retold.errors import (
     StoreError,
     StoreFullError,
     StoreLockedError,
+    StoreMissingError,
     StoreReadOnlyError,
 )
 from retold.models import Principal, Record, Scope, SearchRequest
@@ -44,6 +45,7 @@ __all__ = [
     "StoreError",
     "StoreFullError",
     "StoreLockedError",
+    "StoreMissingError",
     "StoreReadOnlyError",
     "__version__",
     "build_runtime",

@@ -6,6 +6,7 @@
     ├── ConfigError            bad config.yaml or overrides; the message names the key
     │   └── EmbeddingMismatchError the store holds vectors of another embedding family
     ├── StoreError             the SQLite store cannot be used
+    │   ├── StoreMissingError      no store there yet: no file, or a database without Retold's schema
     │   ├── NotADatabaseError      not SQLite, or another application's database (left untouched)
     │   ├── SchemaTooNewError      written by a newer Retold (left untouched)
     │   ├── MigrationIssuesError   legacy rows need review before use
@@ -43,6 +44,12 @@ class EmbeddingMismatchError(ConfigError):
 
 class StoreError(RetoldError):
     """The store cannot be opened or used."""
+
+
+class StoreMissingError(StoreError):
+    """There is no store where one was looked for: no file at the path, or a PostgreSQL
+    database without Retold's schema. Opening it would create one; a check has nothing
+    to read."""
 
 
 class NotADatabaseError(StoreError):

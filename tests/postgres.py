@@ -37,13 +37,16 @@ def available() -> str | None:
 
 
 @contextmanager
-def test_database() -> Iterator[str]:
-    """A database of this run's own; its URL, dropped afterwards."""
-    name = f"retold_test_{os.getpid()}"
+def test_database(suffix: str = "", *, template: str = "template1") -> Iterator[str]:
+    """A database of this run's own (``suffix`` names a second one, for a test that needs
+    a whole database, such as one without or with an extension); its URL, dropped
+    afterwards. ``template0`` gives a database with no extension the server's template1
+    may carry."""
+    name = f"retold_test_{os.getpid()}{suffix}"
     base = SERVER.rsplit("/", 1)[0]
     with _admin(SERVER) as conn:  # type: ignore[attr-defined]
         conn.execute(f"DROP DATABASE IF EXISTS {name}")
-        conn.execute(f"CREATE DATABASE {name}")
+        conn.execute(f"CREATE DATABASE {name} TEMPLATE {template}")
     try:
         yield f"{base}/{name}"
     finally:

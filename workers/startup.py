@@ -1,14 +1,16 @@
 """A worker checks its store before it takes a task.
 
-The main worker process runs the quick integrity check (:func:`retold.store.integrity.check_file`
-with ``quick=True``) once logging is set up and before the pool or the consumer starts. A
-store SQLite itself finds damaged stops the worker with one error line and exit code 1:
-extracting into a damaged file would only spread the damage, and a restarting service
-manager keeps reporting it. Disagreement between records, FTS rows and vectors is logged
-as one warning and the worker starts, since its own writes are whole and refusing would
-stop every session's extraction over a search problem; so does a store whose write lock
-another process holds past the wait (the FTS check needs it). See docs/decisions.md,
-"Integrity checks".
+The main worker process runs the quick integrity check once logging is set up and before
+the pool or the consumer starts: :func:`retold.store.integrity.check_file` with
+``quick=True`` on a SQLite file, :func:`retold.store.pg_integrity.check_database` with
+``quick=True`` on PostgreSQL (the agreement check, and amcheck's structural btree check
+where the database has the extension). A store the database itself finds damaged stops
+the worker with one error line and exit code 1: extracting into a damaged store would only
+spread the damage, and a restarting service manager keeps reporting it. Disagreement
+between records, lexical rows and vectors is logged as one warning and the worker starts,
+since its own writes are whole and refusing would stop every session's extraction over a
+search problem; so does a store whose lock another process holds past the wait. See
+docs/decisions.md, "Integrity checks".
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ from celery.signals import worker_init
 
 from retold.cli_failure import one_line
 from retold.config import Config
-from retold.errors import RetoldError, StoreLockedError
+from retold.errors import RetoldError, StoreLockedError, StoreMissingError
 from retold.store.integrity import check_file
+from retold.store.pg_integrity import check_database
+from retold.store.url import redact
 from workers.app import config_from_environment
 
 __all__ = ["EXIT_DAMAGED", "check_store"]
@@ -34,11 +38,16 @@ EXIT_DAMAGED = 1
 
 def check_store(config: Config) -> None:
     """Log what the quick check found; raise SystemExit when the worker must not start."""
-    path = config.store.path
-    if config.store.url or path == ":memory:" or not Path(path).exists():
-        return  # nothing stored yet (the runtime creates it), or a PostgreSQL store: no file to check
+    wait = config.store.busy_timeout_seconds
+    url = config.store.url
+    path = redact(url) if url else config.store.path
+    if not url and (path == ":memory:" or not Path(path).exists()):
+        return  # nothing stored yet: the runtime creates it
     try:
-        report = check_file(path, quick=True, busy_timeout=config.store.busy_timeout_seconds)
+        report = (check_database(url, quick=True, busy_timeout=wait) if url
+                  else check_file(path, quick=True, busy_timeout=wait))
+    except StoreMissingError:
+        return  # an empty database: the runtime creates the schema
     except StoreLockedError as exc:  # a busy store is no reason to stay down
         log.warning("store %s: start-up check skipped: %s", path, one_line(exc))
         return
@@ -46,8 +55,9 @@ def check_store(config: Config) -> None:
         log.error("refusing to start: store %s cannot be checked: %s", path, one_line(exc))
         raise SystemExit(EXIT_DAMAGED) from exc
     if report.damaged:
-        log.error("refusing to start: store %s is damaged (%s); restore it from a snapshot "
-                  "(`retold check --store %s` lists the problems)", path, report.summary(), path)
+        remedy = "REINDEX a damaged index or restore a backup" if url else "restore it from a snapshot"
+        log.error("refusing to start: store %s is damaged (%s); %s (`retold check --store %s` lists "
+                  "the problems)", path, report.summary(), remedy, path)
         raise SystemExit(EXIT_DAMAGED)
     if not report.ok:
         log.warning("store %s: %s; searches may miss or misreport records until it is repaired "

@@ -20,7 +20,7 @@ from retold.errors import NotADatabaseError, SchemaTooNewError
 from retold.store.migrations import LATEST, MIGRATIONS, MigrationReport
 from retold.util import SystemClock, to_iso
 
-__all__ = ["PG_MIGRATIONS", "SCHEMA_LOCK", "current_version", "migrate"]
+__all__ = ["PG_MIGRATIONS", "SCHEMA_LOCK", "check_version", "current_version", "migrate"]
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,9 @@ def current_version(conn: Any) -> int:
     return int(conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()[0])
 
 
-def _check(conn: Any, where: str) -> int:
+def check_version(conn: Any, where: str) -> int:
+    """The applied version, after refusing a schema newer than this code or a database
+    that holds another application's ``records`` table. Reads only."""
     version = current_version(conn)
     if version > _PG_LATEST:
         raise SchemaTooNewError(f"store {where} has schema version {version}, newer than this Retold "
@@ -105,7 +107,7 @@ def _initial(conn: Any) -> None:
 
 def migrate(conn: Any, where: str) -> MigrationReport:
     """Create the schema on an empty database, apply later migrations; idempotent."""
-    if _check(conn, where) >= _PG_LATEST:
+    if check_version(conn, where) >= _PG_LATEST:
         return MigrationReport((), current_version(conn), _unresolved(conn))
     applied: list[int] = []
     steps: list[tuple[int, str, Callable[[Any], None]]] = [(LATEST, "initial schema", _initial)]
@@ -114,7 +116,7 @@ def migrate(conn: Any, where: str) -> MigrationReport:
         conn.execute("BEGIN")
         try:
             conn.execute("SELECT pg_advisory_xact_lock(?)", (SCHEMA_LOCK,))
-            if _check(conn, where) >= version:  # another process applied it meanwhile
+            if check_version(conn, where) >= version:  # another process applied it meanwhile
                 conn.execute("ROLLBACK")
                 continue
             apply(conn)

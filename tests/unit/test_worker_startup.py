@@ -1,6 +1,7 @@
 """A worker's start-up check of its store, without a broker: damage stops it with one
-error line, disagreement lets it start with one warning, a whole store one info line; and
-a real worker process on a damaged copy exits before it takes any task."""
+error line, disagreement lets it start with one warning (on both backends), a whole store
+one info line, an empty PostgreSQL database none; and a real worker process on a damaged
+copy exits before it takes any task."""
 
 from __future__ import annotations
 
@@ -13,15 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from retold.config import Config, load_config
+from retold.config import Config, is_database_url, load_config
+from retold.config_env import store_target as store_keys
+from retold.store.url import redact
 from retold.testing import World
+from tests import postgres
 from tests.conditions import corrupt_page, write_lock_held
 from tests.sql import execute
 from workers.startup import EXIT_DAMAGED, check_store
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.sqlite_only("SQLite's integrity checks of a store file; a worker on a"
-                                     " PostgreSQL store has no file to check")
+SQLITE_FILE = "damage and locks of a SQLite file; PostgreSQL keeps its own pages and locks"
 
 
 def _closed_copy(world: World, name: str) -> Path:
@@ -33,14 +36,25 @@ def _closed_copy(world: World, name: str) -> Path:
     return copy
 
 
-def _config(path: Path) -> Config:
-    return load_config(overrides={"store": {"path": str(path)}, "embedding": {"model": "fake"}})
+def _closed_store(world: World, store_target: str) -> str:
+    """A copy of the world's store file, or on PostgreSQL the store itself, closed."""
+    if not is_database_url(store_target):
+        return str(_closed_copy(world, "copy.sqlite"))
+    result = world.write(content="Aditya keeps a torch in the car.", attribute="car")
+    assert result.ok and result.record_id
+    world.rt.close()
+    return store_target
+
+
+def _config(target: str | Path) -> Config:
+    return load_config(overrides={"store": store_keys(str(target)), "embedding": {"model": "fake"}})
 
 
 def _messages(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
     return [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "workers.startup"]
 
 
+@pytest.mark.sqlite_only(SQLITE_FILE)
 def test_a_damaged_store_stops_the_worker_with_one_error_line(
     world: World, caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -55,16 +69,18 @@ def test_a_damaged_store_stops_the_worker_with_one_error_line(
 
 
 def test_rows_that_disagree_log_one_warning_and_the_worker_starts(
-    world: World, caplog: pytest.LogCaptureFixture,
+    world: World, store_target: str, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    copy = _closed_copy(world, "copy.sqlite")
+    copy = _closed_store(world, store_target)
     execute(copy, "DELETE FROM records_fts")
     with caplog.at_level(logging.INFO):
         check_store(_config(copy))
     ((level, message),) = _messages(caplog)
     assert level == logging.WARNING and "missing_fts_row (1)" in message
+    assert message.startswith(f"store {redact(copy)}: 1 problem")
 
 
+@pytest.mark.sqlite_only(SQLITE_FILE)
 def test_a_store_locked_past_the_wait_lets_the_worker_start(
     world: World, caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -77,14 +93,25 @@ def test_a_store_locked_past_the_wait_lets_the_worker_start(
     assert level == logging.WARNING and "start-up check skipped" in message and "is locked" in message
 
 
-def test_a_whole_store_logs_one_info_line(world: World, caplog: pytest.LogCaptureFixture) -> None:
-    copy = _closed_copy(world, "copy.sqlite")
+def test_a_whole_store_logs_one_info_line(
+    world: World, store_target: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    copy = _closed_store(world, store_target)
     with caplog.at_level(logging.INFO):
         check_store(_config(copy))
     ((level, message),) = _messages(caplog)
     assert level == logging.INFO and "passed its quick check (1 active records" in message
 
 
+def test_an_empty_postgresql_database_is_left_to_the_runtime(
+    pg_database: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.INFO):
+        check_store(_config(postgres.fresh_schema(pg_database)))
+    assert _messages(caplog) == []
+
+
+@pytest.mark.sqlite_only(SQLITE_FILE)
 def test_a_worker_process_on_a_damaged_store_exits_before_taking_tasks(world: World, tmp_path: Path) -> None:
     damaged = _closed_copy(world, "damaged.sqlite")
     corrupt_page(damaged, "records_scope")

@@ -1,6 +1,7 @@
-"""Integrity checks on real store files: SQLite damage made with the file's bytes, and
-disagreement made by removing or adding one row, each found by ``retold check`` with
-the record it concerns named; ``snapshot load`` refusing such a copy."""
+"""Integrity checks on real stores: SQLite damage made with the file's bytes, and
+disagreement made by removing or adding one row (on both backends), each found by
+``retold check`` with the record it concerns named; ``snapshot load`` refusing such a
+copy. PostgreSQL's own part (amcheck) is tested in test_pg_integrity.py."""
 
 from __future__ import annotations
 
@@ -11,22 +12,30 @@ import pytest
 
 from retold.cli import main
 from retold.cli.check import EXIT_PROBLEMS
+from retold.config import is_database_url
 from retold.operations import OperationError
-from retold.store.integrity import check_file
+from retold.store.integrity import IntegrityReport, check_file
+from retold.store.pg_integrity import check_database
 from retold.testing import World, make_world
 from tests.conditions import corrupt_page
-from tests.sql import execute, rows
+from tests.sql import dump_lines, execute, rows
+
+SQLITE_PAGES = "SQLite's page checks of a store file; PostgreSQL keeps its own pages"
 
 
 @pytest.fixture
-def written(tmp_path: Path) -> tuple[Path, list[str]]:
+def written(tmp_path: Path, store_target: str) -> tuple[str, list[str]]:
     """A closed store holding three records written through the write path, with their
-    FTS rows and vectors; returns its path and the record ids."""
-    world = make_world(tmp_path / "w")
+    FTS rows and vectors; returns where it is (a file or a URL) and the record ids."""
+    world = make_world(tmp_path / "w", store=store_target)
     ids = [_write(world, f"Aditya keeps {thing} on the desk.", f"desk_{n}")
            for n, thing in enumerate(("a red lamp", "two plants", "a chess clock"))]
     world.rt.close()
-    return Path(world.rt.store.path), ids
+    return (store_target if is_database_url(store_target) else world.rt.store.path), ids
+
+
+def _report(target: str) -> IntegrityReport:
+    return check_database(target) if is_database_url(target) else check_file(target)
 
 
 def _write(world: World, content: str, attribute: str) -> str:
@@ -35,37 +44,51 @@ def _write(world: World, content: str, attribute: str) -> str:
     return result.record_id
 
 
-def _copy(path: Path, name: str) -> Path:
-    target = path.with_name(name)
+def _copy(path: str, name: str) -> Path:
+    target = Path(path).with_name(name)
     shutil.copyfile(path, target)
     return target
 
 
-def _check(capsys: pytest.CaptureFixture[str], path: Path, *flags: str) -> tuple[int, str]:
-    code = main(["check", "--store", str(path), *flags])
+def _check(capsys: pytest.CaptureFixture[str], target: str | Path, *flags: str) -> tuple[int, str]:
+    code = main(["check", "--store", str(target), *flags])
     captured = capsys.readouterr()
     assert "Traceback" not in captured.err
     return code, captured.out
 
 
-def _seq(path: Path, record_id: str) -> int:
-    ((seq,),) = rows(path, "SELECT seq FROM records WHERE id = ?", record_id)
+def _seq(target: str, record_id: str) -> int:
+    ((seq,),) = rows(target, "SELECT seq FROM records WHERE id = ?", record_id)
     return int(seq)
 
 
-def test_a_whole_store_passes_every_check(written: tuple[Path, list[str]],
+def test_a_whole_store_passes_every_check(written: tuple[str, list[str]], backend: str,
                                           capsys: pytest.CaptureFixture[str]) -> None:
-    path, _ = written
+    target, _ = written
     for flags in ((), ("--quick",)):
-        code, out = _check(capsys, path, *flags)
+        code, out = _check(capsys, target, *flags)
         assert code == 0, out
         assert "no problems" in out and "3 active records" in out
-    report = check_file(path)
-    assert report.ok and report.checks == ("integrity_check", "fts_index", "agreement")
+    report = _report(target)
+    assert report.ok and report.checks[-1] == "agreement"
+    if backend == "sqlite":
+        assert report.checks == ("integrity_check", "fts_index", "agreement")
 
 
+def test_the_check_changes_nothing(written: tuple[str, list[str]],
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    target, ids = written
+    execute(target, "DELETE FROM embeddings WHERE record_id = ?", ids[0])  # a problem to report, too
+    before = dump_lines(target)
+    for flags in ((), ("--quick",)):
+        code, _ = _check(capsys, target, *flags)
+        assert code == EXIT_PROBLEMS
+    assert dump_lines(target) == before
+
+
+@pytest.mark.sqlite_only(SQLITE_PAGES)
 @pytest.mark.parametrize("quick", [False, True], ids=["full", "quick"])
-def test_an_overwritten_index_page_is_found(written: tuple[Path, list[str]],
+def test_an_overwritten_index_page_is_found(written: tuple[str, list[str]],
                                             capsys: pytest.CaptureFixture[str], quick: bool) -> None:
     path, _ = written
     damaged = _copy(path, "damaged.sqlite")
@@ -76,7 +99,8 @@ def test_an_overwritten_index_page_is_found(written: tuple[Path, list[str]],
     assert check_file(path).ok  # the original beside it is untouched
 
 
-def test_an_overwritten_fts_page_is_found(written: tuple[Path, list[str]],
+@pytest.mark.sqlite_only(SQLITE_PAGES)
+def test_an_overwritten_fts_page_is_found(written: tuple[str, list[str]],
                                           capsys: pytest.CaptureFixture[str]) -> None:
     path, _ = written
     damaged = _copy(path, "damaged.sqlite")
@@ -86,7 +110,8 @@ def test_an_overwritten_fts_page_is_found(written: tuple[Path, list[str]],
     assert "fts_index" in out
 
 
-def test_a_damaged_schema_page_is_reported_not_raised(written: tuple[Path, list[str]],
+@pytest.mark.sqlite_only(SQLITE_PAGES)
+def test_a_damaged_schema_page_is_reported_not_raised(written: tuple[str, list[str]],
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     path, _ = written
     damaged = _copy(path, "damaged.sqlite")
@@ -96,35 +121,41 @@ def test_a_damaged_schema_page_is_reported_not_raised(written: tuple[Path, list[
     assert "unreadable" in out and "schema cannot be read" in out
 
 
-def test_a_missing_fts_row_names_its_record(written: tuple[Path, list[str]],
+def test_a_missing_fts_row_names_its_record(written: tuple[str, list[str]],
                                             capsys: pytest.CaptureFixture[str]) -> None:
-    path, ids = written
-    execute(path, "DELETE FROM records_fts WHERE rowid = ?", _seq(path, ids[1]))
-    code, out = _check(capsys, path)
+    target, ids = written
+    execute(target, "DELETE FROM records_fts WHERE rowid = ?", _seq(target, ids[1]))
+    code, out = _check(capsys, target)
     assert code == EXIT_PROBLEMS
     assert ("missing_fts_row: 1 active record(s) without an FTS row, so lexical search cannot find"
             f" them: {ids[1]}") in out
     assert ids[0] not in out and ids[2] not in out
 
 
-def test_a_missing_embedding_names_its_record(written: tuple[Path, list[str]],
+def test_a_missing_embedding_names_its_record(written: tuple[str, list[str]],
                                               capsys: pytest.CaptureFixture[str]) -> None:
-    path, ids = written
-    execute(path, "DELETE FROM embeddings WHERE record_id = ?", ids[2])
-    code, out = _check(capsys, path, "--quick")
+    target, ids = written
+    execute(target, "DELETE FROM embeddings WHERE record_id = ?", ids[2])
+    code, out = _check(capsys, target, "--quick")
     assert code == EXIT_PROBLEMS
     assert "missing_embedding: 1 active record(s) without a vector" in out and ids[2] in out
 
 
-def test_stray_rows_orphan_vectors_and_foreign_vectors_are_named(written: tuple[Path, list[str]]) -> None:
-    path, ids = written
-    execute(path, "UPDATE records SET status = 'deleted' WHERE id = ?", ids[0])  # FTS row left behind
-    execute(path, "PRAGMA foreign_keys = OFF")
-    execute(path, "INSERT INTO embeddings(record_id, model, version, dims, vector)"
-                  " VALUES ('gone', 'fake', 'fake-1', 2, x'0000000000000000')")
-    execute(path, "UPDATE embeddings SET version = 'other' WHERE record_id = ?", ids[1])
-    execute(path, "UPDATE embeddings SET dims = 3 WHERE record_id = ?", ids[2])
-    found = {f.problem: f for f in check_file(path).findings}
+def test_stray_rows_orphan_vectors_and_foreign_vectors_are_named(
+    written: tuple[str, list[str]], backend: str, capsys: pytest.CaptureFixture[str],
+) -> None:
+    target, ids = written
+    execute(target, "UPDATE records SET status = 'deleted' WHERE id = ?", ids[0])  # FTS row left behind
+    if backend == "postgres":  # SQLite's connections leave foreign keys off; a restore may, too
+        execute(target, "ALTER TABLE embeddings DROP CONSTRAINT embeddings_record_id_fkey")
+    execute(target, "INSERT INTO embeddings(record_id, model, version, dims, vector)"
+                    " VALUES ('gone', 'fake', 'fake-1', 2, ?)", bytes(8))
+    execute(target, "UPDATE embeddings SET version = 'other' WHERE record_id = ?", ids[1])
+    execute(target, "UPDATE embeddings SET dims = 3 WHERE record_id = ?", ids[2])
+    code, out = _check(capsys, target, "--quick")
+    assert code == EXIT_PROBLEMS
+    assert "  orphan_embedding: 1 vector(s) whose record does not exist: gone" in out
+    found = {f.problem: f for f in _report(target).findings}
     assert set(found) == {"stray_fts_row", "orphan_embedding", "foreign_embedding", "malformed_vector"}
     assert f"({ids[0]})" in found["stray_fts_row"].detail
     assert found["orphan_embedding"].ids == ("gone",)
