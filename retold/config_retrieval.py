@@ -112,7 +112,7 @@ class GateConfig:
     unknown_name_floor: float = 0.85
     standout_margin: float = 0.12  # 0 = off
     standout_floor: float = 0.50
-    companion_margin: float = 0.05  # 0 = off
+    companion_margin: float = 0.10  # 0 = off
     companion_weight: float = 0.7  # a companion ranks by its dense vote times this
     nameless_lexical_floor: float = 0.40
     auto: AutoGateConfig = field(default_factory=AutoGateConfig)
