@@ -185,8 +185,11 @@ class ToolHandlers:
     def search(self, principal: Principal, request: SearchRequest) -> ToolResult:
         """Run a search the adapter built itself (a host-issued ``trigger="auto"`` search)
         through the same pipeline and result shape as the tool."""
-        outcome = self.parts.retriever.search(principal, request)
-        return self._search_result(outcome.scopes, outcome.response, outcome.rendered)
+        retriever = self.parts.retriever
+        # The log row goes to the writer once the result is built, not while it is.
+        with retriever.search_log.held():
+            outcome = retriever.search(principal, request)
+            return self._search_result(outcome.scopes, outcome.response, outcome.rendered)
 
     # -- memory_search ----------------------------------------------------------------------
 
