@@ -7,6 +7,7 @@ extractor output that the ingestor validates before it becomes a record.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal, get_args
@@ -262,11 +263,13 @@ class LexicalMatch:
     def asked_terms(self) -> int:
         return self.total_terms - self.name_terms
 
-    @property
+    # Counted once: the gate asks each several times per candidate. A cached value lives
+    # outside the fields, so equality, hashing and the plain form are unchanged.
+    @functools.cached_property
     def asked_matched(self) -> int:
         return sum(not term.is_name for term in self.terms)
 
-    @property
+    @functools.cached_property
     def names_matched(self) -> int:
         return sum(term.is_name for term in self.terms)
 

@@ -134,8 +134,9 @@ class Retriever:
         timer.mark("fuse")
 
         meta = self._record_meta([c.record_id for c in candidates], version)
-        fused_log = [[c.record_id, c.fused_rank, c.rrf_score, meta[c.record_id].type,
-                      meta[c.record_id].source_kind] for c in candidates]
+        # The fused order, before freshness re-sorts the list; the log column is built from
+        # it by the writer (fuse sets fused_rank and rrf_score, and no later stage changes them).
+        fused_order = list(candidates)
         freshness_log = apply_freshness(candidates, meta, started, cfg.freshness,
                                         time_window=request.since is not None or request.until is not None)
         timer.mark("freshness")
@@ -198,6 +199,7 @@ class Retriever:
         read_scopes = [str(s) for s in scopes]
         explained = [(r.explanation, r.record.id) for r in results]
         flags = self._flags(floors, refresh, k)
+        timings = timer.as_dict()
         self.search_log.submit({
             "id": search_id, "at": to_iso(started), "agent_id": principal.agent_id,
             "user_id": principal.user_id, "session_id": principal.session_id,
@@ -213,7 +215,9 @@ class Retriever:
                           h.match.total_terms, h.match.name_terms] for h in lexical],
                 "asks": shape.asks, "unknown_names": list(shape.unknown_names)}),
             "entity": LogJson(lambda: [[rid, rank, eid] for rank, (rid, eid) in enumerate(entity, 1)]),
-            "fused": LogJson(lambda: fused_log), "freshness": LogJson(lambda: freshness_log),
+            "fused": LogJson(lambda: [[c.record_id, c.fused_rank, c.rrf_score, meta[c.record_id].type,
+                                       meta[c.record_id].source_kind] for c in fused_order]),
+            "freshness": LogJson(lambda: freshness_log),
             "gated_out": LogJson(lambda: gated.gated_out), "deduped_out": LogJson(lambda: deduped_out),
             "reranked": LogJson(lambda: rerank.logged) if rerank.logged is not None else None,
             "reranked_out": LogJson(lambda: rerank.omitted), "rerank_status": rerank.status,
@@ -222,7 +226,7 @@ class Retriever:
             "explanations": LogJson(lambda: [explanation_dict(ex) | {"record_id": rid}
                                              for ex, rid in explained] or [{"empty_reason": empty_reason}]),
             "config_flags": LogJson(lambda: flags), "warm": int(warm),
-            "timings_ms": log_json(timer.as_dict()),
+            "timings_ms": LogJson(lambda: timings),
         })
         timer.mark("log")
         response = SearchResponse(search_id, list(request.queries), rewritten, rewrite_status,

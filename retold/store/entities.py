@@ -124,6 +124,19 @@ class EntitiesMixin(StoreBase):
             rows, aliases = self._alias_lists(conn, rows, 0)
         return self._entity(rows[0], aliases.get(entity_id, []))
 
+    def entity_scopes(self, entity_ids: Sequence[str]) -> dict[str, Scope]:
+        """The scope of each of these entities that exists, whatever its status: what
+        a result needs to drop the ids its caller may not read, in one statement."""
+        wanted = list(dict.fromkeys(entity_ids))
+        out: dict[str, Scope] = {}
+        with self._lock:
+            for chunk in chunks(wanted):
+                for ident, kind, scope_id in self._conn.execute(
+                    f"SELECT id, scope_kind, scope_id FROM entities WHERE id IN ({marks(chunk)})", chunk
+                ):
+                    out[ident] = Scope(kind, scope_id)
+        return out
+
     def follow_merges(self, entity: Entity) -> Entity:
         """The surviving entity at the end of ``entity``'s ``merged_into`` chain.
 
