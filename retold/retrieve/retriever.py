@@ -10,6 +10,7 @@ invariant), so no stage can surface a record the caller may not read.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -147,14 +148,13 @@ class Retriever:
         gated = gate(candidates, kinds, _policy_only(floors) if cross_only else floors, shape)
         timer.mark("gate")
         kept, deduped_out = collapse_duplicates(gated.kept, self.index, cfg.dedup_cosine)
-        # Full records only for the survivors: the earlier stages needed four columns.
-        records = {r.id: r for r in self.store.records([c.record_id for c in kept])}
+        # Full records only for the survivors the later stages read (the earlier stages
+        # needed four columns): the budget stops at k results, and the rest stay unread.
+        records = _SurvivorRecords(self.store, [c.record_id for c in _summaries_last(kept, kinds)], k)
         timer.mark("dedup")
         kept, rerank = self._rerank(kept, records, queries, kinds, floors, cross_only, shape)
         timer.mark("rerank")
-        # A session summary digests records that are searchable on their own: when both
-        # match, the records lead and the summary takes what room is left.
-        kept = sorted(kept, key=lambda c: kinds[c.record_id].source_kind == "session_summary")
+        kept = _summaries_last(kept, kinds)
 
         counterparts: dict[str, Record] = {}
         budget = fill_budget(kept, records, k, cfg.token_budget,
@@ -280,7 +280,7 @@ class Retriever:
     def _rerank(
         self,
         kept: list[Candidate],
-        records: dict[str, Record],
+        records: Mapping[str, Record],
         queries: list[str],
         kinds: dict[str, RecordKind],
         floors: GateFloors,
@@ -293,7 +293,7 @@ class Retriever:
             return kept, _Rerank("disabled" if not rcfg.enabled else "applied", None, [], None)
         shortlist, rest = kept[: rcfg.candidates], kept[rcfg.candidates:]
         outcome = rerank_with_timeout(
-            self.reranker, shortlist, {rid: r.content for rid, r in records.items()}, queries,
+            self.reranker, shortlist, {c.record_id: records[c.record_id].content for c in shortlist}, queries,
             timeout_ms=rcfg.timeout_ms, on_failure=rcfg.on_failure,
         )
         if outcome.status != "applied":
@@ -336,6 +336,47 @@ class Retriever:
             "index_refresh": refresh, "k": k, "token_budget": self.config.retrieval.token_budget,
             "ranking": "rrf_cross_encoder" if self.config.reranker.enabled else "rrf_only",
         }
+
+
+def _summaries_last(kept: list[Candidate], kinds: Mapping[str, RecordKind]) -> list[Candidate]:
+    """A session summary digests records that are searchable on their own: when both
+    match, the records lead and the summary takes what room is left."""
+    return sorted(kept, key=lambda c: kinds[c.record_id].source_kind == "session_summary")
+
+
+class _SurvivorRecords(Mapping[str, Record]):
+    """The survivors' full records, read from the store as they are asked for.
+
+    A miss reads that record and the next ``batch`` - 1 unread ones in ``order`` (the
+    order the budget walks), in one query: with ``batch = k`` a search whose first k
+    survivors fit reads exactly those. ``update`` adds records read elsewhere (the
+    authority counterparts). A record the store no longer has is a KeyError, as it was
+    in a dict read up front.
+    """
+
+    def __init__(self, store: Store, order: list[str], batch: int) -> None:
+        self._store, self._order, self._batch = store, order, max(1, batch)
+        self._at = {record_id: i for i, record_id in enumerate(order)}
+        self._read: set[str] = set()
+        self._loaded: dict[str, Record] = {}
+
+    def __getitem__(self, record_id: str) -> Record:
+        if record_id not in self._loaded and record_id in self._at and record_id not in self._read:
+            start = self._at[record_id]
+            todo = [i for i in self._order[start:] if i not in self._read][: self._batch]
+            self._read.update(todo)
+            self._loaded.update((r.id, r) for r in self._store.records(todo))
+        return self._loaded[record_id]
+
+    def __iter__(self) -> Iterator[str]:  # reads every survivor; the search never iterates
+        found = [record_id for record_id in self._order if record_id in self]
+        return iter([*found, *(i for i in self._loaded if i not in self._at)])
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def update(self, records: Mapping[str, Record]) -> None:
+        self._loaded.update(records)
 
 
 @dataclass

@@ -172,6 +172,9 @@ def test_budget_fill_never_truncates_content(tmp_path: Path, store_target: str) 
     returned = {r.record.id: r.record.content for r in outcome.response.results}
     assert first not in returned and returned.get(second) == short
     assert first in json.loads(log(world, outcome)["budget_out"])
+    # With k = 1 the survivor that does not fit is passed over for the next one, which
+    # the search reads only then.
+    assert ids(search(world, "release checklist", k=1)) == [second]
     world.rt.close()
 
 
