@@ -7,7 +7,6 @@ extractor output that the ingestor validates before it becomes a record.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal, get_args
@@ -263,13 +262,11 @@ class LexicalMatch:
     def asked_terms(self) -> int:
         return self.total_terms - self.name_terms
 
-    # Counted once: the gate asks each several times per candidate. A cached value lives
-    # outside the fields, so equality, hashing and the plain form are unchanged.
-    @functools.cached_property
+    @property
     def asked_matched(self) -> int:
         return sum(not term.is_name for term in self.terms)
 
-    @functools.cached_property
+    @property
     def names_matched(self) -> int:
         return sum(term.is_name for term in self.terms)
 
