@@ -119,10 +119,11 @@ class SearchLogWriter:
         the interpreter lock with the thread still building its answer (about a third of a
         millisecond of a tool call at 10K records on two cores). Holding the rows until the
         answer is built moves that work after it. Rows are handed over even when the block
-        raises; nested blocks hand over at the outermost one.
+        raises; nested blocks hand over at the outermost one. Inline writes are not held:
+        no thread competes with them, and the search's log stage keeps counting the write.
         """
         rows: list[Row] | None = getattr(self._holds, "rows", None)
-        if rows is not None:
+        if rows is not None or not self.background:
             yield
             return
         self._holds.rows = rows = []

@@ -190,6 +190,19 @@ def test_a_held_row_is_handed_over_when_the_block_fails(world: World) -> None:
     assert world.rt.search_log.stats().written == 2
 
 
+def test_inline_writes_are_not_held(world: World) -> None:
+    remember(world)
+    rt = reopen(world, writes="inline")
+    try:
+        with rt.search_log.held():
+            outcome = search(rt, world)
+            # Written by the search itself, so its log stage still counts the write.
+            assert rt.store.search_log_row(outcome.response.search_id) is not None
+        assert outcome.response.timings_ms["log"] > 0
+    finally:
+        rt.close()
+
+
 def test_close_writes_the_queued_rows(world: World) -> None:
     remember(world)
     holder = hold_write_lock(world.rt.store.path, 0.5)
