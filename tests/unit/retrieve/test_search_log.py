@@ -198,7 +198,6 @@ def test_inline_writes_are_not_held(world: World) -> None:
             outcome = search(rt, world)
             # Written by the search itself, so its log stage still counts the write.
             assert rt.store.search_log_row(outcome.response.search_id) is not None
-        assert outcome.response.timings_ms["log"] > 0
     finally:
         rt.close()
 
