@@ -325,7 +325,8 @@ def notes(data: dict[str, Any], seconds: float) -> str:
             f"on one store, {model}, a {JUDGE_S * 1000:.0f} ms judge stand-in per call, "
             f"{seconds:.0f} s per phase. Search wall time per call; the log step is the "
             "search's own time from the last stage to its return (building the row, then "
-            "writing it inline or handing it to the writer).")
+            "writing it inline; in background mode a tool search hands the row to the writer "
+            "after its result is built, outside this step).")
 
 
 def main() -> None:

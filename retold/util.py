@@ -57,9 +57,20 @@ def to_iso(moment: datetime) -> str:
     Fixed width (microseconds, ``Z``) makes string comparison in SQL equal to time
     comparison, which the eligibility filter's expiry and time-window checks rely on.
     """
+    if moment.tzinfo is UTC:
+        return _utc_text(moment)
     if moment.tzinfo is None:
         raise ValueError("timestamps must be timezone-aware")
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@functools.lru_cache(maxsize=16384)
+def _utc_text(moment: datetime) -> str:
+    # Remembered for UTC datetimes only (what from_iso returns): a search formats the same
+    # records' timestamps again and again. Two UTC datetimes are equal only when they are
+    # the same instant, so a remembered text is always the right one; in other zones two
+    # equal datetimes can differ by their fold, so those are formatted every time.
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 @functools.lru_cache(maxsize=16384)

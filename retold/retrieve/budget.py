@@ -50,7 +50,14 @@ def fill_budget(
     eligible authority counterpart (or None). Content is never truncated: a record that
     does not fit is skipped and the next one tried."""
     by_id = {c.record_id: c for c in ranked}
-    records = dict(records)  # counterparts that were not candidates join it below
+    # Counterparts that were not candidates; ``records`` is only read, one key at a time,
+    # so a mapping that reads records from the store as they are asked for works too.
+    pulled: dict[str, Record] = {}
+
+    def record_of(record_id: str) -> Record:
+        found = pulled.get(record_id)
+        return found if found is not None else records[record_id]
+
     chosen: list[Placement] = []
     placed: set[str] = set()
     rejected: set[str] = set()
@@ -60,7 +67,7 @@ def fill_budget(
     def admit(unit: list[tuple[Candidate, bool]]) -> None:
         nonlocal used, primaries
         for candidate, primary in unit:
-            used += record_tokens(records[candidate.record_id])
+            used += record_tokens(record_of(candidate.record_id))
             primaries += primary
             placed.add(candidate.record_id)
             chosen.append(Placement(candidate, primary, used, len(chosen) + 1))
@@ -72,7 +79,7 @@ def fill_budget(
             continue
         if candidate.record_id in placed or candidate.record_id in rejected:
             continue
-        record = records[candidate.record_id]
+        record = record_of(candidate.record_id)
         unit: list[tuple[Candidate, bool]] = [(candidate, True)]
         counterpart = counterpart_of(record) if record.status == "provisional" else None
         if counterpart is not None and counterpart.id not in placed:
@@ -80,10 +87,10 @@ def fill_budget(
                 rejected.add(candidate.record_id)
                 budget_out.append(candidate.record_id)
                 continue
-            records[counterpart.id] = counterpart
+            pulled[counterpart.id] = counterpart
             partner = by_id.get(counterpart.id) or Candidate(record_id=counterpart.id)
             unit.insert(0, (partner, False))
-        cost = sum(record_tokens(records[c.record_id]) for c, _ in unit)
+        cost = sum(record_tokens(record_of(c.record_id)) for c, _ in unit)
         if used + cost > token_budget:
             for c, _ in unit:
                 rejected.add(c.record_id)

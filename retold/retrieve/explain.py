@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from retold.models import Candidate, Explanation, Record, RewriteStatus
+from retold.models import Candidate, Explanation, GeneratorHit, LexicalMatch, Record, RewriteStatus
+from retold.util import to_iso, to_plain
 
-__all__ = ["explain", "explanation_dict", "render", "short_id"]
+__all__ = ["explain", "explanation_dict", "explanation_plain", "render", "short_id"]
 
 Channel = Literal["dense", "lexical", "entity"]
 
@@ -117,3 +118,51 @@ def explanation_dict(ex: Explanation) -> dict[str, Any]:
         out[name] = None if value is None else list(value)
     out["rerank"] = None if ex.rerank is None else list(ex.rerank)
     return out
+
+
+def explanation_plain(ex: Explanation) -> dict[str, Any]:
+    """``to_plain(ex)`` written out field by field, for the tool result.
+
+    The generic walk visits some forty values per explanation and was half of the tool
+    layer's own time; this builds the same dict (same keys, same order, same values).
+    A test holds the two equal, so a field added to Explanation must be added here.
+    """
+    return {
+        "raw_queries": list(ex.raw_queries),
+        "rewritten_queries": None if ex.rewritten_queries is None else list(ex.rewritten_queries),
+        "rewrite_status": ex.rewrite_status,
+        "matched_by": list(ex.matched_by),
+        "dense": _plain_hit(ex.dense),
+        "lexical": _plain_hit(ex.lexical),
+        "lexical_terms": _plain_terms(ex.lexical_terms),
+        "entity": _plain_hit(ex.entity),
+        "fused_rank": ex.fused_rank,
+        "freshness_multiplier": to_plain(ex.freshness_multiplier),
+        "rerank": to_plain(ex.rerank),  # a reranker may score with numpy floats
+        "gate": ex.gate,
+        "dedup": ex.dedup,
+        "budget": ex.budget,
+        "source_kind": ex.source_kind,
+        "status": ex.status,
+        "created_at": to_iso(ex.created_at),
+        "event_at": to_iso(ex.event_at),
+        "entity_ids": list(ex.entity_ids),
+        "conflicts_with": list(ex.conflicts_with),
+        "summary": ex.summary,
+    }
+
+
+def _plain_hit(hit: GeneratorHit | None) -> dict[str, Any] | None:
+    return None if hit is None else {"rank": hit.rank, "score": to_plain(hit.score)}
+
+
+def _plain_terms(match: LexicalMatch | None) -> dict[str, Any] | None:
+    if match is None:
+        return None
+    return {
+        "terms": [{"value": t.value, "is_identifier": t.is_identifier,
+                   "is_entity_alias": t.is_entity_alias, "is_proper": t.is_proper}
+                  for t in match.terms],
+        "total_terms": match.total_terms,
+        "name_terms": match.name_terms,
+    }

@@ -10,6 +10,7 @@ invariant), so no stage can surface a record the caller may not read.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -46,11 +47,15 @@ from retold.retrieve.generators import (
 from retold.retrieve.rewrite import QueryRewriter, rewrite_stage
 from retold.retrieve.search_log import LogJson, SearchLogWriter, log_json
 from retold.store import EligibleSet, Store
+from retold.store.search import RecordMeta
 from retold.util import Clock, Timer, new_id, to_iso
 
 __all__ = ["Retriever", "SearchOutcome"]
 
 _ELIGIBLE_CACHE_ENTRIES = 64
+# Record metadata kept for one records_version; past this many entries the cache starts
+# over (50K entries are a few MB).
+_META_CACHE_ENTRIES = 50_000
 
 
 @dataclass
@@ -88,6 +93,9 @@ class Retriever:
         self.config, self.lifecycle, self.clock = config, lifecycle, clock
         self.search_log = search_log
         self._eligible_cache: OrderedDict[tuple[Any, ...], EligibleSet] = OrderedDict()
+        # (records_version, {record_id: RecordMeta}): replaced as a whole when the version
+        # moves, so a thread still searching the old version fills only the old dict.
+        self._meta_cache: tuple[int, dict[str, RecordMeta]] = (-1, {})
 
     def search(self, principal: Principal, request: SearchRequest) -> SearchOutcome:
         """Run one search; return the response and its rendered text."""
@@ -126,9 +134,10 @@ class Retriever:
         candidates = [c for c in fuse(dense, lexical, entity, cfg.rrf_k) if c.record_id in eligible]
         timer.mark("fuse")
 
-        meta = self.store.record_meta([c.record_id for c in candidates])
-        fused_log = [[c.record_id, c.fused_rank, c.rrf_score, meta[c.record_id].type,
-                      meta[c.record_id].source_kind] for c in candidates]
+        meta = self._record_meta([c.record_id for c in candidates], version)
+        # The fused order, before freshness re-sorts the list; the log column is built from
+        # it by the writer (fuse sets fused_rank and rrf_score, and no later stage changes them).
+        fused_order = list(candidates)
         freshness_log = apply_freshness(candidates, meta, started, cfg.freshness,
                                         time_window=request.since is not None or request.until is not None)
         timer.mark("freshness")
@@ -142,14 +151,13 @@ class Retriever:
                 c.score = companion_score(c, floors)
         timer.mark("gate")
         kept, deduped_out = collapse_duplicates(gated.kept, self.index, cfg.dedup_cosine)
-        # Full records only for the survivors: the earlier stages needed four columns.
-        records = {r.id: r for r in self.store.records([c.record_id for c in kept])}
+        # Full records only for the survivors the later stages read (the earlier stages
+        # needed four columns): the budget stops at k results, and the rest stay unread.
+        records = _SurvivorRecords(self.store, [c.record_id for c in _summaries_last(kept, kinds)], k)
         timer.mark("dedup")
         kept, rerank = self._rerank(kept, records, queries, kinds, floors, cross_only, shape)
         timer.mark("rerank")
-        # A session summary digests records that are searchable on their own: when both
-        # match, the records lead and the summary takes what room is left.
-        kept = sorted(kept, key=lambda c: kinds[c.record_id].source_kind == "session_summary")
+        kept = _summaries_last(kept, kinds)
 
         counterparts: dict[str, Record] = {}
         budget = fill_budget(kept, records, k, cfg.token_budget,
@@ -194,6 +202,7 @@ class Retriever:
         read_scopes = [str(s) for s in scopes]
         explained = [(r.explanation, r.record.id) for r in results]
         flags = self._flags(floors, refresh, k)
+        timings = timer.as_dict()
         self.search_log.submit({
             "id": search_id, "at": to_iso(started), "agent_id": principal.agent_id,
             "user_id": principal.user_id, "session_id": principal.session_id,
@@ -209,7 +218,9 @@ class Retriever:
                           h.match.total_terms, h.match.name_terms] for h in lexical],
                 "asks": shape.asks, "unknown_names": list(shape.unknown_names)}),
             "entity": LogJson(lambda: [[rid, rank, eid] for rank, (rid, eid) in enumerate(entity, 1)]),
-            "fused": LogJson(lambda: fused_log), "freshness": LogJson(lambda: freshness_log),
+            "fused": LogJson(lambda: [[c.record_id, c.fused_rank, c.rrf_score, meta[c.record_id].type,
+                                       meta[c.record_id].source_kind] for c in fused_order]),
+            "freshness": LogJson(lambda: freshness_log),
             "gated_out": LogJson(lambda: gated.gated_out), "deduped_out": LogJson(lambda: deduped_out),
             "reranked": LogJson(lambda: rerank.logged) if rerank.logged is not None else None,
             "reranked_out": LogJson(lambda: rerank.omitted), "rerank_status": rerank.status,
@@ -218,7 +229,7 @@ class Retriever:
             "explanations": LogJson(lambda: [explanation_dict(ex) | {"record_id": rid}
                                              for ex, rid in explained] or [{"empty_reason": empty_reason}]),
             "config_flags": LogJson(lambda: flags), "warm": int(warm),
-            "timings_ms": log_json(timer.as_dict()),
+            "timings_ms": LogJson(lambda: timings),
         })
         timer.mark("log")
         response = SearchResponse(search_id, list(request.queries), rewritten, rewrite_status,
@@ -250,11 +261,29 @@ class Retriever:
             self._eligible_cache.popitem(last=False)
         return eligible
 
+    def _record_meta(self, ids: list[str], version: int) -> dict[str, RecordMeta]:
+        """Type, source kind, status and event time of these records, read once per
+        ``records_version``.
+
+        Every change to those columns (a status move, a reinforcement that changes the
+        source kind) bumps the version, as the eligible set already relies on, and type
+        and event time never change; so a cached entry is what the store would return.
+        Searches between writes meet the same records again and again, and reading
+        them was a tenth of a search's own time at 10K records.
+        """
+        cached_version, cache = self._meta_cache
+        if cached_version != version or len(cache) > _META_CACHE_ENTRIES:
+            cache = {}
+            self._meta_cache = (version, cache)
+        missing = [rid for rid in ids if rid not in cache]
+        if missing:
+            cache.update(self.store.record_meta(missing))
+        return {rid: cache[rid] for rid in ids if rid in cache}
 
     def _rerank(
         self,
         kept: list[Candidate],
-        records: dict[str, Record],
+        records: Mapping[str, Record],
         queries: list[str],
         kinds: dict[str, RecordKind],
         floors: GateFloors,
@@ -267,7 +296,7 @@ class Retriever:
             return kept, _Rerank("disabled" if not rcfg.enabled else "applied", None, [], None)
         shortlist, rest = kept[: rcfg.candidates], kept[rcfg.candidates:]
         outcome = rerank_with_timeout(
-            self.reranker, shortlist, {rid: r.content for rid, r in records.items()}, queries,
+            self.reranker, shortlist, {c.record_id: records[c.record_id].content for c in shortlist}, queries,
             timeout_ms=rcfg.timeout_ms, on_failure=rcfg.on_failure,
         )
         if outcome.status != "applied":
@@ -311,6 +340,47 @@ class Retriever:
             "token_budget": self.config.retrieval.token_budget,
             "ranking": "rrf_cross_encoder" if self.config.reranker.enabled else "rrf_only",
         }
+
+
+def _summaries_last(kept: list[Candidate], kinds: Mapping[str, RecordKind]) -> list[Candidate]:
+    """A session summary digests records that are searchable on their own: when both
+    match, the records lead and the summary takes what room is left."""
+    return sorted(kept, key=lambda c: kinds[c.record_id].source_kind == "session_summary")
+
+
+class _SurvivorRecords(Mapping[str, Record]):
+    """The survivors' full records, read from the store as they are asked for.
+
+    A miss reads that record and the next ``batch`` - 1 unread ones in ``order`` (the
+    order the budget walks), in one query: with ``batch = k`` a search whose first k
+    survivors fit reads exactly those. ``update`` adds records read elsewhere (the
+    authority counterparts). A record the store no longer has is a KeyError, as it was
+    in a dict read up front.
+    """
+
+    def __init__(self, store: Store, order: list[str], batch: int) -> None:
+        self._store, self._order, self._batch = store, order, max(1, batch)
+        self._at = {record_id: i for i, record_id in enumerate(order)}
+        self._read: set[str] = set()
+        self._loaded: dict[str, Record] = {}
+
+    def __getitem__(self, record_id: str) -> Record:
+        if record_id not in self._loaded and record_id in self._at and record_id not in self._read:
+            start = self._at[record_id]
+            todo = [i for i in self._order[start:] if i not in self._read][: self._batch]
+            self._read.update(todo)
+            self._loaded.update((r.id, r) for r in self._store.records(todo))
+        return self._loaded[record_id]
+
+    def __iter__(self) -> Iterator[str]:  # reads every survivor; the search never iterates
+        found = [record_id for record_id in self._order if record_id in self]
+        return iter([*found, *(i for i in self._loaded if i not in self._at)])
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def update(self, records: Mapping[str, Record]) -> None:
+        self._loaded.update(records)
 
 
 @dataclass

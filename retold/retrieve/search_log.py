@@ -12,6 +12,10 @@ A row's JSON columns may arrive as :class:`LogJson` values, serialised when the 
 written: in background mode that work happens on the writer thread, after the search
 has answered.
 
+A caller that does more work with the answer (the tool layer renders the result) can hold
+its rows with :meth:`SearchLogWriter.held` until that work is done: a woken writer thread
+serialising a row contends for the interpreter lock with the thread still answering.
+
 Either way a log row never costs a search its answer: a full queue drops the row, and a
 failed write (the lock held past ``busy_timeout``, a read-only file, a full disk) drops its
 batch. Both are counted in :meth:`SearchLogWriter.stats` and logged once per burst. See
@@ -25,7 +29,8 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -102,12 +107,42 @@ class SearchLogWriter:
         self._submitted = self._written = self._dropped = self._failed = self._erased = 0
         self._failing = 0  # rows failed in the current burst (0: the last write succeeded)
         self._dropping = 0  # rows dropped in the current burst of a full queue
+        self._holds = threading.local()  # rows a thread holds back until its answer is out
 
     # -- the search side -----------------------------------------------------------------
 
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """Keep this thread's rows until the block ends, then hand them over.
+
+        The writer starts on a row at once; while it serialises the row it competes for
+        the interpreter lock with the thread still building its answer (about a third of a
+        millisecond of a tool call at 10K records on two cores). Holding the rows until the
+        answer is built moves that work after it. Rows are handed over even when the block
+        raises; nested blocks hand over at the outermost one. Inline writes are not held:
+        no thread competes with them, and the search's log stage keeps counting the write.
+        """
+        rows: list[Row] | None = getattr(self._holds, "rows", None)
+        if rows is not None or not self.background:
+            yield
+            return
+        self._holds.rows = rows = []
+        try:
+            yield
+        finally:
+            self._holds.rows = None
+            for row in rows:
+                self.submit(row)
+
     def submit(self, row: Row) -> None:
-        """Hand over one complete row; never raises and, in background mode, never waits."""
+        """Hand over one complete row; never raises and, in background mode, never waits.
+
+        Inside :meth:`held` the row waits in this thread's list until the block ends."""
         if self.discard:
+            return
+        holding: list[Row] | None = getattr(self._holds, "rows", None)
+        if holding is not None:
+            holding.append(row)
             return
         if not self.background:
             with self._lock:

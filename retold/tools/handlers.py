@@ -34,14 +34,14 @@ from retold.ingest.ingestor import Ingestor
 from retold.ingest.revision import Reviser, RevisionError, StatusAction, is_history, refuse_secrets
 from retold.models import Entity, Principal, Record, Scope, SearchRequest, SearchResponse
 from retold.policy import grants
-from retold.retrieve.explain import short_id
+from retold.retrieve.explain import explanation_plain, short_id
 from retold.retrieve.retriever import Retriever
 from retold.store import Store
 from retold.store.entities import EntityMergeError
 from retold.tools.export import anthropic_tools, openai_tools
 from retold.tools.schemas import ToolSchema, tool_schemas
 from retold.tools.validation import ToolError, search_request, validate_payload, write_request
-from retold.util import Clock, to_iso, to_plain
+from retold.util import Clock, to_iso
 
 __all__ = ["ToolHandlers", "ToolParts", "ToolResult"]
 
@@ -185,8 +185,11 @@ class ToolHandlers:
     def search(self, principal: Principal, request: SearchRequest) -> ToolResult:
         """Run a search the adapter built itself (a host-issued ``trigger="auto"`` search)
         through the same pipeline and result shape as the tool."""
-        outcome = self.parts.retriever.search(principal, request)
-        return self._search_result(outcome.scopes, outcome.response, outcome.rendered)
+        retriever = self.parts.retriever
+        # The log row goes to the writer once the result is built, not while it is.
+        with retriever.search_log.held():
+            outcome = retriever.search(principal, request)
+            return self._search_result(outcome.scopes, outcome.response, outcome.rendered)
 
     # -- memory_search ----------------------------------------------------------------------
 
@@ -201,7 +204,7 @@ class ToolHandlers:
         results = []
         for hit in response.results:
             record = hit.record
-            explanation = to_plain(hit.explanation)
+            explanation = explanation_plain(hit.explanation)
             # Same rule as memory_get: no entity id from a scope the caller cannot read.
             explanation["entity_ids"] = [e for e in hit.explanation.entity_ids if e in readable_entities]
             results.append({
@@ -217,12 +220,11 @@ class ToolHandlers:
         }
 
     def _readable_entities(self, readable: list[Scope], entity_ids: Iterable[str]) -> set[str]:
-        out = set()
-        for entity_id in set(entity_ids):
-            entity = self.parts.store.get_entity(entity_id)
-            if entity is not None and entity.scope in readable:
-                out.add(entity_id)
-        return out
+        wanted = set(entity_ids)
+        if not wanted:
+            return set()
+        found = self.parts.store.entity_scopes(sorted(wanted))
+        return {entity_id for entity_id, scope in found.items() if scope in readable}
 
     # -- memory_write -----------------------------------------------------------------------
 

@@ -69,6 +69,24 @@ def test_expired_records_are_excluded(world: World) -> None:
     assert ids(search(world, "green tea", include_history=True)) == [guess]
 
 
+def test_a_search_after_a_reinforcement_sees_the_records_new_provenance(world: World) -> None:
+    world.say("assistant", "I infer you like concise technical explanations here.")
+    inferred = world.write(content=CONCISE, attribute="explanation_style",
+                           evidence="you like concise technical explanations").record_id
+
+    def logged_kind() -> list[str]:
+        fused = json.loads(log(world, search(world, "concise technical explanations"))["fused"])
+        return [source_kind for rid, _, _, _, source_kind in fused if rid == inferred]
+
+    assert logged_kind() == ["agent_inference"]
+    assert logged_kind() == ["agent_inference"]  # the second search reads what the first kept
+    world.say("user", CONCISE)
+    upgraded = world.write(content=CONCISE, attribute="explanation_style",
+                           source_kind="user_statement", evidence=CONCISE)
+    assert upgraded.outcome == "reinforced" and upgraded.record_id == inferred
+    assert logged_kind() == ["user_statement"]
+
+
 def test_another_users_record_never_appears_through_any_channel(world: World) -> None:
     text = "Aditya's deploy key lives in vault path kv/aditya-deploy."
     mine = fact(world, text, "deploy_key", entities=[("person", "Aditya", "about")])
@@ -154,6 +172,9 @@ def test_budget_fill_never_truncates_content(tmp_path: Path, store_target: str) 
     returned = {r.record.id: r.record.content for r in outcome.response.results}
     assert first not in returned and returned.get(second) == short
     assert first in json.loads(log(world, outcome)["budget_out"])
+    # With k = 1 the survivor that does not fit is passed over for the next one, which
+    # the search reads only then.
+    assert ids(search(world, "release checklist", k=1)) == [second]
     world.rt.close()
 
 

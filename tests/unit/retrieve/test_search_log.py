@@ -163,6 +163,45 @@ def test_a_full_queue_drops_rows_and_counts_them(world: World, caplog: pytest.Lo
         rt.close()
 
 
+def test_a_tool_search_logs_its_row_once_the_result_is_built(world: World) -> None:
+    record_id = remember(world)
+    writer = world.rt.search_log
+    with writer.held():
+        outcome = search(world.rt, world)
+        # Still with the thread that answers: no writer works on it while the result is built.
+        assert writer.stats().submitted == 0
+    assert world.rt.flush_search_log()
+    assert world.rt.store.search_log_row(outcome.response.search_id) is not None
+    result = world.rt.tools.call("memory_search", world.p, {"queries": [QUERY]})
+    assert [r["id"] for r in result["results"]] == [record_id]
+    assert world.rt.flush_search_log()
+    assert world.rt.store.search_log_row(result["search_id"]) is not None
+
+
+def test_a_held_row_is_handed_over_when_the_block_fails(world: World) -> None:
+    remember(world)
+    with pytest.raises(RuntimeError), world.rt.search_log.held():
+        outcome = search(world.rt, world)
+        with world.rt.search_log.held():  # nested: handed over by the outer block only
+            search(world.rt, world)
+        raise RuntimeError("rendering failed")
+    assert world.rt.flush_search_log()
+    assert world.rt.store.search_log_row(outcome.response.search_id) is not None
+    assert world.rt.search_log.stats().written == 2
+
+
+def test_inline_writes_are_not_held(world: World) -> None:
+    remember(world)
+    rt = reopen(world, writes="inline")
+    try:
+        with rt.search_log.held():
+            outcome = search(rt, world)
+            # Written by the search itself, so its log stage still counts the write.
+            assert rt.store.search_log_row(outcome.response.search_id) is not None
+    finally:
+        rt.close()
+
+
 def test_close_writes_the_queued_rows(world: World) -> None:
     remember(world)
     holder = hold_write_lock(world.rt.store.path, 0.5)

@@ -126,3 +126,26 @@ def test_words_inside_paths_and_ids_are_found_as_fts5_cuts_them(store: Store) ->
     store.write_record(rec)
     assert _ids(store, '"settings"', [ADITYA]) == [rec.id]
     assert _ids(store, '"explanation style"', [ADITYA]) == [rec.id]  # subject 'ent_aditya/explanation_style'
+
+
+def test_entity_scopes_names_each_existing_entity_once_and_skips_unknown_ids(store: Store) -> None:
+    mine = store.create_entity("person", "Aditya", ADITYA, status="confirmed")
+    hers = store.create_entity("person", "Vera", VERA, status="provisional")
+    found = store.entity_scopes([hers.id, mine.id, "ent_missing", mine.id])
+    assert found == {mine.id: ADITYA, hers.id: VERA}
+    assert store.entity_scopes([]) == {}
+
+
+def test_aliases_found_in_one_lookup_keep_alias_then_id_order(store: Store) -> None:
+    first = store.create_entity("person", "Aditya", ADITYA, status="confirmed")
+    second = store.create_entity("project", "Atlas", ADITYA, status="confirmed")
+    store.add_alias(first.id, "adi")
+    store.add_alias(second.id, "adi")
+    store.add_alias(second.id, "atlas")
+    foreign = store.create_entity("person", "Adi", VERA, status="confirmed")
+    store.add_alias(foreign.id, "adi")
+    found = store.entities_by_aliases(["atlas", "adi", "nobody", "adi", ""], scopes=[ADITYA])
+    assert list(found) == ["adi", "atlas"]
+    assert [e.id for e in found["adi"]] == sorted([first.id, second.id])
+    assert [e.id for e in found["atlas"]] == [second.id]
+    assert set(found["atlas"][0].aliases) >= {"adi", "atlas"}
