@@ -1,7 +1,7 @@
 # Retold worker image: the library, the Celery workers and beat, Flower; psycopg (the
 # postgres extra) so the same image serves a SQLite or a PostgreSQL store.
 FROM python:3.11-slim
-ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 OPENBLAS_NUM_THREADS=1
 WORKDIR /app
 # torch first, pinned and CPU-only (the GPU build is gigabytes the workers never use), so
 # sentence-transformers accepts it as it is. The models extra needs torch to export the
