@@ -201,7 +201,7 @@ def targets(results: dict[str, Any]) -> list[tuple[str, float | None, float]]:
 
 
 def _cpu(b: dict[str, Any]) -> str:
-    """Thread CPU time of both sides and their ratio; absent from results made before it."""
+    """Process CPU time of both sides and their ratio; absent from results made before it."""
     if "retold_cpu_ms" not in b:
         return "-"
     return (f"{b['retold_cpu_ms']['p50']:.2f} / {b['dense_cpu_ms']['p50']:.2f} "

@@ -150,6 +150,7 @@ class RetrievalConfig:
     default_k: int = 8
     token_budget: int = 1500
     dedup_cosine: float = 0.92
+    encode_alongside: bool = True  # encode the query on a helper thread while the store is read
     gate: GateConfig = field(default_factory=GateConfig)
     freshness: FreshnessConfig = field(default_factory=FreshnessConfig)
     search_log: SearchLogConfig = field(default_factory=SearchLogConfig)

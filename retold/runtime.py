@@ -254,6 +254,8 @@ class Runtime:
         if not self._closed:
             self._closed = True
             try:
+                if "retriever" in self.__dict__:  # built (a cached property)
+                    self.retriever.close()
                 self.search_log.close()
                 if isinstance(self._built_scheduler, CeleryScheduler):
                     self._built_scheduler.close()

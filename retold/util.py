@@ -140,6 +140,11 @@ class Timer:
         self._last = now
         return spent
 
+    def record(self, name: str, ms: float) -> None:
+        """Record ``ms`` under ``name`` for work timed elsewhere (another thread), without
+        closing the current stage."""
+        self._marks[name] = self._marks.get(name, 0.0) + ms
+
     def skip(self, name: str) -> None:
         """Record a stage that did not run, as 0 ms, without closing the current one."""
         self._marks.setdefault(name, 0.0)

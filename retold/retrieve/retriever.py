@@ -44,6 +44,7 @@ from retold.retrieve.generators import (
     query_shape,
     resolve_entity_aliases,
 )
+from retold.retrieve.query_encoding import QueryEncoder
 from retold.retrieve.rewrite import QueryRewriter, rewrite_stage
 from retold.retrieve.search_log import LogJson, SearchLogWriter, log_json
 from retold.store import EligibleSet, Store
@@ -92,6 +93,7 @@ class Retriever:
         self.rewriter, self.reranker = rewriter, reranker
         self.config, self.lifecycle, self.clock = config, lifecycle, clock
         self.search_log = search_log
+        self.encoder = QueryEncoder(embedder, config.retrieval.encode_alongside)
         self._eligible_cache: OrderedDict[tuple[Any, ...], EligibleSet] = OrderedDict()
         # (records_version, {record_id: RecordMeta}): replaced as a whole when the version
         # moves, so a thread still searching the old version fills only the old dict.
@@ -109,6 +111,8 @@ class Retriever:
         queries, rewrite_status = rewrite_stage(self.rewriter, list(request.queries), request.context,
                                                 cfg.rewrite)
         timer.mark("rewrite")
+        # The encoder runs beside the store reads below; dense search waits for it.
+        pending = self.encoder.start(queries)
         scopes = readable_scopes(self.store, principal)
         timer.mark("scopes")
         # Read once: both the cached eligible set and the RAM index are checked against it.
@@ -118,10 +122,6 @@ class Retriever:
         refresh = self.index.refresh(self.store, self.config.embedding.incremental_reload_max,
                                      version=version)
         timer.mark("index_refresh")
-        qvecs = self.embedder.embed_queries(queries)
-        timer.mark("embed")
-        dense = dense_candidates(self.index, qvecs, eligible, cfg.per_generator_k)
-        timer.mark("dense")
         aliases = resolve_entity_aliases(self.store, request.entities, queries, scopes,
                                          cfg.max_alias_tokens, broad_links=cfg.entity_max_links,
                                          now=started)
@@ -131,6 +131,13 @@ class Retriever:
         timer.mark("lexical")
         entity = entity_candidates(self.store, aliases, eligible, cfg.per_generator_k)
         timer.mark("entity")
+        qvecs, encode_ms = pending.result()
+        # embed: the encoder's own time; embed_wait: what this search waited for it after
+        # the reads above (all of it when encoding on this thread).
+        timer.mark("embed_wait")
+        timer.record("embed", encode_ms)
+        dense = dense_candidates(self.index, qvecs, eligible, cfg.per_generator_k)
+        timer.mark("dense")
         candidates = [c for c in fuse(dense, lexical, entity, cfg.rrf_k) if c.record_id in eligible]
         timer.mark("fuse")
 
@@ -235,6 +242,10 @@ class Retriever:
         response = SearchResponse(search_id, list(request.queries), rewritten, rewrite_status,
                                   results, empty_reason, timer.as_dict())
         return SearchOutcome(response, rendered, scopes)
+
+    def close(self) -> None:
+        """Let the encoder's helper thread end."""
+        self.encoder.close()
 
     # -- stages ---------------------------------------------------------------------------
 
