@@ -9,8 +9,9 @@ search returns about as much sooner. The encoder still runs on one thread of its
 (docs/decisions.md, "The query is encoded beside the store reads").
 
 The helper is one thread, started on the first search and replaced when a forked child
-finds the parent's (a thread does not survive ``fork``). ``retrieval.encode_alongside:
-false`` encodes on the caller's thread.
+finds the parent's (a thread does not survive ``fork``). While it encodes for one search,
+a search from another thread encodes on its own thread, as before, rather than queue
+behind it. ``retrieval.encode_alongside: false`` encodes on the caller's thread.
 """
 
 from __future__ import annotations
@@ -54,19 +55,33 @@ class QueryEncoder:
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
         self._pid = 0
+        self._busy = False  # the helper is encoding for a search
 
     def start(self, queries: list[str]) -> PendingQueries:
         """Begin encoding ``queries``; the caller collects the vectors with ``result()``."""
-        if not self.alongside:
+        pool = self._claim() if self.alongside else None
+        if pool is None:
             return PendingQueries(None, _encode(self.embedder, queries))
-        return PendingQueries(self._executor().submit(_encode, self.embedder, queries))
+        return PendingQueries(pool.submit(self._encode_on_helper, queries))
 
-    def _executor(self) -> ThreadPoolExecutor:
+    def _encode_on_helper(self, queries: list[str]) -> tuple[Matrix, float]:
+        try:
+            return _encode(self.embedder, queries)
+        finally:  # before the future completes, so the search that waited finds it free
+            with self._lock:
+                self._busy = False
+
+    def _claim(self) -> ThreadPoolExecutor | None:
+        """The helper's executor, marked busy; None while it serves another search."""
         with self._lock:
             if self._pool is None or self._pid != os.getpid():
                 # A child of fork holds the parent's executor without its thread: a new one.
                 self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="retold-encode")
                 self._pid = os.getpid()
+                self._busy = False
+            elif self._busy:
+                return None
+            self._busy = True
             return self._pool
 
     def close(self) -> None:

@@ -57,6 +57,34 @@ def test_the_encoder_runs_on_its_helper_thread_only_when_asked() -> None:
     assert embedder.threads[1] == threading.current_thread().name
 
 
+class GatedEmbedder(ThreadNotingEmbedder):
+    """Holds the encoding of "slow" until released."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def embed_queries(self, texts: list[str]) -> np.ndarray:
+        if texts == ["slow"]:
+            self.release.wait(5)
+        return super().embed_queries(texts)
+
+
+def test_a_second_search_does_not_queue_behind_a_busy_helper() -> None:
+    # Two threads of a host search at once: the second encodes on its own thread.
+    embedder = GatedEmbedder()
+    encoder = QueryEncoder(embedder, alongside=True)
+    slow = encoder.start(["slow"])
+    fast, _ = encoder.start(["fast"]).result()  # would wait for "slow" if it queued
+    assert fast.shape == (1, 384)
+    assert embedder.threads == [threading.current_thread().name]  # "slow" still held
+    embedder.release.set()
+    slow.result()
+    assert embedder.threads[-1].startswith("retold-encode")
+    encoder.start(["again"]).result()  # the helper is free again
+    assert embedder.threads[-1].startswith("retold-encode")
+
+
 def test_an_encoder_failure_reaches_the_search_as_itself(world: World) -> None:
     world.rt.retriever.encoder = QueryEncoder(BrokenEmbedder(), alongside=True)
     with pytest.raises(ModelError, match="the encoder failed"):
