@@ -16,7 +16,9 @@ result is an expected record), abstention on unanswerable questions, right-at-1 
 answerable twins and current value at rank 1 after updates,
 among floors that abstain on at least ``MIN_ABSTENTION`` of half A and inject into at most
 ``MAX_INJECTION`` of the ordinary turns; when no floor meets both, the best objective wins
-and the report says so.
+and the report says so. The configured floors stay unless the best grid point beats them
+on half A by at least what one unanswerable question weighs in the objective: a smaller
+gain is one search flipping, and does not hold on half B any better than it loses there.
 
 Run: ``.venv/bin/python -m benchmarks.calibrate_gate [--model M --version V --dims N]
 [--write-defaults]``. ``--model``/``--version``/``--dims`` calibrate another embedding
@@ -30,6 +32,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import multiprocessing
 import os
 import re
 import tempfile
@@ -64,14 +67,15 @@ GRID = {
     "episodic": [0.45, 0.50, 0.55],
     "relative_floor": [0.0],
     "name_only_margin": [0.10, 0.15, 0.20],
+    "two_name_margin": [0.0, 0.05, 0.10],
     "standout_margin": [0.08, 0.10, 0.12],
     "companion_margin": [0.05, 0.07, 0.10],
-    "companion_weight": [0.5, 0.7, 1.0],
-    "nameless_lexical_floor": [0.30, 0.35, 0.40],
+    "companion_weight": [0.7, 1.0],
+    "nameless_lexical_floor": [0.35, 0.40],
 }
 # Tuned by the grid; the rest of a gate block keeps its configured value.
-TUNED_GATE = ("relative_floor", "name_only_margin", "standout_margin", "companion_margin",
-              "companion_weight", "nameless_lexical_floor")
+TUNED_GATE = ("relative_floor", "name_only_margin", "two_name_margin", "standout_margin",
+              "companion_margin", "companion_weight", "nameless_lexical_floor")
 
 
 def build_hand(store_path: Path, data: dict[str, Any], embedding: dict[str, object] | None,
@@ -177,21 +181,38 @@ def with_values(floors: GateFloors, values: dict[str, float]) -> GateFloors:
     return replace(floors, dense_floor=dense, **{name: values[name] for name in TUNED_GATE})
 
 
-def sweep(base: GateFloors, half_a: list[Search], hand: list[Search], keys: dict[str, str]
-          ) -> tuple[dict[str, float], bool]:
-    best: tuple[bool, float] | None = None
-    chosen: dict[str, float] = {}
-    for combo in itertools.product(*GRID.values()):
-        values = dict(zip(GRID, combo, strict=True))
-        floors = with_values(base, values)
+# What the sweep's worker processes read; set before they fork.
+_SWEPT: tuple[GateFloors, list[Search], list[Search], dict[str, str]] | None = None
+
+
+def _best_of(start: int, step: int) -> tuple[bool, float, int]:
+    """(feasible, objective, -index) of the best of every ``step``-th grid point from ``start``."""
+    assert _SWEPT is not None
+    base, half_a, hand, keys = _SWEPT
+    best = (False, -1.0, 0)
+    for index, combo in enumerate(itertools.product(*GRID.values())):
+        if index % step != start:
+            continue
+        floors = with_values(base, dict(zip(GRID, combo, strict=True)))
         m = conversational_metrics(half_a, floors, keys)
         injection = hand_metrics(hand, floors, keys)["injection_rate"]
         feasible = m["abstention"] >= MIN_ABSTENTION and injection <= MAX_INJECTION
-        key = (feasible, objective(m))
-        if best is None or key > best:
-            best, chosen = key, values
-    assert best is not None
-    return chosen, best[0]
+        best = max(best, (feasible, objective(m), -index))  # ties: the earlier grid point
+    return best
+
+
+def sweep(base: GateFloors, half_a: list[Search], hand: list[Search], keys: dict[str, str]
+          ) -> tuple[dict[str, float], bool]:
+    """The grid point with the best objective among those meeting both constraints, the
+    grid split over one process per core."""
+    global _SWEPT
+    _SWEPT = (base, half_a, hand, keys)
+    workers = max(1, min(os.cpu_count() or 1, 8))
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        found = pool.starmap(_best_of, [(start, workers) for start in range(workers)])
+    feasible, _, index = max(found)
+    combo = next(itertools.islice(itertools.product(*GRID.values()), -index, None))
+    return dict(zip(GRID, combo, strict=True)), feasible
 
 
 def write_defaults(values: dict[str, float]) -> None:
@@ -255,12 +276,28 @@ def main() -> None:
     before = {"semantic": base.dense_floor.semantic, "episodic": base.dense_floor.episodic,
               **{name: getattr(base, name) for name in TUNED_GATE}}
     chosen, feasible = sweep(base, halves["A"], hand, keys)
+    # One unanswerable question of half A moves abstention by 1/n, the objective by a fifth of that.
+    least_gain = 1 / (5 * sum(1 for s in halves["A"] if not s.expected))
+    configured = conversational_metrics(halves["A"], with_values(base, before), keys)
+    configured_feasible = (configured["abstention"] >= MIN_ABSTENTION
+                           and hand_metrics(hand, with_values(base, before), keys)["injection_rate"]
+                           <= MAX_INJECTION)
+    best = conversational_metrics(halves["A"], with_values(base, chosen), keys)
+    kept = configured_feasible and objective(best) - objective(configured) < least_gain
+    best_values = chosen
+    if kept:
+        chosen, feasible = before, True
     results: dict[str, Any] = {"machine": machine(), "model": model, "embedding_version": version, "k": K,
                                "min_abstention": MIN_ABSTENTION, "max_injection_rate": MAX_INJECTION,
-                               "grid": GRID, "constraints_met": feasible}
+                               "grid": GRID, "constraints_met": feasible,
+                               "least_gain": round(least_gain, 5), "configured_kept": kept}
     table = [["floors", " / ".join(GRID), "half", "R@5", "right@1", "abstention",
               "twin right@1", "current@1", "hand P / R / injection"]]
-    for label, values in (("before", before), ("chosen on half A", chosen)):
+    # The configured floors without the two-name relief: what it changes.
+    one_name = {**before, "two_name_margin": before["name_only_margin"]}
+    rows = [("before, one-name margin only", one_name), ("before", before),
+            ("best on half A", best_values), ("chosen", chosen)]
+    for label, values in rows:
         floors = with_values(base, values)
         hm = hand_metrics(hand, floors, keys)
         results[label] = {"floors": values, "hand": hm}
@@ -277,7 +314,9 @@ def main() -> None:
                        f"({len(hand)} queries). Chosen on half A: best mean of R@5, right-at-1, "
                        f"abstention, twin right-at-1 and current-at-1 with abstention >= "
                        f"{MIN_ABSTENTION:.0%} and injection <= {MAX_INJECTION:.0%}"
-                       + ("" if feasible else " (no floor met both; best objective chosen)") + ".")
+                       + ("" if feasible else " (no floor met both; best objective chosen)")
+                       + (f"; the configured floors are kept, since no grid point beats them on half A "
+                          f"by {least_gain:.4f} (one unanswerable question)" if kept else "") + ".")
     for line in table:
         print(" | ".join(line))
     if args.write_defaults:

@@ -28,6 +28,7 @@ _RANGES: tuple[tuple[str, tuple[float, float, bool]], ...] = (
     ("*.dense_floor.*", _UNIT),
     ("*fraction", _UNIT),
     ("*.name_only_margin", _UNIT),  # 0 = a shared name raises no floor
+    ("*.two_name_margin", _UNIT),
     ("*.standout_margin", _UNIT),  # 0 = a lead over the named records passes nothing
     ("*.companion_margin", _UNIT),  # 0 = no companions
     ("*.companion_weight", _UNIT),  # 0 = a companion ranks after every pass

@@ -91,6 +91,7 @@ class AutoGateConfig:
     relative_floor: float = 0.95
     exclude_source_kinds: tuple[SourceKind, ...] = ("session_summary",)
     name_only_margin: float = 0.20
+    two_name_margin: float = 0.20  # as name_only_margin: no relief for searches nobody asked for
     unknown_name_floor: float = 0.90
     standout_margin: float = 0.0  # off: a search nobody asked for never passes on a lead alone
     standout_floor: float = 1.0
@@ -109,6 +110,7 @@ class GateConfig:
     lexical_min_matched_terms: int = 2
     relative_floor: float = 0.0
     name_only_margin: float = 0.15
+    two_name_margin: float = 0.0  # instead, when the record carries two of the question's names
     unknown_name_floor: float = 0.85
     standout_margin: float = 0.12  # 0 = off
     standout_floor: float = 0.50

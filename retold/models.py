@@ -278,11 +278,14 @@ class QueryShape:
     ``asks`` is False when every query only names things ("Maya", "ATL-204"): then a record
     that matches the names is the answer. ``unknown_names`` are names that no readable
     record or entity carries, when every query has one: the question is about something
-    the store does not know.
+    the store does not know. ``name_groups`` holds the question's names as the words stand:
+    names next to each other are one group ("Northwind Foods 2"), names apart are separate
+    ones ("Oskar" and "Tucson" in "Why did Oskar travel to Tucson?").
     """
 
     asks: bool = True
     unknown_names: tuple[str, ...] = ()
+    name_groups: tuple[tuple[str, ...], ...] = ()
 
 
 @dataclass

@@ -7,15 +7,17 @@ no readable record carries is about something the store does not know, and only 
 near-duplicate cosine (``unknown_name_floor``) survives it. Step 1 keeps a candidate that
 clears an absolute floor: the per-type dense floor (raised by ``name_only_margin`` when the
 record shares the question's names but none of its asked terms, because a shared name
-inflates the cosine whatever attribute is asked), or the lexical floor on the asked terms
+inflates the cosine whatever attribute is asked; by ``two_name_margin`` instead when it
+carries two names that stand apart in the question, which few records share), or the
+lexical floor on the asked terms
 (on the names when the question only names things); an entity match counts as a name
 match, never as a pass of its own unless the question only names things. Such a name-only
 record also passes when its cosine leads every other record carrying the question's names
 by ``standout_margin`` (and reaches ``standout_floor``): the question picked it out of that
 entity's records. Companions: once something passed, a candidate within
 ``companion_margin`` of the best passing cosine is kept too, and ranks by its dense vote
-alone times ``companion_weight`` (:func:`companion_score`): the names it shares earned its
-other votes, not what is asked. Step 2 drops survivors
+alone times ``companion_weight`` (:func:`dense_vote_score`), as does a record passing on
+two names: the names it shares earned its other votes, not what is asked. Step 2 drops survivors
 below ``relative_floor`` times the best fused score among survivors with the same number of
 channels (0 disables it). Every dropped candidate carries the step and floor that dropped
 it, so a logged search can be re-decided with other floors (``docs/decisions.md``, "The
@@ -32,7 +34,7 @@ from typing import Any
 from retold.config import AutoGateConfig, DenseFloors, GateConfig
 from retold.models import Candidate, GeneratorHit, LexicalMatch, LexicalTerm, QueryShape
 
-__all__ = ["GateFloors", "GateResult", "RecordKind", "companion_score", "floors_for", "gate",
+__all__ = ["GateFloors", "GateResult", "RecordKind", "dense_vote_score", "floors_for", "gate",
            "logged_candidates", "replay_gate"]
 
 
@@ -54,6 +56,7 @@ class GateFloors:
     relative_floor: float
     exclude_source_kinds: tuple[str, ...] = ()
     name_only_margin: float = 0.0
+    two_name_margin: float = 0.0
     unknown_name_floor: float = 1.0
     standout_margin: float = 0.0
     standout_floor: float = 1.0
@@ -77,6 +80,7 @@ class GateFloors:
             "relative_floor": self.relative_floor,
             "exclude_source_kinds": list(self.exclude_source_kinds),
             "name_only_margin": self.name_only_margin,
+            "two_name_margin": self.two_name_margin,
             "unknown_name_floor": self.unknown_name_floor,
             "standout_margin": self.standout_margin,
             "standout_floor": self.standout_floor,
@@ -92,7 +96,8 @@ def floors_for(cfg: GateConfig, trigger: str) -> GateFloors:
     excluded = cfg.auto.exclude_source_kinds if trigger == "auto" else ()
     return GateFloors(source.dense_floor, source.lexical_min_term_fraction,
                       source.lexical_min_matched_terms, source.relative_floor, tuple(excluded),
-                      source.name_only_margin, source.unknown_name_floor, source.standout_margin,
+                      source.name_only_margin, source.two_name_margin, source.unknown_name_floor,
+                      source.standout_margin,
                       source.standout_floor, source.companion_margin,
                       source.companion_weight, source.nameless_lexical_floor)
 
@@ -102,7 +107,7 @@ class GateResult:
     kept: list[Candidate]
     gated_out: list[tuple[str, str]]  # (record_id, reason)
     empty_reason: str | None
-    companions: frozenset[str] = frozenset()  # kept ids ranked by companion_score
+    by_dense_vote: frozenset[str] = frozenset()  # kept ids ranked by dense_vote_score
 
 
 def _channels(c: Candidate) -> int:
@@ -126,8 +131,11 @@ def _step1(
     match = c.lexical_terms
     names_hit = c.entity is not None or (match is not None and match.names_matched > 0)
     asked_hit = match.asked_matched if match is not None else 0
-    if shape.asks and names_hit and asked_hit == 0 and floors.name_only_margin:
-        floor, label = floor + floors.name_only_margin, label + ", shares only a name"
+    if shape.asks and names_hit and asked_hit == 0:
+        if _groups_carried(match, shape) >= 2:
+            floor, label = floor + floors.two_name_margin, label + ", shares only names, two of them"
+        elif floors.name_only_margin:
+            floor, label = floor + floors.name_only_margin, label + ", shares only a name"
     if c.dense is not None:
         if c.dense.score >= floor:
             return f"dense {c.dense.score:.3f} >= {floor:.2f} ({label})", missed
@@ -173,6 +181,28 @@ def _lexical(match: LexicalMatch, floors: GateFloors) -> tuple[bool, str]:
     if matched < min(least, total):
         detail += f", {matched} matched < {min(least, total)}"
     return False, detail
+
+
+def _groups_carried(match: LexicalMatch | None, shape: QueryShape) -> int:
+    """How many of the question's separate names the record carries.
+
+    Every record of an entity shares its name, so one shared name says little about what
+    is asked. Two names that stand apart in the question (a person and a city, two people)
+    are shared by few records, and those few are about what the question joins them by.
+    """
+    if match is None or len(shape.name_groups) < 2:
+        return 0
+    carried = {term.value for term in match.terms if term.is_name}
+    return sum(1 for group in shape.name_groups if carried.intersection(group))
+
+
+def _passed_on_two_names(c: Candidate, kind: RecordKind, floors: GateFloors, shape: QueryShape) -> bool:
+    """Whether the record passed only because it carries two of the question's names: it
+    holds none of the asked terms and its cosine is under the one-name floor."""
+    match = c.lexical_terms
+    if c.dense is None or match is None or match.asked_matched or _groups_carried(match, shape) < 2:
+        return False
+    return c.dense.score < floors.dense_for(kind)[0] + floors.name_only_margin
 
 
 def _carries_names(c: Candidate) -> bool:
@@ -235,13 +265,15 @@ def _companions(passed: Sequence[Candidate], failed: Sequence[Candidate],
     return out
 
 
-def companion_score(c: Candidate, floors: GateFloors) -> float:
-    """Where a companion ranks: its dense vote alone, times ``companion_weight``, times its
-    freshness.
+def dense_vote_score(c: Candidate, floors: GateFloors) -> float:
+    """Where a companion, or a record sharing only the question's names, ranks: its dense
+    vote alone, times ``companion_weight``, times its freshness.
 
-    A companion failed every floor on its own. Its lexical and entity votes came from the
-    question's names, which every record of that entity shares, so only the cosine says how
-    close it is to what is asked; the weight keeps a pass that is about as close ahead.
+    A companion failed every floor on its own, and a record that carries two of the
+    question's names but none of what it asks may pass only on the lower ``two_name_margin``.
+    Their lexical and entity votes came from the names, which a short record about the
+    two ("Tobias's sister is Mateo") collects best, so only the cosine says how close
+    they are to what is asked; the weight keeps a pass that is about as close ahead.
     """
     multiplier = c.freshness_multiplier if c.freshness_multiplier is not None else 1.0
     return c.dense_vote * floors.companion_weight * multiplier
@@ -255,7 +287,8 @@ def gate(
 ) -> GateResult:
     """Apply the steps to candidates in score order; sets ``gate_reason``.
 
-    ``kept`` comes back in rank order: by ``score``, a companion by :func:`companion_score`.
+    ``kept`` comes back in rank order: by ``score``, those in ``by_dense_vote`` by
+    :func:`dense_vote_score`.
     """
     shape = shape or QueryShape()
     following: set[str] = set()
@@ -286,8 +319,10 @@ def gate(
         step1 = [c for c in candidates if c.record_id in passed_ids]
         failed = [c for c in failed if c.record_id not in leads]
         followers = _companions(step1, failed, floors)
-        step1 += followers
         following = {c.record_id for c in followers}
+        following |= {c.record_id for c in step1
+                      if _passed_on_two_names(c, kinds[c.record_id], floors, shape)}
+        step1 += followers
         failed = [c for c in failed if c.record_id not in following]
     dropped = {c.record_id for c in failed}
     gated_out += [(c.record_id, c.gate_reason or "") for c in candidates
@@ -305,7 +340,7 @@ def gate(
         else:
             kept.append(c)
     if following:  # stable: equal scores keep candidate order
-        kept.sort(key=lambda c: -(companion_score(c, floors) if c.record_id in following else c.score))
+        kept.sort(key=lambda c: -(dense_vote_score(c, floors) if c.record_id in following else c.score))
     empty_reason = None
     if not kept:
         if best_missed is not None:
@@ -342,7 +377,8 @@ def logged_candidates(
     logged = json.loads(logged) if isinstance(logged, str) else logged
     # Rows written before the gate judged asked terms hold a bare list of hits.
     hits, shape = (logged, QueryShape()) if isinstance(logged, list) else (
-        logged["hits"], QueryShape(bool(logged["asks"]), tuple(logged["unknown_names"])))
+        logged["hits"], QueryShape(bool(logged["asks"]), tuple(logged["unknown_names"]),
+                                   tuple(tuple(group) for group in logged.get("name_groups", ()))))
     lexical = {row[0]: row for row in hits}
     entity = {rid: (rank, eid) for rid, rank, eid in col("entity")}
     multipliers = dict(col("freshness"))

@@ -20,7 +20,7 @@ from retold.ingest.entities import normalize_alias
 from retold.models import ACTIVE_STATUSES, LexicalMatch, LexicalTerm, QueryShape, Scope
 from retold.retrieve.stemmer import porter_stem
 from retold.retrieve.synonyms import synonym_stems
-from retold.retrieve.terms import QueryTerm, alias_ngrams, fts_tokens, query_terms
+from retold.retrieve.terms import QueryTerm, alias_ngrams, fts_tokens, name_groups, query_terms
 from retold.store import EligibleSet, Store
 
 __all__ = [
@@ -144,9 +144,10 @@ def query_shape(
     every term, and a name is a rare term, so a readable record that carries it ranks among
     them. Unknown names count only when every query has one: one query about a stranger
     among paraphrases about known people still has something to find. A bare number is
-    never an unknown name: dates and counts are asked about, not stored as names.
+    never an unknown name: dates and counts are asked about, not stored as names. The
+    names are grouped as they stand in the question (:func:`name_groups`).
     """
-    per_query = [terms for terms in (_terms(query) for query in queries) if terms]
+    per_query = [(query, terms) for query, terms in ((q, _terms(q)) for q in queries) if terms]
     if not per_query:
         return QueryShape()
     alias_norms = {normalize_alias(alias) for alias in entity_aliases}
@@ -155,18 +156,21 @@ def query_shape(
     seen = [_field_tokens(hit.fields) for hit in hits]
     asks = False
     unknown: dict[str, None] = {}
+    groups: dict[tuple[str, ...], None] = {}
     every_query_unknown = True
-    for terms in per_query:
+    for query, terms in per_query:
         missing = []
+        names = {term for term in terms if _flagged(term, alias_tokens, alias_norms).is_name}
+        groups.update(dict.fromkeys(name_groups(query, terms, names.__contains__)))
         for term in terms:
-            if not _flagged(term, alias_tokens, alias_norms).is_name:
+            if term not in names:
                 asks = True
             elif not (term.value.isdigit() or set(term.tokens) <= alias_words
                       or any(_holds(fields.sequences, fields.words, term.tokens) for fields in seen)):
                 missing.append(term.value)
         every_query_unknown = every_query_unknown and bool(missing)
         unknown.update(dict.fromkeys(missing))
-    return QueryShape(asks, tuple(unknown) if every_query_unknown else ())
+    return QueryShape(asks, tuple(unknown) if every_query_unknown else (), tuple(groups))
 
 
 @functools.lru_cache(maxsize=1024)

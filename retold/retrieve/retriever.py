@@ -36,7 +36,7 @@ from retold.retrieve.dedup import collapse_duplicates
 from retold.retrieve.explain import explain, explanation_dict, render
 from retold.retrieve.freshness import apply_freshness
 from retold.retrieve.fusion import fuse
-from retold.retrieve.gate import GateFloors, RecordKind, companion_score, floors_for, gate
+from retold.retrieve.gate import GateFloors, RecordKind, dense_vote_score, floors_for, gate
 from retold.retrieve.generators import (
     dense_candidates,
     entity_candidates,
@@ -153,9 +153,9 @@ class Retriever:
         kinds = {rid: RecordKind(m.type, m.source_kind) for rid, m in meta.items()}
         cross_only = self.config.reranker.enabled and self.config.reranker.mode == "cross_encoder_only"
         gated = gate(candidates, kinds, _policy_only(floors) if cross_only else floors, shape)
-        for c in gated.kept:  # a companion shows the score it ranks by
-            if c.record_id in gated.companions:
-                c.score = companion_score(c, floors)
+        for c in gated.kept:  # a record ranked by its dense vote shows the score it ranks by
+            if c.record_id in gated.by_dense_vote:
+                c.score = dense_vote_score(c, floors)
         timer.mark("gate")
         kept, deduped_out = collapse_duplicates(gated.kept, self.index, cfg.dedup_cosine)
         # Full records only for the survivors the later stages read (the earlier stages
@@ -223,7 +223,8 @@ class Retriever:
                 "hits": [[h.record_id, h.rank, h.bm25,
                           [[t.value, t.is_identifier, t.is_entity_alias, t.is_proper] for t in h.match.terms],
                           h.match.total_terms, h.match.name_terms] for h in lexical],
-                "asks": shape.asks, "unknown_names": list(shape.unknown_names)}),
+                "asks": shape.asks, "unknown_names": list(shape.unknown_names),
+                "name_groups": [list(group) for group in shape.name_groups]}),
             "entity": LogJson(lambda: [[rid, rank, eid] for rank, (rid, eid) in enumerate(entity, 1)]),
             "fused": LogJson(lambda: [[c.record_id, c.fused_rank, c.rrf_score, meta[c.record_id].type,
                                        meta[c.record_id].source_kind] for c in fused_order]),

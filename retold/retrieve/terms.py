@@ -12,13 +12,14 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from retold.ingest.entities import normalize_alias
 from retold.retrieve.stemmer import porter_stem
 from retold.retrieve.stopwords import STOPWORDS
 
-__all__ = ["QueryTerm", "alias_ngrams", "fts_tokens", "is_identifier", "query_terms"]
+__all__ = ["QueryTerm", "alias_ngrams", "fts_tokens", "is_identifier", "name_groups", "query_terms"]
 
 # Typographic apostrophes fold to ASCII before contractions are reduced.
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'"})
@@ -137,6 +138,7 @@ class QueryTerm:
     tokens: tuple[str, ...]
     is_identifier: bool
     is_proper: bool
+    position: int = 0  # which whitespace word of the query it came from (the first, if repeated)
 
     @property
     def is_exact(self) -> bool:
@@ -168,7 +170,7 @@ def query_terms(query: str) -> list[QueryTerm]:
     shouting = bool(cased) and all(w.upper() == w for w in cased)
     found: dict[str, QueryTerm] = {}
     sentence_start = True
-    for word, reduced, ends_sentence in words:
+    for position, (word, reduced, ends_sentence) in enumerate(words):
         tokens = tuple(fts_tokens(word, reduce_contractions=False))
         starts, sentence_start = sentence_start, ends_sentence
         value = " ".join(tokens)
@@ -188,7 +190,7 @@ def query_terms(query: str) -> list[QueryTerm]:
                   and value not in _CALENDAR)
         if plain and not (identifier or proper):
             continue
-        term = QueryTerm(value, tokens, identifier, proper)
+        term = QueryTerm(value, tokens, identifier, proper, position)
         earlier = found.get(value)
         if earlier is not None:
             term = replace(
@@ -198,6 +200,36 @@ def query_terms(query: str) -> list[QueryTerm]:
             )
         found[value] = term
     return list(found.values())
+
+
+# Lower-case words that sit inside one name rather than between two: "Bank of America",
+# "Rio de Janeiro", "Ludwig van Beethoven". "Oskar and Mateo" joins too, which only keeps
+# the stricter one-name margin for them.
+_NAME_JOINERS = frozenset(("of", "de", "da", "do", "del", "der", "di", "du", "la", "le", "van",
+                           "von", "the", "and", "&"))
+
+
+def name_groups(query: str, terms: Sequence[QueryTerm], is_name: Callable[[QueryTerm], bool],
+                ) -> list[tuple[str, ...]]:
+    """The values of ``query``'s name terms (``terms`` as :func:`query_terms` gave them),
+    grouped as they stand: names on adjacent words, or with one joining word between
+    them, are one name; names with other words between them are separate ones."""
+    words = [word.lower() for word, _, _ in _raw_words(query)]
+    groups: list[tuple[str, ...]] = []
+    group: list[str] = []
+    last = -2
+    for term in terms:
+        if not is_name(term):
+            continue
+        gap = words[last + 1 : term.position]
+        if group and not (not gap or (len(gap) == 1 and gap[0] in _NAME_JOINERS)):
+            groups.append(tuple(group))
+            group = []
+        group.append(term.value)
+        last = term.position
+    if group:
+        groups.append(tuple(group))
+    return groups
 
 
 def alias_ngrams(text: str, max_tokens: int) -> list[str]:

@@ -212,7 +212,7 @@ def test_a_companion_ranks_by_its_dense_vote_and_can_lead_a_weak_pass() -> None:
     kinds = {"race": SEMANTIC, "fun_run": EPISODIC}
     strict = replace(following, name_only_margin=0.2)  # the race record needs 0.65
     result = gate([race, fun_run], kinds, strict, name_only)
-    assert result.companions == {"race"}
+    assert result.by_dense_vote == {"race"}
     assert [c.record_id for c in result.kept] == ["race", "fun_run"]  # 0.7 / 61 > 0.010
     # A pass that is about as close keeps the lead: the weight discounts the companion.
     fresh = Candidate("fresh", dense=GeneratorHit(2, 0.55), rrf_score=0.030, score=0.030,
@@ -243,3 +243,52 @@ def test_asked_words_from_a_record_without_the_questions_names_need_a_cosine_too
     assert "none of the question's names, and dense 0.200 < 0.35" in dict(result.gated_out)["stranger"]
     # A question that names nothing is unaffected.
     assert kept([lexical("plain", [term("travel")], 1, cosine=0.1)]) == ["plain"]
+
+
+def _names_only(rid: str, names: tuple[str, ...], cosine: float, score: float, vote: float) -> Candidate:
+    """A record that holds the question's ``names`` and none of what it asks (one more term)."""
+    match = LexicalMatch(tuple(term(n, name=True) for n in names), len(names) + 1, len(names))
+    return Candidate(rid, dense=GeneratorHit(1, cosine), lexical=GeneratorHit(1, -3.0),
+                     lexical_terms=match, rrf_score=score, score=score, dense_vote=vote)
+
+
+def test_a_record_carrying_two_separate_names_of_the_question_passes_on_the_lower_margin() -> None:
+    # "Why did Oskar travel to Tucson?" against "Oskar flew to Tucson for a week of surfing":
+    # no asked word in common, and a cosine under the one-name floor (0.45 + 0.2).
+    floors = replace(FLOORS, two_name_margin=0.05)
+    apart = QueryShape(asks=True, name_groups=(("oskar",), ("tucson",)))
+    trip = _names_only("trip", ("oskar", "tucson"), 0.52, 0.03, 1 / 61)
+    job = _names_only("job", ("oskar",), 0.52, 0.03, 1 / 62)
+    result = gate([trip, job], {"trip": EPISODIC, "job": SEMANTIC}, floors, apart)
+    assert [c.record_id for c in result.kept] == ["trip"]
+    assert "dense 0.520 >= 0.45 (episodic, shares only names, two of them)" in (trip.gate_reason or "")
+    assert "shares only a name" in dict(result.gated_out)["job"]
+    # Without the relief the same record needs the one-name floor, as before.
+    assert gate([trip], {"trip": EPISODIC}, replace(floors, two_name_margin=0.2), apart).kept == []
+
+
+def test_a_name_of_several_words_is_one_name() -> None:
+    # "Where is Bluefin Logistics headquartered?": every record of the account carries both
+    # words, so they count as the one name they are and the one-name margin applies.
+    floors = replace(FLOORS, two_name_margin=0.0)
+    together = QueryShape(asks=True, name_groups=(("bluefin", "logistics"),))
+    plan = _names_only("plan", ("bluefin", "logistics"), 0.55, 0.03, 1 / 61)
+    assert gate([plan], {"plan": SEMANTIC}, floors, together).kept == []
+
+
+def test_a_two_name_pass_ranks_by_its_dense_vote_behind_a_record_holding_what_is_asked() -> None:
+    # "Where did Tobias go hiking with Mateo?": "Tobias's sister is Mateo" is short and
+    # collects the best lexical and entity ranks for the two names; the hike holds "hiking".
+    floors = replace(FLOORS, two_name_margin=0.0, companion_weight=0.7, relative_floor=0.0)
+    apart = QueryShape(asks=True, name_groups=(("tobias",), ("mateo",)))
+    sister = _names_only("sister", ("tobias", "mateo"), 0.50, 0.048, 1 / 62)
+    hike = lexical("hike", [term("tobias", name=True), term("mateo", name=True), term("hiking")],
+                   3, names=2, score=0.040, cosine=0.70)
+    hike.dense_vote = 1 / 61
+    result = gate([sister, hike], {"sister": SEMANTIC, "hike": EPISODIC}, floors, apart)
+    assert [c.record_id for c in result.kept] == ["hike", "sister"]
+    assert result.by_dense_vote == {"sister"}
+    # A record clearing the one-name floor on its own keeps its fused rank.
+    close = _names_only("close", ("tobias", "mateo"), 0.70, 0.048, 1 / 62)
+    result = gate([close, hike], {"close": SEMANTIC, "hike": EPISODIC}, floors, apart)
+    assert [c.record_id for c in result.kept] == ["close", "hike"] and not result.by_dense_vote

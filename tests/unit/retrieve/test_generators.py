@@ -18,6 +18,7 @@ from retold.retrieve.generators import (
     dense_candidates,
     entity_candidates,
     lexical_candidates,
+    query_shape,
     resolve_entity_aliases,
 )
 from retold.store import EligibleSet, Store
@@ -407,3 +408,19 @@ def test_link_counts_leave_out_every_record_that_is_not_active(store: Store) -> 
     assert store.link_counts([entity.id], 10, now=T0) == {entity.id: 2}
     assert store.link_counts([entity.id], 10, now=T0 + timedelta(days=10)) == {entity.id: 1}
     assert store.link_counts([entity.id], 0, now=T0) == {entity.id: 1}  # counted up to cap + 1
+
+
+def test_the_query_shape_groups_names_as_they_stand_in_the_question() -> None:
+    # Names on adjacent words are one name; names with other words between are separate.
+    assert query_shape(["Why did Oskar travel to Tucson?"], []).name_groups == (("oskar",), ("tucson",))
+    assert query_shape(["Whom do I send Northwind Foods 2's invoices to?"], []).name_groups == (
+        ("northwind", "foods", "2"),)
+    # An entity alias counts as a name even in lower case; a month is a date, not a name.
+    shape = query_shape(["did tobias see Mateo in March"], [], frozenset({"tobias"}))
+    assert shape.name_groups == (("tobias",), ("mateo",))
+    assert query_shape(["peanuts"], []).name_groups == ()
+    # One joining word keeps a name whole; "Oskar and Mateo" joins too (the stricter margin).
+    assert query_shape(["Where is Bank of America headquartered?"], []).name_groups == (
+        ("bank", "america"),)
+    assert query_shape(["Did Oskar and Mateo fly to Tucson?"], []).name_groups == (
+        ("oskar", "mateo"), ("tucson",))

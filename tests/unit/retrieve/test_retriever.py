@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -299,8 +300,6 @@ def test_replaying_a_logged_search_reproduces_the_gate(world: World) -> None:
     assert {c.record_id for c in replayed.kept} == set(ids(outcome))
     assert [g[0] for g in replayed.gated_out] == [g[0] for g in json.loads(row["gated_out"])]
     strict = floors_for(world.rt.config.retrieval.gate, "tool")
-    from dataclasses import replace
-
     from retold.config import DenseFloors
 
     impossible = replace(strict, dense_floor=DenseFloors(1.0, 1.0, 1.0, 1.0),
@@ -362,3 +361,23 @@ def test_a_record_that_leads_its_entitys_records_answers_and_replays(world: Worl
     assert [c.record_id for c in replayed.kept] == [plan]
     # Nothing of the account stands out for an attribute never stored.
     assert ids(search(world, "What is Acme North's stock ticker?")) == []
+
+
+def test_a_record_carrying_two_names_of_the_question_answers_and_replays(world: World) -> None:
+    trip = fact(world, "Oskar flew to Tucson for a week of surfing.", "trip_tucson")
+    fact(world, "Oskar works as a nurse at Mercy Hospital.", "job")
+    fact(world, "Oskar grew up in Lisbon.", "home_town")
+    # No asked word in common ("travel" is not "flew") and a cosine under the one-name floor.
+    question = "Why did Oskar travel to Tucson?"
+    world.embedder.make_similar(question, "Oskar flew to Tucson for a week of surfing.", 0.55)
+    outcome = search(world, question)
+    assert ids(outcome) == [trip]
+    assert "shares only names, two of them" in outcome.response.results[0].explanation.gate
+    row = log(world, outcome)
+    assert json.loads(row["lexical"])["name_groups"] == [["oskar"], ["tucson"]]
+    floors = floors_for(world.rt.config.retrieval.gate, "tool")
+    assert [c.record_id for c in replay_gate(row, floors).kept] == [trip]
+    # The relief is what let it through: with the one-name margin it fails, as a record
+    # sharing only "Oskar" at that cosine does.
+    one_name = replace(floors, two_name_margin=floors.name_only_margin, standout_margin=0.0)
+    assert replay_gate(row, one_name).kept == []
