@@ -33,6 +33,10 @@ _PHRASE = re.compile(r'"([^"]*)"')
 
 _ONE_PHRASE = ("(phraseto_tsquery('retold_stem', retold_words(?))"
                " || phraseto_tsquery('retold_exact', retold_words(?)))")
+# The distinct lexemes of that query per word of the phrase (see _idf_phrases).
+_ITEMS = ("length(to_tsvector('retold_stem', retold_words(?))"
+          " || to_tsvector('retold_exact', retold_words(?)))::float8"
+          " / greatest(length(to_tsvector('retold_exact', retold_words(?))), 1)")
 # Rows a phrase's document frequency is counted up to: past it the phrase is common and
 # its weight is near its floor anyway, and counting on would cost a scan per search.
 _DF_CAP = 5000
@@ -61,12 +65,18 @@ def _tsquery(terms: int) -> str:
 @lru_cache(maxsize=64)
 def _idf_phrases(terms: int) -> str:
     """``terms`` phrase queries with BM25's inverse document frequency, as a derived table
-    ``p(query, idf)`` (materialised by the caller, so computed once). The row count is the
-    planner's estimate (counted while the table has never been analysed)."""
-    rows = ", ".join(f"({_ONE_PHRASE})" for _ in range(terms))
+    ``p(query, idf, items)`` (materialised by the caller, so computed once). The row count
+    is the planner's estimate (counted while the table has never been analysed).
+
+    ``items`` undoes ts_rank's averaging over the query's lexemes: a word whose stem is not
+    its spelling ("allergic": 'allerg' | 'allergic') is two lexemes, of which a record's
+    content holds one, and ts_rank halved its weight, while a name ("mei") is one lexeme
+    and kept its full weight; the phrase's distinct lexemes per word restore it.
+    """
+    rows = ", ".join(f"({_ONE_PHRASE}, {_ITEMS})" for _ in range(terms))
     return (
-        "(SELECT v.query, ln(1 + (t.n - d.n + 0.5) / (d.n + 0.5)) AS idf"
-        f" FROM (VALUES {rows}) AS v(query)"
+        "(SELECT v.query, ln(1 + (t.n - d.n + 0.5) / (d.n + 0.5)) AS idf, v.items"
+        f" FROM (VALUES {rows}) AS v(query, items)"
         " CROSS JOIN (SELECT CASE WHEN c.reltuples > 0 THEN c.reltuples::float8"
         " ELSE (SELECT count(*) FROM records_fts)::float8 END AS n"
         " FROM pg_class c WHERE c.oid = 'records_fts'::regclass) t"
@@ -140,19 +150,20 @@ class PgReads(Store):
         if not phrases or limit <= 0 or len(eligible) == 0:
             return []
         params: list[Any] = [p for phrase in phrases for p in (phrase, phrase)]
+        idf_params = [phrase for phrase in phrases for _ in range(5)]
         with self._lock:
             rows = self._conn.execute(
                 f"WITH p AS MATERIALIZED {_idf_phrases(len(phrases))}"
                 " SELECT m.rowid, -(SELECT sum(p.idf * t.tf * (1 + ?) / (t.tf + ? * (1 - ? + ?"
                 " * length(m.document) / m.avglen)))"
                 f" FROM p CROSS JOIN LATERAL (SELECT ts_rank({_WEIGHTS}, m.document, p.query, 0)"
-                f" * {_TF_SCALE} AS tf) t WHERE m.document @@ p.query) AS score,"
+                f" * {_TF_SCALE} * p.items AS tf) t WHERE m.document @@ p.query) AS score,"
                 " m.record_id, m.content, m.subject, m.aliases"
                 " FROM (SELECT f.*, greatest(avg(length(f.document)) OVER (), 1) AS avglen"
                 f" FROM records_fts f, {_tsquery(len(phrases))}"
                 " WHERE f.document @@ q.query AND f.rowid = ANY(?::bigint[])) m"
                 " ORDER BY score, m.rowid LIMIT ?",
-                [*params, _K1, _K1, _B, _B, *params, self._seqs(eligible), limit]).fetchall()
+                [*idf_params, _K1, _K1, _B, _B, *params, self._seqs(eligible), limit]).fetchall()
         return [FtsRow(rid, int(seq), float(score), content, subject, aliases)
                 for seq, score, rid, content, subject, aliases in rows]
 
