@@ -9,19 +9,19 @@ clears an absolute floor: the per-type dense floor (raised by ``name_only_margin
 record shares the question's names but none of its asked terms, because a shared name
 inflates the cosine whatever attribute is asked; by ``two_name_margin`` instead when it
 carries two names that stand apart in the question, which few records share), or the
-lexical floor on the asked terms
-(on the names when the question only names things); an entity match counts as a name
-match, never as a pass of its own unless the question only names things. Such a name-only
-record also passes when its cosine leads every other record carrying the question's names
-by ``standout_margin`` (and reaches ``standout_floor``): the question picked it out of that
-entity's records. Companions: once something passed, a candidate within
-``companion_margin`` of the best passing cosine is kept too, and ranks by its dense vote
-alone times ``companion_weight`` (:func:`dense_vote_score`), as does a record passing on
-two names: the names it shares earned its other votes, not what is asked. Step 2 drops survivors
-below ``relative_floor`` times the best fused score among survivors with the same number of
-channels (0 disables it). Every dropped candidate carries the step and floor that dropped
-it, so a logged search can be re-decided with other floors (``docs/decisions.md``, "The
-gate judges what is asked" and "A record the question picks out of its entity's records").
+lexical floor on the asked terms (on the names when the question only names things); an
+entity match counts as a name match, never as a pass of its own unless the question only
+names things. Such a name-only record also passes when its cosine leads every other record
+carrying the question's names by ``standout_margin`` (and reaches ``standout_floor``): the
+question picked it out of that entity's records. Companions: once something passed, a
+candidate within ``companion_margin`` of the best passing cosine is kept too, and ranks by
+its dense vote alone times ``companion_weight`` (:func:`dense_vote_score`), as does a record
+that passed only on two names: the names it shares earned its other votes, not what is
+asked. Step 2 drops survivors below ``relative_floor`` times the best fused score among
+survivors with the same number of channels (0 disables it). Every dropped candidate carries
+the step and floor that dropped it, so a logged search can be re-decided with other floors
+(``docs/decisions.md``, "The gate judges what is asked", "A record the question picks out
+of its entity's records" and "Two names of the question").
 """
 
 from __future__ import annotations
@@ -97,8 +97,7 @@ def floors_for(cfg: GateConfig, trigger: str) -> GateFloors:
     return GateFloors(source.dense_floor, source.lexical_min_term_fraction,
                       source.lexical_min_matched_terms, source.relative_floor, tuple(excluded),
                       source.name_only_margin, source.two_name_margin, source.unknown_name_floor,
-                      source.standout_margin,
-                      source.standout_floor, source.companion_margin,
+                      source.standout_margin, source.standout_floor, source.companion_margin,
                       source.companion_weight, source.nameless_lexical_floor)
 
 

@@ -222,7 +222,8 @@ def name_groups(query: str, terms: Sequence[QueryTerm], is_name: Callable[[Query
         if not is_name(term):
             continue
         gap = words[last + 1 : term.position]
-        if group and not (not gap or (len(gap) == 1 and gap[0] in _NAME_JOINERS)):
+        joined = not gap or (len(gap) == 1 and gap[0] in _NAME_JOINERS)
+        if group and not joined:
             groups.append(tuple(group))
             group = []
         group.append(term.value)
