@@ -185,34 +185,38 @@ def with_values(floors: GateFloors, values: dict[str, float]) -> GateFloors:
 _SWEPT: tuple[GateFloors, list[Search], list[Search], dict[str, str]] | None = None
 
 
+def judge(floors: GateFloors, half_a: list[Search], hand: list[Search], keys: dict[str, str]
+          ) -> tuple[bool, float]:
+    """Whether ``floors`` meet both constraints, and their objective on half A."""
+    m = conversational_metrics(half_a, floors, keys)
+    injection = hand_metrics(hand, floors, keys)["injection_rate"]
+    return m["abstention"] >= MIN_ABSTENTION and injection <= MAX_INJECTION, objective(m)
+
+
 def _best_of(start: int, step: int) -> tuple[bool, float, int]:
     """(feasible, objective, -index) of the best of every ``step``-th grid point from ``start``."""
     assert _SWEPT is not None
     base, half_a, hand, keys = _SWEPT
     best = (False, -1.0, 0)
     for index, combo in enumerate(itertools.product(*GRID.values())):
-        if index % step != start:
-            continue
-        floors = with_values(base, dict(zip(GRID, combo, strict=True)))
-        m = conversational_metrics(half_a, floors, keys)
-        injection = hand_metrics(hand, floors, keys)["injection_rate"]
-        feasible = m["abstention"] >= MIN_ABSTENTION and injection <= MAX_INJECTION
-        best = max(best, (feasible, objective(m), -index))  # ties: the earlier grid point
+        if index % step == start:
+            floors = with_values(base, dict(zip(GRID, combo, strict=True)))
+            best = max(best, (*judge(floors, half_a, hand, keys), -index))  # ties: the earlier point
     return best
 
 
 def sweep(base: GateFloors, half_a: list[Search], hand: list[Search], keys: dict[str, str]
-          ) -> tuple[dict[str, float], bool]:
-    """The grid point with the best objective among those meeting both constraints, the
-    grid split over one process per core."""
+          ) -> tuple[dict[str, float], bool, float]:
+    """The grid point with the best objective among those meeting both constraints, whether
+    it meets them, and its objective; the grid split over one process per core."""
     global _SWEPT
     _SWEPT = (base, half_a, hand, keys)
     workers = max(1, min(os.cpu_count() or 1, 8))
     with multiprocessing.get_context("fork").Pool(workers) as pool:
         found = pool.starmap(_best_of, [(start, workers) for start in range(workers)])
-    feasible, _, index = max(found)
+    feasible, best, index = max(found)
     combo = next(itertools.islice(itertools.product(*GRID.values()), -index, None))
-    return dict(zip(GRID, combo, strict=True)), feasible
+    return dict(zip(GRID, combo, strict=True)), feasible, best
 
 
 def write_defaults(values: dict[str, float]) -> None:
@@ -275,15 +279,11 @@ def main() -> None:
                                         stale=s["stale"]))
     before = {"semantic": base.dense_floor.semantic, "episodic": base.dense_floor.episodic,
               **{name: getattr(base, name) for name in TUNED_GATE}}
-    chosen, feasible = sweep(base, halves["A"], hand, keys)
+    chosen, feasible, best = sweep(base, halves["A"], hand, keys)
     # One unanswerable question of half A moves abstention by 1/n, the objective by a fifth of that.
     least_gain = 1 / (5 * sum(1 for s in halves["A"] if not s.expected))
-    configured = conversational_metrics(halves["A"], with_values(base, before), keys)
-    configured_feasible = (configured["abstention"] >= MIN_ABSTENTION
-                           and hand_metrics(hand, with_values(base, before), keys)["injection_rate"]
-                           <= MAX_INJECTION)
-    best = conversational_metrics(halves["A"], with_values(base, chosen), keys)
-    kept = configured_feasible and objective(best) - objective(configured) < least_gain
+    configured_feasible, configured = judge(with_values(base, before), halves["A"], hand, keys)
+    kept = configured_feasible and best - configured < least_gain
     best_values = chosen
     if kept:
         chosen, feasible = before, True

@@ -202,7 +202,6 @@ def test_plain_words_match_by_their_stem(world: World) -> None:
     assert hit.record_id == prefers and len(hit.match.terms) == 2
 
 
-
 def test_a_word_that_stems_counts_as_much_as_one_that_does_not(world: World) -> None:
     # "allergic" is stored as its stem, "kayak" as written; one occurrence of either, in
     # records of the same length, is worth the same. PostgreSQL's ts_rank once halved the
