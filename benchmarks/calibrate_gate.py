@@ -6,7 +6,8 @@ itself (``logged_candidates`` + ``gate``, what ``replay_gate`` does), so the swe
 decision the retriever makes:
 
 * the conversational set (benchmarks/data/conversations.json, ``benchmarks.retrieval_bench``):
-  floors are chosen on half A (even conversations) and checked on half B;
+  floors are chosen on half A (even conversations) and checked on half B, and on the same
+  records asked in wordings no sweep sees (benchmarks/data/unseen_wordings.json, row U);
 * the hand-labelled set (benchmarks/data/calibration.json): questions with and without an
   answer and ordinary chat turns, reported with the chosen floors as a third check
   (precision, recall and the share of ordinary turns that get memory injected).
@@ -268,11 +269,12 @@ def main() -> None:
                                expected=query["expected"], twin=None, current=None, stale=[]))
         model, version = rt.embedder.name, rt.embedder.version
         rt.close()
-        _, logged, conv_rt = retrieval_bench.run(conversations, Path(tmp) / "conversations.sqlite",
-                                                 embedding)
+        _, logged, conv_rt = retrieval_bench.run(
+            conversations, Path(tmp) / "conversations.sqlite", embedding,
+            unseen=retrieval_bench.unseen_questions(len(conversations)))
         conv_rt.close()
     keys.update(logged["keys"])
-    halves: dict[str, list[Search]] = {"A": [], "B": []}
+    halves: dict[str, list[Search]] = {"A": [], "B": [], "U": []}
     for s in logged["searches"]:
         halves[s["half"]].append(_parse(s["row"], key=s["question"], group=s["half"], label=s["kind"],
                                         expected=s["expected"], twin=s["twin"], current=s["current"],
@@ -301,7 +303,7 @@ def main() -> None:
         floors = with_values(base, values)
         hm = hand_metrics(hand, floors, keys)
         results[label] = {"floors": values, "hand": hm}
-        for half in ("A", "B"):
+        for half in halves:
             m = conversational_metrics(halves[half], floors, keys)
             results[label][half] = m
             table.append([label, " / ".join(f"{values[n]:.2f}" for n in GRID), half, f"{m['r@5']:.3f}",
@@ -310,7 +312,8 @@ def main() -> None:
                           f"{hm['precision']:.3f} / {hm['recall']:.3f} / {hm['injection_rate']:.3f}"])
     write_report("calibration", results, table,
                  notes=f"{model} (embedding.version {version}); conversational set halves A/B "
-                       f"({len(halves['A'])}/{len(halves['B'])} searches), hand-labelled set "
+                       f"({len(halves['A'])}/{len(halves['B'])} searches), unseen wordings U "
+                       f"({len(halves['U'])}), hand-labelled set "
                        f"({len(hand)} queries). Chosen on half A: best mean of R@5, right-at-1, "
                        f"abstention, twin right-at-1 and current-at-1 with abstention >= "
                        f"{MIN_ABSTENTION:.0%} and injection <= {MAX_INJECTION:.0%}"

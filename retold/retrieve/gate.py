@@ -13,7 +13,9 @@ lexical floor on the asked terms (on the names when the question only names thin
 entity match counts as a name match, never as a pass of its own unless the question only
 names things. Such a name-only record also passes when its cosine leads every other record
 carrying the question's names by ``standout_margin`` (and reaches ``standout_floor``): the
-question picked it out of that entity's records. Companions: once something passed, a
+question picked it out of that entity's records; so does one that is the only record carrying
+them to hold a word of what is asked (its stem three letters or more), when its cosine
+reaches ``standout_floor``. Companions: once something passed, a
 candidate within ``companion_margin`` of the best passing cosine is kept too, and ranks by
 its dense vote alone times ``companion_weight`` (:func:`dense_vote_score`), as does a record
 that passed only on two names: the names it shares earned its other votes, not what is
@@ -21,7 +23,7 @@ asked. Step 2 drops survivors below ``relative_floor`` times the best fused scor
 survivors with the same number of channels (0 disables it). Every dropped candidate carries
 the step and floor that dropped it, so a logged search can be re-decided with other floors
 (``docs/decisions.md``, "The gate judges what is asked", "A record the question picks out
-of its entity's records" and "Two names of the question").
+of its entity's records", "An asked word one record holds" and "Two names of the question").
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import Any
 
 from retold.config import AutoGateConfig, DenseFloors, GateConfig
 from retold.models import Candidate, GeneratorHit, LexicalMatch, LexicalTerm, QueryShape
+from retold.retrieve.stemmer import porter_stem
 
 __all__ = ["GateFloors", "GateResult", "RecordKind", "dense_vote_score", "floors_for", "gate",
            "logged_candidates", "replay_gate"]
@@ -245,6 +248,40 @@ def _standouts(candidates: Sequence[Candidate], failed: Sequence[Candidate],
     return leads
 
 
+def _holds_asked_word(c: Candidate) -> bool:
+    """Whether the record holds a word of what is asked whose stem says something.
+
+    A stem of one or two letters is shared by unrelated words ("use" and the "us" of
+    prod-us-east both index as "us"), so it cannot single a record out.
+    """
+    match = c.lexical_terms
+    return match is not None and any(not term.is_name and len(porter_stem(term.value)) >= 3
+                                     for term in match.terms)
+
+
+def _asked_standouts(candidates: Sequence[Candidate], failed: Sequence[Candidate],
+                     floors: GateFloors) -> dict[str, str]:
+    """The one record carrying the question's names that holds a word of what is asked.
+
+    "Which person at Lumen Retail gets our bills?" shares "bills" with the account's
+    billing contact and nothing with its plan or renewal; MiniLM ranks the three within a
+    few hundredths, but the word picks the record out. When two or more of the entity's
+    records hold asked words, none is picked: the word is not what tells them apart.
+    """
+    named = [c for c in candidates if _carries_names(c)]
+    holders = [c for c in named if _holds_asked_word(c)]
+    if len(named) < 2 or len(holders) != 1:
+        return {}
+    c = holders[0]
+    failed_ids = {f.record_id for f in failed}
+    if c.record_id not in failed_ids or c.dense is None or c.dense.score < floors.standout_floor:
+        return {}
+    words = ", ".join(t.value for t in c.lexical_terms.terms if not t.is_name)  # type: ignore[union-attr]
+    return {c.record_id: (f"the only one of {len(named)} records carrying the question's names "
+                          f"to hold an asked word ({words}), dense {c.dense.score:.3f} >= "
+                          f"{floors.standout_floor:.2f}")}
+
+
 def _companions(passed: Sequence[Candidate], failed: Sequence[Candidate],
                 floors: GateFloors) -> list[Candidate]:
     """Failed candidates whose cosine is within ``companion_margin`` of the best pass.
@@ -310,7 +347,7 @@ def gate(
             c.gate_reason = f"passed on {passed}"
             step1.append(c)
     if shape.asks and not shape.unknown_names and not floors.policy_only:
-        leads = _standouts(candidates, failed, floors)
+        leads = _asked_standouts(candidates, failed, floors) | _standouts(candidates, failed, floors)
         for c in failed:
             if c.record_id in leads:
                 c.gate_reason = f"passed on {leads[c.record_id]}"

@@ -183,9 +183,37 @@ def test_no_lead_means_an_unstored_attribute_still_abstains() -> None:
 def test_the_lead_rule_is_only_for_records_that_share_nothing_but_the_names() -> None:
     leading = replace(FLOORS, standout_margin=0.10, standout_floor=0.50)
     # A lexical match on what is asked already had its chance at the floors.
+    # Both records hold the asked word, so the word singles out neither.
     asked = acme("asked", 0.40, asked=("tier",))
     kinds = {"asked": SEMANTIC, "contact": SEMANTIC}
-    assert gate([asked, acme("contact", 0.10)], kinds, replace(leading, standout_floor=0.3)).kept == []
+    floors = replace(leading, standout_floor=0.3)
+    assert gate([asked, acme("contact", 0.10, asked=("tier",))], kinds, floors).kept == []
+
+
+def test_the_only_record_of_the_entity_holding_an_asked_word_passes() -> None:
+    # "Which person at Acme North gets our bills?": only the billing contact holds "bills",
+    # and its cosine is under the dense floor, as are the account's other records.
+    floors = replace(FLOORS, standout_floor=0.35)
+    contact = acme("contact", 0.40, asked=("bills",))
+    plan, renewal = acme("plan", 0.42), acme("renewal", 0.38)
+    kinds = dict.fromkeys(("contact", "plan", "renewal"), SEMANTIC)
+    result = gate([plan, contact, renewal], kinds, floors)
+    assert [c.record_id for c in result.kept] == ["contact"]
+    assert ("the only one of 3 records carrying the question's names to hold an asked word (bills)"
+            in (contact.gate_reason or ""))
+    # Under standout_floor it abstains like any other record of the entity.
+    assert gate([plan, contact, renewal], kinds, replace(floors, standout_floor=0.45)).kept == []
+
+
+def test_an_asked_word_held_by_two_records_or_stemmed_to_two_letters_picks_nothing() -> None:
+    floors = replace(FLOORS, standout_floor=0.35)
+    kinds = dict.fromkeys(("a", "b", "c"), SEMANTIC)
+    # "Which database does Acme North use?": "use" stems to "us", as in prod-us-east.
+    assert gate([acme("a", 0.40, asked=("use",)), acme("b", 0.42)], kinds, floors).kept == []
+    two = [acme("a", 0.40, asked=("bills",)), acme("b", 0.41, asked=("bills",)), acme("c", 0.42)]
+    assert gate(two, kinds, floors).kept == []
+    # A lone record of the entity has nothing to be singled out from.
+    assert gate([acme("a", 0.40, asked=("bills",))], kinds, floors).kept == []
 
 
 def test_companions_follow_a_pass_within_the_margin() -> None:
