@@ -363,6 +363,29 @@ def test_a_record_that_leads_its_entitys_records_answers_and_replays(world: Worl
     assert ids(search(world, "What is Acme North's stock ticker?")) == []
 
 
+def test_the_only_record_of_an_entity_holding_an_asked_word_answers_and_replays(world: World) -> None:
+    # As calibrated, the rule's floor (standout_floor) sits under the semantic dense floor.
+    cfg = world.rt.retriever.config
+    gate_cfg = replace(cfg.retrieval.gate, standout_floor=0.35)
+    world.rt.retriever.config = replace(cfg, retrieval=replace(cfg.retrieval, gate=gate_cfg))
+    # "bills" and "billing" stem alike; both cosines are under the dense floor (0.45), the
+    # contact leads the plan by too little for the lead rule (0.11 < 0.12), and the plan is
+    # too far behind the contact to follow it as a companion (0.11 > 0.10).
+    question = "Which person at Acme North gets our bills?"
+    world.embedder.make_similar("The billing contact for Acme North is Dana Reyes.", question, 0.42)
+    world.embedder.make_similar("Acme North is on the Team plan.", question, 0.31)
+    contact = fact(world, "The billing contact for Acme North is Dana Reyes.", "billing_contact")
+    fact(world, "Acme North is on the Team plan.", "plan")
+    fact(world, "Acme North's contract renews in May.", "renewal_date")
+    outcome = search(world, question)
+    assert ids(outcome) == [contact]
+    assert "to hold an asked word (bills)" in outcome.response.results[0].explanation.gate
+    row = log(world, outcome)
+    floors = floors_for(gate_cfg, "tool")
+    assert [c.record_id for c in replay_gate(row, floors).kept] == [contact]
+    assert replay_gate(row, replace(floors, standout_floor=0.45)).kept == []
+
+
 def test_a_record_carrying_two_names_of_the_question_answers_and_replays(world: World) -> None:
     trip = fact(world, "Oskar flew to Tucson for a week of surfing.", "trip_tucson")
     fact(world, "Oskar works as a nurse at Mercy Hospital.", "job")
