@@ -276,7 +276,8 @@ def _asked_standouts(candidates: Sequence[Candidate], failed: Sequence[Candidate
     failed_ids = {f.record_id for f in failed}
     if c.record_id not in failed_ids or c.dense is None or c.dense.score < floors.standout_floor:
         return {}
-    words = ", ".join(t.value for t in c.lexical_terms.terms if not t.is_name)  # type: ignore[union-attr]
+    assert c.lexical_terms is not None  # it holds an asked word
+    words = ", ".join(t.value for t in c.lexical_terms.terms if not t.is_name)
     return {c.record_id: (f"the only one of {len(named)} records carrying the question's names "
                           f"to hold an asked word ({words}), dense {c.dense.score:.3f} >= "
                           f"{floors.standout_floor:.2f}")}
