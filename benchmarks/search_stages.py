@@ -35,7 +35,8 @@ EMBED_SLEEP_S = 0.025  # a fixed stand-in for the model's forward pass
 COLD_RUNS = 5  # fresh runtimes per size, one cold search each
 CACHE_HIT_RUNS = 50
 STAGES = ["rewrite", "scopes", "filter", "index_refresh", "lexical", "entity", "embed", "embed_wait",
-          "dense", "fuse", "freshness", "gate", "dedup", "rerank", "budget", "explain", "log", "total"]
+          "dense", "fuse", "freshness", "links", "gate", "dedup", "rerank", "budget", "explain", "log",
+          "total"]
 
 
 class SleepyFakeEmbedder(FakeEmbedder):

@@ -34,6 +34,7 @@ _RANGES: tuple[tuple[str, tuple[float, float, bool]], ...] = (
     ("*.companion_weight", _UNIT),  # 0 = a companion ranks after every pass
     ("store.busy_timeout_seconds", _NON_NEGATIVE),  # 0 = fail at once on a held lock
     ("embedding.query_cache_entries", _NON_NEGATIVE),  # 0 = every query is encoded afresh
+    ("retrieval.link_sources", _NON_NEGATIVE),  # 0 = no second hop
     ("policy.source_rank.*", _NON_NEGATIVE),
     ("ingestion.evidence.min_*", _NON_NEGATIVE),  # 0 = no minimum
     ("retrieval.trigger.auto_min_query_chars", _NON_NEGATIVE),  # 0 = never skip a turn

@@ -98,6 +98,7 @@ class AutoGateConfig:
     companion_margin: float = 0.0  # off
     companion_weight: float = 1.0
     nameless_lexical_floor: float = 0.40
+    follow_links: bool = False  # no second hop for a search nobody asked for
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +118,7 @@ class GateConfig:
     companion_margin: float = 0.10  # 0 = off
     companion_weight: float = 0.7  # a companion ranks by its dense vote times this
     nameless_lexical_floor: float = 0.40
+    follow_links: bool = True  # a record a passing one links to may pass after it
     auto: AutoGateConfig = field(default_factory=AutoGateConfig)
 
 
@@ -148,6 +150,7 @@ class RetrievalConfig:
     per_generator_k: int = 30
     max_alias_tokens: int = 4
     entity_max_links: int = 5  # a query-text entity linking more records is not a match
+    link_sources: int = 3  # top candidates whose mentioned entities' records are fetched (0 = off)
     rrf_k: int = 60
     default_k: int = 8
     token_budget: int = 1500

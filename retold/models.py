@@ -304,6 +304,10 @@ class Candidate:
     gate_reason: str | None = None
     rerank_score: float | None = None
     rank_after_rerank: int | None = None
+    # The link hop: the candidate that mentions what this record is about, and the query
+    # terms this record holds (kept apart from the lexical channel's own match).
+    via: str | None = None
+    via_terms: LexicalMatch | None = None
 
 
 @dataclass

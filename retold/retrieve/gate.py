@@ -13,17 +13,21 @@ lexical floor on the asked terms (on the names when the question only names thin
 entity match counts as a name match, never as a pass of its own unless the question only
 names things. Such a name-only record also passes when its cosine leads every other record
 carrying the question's names by ``standout_margin`` (and reaches ``standout_floor``): the
-question picked it out of that entity's records; so does one that is the only record carrying
-them to hold a word of what is asked (its stem three letters or more), when its cosine
-reaches ``standout_floor``. Companions: once something passed, a
-candidate within ``companion_margin`` of the best passing cosine is kept too, and ranks by
-its dense vote alone times ``companion_weight`` (:func:`dense_vote_score`), as does a record
-that passed only on two names: the names it shares earned its other votes, not what is
-asked. Step 2 drops survivors below ``relative_floor`` times the best fused score among
-survivors with the same number of channels (0 disables it). Every dropped candidate carries
-the step and floor that dropped it, so a logged search can be re-decided with other floors
-(``docs/decisions.md``, "The gate judges what is asked", "A record the question picks out
-of its entity's records", "An asked word one record holds" and "Two names of the question").
+question picked it out of that entity's records; so does one that is the only record
+carrying them to hold a word of what is asked (its stem three letters or more), when its
+cosine reaches ``standout_floor``. A record reached on a link (``Candidate.via``: it is
+about what a candidate mentions) passes when that candidate passed and it holds an asked
+word the candidate does not, and ranks right after it (``follow_links``). Companions: once
+something passed, a candidate within ``companion_margin`` of the best passing cosine is
+kept too, and ranks by its dense vote alone times ``companion_weight``
+(:func:`dense_vote_score`), as does a record that passed only on two names: the names it
+shares earned its other votes, not what is asked. Step 2 drops survivors below
+``relative_floor`` times the best fused score among survivors with the same number of
+channels (0 disables it). Every dropped candidate carries the step and floor that dropped
+it, so a logged search can be re-decided with other floors (``docs/decisions.md``, "The
+gate judges what is asked", "A record the question picks out of its entity's records", "An
+asked word one record holds", "A second hop through entity links" and "Two names of the
+question").
 """
 
 from __future__ import annotations
@@ -66,6 +70,7 @@ class GateFloors:
     companion_margin: float = 0.0
     companion_weight: float = 1.0
     nameless_lexical_floor: float = 0.0
+    follow_links: bool = False
     policy_only: bool = False  # cross_encoder_only: the reranker alone judges relevance
 
     def dense_for(self, kind: RecordKind) -> tuple[float, str]:
@@ -90,6 +95,7 @@ class GateFloors:
             "companion_margin": self.companion_margin,
             "companion_weight": self.companion_weight,
             "nameless_lexical_floor": self.nameless_lexical_floor,
+            "follow_links": self.follow_links,
         }
 
 
@@ -101,7 +107,7 @@ def floors_for(cfg: GateConfig, trigger: str) -> GateFloors:
                       source.lexical_min_matched_terms, source.relative_floor, tuple(excluded),
                       source.name_only_margin, source.two_name_margin, source.unknown_name_floor,
                       source.standout_margin, source.standout_floor, source.companion_margin,
-                      source.companion_weight, source.nameless_lexical_floor)
+                      source.companion_weight, source.nameless_lexical_floor, source.follow_links)
 
 
 @dataclass
@@ -248,15 +254,19 @@ def _standouts(candidates: Sequence[Candidate], failed: Sequence[Candidate],
     return leads
 
 
-def _holds_asked_word(c: Candidate) -> bool:
-    """Whether the record holds a word of what is asked whose stem says something.
+def _asked_words(match: LexicalMatch | None) -> set[str]:
+    """The words of what is asked that a record holds, those whose stem says something.
 
     A stem of one or two letters is shared by unrelated words ("use" and the "us" of
     prod-us-east both index as "us"), so it cannot single a record out.
     """
-    match = c.lexical_terms
-    return match is not None and any(not term.is_name and len(porter_stem(term.value)) >= 3
-                                     for term in match.terms)
+    if match is None:
+        return set()
+    return {term.value for term in match.terms if not term.is_name and len(porter_stem(term.value)) >= 3}
+
+
+def _holds_asked_word(c: Candidate) -> bool:
+    return bool(_asked_words(c.lexical_terms))
 
 
 def _asked_standouts(candidates: Sequence[Candidate], failed: Sequence[Candidate],
@@ -281,6 +291,45 @@ def _asked_standouts(candidates: Sequence[Candidate], failed: Sequence[Candidate
     return {c.record_id: (f"the only one of {len(named)} records carrying the question's names "
                           f"to hold an asked word ({words}), dense {c.dense.score:.3f} >= "
                           f"{floors.standout_floor:.2f}")}
+
+
+def _links(passed: Sequence[Candidate], failed: Sequence[Candidate],
+           floors: GateFloors) -> dict[str, tuple[str, str]]:
+    """Failed records reached from a passing record's mention: record id -> (the passing
+    record's id, why).
+
+    "What does Ayla's brother do for work?" passes "Ayla's brother is Quentin", which holds
+    "brother" and not "work"; "Quentin works as a firefighter" is about the person it
+    mentions and holds "work". A record reached that way passes when it holds an asked
+    word the passing record does not: it answers the part of the question that record
+    leaves open. One that holds nothing new adds nothing to the answer.
+    """
+    if not floors.follow_links:
+        return {}
+    anchors = {c.record_id: c for c in passed}
+    out: dict[str, tuple[str, str]] = {}
+    for c in failed:
+        anchor = anchors.get(c.via) if c.via is not None else None
+        if anchor is None:
+            continue
+        new = _asked_words(c.via_terms) - _asked_words(anchor.lexical_terms)
+        if new:
+            out[c.record_id] = (anchor.record_id, (
+                f"a link from {anchor.record_id}: about what that record mentions, holding "
+                f"asked words it does not ({', '.join(sorted(new))})"))
+    return out
+
+
+def _after_anchors(kept: list[Candidate], linked: Mapping[str, str]) -> list[Candidate]:
+    """``kept`` with each linked record moved right after the record it was reached from:
+    the two answer the question together."""
+    out: list[Candidate] = []
+    for c in kept:
+        if c.record_id not in linked:
+            out.append(c)
+            out += [x for x in kept if linked.get(x.record_id) == c.record_id]
+    placed = {c.record_id for c in out}
+    return out + [c for c in kept if c.record_id not in placed]
 
 
 def _companions(passed: Sequence[Candidate], failed: Sequence[Candidate],
@@ -329,6 +378,7 @@ def gate(
     """
     shape = shape or QueryShape()
     following: set[str] = set()
+    linked: dict[str, str] = {}  # a record passed on a link -> the record it was reached from
     gated_out: list[tuple[str, str]] = []
     step1: list[Candidate] = []
     failed: list[Candidate] = []
@@ -355,11 +405,17 @@ def gate(
         passed_ids = {c.record_id for c in step1} | set(leads)
         step1 = [c for c in candidates if c.record_id in passed_ids]
         failed = [c for c in failed if c.record_id not in leads]
+        links = _links(step1, failed, floors)
+        linked = {rid: anchor for rid, (anchor, _) in links.items()}
+        for c in failed:
+            if c.record_id in links:
+                c.gate_reason = f"passed on {links[c.record_id][1]}"
+        failed = [c for c in failed if c.record_id not in linked]
         followers = _companions(step1, failed, floors)
         following = {c.record_id for c in followers}
         following |= {c.record_id for c in step1
                       if _passed_on_two_names(c, kinds[c.record_id], floors, shape)}
-        step1 += followers
+        step1 += followers + [c for c in candidates if c.record_id in linked]
         failed = [c for c in failed if c.record_id not in following]
     dropped = {c.record_id for c in failed}
     gated_out += [(c.record_id, c.gate_reason or "") for c in candidates
@@ -370,7 +426,8 @@ def gate(
     kept: list[Candidate] = []
     for c in step1:
         top = tops[_channels(c)]
-        if c.entity is None and c.score < floors.relative_floor * top:
+        # An entity hit, or a record reached on a link, has no fused score of its own to compare.
+        if c.entity is None and c.record_id not in linked and c.score < floors.relative_floor * top:
             c.gate_reason = (f"step 2: fused {c.score:.5f} < {floors.relative_floor:.2f} x "
                              f"{top:.5f} ({_channels(c)}-channel top)")
             gated_out.append((c.record_id, c.gate_reason))
@@ -378,6 +435,8 @@ def gate(
             kept.append(c)
     if following:  # stable: equal scores keep candidate order
         kept.sort(key=lambda c: -(dense_vote_score(c, floors) if c.record_id in following else c.score))
+    if linked:
+        kept = _after_anchors(kept, linked)
     empty_reason = None
     if not kept:
         if best_missed is not None:
@@ -393,8 +452,8 @@ def replay_gate(log_row: Mapping[str, Any], floors: GateFloors) -> GateResult:
     """Re-decide a logged search's gate with other floors, from its logged scores alone.
 
     Uses the ``fused`` column (rank order, score, record type and source kind), the
-    ``freshness`` multipliers, the per-channel hits and the query shape logged with the
-    lexical hits; nothing is read from the store.
+    ``freshness`` multipliers, the per-channel hits, and the query shape and the records
+    reached on links logged with the lexical hits; nothing is read from the store.
     """
     candidates, kinds, shape = logged_candidates(log_row)
     return gate(candidates, kinds, floors, shape)
@@ -443,4 +502,16 @@ def logged_candidates(
         ))
         kinds[rid] = RecordKind(type_, source_kind)
     candidates.sort(key=lambda c: -c.score)
+    # Records reached on a link: after the fused ones, in the order they were fetched.
+    by_id = {c.record_id: c for c in candidates}
+    for rid, via, terms, total, names, type_, source_kind in (
+            logged.get("linked", ()) if isinstance(logged, dict) else ()):
+        linked = by_id.get(rid)
+        if linked is None:
+            linked = by_id[rid] = Candidate(record_id=rid)
+            candidates.append(linked)
+            kinds[rid] = RecordKind(type_, source_kind)
+        linked.via = via
+        linked.via_terms = LexicalMatch(tuple(LexicalTerm(t[0], bool(t[1]), bool(t[2]), bool(t[3]))
+                                              for t in terms), total, names)
     return candidates, kinds, shape

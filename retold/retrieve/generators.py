@@ -1,7 +1,8 @@
-"""The three candidate generators of the read path: dense, lexical and entity.
+"""The candidate generators of the read path: dense, lexical and entity, and the link hop.
 
-Each generator is restricted to the eligible set before it applies its limit, and each
-returns a ranking that fusion reads by position only. The SQL lives in
+Each generator is restricted to the eligible set before it applies its limit, and the
+three fused channels return a ranking that fusion reads by position only; the link hop
+adds records the gate may pass after the candidate that led to them. The SQL lives in
 :mod:`retold.store.search`; this module turns queries into terms, n-grams and vectors
 and scores what the store returns.
 """
@@ -25,10 +26,12 @@ from retold.store import EligibleSet, Store
 
 __all__ = [
     "LexicalHit",
+    "LinkedHit",
     "dense_candidates",
     "entity_candidates",
     "fts_match_expression",
     "lexical_candidates",
+    "linked_candidates",
     "query_shape",
     "resolve_entity_aliases",
 ]
@@ -99,33 +102,41 @@ def lexical_candidates(
     query's total term count for the gate. A query without surviving terms contributes
     nothing; when no query has one, FTS is never touched.
     """
-    per_query = [terms for terms in (_terms(query) for query in queries) if terms]
-    if not per_query or k <= 0:
+    terms = _QueryTerms(queries, entity_aliases)
+    if not terms.per_query or k <= 0:
         return []
-    match = fts_match_expression([term for terms in per_query for term in terms])
-    alias_norms = {normalize_alias(alias) for alias in entity_aliases}
-    alias_tokens = {tuple(fts_tokens(alias, reduce_contractions=False)) for alias in entity_aliases}
-
-    flags = {term.value: _flagged(term, alias_tokens, alias_norms)
-             for terms in per_query for term in terms}
-    names = [sum(flags[term.value].is_name for term in terms) for terms in per_query]
-
+    match = fts_match_expression([term for query in terms.per_query for term in query])
     hits: list[LexicalHit] = []
     for rank, row in enumerate(store.fts_candidates(match, eligible, k), start=1):
         text = (row.content, row.subject, row.aliases)
+        hits.append(LexicalHit(row.record_id, rank, row.bm25, terms.best_match(text), text))
+    return hits
+
+
+class _QueryTerms:
+    """Every query's terms, flagged as names or not, parsed once per search."""
+
+    def __init__(self, queries: list[str], entity_aliases: frozenset[str]) -> None:
+        self.per_query = [terms for terms in (_terms(query) for query in queries) if terms]
+        alias_norms = {normalize_alias(alias) for alias in entity_aliases}
+        alias_tokens = {tuple(fts_tokens(alias, reduce_contractions=False)) for alias in entity_aliases}
+        self.flags = {term.value: _flagged(term, alias_tokens, alias_norms)
+                      for terms in self.per_query for term in terms}
+        self.names = [sum(self.flags[term.value].is_name for term in terms) for terms in self.per_query]
+
+    def best_match(self, text: tuple[str, str, str]) -> LexicalMatch:
+        """The terms of the query that covers ``text`` (content, subject, aliases) best."""
         fields = _field_tokens(text)
         best: tuple[float, int] = (-1.0, 0)
         best_terms: list[QueryTerm] = []
-        best_total, best_names = len(per_query[0]), names[0]
-        for terms, name_count in zip(per_query, names, strict=True):
+        best_total, best_names = len(self.per_query[0]), self.names[0]
+        for terms, name_count in zip(self.per_query, self.names, strict=True):
             matched = [term for term in terms if fields.covers(term)]
             # Best fraction first; on a tie, the query that matched more terms.
             key = (len(matched) / len(terms), len(matched))
             if key > best:
                 best, best_terms, best_total, best_names = key, matched, len(terms), name_count
-        found = LexicalMatch(tuple(flags[term.value] for term in best_terms), best_total, best_names)
-        hits.append(LexicalHit(row.record_id, rank, row.bm25, found, text))
-    return hits
+        return LexicalMatch(tuple(self.flags[term.value] for term in best_terms), best_total, best_names)
 
 
 def _flagged(term: QueryTerm, alias_tokens: set[tuple[str, ...]], alias_norms: set[str]) -> LexicalTerm:
@@ -314,3 +325,49 @@ def entity_candidates(
     if not entity_ids or k <= 0:
         return []
     return store.records_for_entities(entity_ids, eligible, k)
+
+
+# -- link hop ---------------------------------------------------------------------------
+
+# An entity linked to this many records or more is no second hop (the user, a large
+# account): a relative or a colleague has a handful.
+_BROAD = 50
+
+
+@dataclass(frozen=True)
+class LinkedHit:
+    """A record about someone or something that candidate ``via`` mentions, with the
+    query terms it holds."""
+
+    record_id: str
+    via: str
+    match: LexicalMatch
+
+
+def linked_candidates(
+    store: Store,
+    sources: Sequence[str],
+    queries: list[str],
+    eligible: EligibleSet,
+    k: int,
+    entity_aliases: frozenset[str] = frozenset(),
+) -> list[LinkedHit]:
+    """Up to ``k`` eligible records about the entities that ``sources`` mention, newest
+    first, each with the query terms it holds.
+
+    "What does Ayla's brother do for work?" finds "Ayla's brother is Quentin", which
+    mentions Quentin; the answer, "Quentin works as a firefighter", shares neither a name
+    nor much meaning with the question, so no channel ranks it. The gate decides whether
+    the hop is taken (it needs the record it came from to pass).
+    """
+    terms = _QueryTerms(queries, entity_aliases)
+    if not terms.per_query or not sources or k <= 0:
+        return []
+    hits: list[LinkedHit] = []
+    # Fetched past k: some of them are not eligible, and those never count.
+    for record_id, via, content, subject in store.records_about_mentioned(sources, 4 * k, _BROAD):
+        if record_id in eligible and all(hit.record_id != record_id for hit in hits):
+            hits.append(LinkedHit(record_id, via, terms.best_match((content, subject, ""))))
+            if len(hits) == k:
+                break
+    return hits

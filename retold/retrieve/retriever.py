@@ -1,4 +1,4 @@
-"""The retrieval pipeline: one search, eleven stages, one search_log row.
+"""The retrieval pipeline: one search, its stages in order, one search_log row.
 
 Every stage runs in order with a Timer mark after it. The finished search_log row goes to
 the :class:`SearchLogWriter`, which writes it off the search path. The eligible set is computed
@@ -10,7 +10,7 @@ invariant), so no stage can surface a record the caller may not read.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -21,6 +21,7 @@ from retold.index.reranker import Reranker, apply_reranker_floor, rerank_with_ti
 from retold.index.vector import VectorIndex
 from retold.models import (
     Candidate,
+    LexicalTerm,
     Principal,
     QueryShape,
     Record,
@@ -38,9 +39,11 @@ from retold.retrieve.freshness import apply_freshness
 from retold.retrieve.fusion import fuse
 from retold.retrieve.gate import GateFloors, RecordKind, dense_vote_score, floors_for, gate
 from retold.retrieve.generators import (
+    LinkedHit,
     dense_candidates,
     entity_candidates,
     lexical_candidates,
+    linked_candidates,
     query_shape,
     resolve_entity_aliases,
 )
@@ -148,6 +151,8 @@ class Retriever:
         freshness_log = apply_freshness(candidates, meta, started, cfg.freshness,
                                         time_window=request.since is not None or request.until is not None)
         timer.mark("freshness")
+        linked = self._linked(candidates, meta, queries, eligible, shape, frozenset(aliases), version)
+        timer.mark("links")
 
         floors = floors_for(cfg.gate, request.trigger)
         kinds = {rid: RecordKind(m.type, m.source_kind) for rid, m in meta.items()}
@@ -221,10 +226,13 @@ class Retriever:
                                       for rank, (rid, cos) in enumerate(dense, 1)]),
             "lexical": LogJson(lambda: {
                 "hits": [[h.record_id, h.rank, h.bm25,
-                          [[t.value, t.is_identifier, t.is_entity_alias, t.is_proper] for t in h.match.terms],
+                          _logged_terms(h.match.terms),
                           h.match.total_terms, h.match.name_terms] for h in lexical],
                 "asks": shape.asks, "unknown_names": list(shape.unknown_names),
-                "name_groups": [list(group) for group in shape.name_groups]}),
+                "name_groups": [list(group) for group in shape.name_groups],
+                "linked": [[h.record_id, h.via, _logged_terms(h.match.terms), h.match.total_terms,
+                            h.match.name_terms, meta[h.record_id].type, meta[h.record_id].source_kind]
+                           for h in linked]}),
             "entity": LogJson(lambda: [[rid, rank, eid] for rank, (rid, eid) in enumerate(entity, 1)]),
             "fused": LogJson(lambda: [[c.record_id, c.fused_rank, c.rrf_score, meta[c.record_id].type,
                                        meta[c.record_id].source_kind] for c in fused_order]),
@@ -249,6 +257,30 @@ class Retriever:
         self.encoder.close()
 
     # -- stages ---------------------------------------------------------------------------
+
+    def _linked(self, candidates: list[Candidate], meta: dict[str, RecordMeta], queries: list[str],
+                eligible: EligibleSet, shape: QueryShape, aliases: frozenset[str],
+                version: int) -> list[LinkedHit]:
+        """The link hop: records about what the best candidates mention, added to
+        ``candidates`` (those already there are marked) with their metadata in ``meta``.
+
+        Only for a question that asks something; the gate decides whether a hop is taken.
+        """
+        sources = self.config.retrieval.link_sources
+        if not shape.asks or sources <= 0 or not candidates:
+            return []
+        hits = linked_candidates(self.store, [c.record_id for c in candidates[:sources]], queries,
+                                 eligible, self.config.retrieval.per_generator_k, aliases)
+        meta.update(self._record_meta([h.record_id for h in hits if h.record_id not in meta], version))
+        hits = [h for h in hits if h.record_id in meta]  # deleted since the eligible set was read
+        by_id = {c.record_id: c for c in candidates}
+        for hit in hits:
+            c = by_id.get(hit.record_id)
+            if c is None:
+                c = by_id[hit.record_id] = Candidate(hit.record_id)
+                candidates.append(c)
+            c.via, c.via_terms = hit.via, hit.match
+        return hits
 
     def _eligible(self, scopes: list[Scope], request: SearchRequest, now: datetime,
                   version: int) -> EligibleSet:
@@ -352,6 +384,11 @@ class Retriever:
             "token_budget": self.config.retrieval.token_budget,
             "ranking": "rrf_cross_encoder" if self.config.reranker.enabled else "rrf_only",
         }
+
+
+def _logged_terms(terms: Sequence[LexicalTerm]) -> list[list[Any]]:
+    """Matched terms as the log holds them (``gate.logged_candidates`` reads them back)."""
+    return [[t.value, t.is_identifier, t.is_entity_alias, t.is_proper] for t in terms]
 
 
 def _summaries_last(kept: list[Candidate], kinds: Mapping[str, RecordKind]) -> list[Candidate]:

@@ -149,6 +149,37 @@ class SearchMixin(StoreBase):
                     out[rid] = RecordMeta(rid, type_, source, status, from_iso(event_at))
         return out
 
+    def records_about_mentioned(
+        self, record_ids: Sequence[str], limit: int, broad: int
+    ) -> list[tuple[str, str, str, str]]:
+        """``(record_id, via, content, subject)`` of active records about an entity that
+        record ``via`` (one of ``record_ids``) mentions, newest first, at most ``limit``.
+
+        The second hop of a question about someone's relative: "Ayla's brother is Quentin"
+        mentions Quentin, and "Quentin works as a firefighter" is about him. An entity with
+        ``broad`` links or more (the user, a large account) is no hop: its records are not
+        about one relation, and reading them all would slow every search that meets it;
+        the count stops at ``broad``. Eligibility is the caller's to check, as for every
+        other candidate source.
+        """
+        wanted = list(dict.fromkeys(record_ids))
+        if not wanted or limit <= 0:
+            return []
+        with self._lock:
+            rows = self._conn.execute(
+                "WITH src AS (SELECT s.record_id AS via, s.entity_id FROM record_entities s"
+                f" WHERE s.role = 'mentions' AND s.record_id IN ({marks(wanted)})"
+                " AND (SELECT count(*) FROM (SELECT 1 FROM record_entities c"
+                "  WHERE c.entity_id = s.entity_id LIMIT ?) AS n) < ?)"
+                " SELECT h.record_id, src.via, r.content, r.subject FROM src"
+                " JOIN record_entities h ON h.entity_id = src.entity_id AND h.role = 'about'"
+                " JOIN records r ON r.id = h.record_id"
+                f" WHERE r.status IN ({marks(ACTIVE_STATUSES)})"
+                " ORDER BY r.event_at DESC, h.record_id, src.via LIMIT ?",
+                [*wanted, broad, broad, *ACTIVE_STATUSES, limit],
+            ).fetchall()
+        return [(rid, via, content, subject) for rid, via, content, subject in rows if rid != via]
+
     # -- search_log: one row per search ------------------------------------------------
 
     @contextmanager

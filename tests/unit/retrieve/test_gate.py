@@ -320,3 +320,34 @@ def test_a_two_name_pass_ranks_by_its_dense_vote_behind_a_record_holding_what_is
     close = _names_only("close", ("tobias", "mateo"), 0.70, 0.048, 1 / 62)
     result = gate([close, hike], {"close": SEMANTIC, "hike": EPISODIC}, floors, apart)
     assert [c.record_id for c in result.kept] == ["close", "hike"] and not result.by_dense_vote
+
+
+def test_a_record_reached_on_a_link_passes_right_after_the_record_it_came_from() -> None:
+    # "What does Ayla's brother do for work?": "Ayla's brother is Quentin" passes and
+    # mentions Quentin; "Quentin works as a firefighter" holds "work", which it does not.
+    anchor = lexical("anchor", [term("ayla", name=True), term("brother")], 3, names=1, score=0.03,
+                     cosine=0.70)
+    other = dense("other", 0.60, score=0.02)
+    job = Candidate("job", via="anchor", via_terms=LexicalMatch((term("work"),), 3, 1))
+    kinds = dict.fromkeys(("anchor", "other", "job"), SEMANTIC)
+    floors = replace(FLOORS, follow_links=True, relative_floor=0.0)
+    result = gate([anchor, other, job], kinds, floors, QueryShape(asks=True))
+    assert [c.record_id for c in result.kept] == ["anchor", "job", "other"]
+    assert "a link from anchor" in (job.gate_reason or "") and "(work)" in (job.gate_reason or "")
+    # Off, or from a record that did not pass, the hop is not taken.
+    assert [c.record_id for c in gate([anchor, other, job], kinds, replace(floors, follow_links=False),
+                                      QueryShape(asks=True)).kept] == ["anchor", "other"]
+    weak = lexical("anchor", [term("ayla", name=True), term("brother")], 3, names=1, cosine=0.20)
+    assert gate([weak, job], kinds, floors, QueryShape(asks=True)).kept == []
+
+
+def test_a_linked_record_holding_nothing_the_other_lacks_adds_nothing() -> None:
+    # "Who is Ayla's brother?": the relation answers it; Quentin's job holds no asked word
+    # the relation does not.
+    anchor = lexical("anchor", [term("ayla", name=True), term("brother")], 2, names=1, cosine=0.70)
+    same = Candidate("same", via="anchor", via_terms=LexicalMatch((term("brother"),), 2, 1))
+    nothing = Candidate("nothing", via="anchor", via_terms=LexicalMatch((), 2, 1))
+    kinds = dict.fromkeys(("anchor", "same", "nothing"), SEMANTIC)
+    floors = replace(FLOORS, follow_links=True)
+    result = gate([anchor, same, nothing], kinds, floors, QueryShape(asks=True))
+    assert [c.record_id for c in result.kept] == ["anchor"]

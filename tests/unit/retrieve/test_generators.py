@@ -14,10 +14,12 @@ import pytest
 from retold.index.vector import VectorIndex
 from retold.models import Scope
 from retold.policy.grants import readable_scopes
+from retold.retrieve import generators as generators_module
 from retold.retrieve.generators import (
     dense_candidates,
     entity_candidates,
     lexical_candidates,
+    linked_candidates,
     query_shape,
     resolve_entity_aliases,
 )
@@ -437,3 +439,30 @@ def test_the_query_shape_groups_names_as_they_stand_in_the_question() -> None:
         ("bank", "america"),)
     assert query_shape(["Did Oskar and Mateo fly to Tucson?"], []).name_groups == (
         ("oskar", "mateo"), ("tucson",))
+
+
+# -- link hop --------------------------------------------------------------------------------
+
+
+def test_the_link_hop_reaches_records_about_what_a_candidate_mentions(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = world.rt.store
+    relation = remember(world, "Ayla's brother is Quentin.",
+                        entities=[("person", "Ayla", "about"), ("person", "Quentin", "mentions")])
+    job = remember(world, "Quentin works as a firefighter.", entities=[("person", "Quentin", "about")])
+    remember(world, "Ayla grew up in Tallinn.", entities=[("person", "Ayla", "about")])
+    # Mentioning Quentin is not being about him.
+    remember(world, "Quentin came to Ayla's party.",
+             entities=[("person", "Ayla", "about"), ("person", "Quentin", "mentions")])
+    question = ["What does Ayla's brother do for work?"]
+    eligible = eligible_for(store, ADITYA)
+
+    hits = linked_candidates(store, [relation], question, eligible, K)
+
+    assert [(hit.record_id, hit.via) for hit in hits] == [(job, relation)]
+    assert [term.value for term in hits[0].match.terms] == ["work"]
+    # Only eligible records, and never through an entity linked to many records.
+    assert linked_candidates(store, [relation], question, eligible_for(store, Scope("user", "nobody")), K) == []
+    monkeypatch.setattr(generators_module, "_BROAD", 3)  # Quentin has three links
+    assert linked_candidates(store, [relation], question, eligible, K) == []

@@ -386,6 +386,30 @@ def test_the_only_record_of_an_entity_holding_an_asked_word_answers_and_replays(
     assert replay_gate(row, replace(floors, standout_floor=0.45)).kept == []
 
 
+def test_a_question_about_someones_relative_follows_the_link_and_replays(world: World) -> None:
+    relation_text = "Ayla's brother is Quentin."
+    question = "What does Ayla's brother do for work?"
+    world.embedder.make_similar(relation_text, question, 0.70)
+    world.say("user", relation_text)
+    relation = world.write(content=relation_text, attribute="brother", source_kind="user_statement",
+                           evidence=relation_text, entities=[("person", "Ayla", "about"),
+                                                             ("person", "Quentin", "mentions")]).record_id
+    world.say("user", "Quentin works as a firefighter.")
+    job = world.write(content="Quentin works as a firefighter.", attribute="job", source_kind="user_statement",
+                      evidence="Quentin works as a firefighter.",
+                      entities=[("person", "Quentin", "about")]).record_id
+    outcome = search(world, question)
+    assert ids(outcome) == [relation, job]
+    assert "a link from" in outcome.response.results[1].explanation.gate
+    row = log(world, outcome)
+    floors = floors_for(world.rt.config.retrieval.gate, "tool")
+    assert [c.record_id for c in replay_gate(row, floors).kept] == [relation, job]
+    assert [c.record_id for c in replay_gate(row, replace(floors, follow_links=False)).kept] == [relation]
+    # Asked only who he is, the relation answers it alone.
+    world.embedder.make_similar("Who is Ayla's brother?", relation_text, 0.70)
+    assert ids(search(world, "Who is Ayla's brother?")) == [relation]
+
+
 def test_a_record_carrying_two_names_of_the_question_answers_and_replays(world: World) -> None:
     trip = fact(world, "Oskar flew to Tucson for a week of surfing.", "trip_tucson")
     fact(world, "Oskar works as a nurse at Mercy Hospital.", "job")
