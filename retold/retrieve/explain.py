@@ -36,6 +36,8 @@ def _matched(c: Candidate) -> tuple[list[Channel], str]:
     if c.entity is not None:
         channels.append("entity")
         parts.append(f"entity (rank {c.entity.rank})")
+    if c.via is not None:
+        parts.append(f"a link from {short_id(c.via)}")
     return channels, ", ".join(parts) or "authority counterpart of a provisional conflict"
 
 

@@ -463,6 +463,7 @@ def test_the_link_hop_reaches_records_about_what_a_candidate_mentions(
     assert [(hit.record_id, hit.via) for hit in hits] == [(job, relation)]
     assert [term.value for term in hits[0].match.terms] == ["work"]
     # Only eligible records, and never through an entity linked to many records.
-    assert linked_candidates(store, [relation], question, eligible_for(store, Scope("user", "nobody")), K) == []
+    nobody = eligible_for(store, Scope("user", "nobody"))
+    assert linked_candidates(store, [relation], question, nobody, K) == []
     monkeypatch.setattr(generators_module, "_BROAD", 3)  # Quentin has three links
     assert linked_candidates(store, [relation], question, eligible, K) == []

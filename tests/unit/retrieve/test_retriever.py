@@ -12,6 +12,7 @@ import numpy as np
 
 from retold.index.reranker import FakeReranker
 from retold.models import Principal, Scope, SearchRequest
+from retold.retrieve.explain import short_id
 from retold.retrieve.gate import floors_for, replay_gate
 from retold.retrieve.retriever import SearchOutcome
 from retold.retrieve.rewrite import FakeRewriter
@@ -394,13 +395,15 @@ def test_a_question_about_someones_relative_follows_the_link_and_replays(world: 
     relation = world.write(content=relation_text, attribute="brother", source_kind="user_statement",
                            evidence=relation_text, entities=[("person", "Ayla", "about"),
                                                              ("person", "Quentin", "mentions")]).record_id
-    world.say("user", "Quentin works as a firefighter.")
-    job = world.write(content="Quentin works as a firefighter.", attribute="job", source_kind="user_statement",
-                      evidence="Quentin works as a firefighter.",
-                      entities=[("person", "Quentin", "about")]).record_id
+    job_text = "Quentin works as a firefighter."
+    world.say("user", job_text)
+    job = world.write(content=job_text, attribute="job", source_kind="user_statement",
+                      evidence=job_text, entities=[("person", "Quentin", "about")]).record_id
     outcome = search(world, question)
     assert ids(outcome) == [relation, job]
-    assert "a link from" in outcome.response.results[1].explanation.gate
+    linked = outcome.response.results[1].explanation
+    assert "a link from" in linked.gate
+    assert f"a link from {short_id(relation)}" in linked.summary
     row = log(world, outcome)
     floors = floors_for(world.rt.config.retrieval.gate, "tool")
     assert [c.record_id for c in replay_gate(row, floors).kept] == [relation, job]
