@@ -56,7 +56,8 @@ from retold import build_runtime, load_config  # noqa: E402
 from retold.ingest.equivalence import ExactJudge  # noqa: E402
 from retold.ingest.ingestor import WriteRequest  # noqa: E402
 from retold.models import Candidate, EntityMention, Principal, QueryShape, Scope, SearchRequest  # noqa: E402
-from retold.retrieve.gate import GateFloors, RecordKind, floors_for, gate, logged_candidates  # noqa: E402
+from retold.retrieve.gate import GateFloors, RecordKind, floors_for, gate  # noqa: E402
+from retold.retrieve.replay import logged_candidates  # noqa: E402
 
 AGENT = "research-agent"
 HAND = ROOT / "benchmarks" / "data" / "calibration.json"

@@ -22,7 +22,7 @@ changed, results and tokens per search.
 
 Run: ``.venv/bin/python -m benchmarks.retrieval_bench [--conversations N] [--dump PATH]
 [--store URL]``; ``--dump`` also writes every logged search row with its question, to
-re-decide offline with ``retold.retrieve.gate.replay_gate``. Writes
+re-decide offline with ``retold.retrieve.replay.replay_gate``. Writes
 benchmarks/results/retrieval.json and retrieval.md. ``--store`` runs the same questions on
 an empty PostgreSQL database instead of a fresh SQLite file and writes
 retrieval_postgres.json and .md, so the two lexical channels (FTS5 and ``tsvector``) can be

@@ -1,4 +1,4 @@
-"""The relevance gate, and its offline replay from a search_log row.
+"""The relevance gate: which candidates a search returns, and in what order.
 
 The gate asks whether a candidate is relevant to what the question asks, not whether it
 shares a word or a name with it. Query terms are split into names (identifiers, proper
@@ -24,25 +24,23 @@ kept too, and ranks by its dense vote alone times ``companion_weight``
 shares earned its other votes, not what is asked. Step 2 drops survivors below
 ``relative_floor`` times the best fused score among survivors with the same number of
 channels (0 disables it). Every dropped candidate carries the step and floor that dropped
-it, so a logged search can be re-decided with other floors (``docs/decisions.md``, "The
-gate judges what is asked", "A record the question picks out of its entity's records", "An
-asked word one record holds", "A second hop through entity links" and "Two names of the
-question").
+it, so a logged search can be re-decided with other floors (:mod:`retold.retrieve.replay`;
+``docs/decisions.md``, "The gate judges what is asked", "A record the question picks out of
+its entity's records", "An asked word one record holds", "A second hop through entity
+links" and "Two names of the question").
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from retold.config import AutoGateConfig, DenseFloors, GateConfig
-from retold.models import Candidate, GeneratorHit, LexicalMatch, LexicalTerm, QueryShape
+from retold.models import Candidate, LexicalMatch, QueryShape
 from retold.retrieve.stemmer import porter_stem
 
-__all__ = ["GateFloors", "GateResult", "RecordKind", "dense_vote_score", "floors_for", "gate",
-           "logged_candidates", "replay_gate"]
+__all__ = ["GateFloors", "GateResult", "RecordKind", "dense_vote_score", "floors_for", "gate"]
 
 
 @dataclass(frozen=True)
@@ -446,72 +444,3 @@ def gate(
         else:
             empty_reason = "no candidate from any channel among readable records"
     return GateResult(kept, gated_out, empty_reason, frozenset(following))
-
-
-def replay_gate(log_row: Mapping[str, Any], floors: GateFloors) -> GateResult:
-    """Re-decide a logged search's gate with other floors, from its logged scores alone.
-
-    Uses the ``fused`` column (rank order, score, record type and source kind), the
-    ``freshness`` multipliers, the per-channel hits, and the query shape and the records
-    reached on links logged with the lexical hits; nothing is read from the store.
-    """
-    candidates, kinds, shape = logged_candidates(log_row)
-    return gate(candidates, kinds, floors, shape)
-
-
-def logged_candidates(
-    log_row: Mapping[str, Any],
-) -> tuple[list[Candidate], dict[str, RecordKind], QueryShape]:
-    """A logged search's fused candidates in score order, their kinds and the query shape:
-    what :func:`gate` needs, rebuilt from the row (a sweep parses each row once)."""
-    def col(name: str) -> list[Any]:
-        value = log_row[name]
-        return json.loads(value) if isinstance(value, str) else list(value)
-
-    dense = {rid: GeneratorHit(rank, cos) for rid, rank, cos in col("dense")}
-    logged = log_row["lexical"]
-    logged = json.loads(logged) if isinstance(logged, str) else logged
-    # Rows written before the gate judged asked terms hold a bare list of hits.
-    hits, shape = (logged, QueryShape()) if isinstance(logged, list) else (
-        logged["hits"], QueryShape(bool(logged["asks"]), tuple(logged["unknown_names"]),
-                                   tuple(tuple(group) for group in logged.get("name_groups", ()))))
-    lexical = {row[0]: row for row in hits}
-    entity = {rid: (rank, eid) for rid, rank, eid in col("entity")}
-    multipliers = dict(col("freshness"))
-    flags = log_row.get("config_flags")
-    flags = json.loads(flags) if isinstance(flags, str) else (flags or {})
-    rrf_k = int(flags.get("rrf_k", 60))  # rows logged before the flag was: the default k
-    candidates: list[Candidate] = []
-    kinds: dict[str, RecordKind] = {}
-    for rid, fused_rank, rrf_score, type_, source_kind in col("fused"):
-        lex = lexical.get(rid)
-        match = None
-        if lex is not None:
-            terms = tuple(LexicalTerm(t[0], bool(t[1]), bool(t[2]), bool(t[3:4] and t[3]))
-                          for t in lex[3])
-            match = LexicalMatch(terms, lex[4], lex[5] if len(lex) > 5 else 0)
-        multiplier = multipliers.get(rid)
-        candidates.append(Candidate(
-            record_id=rid, dense=dense.get(rid),
-            lexical=GeneratorHit(lex[1], lex[2]) if lex else None, lexical_terms=match,
-            entity=GeneratorHit(entity[rid][0], 0.0) if rid in entity else None,
-            entity_id=entity[rid][1] if rid in entity else None, rrf_score=rrf_score,
-            fused_rank=fused_rank, freshness_multiplier=multiplier,
-            score=rrf_score * (multiplier if multiplier is not None else 1.0),
-            dense_vote=1.0 / (rrf_k + dense[rid].rank) if rid in dense else 0.0,
-        ))
-        kinds[rid] = RecordKind(type_, source_kind)
-    candidates.sort(key=lambda c: -c.score)
-    # Records reached on a link: after the fused ones, in the order they were fetched.
-    by_id = {c.record_id: c for c in candidates}
-    for rid, via, terms, total, names, type_, source_kind in (
-            logged.get("linked", ()) if isinstance(logged, dict) else ()):
-        linked = by_id.get(rid)
-        if linked is None:
-            linked = by_id[rid] = Candidate(record_id=rid)
-            candidates.append(linked)
-            kinds[rid] = RecordKind(type_, source_kind)
-        linked.via = via
-        linked.via_terms = LexicalMatch(tuple(LexicalTerm(t[0], bool(t[1]), bool(t[2]), bool(t[3]))
-                                              for t in terms), total, names)
-    return candidates, kinds, shape

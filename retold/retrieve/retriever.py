@@ -387,7 +387,7 @@ class Retriever:
 
 
 def _logged_terms(terms: Sequence[LexicalTerm]) -> list[list[Any]]:
-    """Matched terms as the log holds them (``gate.logged_candidates`` reads them back)."""
+    """Matched terms as the log holds them (``replay.logged_candidates`` reads them back)."""
     return [[t.value, t.is_identifier, t.is_entity_alias, t.is_proper] for t in terms]
 
 

@@ -9,7 +9,8 @@ import json
 from pathlib import Path
 
 from retold.models import SearchRequest
-from retold.retrieve.gate import floors_for, replay_gate
+from retold.retrieve.gate import floors_for
+from retold.retrieve.replay import replay_gate
 from retold.testing import World, make_world
 from retold.util import to_iso
 from tests.sql import execute, rows, stored_bytes

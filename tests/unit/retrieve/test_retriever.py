@@ -13,7 +13,8 @@ import numpy as np
 from retold.index.reranker import FakeReranker
 from retold.models import Principal, Scope, SearchRequest
 from retold.retrieve.explain import short_id
-from retold.retrieve.gate import floors_for, replay_gate
+from retold.retrieve.gate import floors_for
+from retold.retrieve.replay import replay_gate
 from retold.retrieve.retriever import SearchOutcome
 from retold.retrieve.rewrite import FakeRewriter
 from retold.store import Embedding
