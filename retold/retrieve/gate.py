@@ -263,10 +263,6 @@ def _asked_words(match: LexicalMatch | None) -> set[str]:
     return {term.value for term in match.terms if not term.is_name and len(porter_stem(term.value)) >= 3}
 
 
-def _holds_asked_word(c: Candidate) -> bool:
-    return bool(_asked_words(c.lexical_terms))
-
-
 def _asked_standouts(candidates: Sequence[Candidate], failed: Sequence[Candidate],
                      floors: GateFloors) -> dict[str, str]:
     """The one record carrying the question's names that holds a word of what is asked.
@@ -277,7 +273,7 @@ def _asked_standouts(candidates: Sequence[Candidate], failed: Sequence[Candidate
     records hold asked words, none is picked: the word is not what tells them apart.
     """
     named = [c for c in candidates if _carries_names(c)]
-    holders = [c for c in named if _holds_asked_word(c)]
+    holders = [c for c in named if _asked_words(c.lexical_terms)]
     if len(named) < 2 or len(holders) != 1:
         return {}
     c = holders[0]

@@ -102,7 +102,7 @@ def lexical_candidates(
     query's total term count for the gate. A query without surviving terms contributes
     nothing; when no query has one, FTS is never touched.
     """
-    terms = _QueryTerms(queries, entity_aliases)
+    terms = _query_terms(tuple(queries), entity_aliases)
     if not terms.per_query or k <= 0:
         return []
     match = fts_match_expression([term for query in terms.per_query for term in query])
@@ -113,8 +113,15 @@ def lexical_candidates(
     return hits
 
 
+@functools.lru_cache(maxsize=256)
+def _query_terms(queries: tuple[str, ...], entity_aliases: frozenset[str]) -> _QueryTerms:
+    """The flagged terms of one search's queries, built once: the lexical channel and the
+    link hop score records against the same terms."""
+    return _QueryTerms(list(queries), entity_aliases)
+
+
 class _QueryTerms:
-    """Every query's terms, flagged as names or not, parsed once per search."""
+    """Every query's terms, flagged as names or not."""
 
     def __init__(self, queries: list[str], entity_aliases: frozenset[str]) -> None:
         self.per_query = [terms for terms in (_terms(query) for query in queries) if terms]
@@ -360,13 +367,15 @@ def linked_candidates(
     nor much meaning with the question, so no channel ranks it. The gate decides whether
     the hop is taken (it needs the record it came from to pass).
     """
-    terms = _QueryTerms(queries, entity_aliases)
+    terms = _query_terms(tuple(queries), entity_aliases)
     if not terms.per_query or not sources or k <= 0:
         return []
     hits: list[LinkedHit] = []
+    seen: set[str] = set()  # a record two sources reach counts once, for the first
     # Fetched past k: some of them are not eligible, and those never count.
     for record_id, via, content, subject in store.records_about_mentioned(sources, 4 * k, _BROAD):
-        if record_id in eligible and all(hit.record_id != record_id for hit in hits):
+        if record_id in eligible and record_id not in seen:
+            seen.add(record_id)
             hits.append(LinkedHit(record_id, via, terms.best_match((content, subject, ""))))
             if len(hits) == k:
                 break

@@ -178,7 +178,8 @@ class SearchMixin(StoreBase):
                 " ORDER BY r.event_at DESC, h.record_id, src.via LIMIT ?",
                 [*wanted, broad, broad, *ACTIVE_STATUSES, limit],
             ).fetchall()
-        return [(rid, via, content, subject) for rid, via, content, subject in rows if rid != via]
+        # A record holds one link per entity, so it is never both the mention and the hop.
+        return [(rid, via, content, subject) for rid, via, content, subject in rows]
 
     # -- search_log: one row per search ------------------------------------------------
 
