@@ -74,10 +74,11 @@ GRID = {
     "companion_margin": [0.05, 0.07, 0.10],
     "companion_weight": [0.7, 1.0],
     "nameless_lexical_floor": [0.35, 0.40],
+    "nameless_lexical_terms": [0, 3],
 }
 # Tuned by the grid; the rest of a gate block keeps its configured value.
 TUNED_GATE = ("relative_floor", "name_only_margin", "two_name_margin", "standout_margin",
-              "companion_margin", "companion_weight", "nameless_lexical_floor")
+              "companion_margin", "companion_weight", "nameless_lexical_floor", "nameless_lexical_terms")
 
 
 def build_hand(store_path: Path, data: dict[str, Any], embedding: dict[str, object] | None,
@@ -221,6 +222,11 @@ def sweep(base: GateFloors, half_a: list[Search], hand: list[Search], keys: dict
     return dict(zip(GRID, combo, strict=True)), feasible, best
 
 
+def _shown(name: str, value: float) -> str:
+    """A value as config.yaml and the dataclass defaults write it: counts as integers."""
+    return str(int(value)) if isinstance(GRID[name][0], int) else f"{value:.2f}"
+
+
 def write_defaults(values: dict[str, float]) -> None:
     """Write the chosen floors into config.yaml and the retold/config_retrieval.py defaults."""
     yaml_path = ROOT / "config.yaml"
@@ -229,7 +235,7 @@ def write_defaults(values: dict[str, float]) -> None:
     assert block is not None, "config.yaml gate block not found"
     body = block.group(0)
     for name in ("semantic", "episodic", *TUNED_GATE):
-        body = re.sub(rf"(\n {{4,6}}{name}: )[0-9.]+", rf"\g<1>{values[name]:.2f}", body, count=1)
+        body = re.sub(rf"(\n {{4,6}}{name}: )[0-9.]+", rf"\g<1>{_shown(name, values[name])}", body, count=1)
     yaml_path.write_text(text[: block.start()] + body + text[block.end():])
     code_path = ROOT / "retold" / "config_retrieval.py"
     code = code_path.read_text()
@@ -239,7 +245,8 @@ def write_defaults(values: dict[str, float]) -> None:
         assert found is not None, cls
         body = found.group(0)
         for name in names:
-            body = re.sub(rf"(\n    {name}: float = )[0-9.]+", rf"\g<1>{values[name]:.2f}", body, count=1)
+            body = re.sub(rf"(\n    {name}: (?:float|int) = )[0-9.]+", rf"\g<1>{_shown(name, values[name])}",
+                          body, count=1)
         code = code[: found.start()] + body + code[found.end():]
     code_path.write_text(code)
 

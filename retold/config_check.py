@@ -32,6 +32,7 @@ _RANGES: tuple[tuple[str, tuple[float, float, bool]], ...] = (
     ("*.standout_margin", _UNIT),  # 0 = a lead over the named records passes nothing
     ("*.companion_margin", _UNIT),  # 0 = no companions
     ("*.companion_weight", _UNIT),  # 0 = a companion ranks after every pass
+    ("*.nameless_lexical_terms", _NON_NEGATIVE),  # 0 = asked words alone never pass without a name
     ("store.busy_timeout_seconds", _NON_NEGATIVE),  # 0 = fail at once on a held lock
     ("embedding.query_cache_entries", _NON_NEGATIVE),  # 0 = every query is encoded afresh
     ("retrieval.link_sources", _NON_NEGATIVE),  # 0 = no second hop

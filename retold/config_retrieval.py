@@ -98,6 +98,7 @@ class AutoGateConfig:
     companion_margin: float = 0.0  # off
     companion_weight: float = 1.0
     nameless_lexical_floor: float = 0.40
+    nameless_lexical_terms: int = 0  # off: no pass on asked words alone for a search nobody asked for
     follow_links: bool = False  # no second hop for a search nobody asked for
 
 
@@ -118,6 +119,7 @@ class GateConfig:
     companion_margin: float = 0.10  # 0 = off
     companion_weight: float = 0.7  # a companion ranks by its dense vote times this
     nameless_lexical_floor: float = 0.40
+    nameless_lexical_terms: int = 3  # 0 = off; with this many asked words, no cosine needed
     follow_links: bool = True  # a record a passing one links to may pass after it
     auto: AutoGateConfig = field(default_factory=AutoGateConfig)
 

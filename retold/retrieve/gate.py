@@ -68,6 +68,7 @@ class GateFloors:
     companion_margin: float = 0.0
     companion_weight: float = 1.0
     nameless_lexical_floor: float = 0.0
+    nameless_lexical_terms: int = 0
     follow_links: bool = False
     policy_only: bool = False  # cross_encoder_only: the reranker alone judges relevance
 
@@ -93,6 +94,7 @@ class GateFloors:
             "companion_margin": self.companion_margin,
             "companion_weight": self.companion_weight,
             "nameless_lexical_floor": self.nameless_lexical_floor,
+            "nameless_lexical_terms": self.nameless_lexical_terms,
             "follow_links": self.follow_links,
         }
 
@@ -105,7 +107,8 @@ def floors_for(cfg: GateConfig, trigger: str) -> GateFloors:
                       source.lexical_min_matched_terms, source.relative_floor, tuple(excluded),
                       source.name_only_margin, source.two_name_margin, source.unknown_name_floor,
                       source.standout_margin, source.standout_floor, source.companion_margin,
-                      source.companion_weight, source.nameless_lexical_floor, source.follow_links)
+                      source.companion_weight, source.nameless_lexical_floor,
+                      source.nameless_lexical_terms, source.follow_links)
 
 
 @dataclass
@@ -154,8 +157,14 @@ def _step1(
             # The question names someone or something this record never mentions: words
             # it shares about what is asked ("travel" in Meridian Travel, "deploy" of
             # another project) say little unless the meaning is close too.
+            # Unless it holds several of them: three asked words in common ("startup pitch
+            # night") describe the one thing asked about, only someone else doing it, and
+            # such a record rarely makes the dense list at all.
             cosine = c.dense.score if c.dense is not None else None
-            if cosine is None or cosine < floors.nameless_lexical_floor:
+            many = 0 < floors.nameless_lexical_terms <= match.asked_matched
+            if many:
+                detail += f" without the question's names, {match.asked_matched} of them"
+            elif cosine is None or cosine < floors.nameless_lexical_floor:
                 passed = False
                 detail += (f" but none of the question's names, and dense "
                            f"{'-' if cosine is None else f'{cosine:.3f}'} < "
@@ -333,7 +342,9 @@ def _companions(passed: Sequence[Candidate], failed: Sequence[Candidate],
     Once the question is known to have an answer, a record about as close to it as that
     answer is likely a second answer (another film seen with the same friend), not noise.
     """
-    cosines = [c.dense.score for c in passed if c.dense is not None]
+    # A record that passed on asked words alone, about someone the question does not name,
+    # says nothing about how close the question's own answer would be.
+    cosines = [c.dense.score for c in passed if c.dense is not None and not _on_words_alone(c, floors)]
     if floors.companion_margin <= 0 or not cosines:
         return []
     best = max(cosines)
@@ -343,6 +354,15 @@ def _companions(passed: Sequence[Candidate], failed: Sequence[Candidate],
         c.gate_reason = (f"passed as a companion: dense {c.dense.score:.3f} within "
                          f"{floors.companion_margin:.2f} of the best pass {best:.3f}")
     return out
+
+
+def _on_words_alone(c: Candidate, floors: GateFloors) -> bool:
+    """Whether a passing record got through on ``nameless_lexical_terms``: it holds none of
+    the question's names and its cosine is under ``nameless_lexical_floor``."""
+    match = c.lexical_terms
+    if match is None or not match.name_terms or c.entity is not None or match.names_matched:
+        return False
+    return c.dense is None or c.dense.score < floors.nameless_lexical_floor
 
 
 def dense_vote_score(c: Candidate, floors: GateFloors) -> float:

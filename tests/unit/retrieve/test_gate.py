@@ -273,6 +273,25 @@ def test_asked_words_from_a_record_without_the_questions_names_need_a_cosine_too
     assert kept([lexical("plain", [term("travel")], 1, cosine=0.1)]) == ["plain"]
 
 
+
+def test_several_asked_words_pass_without_the_questions_names_or_a_cosine() -> None:
+    # "Where did Hugo attend a startup pitch night?" when Beatrix went: the record holds
+    # four asked words and not "Hugo", and sits outside the dense list.
+    floors = replace(FLOORS, nameless_lexical_floor=0.40, nameless_lexical_terms=3)
+    words = [term("attend"), term("startup"), term("pitch"), term("night")]
+    pitch = lexical("pitch", words, 5, names=1)
+    result = gate([pitch], {"pitch": EPISODIC}, floors)
+    assert [c.record_id for c in result.kept] == ["pitch"]
+    assert "without the question's names, 4 of them" in (result.kept[0].gate_reason or "")
+    # Two asked words in common still need the cosine ("What car does Hugo drive?").
+    car = lexical("car", [term("car"), term("drive")], 3, names=1, cosine=0.30)
+    assert gate([car], {"car": SEMANTIC}, floors).kept == []
+    # Off: the cosine is needed whatever the record holds.
+    assert gate([pitch], {"pitch": EPISODIC}, replace(floors, nameless_lexical_terms=0)).kept == []
+    # The asked words must still clear the lexical floor: 3 of 8 is under half.
+    sparse = lexical("sparse", words[:3], 9, names=1)
+    assert gate([sparse], {"sparse": EPISODIC}, floors).kept == []
+
 def _names_only(rid: str, names: tuple[str, ...], cosine: float, score: float, vote: float) -> Candidate:
     """A record that holds the question's ``names`` and none of what it asks (one more term)."""
     match = LexicalMatch(tuple(term(n, name=True) for n in names), len(names) + 1, len(names))

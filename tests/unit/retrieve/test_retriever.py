@@ -432,3 +432,23 @@ def test_a_record_carrying_two_names_of_the_question_answers_and_replays(world: 
     # sharing only "Oskar" at that cosine does.
     one_name = replace(floors, two_name_margin=floors.name_only_margin, standout_margin=0.0)
     assert replay_gate(row, one_name).kept == []
+
+
+def test_a_question_naming_the_wrong_person_finds_the_event_by_its_words_and_replays(world: World) -> None:
+    question = "Where did Hugo attend a startup pitch night?"
+    text = "On 6 July 2026, Beatrix attended a startup pitch night in Nairobi."
+    # Neither record is close in meaning: Beatrix's holds four asked words but not "Hugo",
+    # and Hugo's is near enough to follow a pass as a companion, but not one on words alone.
+    world.embedder.make_similar(text, question, 0.20)
+    world.embedder.make_similar("Hugo grew up in Hobart.", question, 0.15)
+    fact(world, "Hugo grew up in Hobart.", "home_town")
+    pitch = fact(world, text, "pitch_night")
+    outcome = search(world, question)
+    assert ids(outcome) == [pitch]
+    assert "without the question's names, 4 of them" in outcome.response.results[0].explanation.gate
+    row = log(world, outcome)
+    floors = floors_for(world.rt.config.retrieval.gate, "tool")
+    assert [c.record_id for c in replay_gate(row, floors).kept] == [pitch]
+    # The rule is what let it through, and host-issued searches do without it.
+    assert replay_gate(row, replace(floors, nameless_lexical_terms=0)).kept == []
+    assert ids(search(world, question, trigger="auto")) == []
