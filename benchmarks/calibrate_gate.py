@@ -64,7 +64,7 @@ HAND = ROOT / "benchmarks" / "data" / "calibration.json"
 MIN_ABSTENTION = 0.90
 MAX_INJECTION = 0.10
 K = 10
-GRID = {
+GRID: dict[str, list[float]] = {
     "semantic": [0.60, 0.65, 0.70],
     "episodic": [0.45, 0.50, 0.55],
     "relative_floor": [0.0],
