@@ -314,7 +314,7 @@ def main() -> None:
         for half in halves:
             m = conversational_metrics(halves[half], floors, keys)
             results[label][half] = m
-            table.append([label, " / ".join(f"{values[n]:.2f}" for n in GRID), half, f"{m['r@5']:.3f}",
+            table.append([label, " / ".join(_shown(n, values[n]) for n in GRID), half, f"{m['r@5']:.3f}",
                           f"{m['right_at_1']:.3f}", f"{m['abstention']:.3f}",
                           f"{m['twin_right_at_1']:.3f}", f"{m['current_at_1']:.3f}",
                           f"{hm['precision']:.3f} / {hm['recall']:.3f} / {hm['injection_rate']:.3f}"])
