@@ -336,7 +336,7 @@ def _after_anchors(kept: list[Candidate], linked: Mapping[str, str]) -> list[Can
 
 
 def _companions(passed: Sequence[Candidate], failed: Sequence[Candidate],
-                floors: GateFloors) -> list[Candidate]:
+                floors: GateFloors, on_words: frozenset[str]) -> list[Candidate]:
     """Failed candidates whose cosine is within ``companion_margin`` of the best pass.
 
     Once the question is known to have an answer, a record about as close to it as that
@@ -344,7 +344,7 @@ def _companions(passed: Sequence[Candidate], failed: Sequence[Candidate],
     """
     # A record that passed on asked words alone, about someone the question does not name,
     # says nothing about how close the question's own answer would be.
-    cosines = [c.dense.score for c in passed if c.dense is not None and not _on_words_alone(c, floors)]
+    cosines = [c.dense.score for c in passed if c.dense is not None and c.record_id not in on_words]
     if floors.companion_margin <= 0 or not cosines:
         return []
     best = max(cosines)
@@ -357,12 +357,33 @@ def _companions(passed: Sequence[Candidate], failed: Sequence[Candidate],
 
 
 def _on_words_alone(c: Candidate, floors: GateFloors) -> bool:
-    """Whether a passing record got through on ``nameless_lexical_terms``: it holds none of
-    the question's names and its cosine is under ``nameless_lexical_floor``."""
+    """Whether a record that passed step 1 got through on ``nameless_lexical_terms``: it
+    holds none of the question's names and its cosine is under ``nameless_lexical_floor``."""
     match = c.lexical_terms
     if match is None or not match.name_terms or c.entity is not None or match.names_matched:
         return False
     return c.dense is None or c.dense.score < floors.nameless_lexical_floor
+
+
+def _asked_held(c: Candidate) -> int:
+    return c.lexical_terms.asked_matched if c.lexical_terms is not None else 0
+
+
+def _words_first(kept: list[Candidate], on_words: frozenset[str]) -> list[Candidate]:
+    """``kept`` with each record that passed on asked words alone moved ahead of the records
+    holding fewer of them, never between a record and the one linked after it.
+
+    Those others passed on a modest cosine to a question whose asked words they lack (the
+    named person's other outings); a record holding several of the words is about what is
+    asked, if not about whom.
+    """
+    out = [c for c in kept if c.record_id not in on_words]
+    for c in kept:
+        if c.record_id in on_words:
+            held = _asked_held(c)
+            at = next((i for i, o in enumerate(out) if o.via is None and _asked_held(o) < held), len(out))
+            out.insert(at, c)
+    return out
 
 
 def dense_vote_score(c: Candidate, floors: GateFloors) -> float:
@@ -411,6 +432,7 @@ def gate(
         else:
             c.gate_reason = f"passed on {passed}"
             step1.append(c)
+    on_words = frozenset(c.record_id for c in step1 if _on_words_alone(c, floors))
     if shape.asks and not shape.unknown_names and not floors.policy_only:
         leads = _asked_standouts(candidates, failed, floors) | _standouts(candidates, failed, floors)
         for c in failed:
@@ -425,7 +447,7 @@ def gate(
             if c.record_id in links:
                 c.gate_reason = f"passed on {links[c.record_id][1]}"
         failed = [c for c in failed if c.record_id not in linked]
-        followers = _companions(step1, failed, floors)
+        followers = _companions(step1, failed, floors, on_words)
         following = {c.record_id for c in followers}
         following |= {c.record_id for c in step1
                       if _passed_on_two_names(c, kinds[c.record_id], floors, shape)}
@@ -451,6 +473,8 @@ def gate(
         kept.sort(key=lambda c: -(dense_vote_score(c, floors) if c.record_id in following else c.score))
     if linked:
         kept = _after_anchors(kept, linked)
+    if on_words:
+        kept = _words_first(kept, on_words)
     empty_reason = None
     if not kept:
         if best_missed is not None:

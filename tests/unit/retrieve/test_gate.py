@@ -292,6 +292,25 @@ def test_several_asked_words_pass_without_the_questions_names_or_a_cosine() -> N
     sparse = lexical("sparse", words[:3], 9, names=1)
     assert gate([sparse], {"sparse": EPISODIC}, floors).kept == []
 
+
+def test_a_pass_on_asked_words_alone_leads_named_records_holding_fewer_of_them() -> None:
+    floors = replace(FLOORS, nameless_lexical_floor=0.40, nameless_lexical_terms=3,
+                     companion_margin=0.10)
+    hugo = [term("hugo", name=True)]
+    words = [term("attend"), term("startup"), term("pitch"), term("night")]
+    # Hugo's salsa class passes on its cosine with one asked word; his home town is close
+    # enough to follow it as a companion; Beatrix's pitch night passes on four asked words.
+    salsa = lexical("salsa", [*hugo, term("attend")], 5, names=1, score=0.032, cosine=0.62)
+    town = lexical("town", hugo, 5, names=1, score=0.030, cosine=0.55)
+    pitch = lexical("pitch", words, 5, names=1, score=0.016)
+    kinds = {"salsa": EPISODIC, "town": SEMANTIC, "pitch": EPISODIC}
+    result = gate([salsa, town, pitch], kinds, floors)
+    assert [c.record_id for c in result.kept] == ["pitch", "salsa", "town"]
+    # A record holding as many asked words keeps its place ahead.
+    own = lexical("own", [*hugo, *words], 5, names=1, score=0.033, cosine=0.75)
+    result = gate([own, salsa, pitch], {**kinds, "own": EPISODIC}, floors)
+    assert [c.record_id for c in result.kept] == ["own", "pitch", "salsa"]
+
 def _names_only(rid: str, names: tuple[str, ...], cosine: float, score: float, vote: float) -> Candidate:
     """A record that holds the question's ``names`` and none of what it asks (one more term)."""
     match = LexicalMatch(tuple(term(n, name=True) for n in names), len(names) + 1, len(names))
