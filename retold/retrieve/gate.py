@@ -360,7 +360,8 @@ def _on_words_alone(c: Candidate, floors: GateFloors) -> bool:
     """Whether a record that passed step 1 got through on ``nameless_lexical_terms``: it
     holds none of the question's names and its cosine is under ``nameless_lexical_floor``."""
     match = c.lexical_terms
-    if match is None or not match.name_terms or c.entity is not None or match.names_matched:
+    if (floors.nameless_lexical_terms <= 0 or floors.policy_only or match is None
+            or not match.name_terms or c.entity is not None or match.names_matched):
         return False
     return c.dense is None or c.dense.score < floors.nameless_lexical_floor
 

@@ -153,6 +153,12 @@ def test_policy_only_floors_leave_relevance_to_the_reranker() -> None:
     result = gate([dense("weak", 0.1), summary], kinds, policy, shape)
     assert [c.record_id for c in result.kept] == ["weak"]
     assert "excluded source kind" in dict(result.gated_out)["sum"]
+    # Nor does the gate reorder what it passes: the cross-encoder ranks it.
+    named = lexical("named", [term("hugo", name=True), term("attend")], 5, names=1, score=0.03, cosine=0.6)
+    nameless = lexical("nameless", [term("attend"), term("pitch"), term("night")], 5, names=1, score=0.01)
+    policy = replace(policy, nameless_lexical_terms=3)
+    result = gate([named, nameless], dict.fromkeys(("named", "nameless"), SEMANTIC), policy)
+    assert [c.record_id for c in result.kept] == ["named", "nameless"]
 
 
 def acme(rid: str, cosine: float | None, asked: tuple[str, ...] = ()) -> Candidate:
