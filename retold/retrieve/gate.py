@@ -361,7 +361,8 @@ def _on_words_alone(c: Candidate, floors: GateFloors) -> bool:
     holds none of the question's names and its cosine is under ``nameless_lexical_floor``."""
     match = c.lexical_terms
     if (floors.nameless_lexical_terms <= 0 or floors.policy_only or match is None
-            or not match.name_terms or c.entity is not None or match.names_matched):
+            or not match.name_terms or c.entity is not None or match.names_matched
+            or match.asked_matched < floors.nameless_lexical_terms):
         return False
     return c.dense is None or c.dense.score < floors.nameless_lexical_floor
 
@@ -410,7 +411,8 @@ def gate(
     """Apply the steps to candidates in score order; sets ``gate_reason``.
 
     ``kept`` comes back in rank order: by ``score``, those in ``by_dense_vote`` by
-    :func:`dense_vote_score`.
+    :func:`dense_vote_score`; then each linked record right after the record it came from,
+    and each pass on asked words alone ahead of the passes holding fewer of them.
     """
     shape = shape or QueryShape()
     following: set[str] = set()
