@@ -294,6 +294,13 @@ def test_several_asked_words_pass_without_the_questions_names_or_a_cosine() -> N
     assert gate([car], {"car": SEMANTIC}, floors).kept == []
     # Off: the cosine is needed whatever the record holds.
     assert gate([pitch], {"pitch": EPISODIC}, replace(floors, nameless_lexical_terms=0)).kept == []
+    # Its cosine, however low, sets none for companions to follow: Hugo's home town at 0.25
+    # would follow a pass at 0.30.
+    following = replace(floors, companion_margin=0.10)
+    near = lexical("near", words, 5, names=1, cosine=0.30)
+    town = lexical("town", [term("hugo", name=True)], 5, names=1, cosine=0.25)
+    result = gate([near, town], {"near": EPISODIC, "town": SEMANTIC}, following)
+    assert [c.record_id for c in result.kept] == ["near"]
     # The asked words must still clear the lexical floor: 3 of 8 is under half.
     sparse = lexical("sparse", words[:3], 9, names=1)
     assert gate([sparse], {"sparse": EPISODIC}, floors).kept == []

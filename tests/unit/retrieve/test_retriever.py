@@ -437,8 +437,7 @@ def test_a_record_carrying_two_names_of_the_question_answers_and_replays(world: 
 def test_a_question_naming_the_wrong_person_finds_the_event_by_its_words_and_replays(world: World) -> None:
     question = "Where did Hugo attend a startup pitch night?"
     text = "On 6 July 2026, Beatrix attended a startup pitch night in Nairobi."
-    # Neither record is close in meaning: Beatrix's holds four asked words but not "Hugo",
-    # and Hugo's is near enough to follow a pass as a companion, but not one on words alone.
+    # Neither is close in meaning: Beatrix's record holds four asked words but not "Hugo".
     world.embedder.make_similar(text, question, 0.20)
     world.embedder.make_similar("Hugo grew up in Hobart.", question, 0.15)
     # Hugo's own outing passes on its cosine, holding one asked word ("attend") of four.
