@@ -272,6 +272,17 @@ def _asked_words(match: LexicalMatch | None) -> set[str]:
     return {term.value for term in match.terms if not term.is_name and len(porter_stem(term.value)) >= 3}
 
 
+def _entity_records(candidates: Sequence[Candidate]) -> list[Candidate]:
+    """The records the entity channel found for the one entity the question names, or none.
+
+    Where it resolved the name, they are exactly that entity's records: "Redwood Capital 2"
+    carries the words "Redwood Capital" too, but its billing contact is not the one asked
+    about. Records of two entities ("Oskar" and "Tucson") are not one entity's records.
+    """
+    found = [c for c in candidates if c.entity is not None]
+    return found if len({c.entity_id for c in found}) == 1 else []
+
+
 def _asked_standouts(candidates: Sequence[Candidate], failed: Sequence[Candidate],
                      floors: GateFloors) -> dict[str, str]:
     """The one record carrying the question's names that holds a word of what is asked.
@@ -281,7 +292,10 @@ def _asked_standouts(candidates: Sequence[Candidate], failed: Sequence[Candidate
     few hundredths, but the word picks the record out. When two or more of the entity's
     records hold asked words, none is picked: the word is not what tells them apart.
     """
-    named = [c for c in candidates if _carries_names(c)]
+    named = _entity_records(candidates)
+    of = "records of the entity the question names"
+    if not named:
+        named, of = [c for c in candidates if _carries_names(c)], "records carrying the question's names"
     holders = [c for c in named if _asked_words(c.lexical_terms)]
     if len(named) < 2 or len(holders) != 1:
         return {}
@@ -291,7 +305,7 @@ def _asked_standouts(candidates: Sequence[Candidate], failed: Sequence[Candidate
         return {}
     assert c.lexical_terms is not None  # it holds an asked word
     words = ", ".join(t.value for t in c.lexical_terms.terms if not t.is_name)
-    return {c.record_id: (f"the only one of {len(named)} records carrying the question's names "
+    return {c.record_id: (f"the only one of {len(named)} {of} "
                           f"to hold an asked word ({words}), dense {c.dense.score:.3f} >= "
                           f"{floors.standout_floor:.2f}")}
 

@@ -222,6 +222,26 @@ def test_an_asked_word_held_by_two_records_or_stemmed_to_two_letters_picks_nothi
     assert gate([acme("a", 0.40, asked=("bills",))], kinds, floors).kept == []
 
 
+def test_a_numbered_siblings_records_do_not_count_as_the_named_entitys() -> None:
+    # "Which person at Acme North gets our bills?" when Acme North 2 and 3 have billing
+    # contacts too: they carry the words "Acme North", but the entity channel resolved the
+    # name to Acme North's own records, and only its contact holds "bills" among them.
+    floors = replace(FLOORS, standout_floor=0.35)
+
+    def own(rid: str, cosine: float, asked: tuple[str, ...] = ()) -> Candidate:
+        return replace(acme(rid, cosine, asked), entity=GeneratorHit(1, 0.0), entity_id="acme-north")
+
+    contact, plan = own("contact", 0.40, asked=("bills",)), own("plan", 0.42)
+    siblings = [acme("contact2", 0.39, asked=("bills",)), acme("contact3", 0.38, asked=("bills",))]
+    kinds = dict.fromkeys(("contact", "plan", "contact2", "contact3"), SEMANTIC)
+    result = gate([plan, contact, *siblings], kinds, floors)
+    assert [c.record_id for c in result.kept] == ["contact"]
+    assert "the only one of 2 records of the entity the question names" in (contact.gate_reason or "")
+    # Records of two entities are no one entity's records: the words decide as before.
+    other = replace(plan, entity_id="tucson")
+    assert gate([other, contact, *siblings], kinds, floors).kept == []
+
+
 def test_companions_follow_a_pass_within_the_margin() -> None:
     # "Which film did Pia see with Helena?": two films, one just under the floor.
     following = replace(FLOORS, companion_margin=0.10)
