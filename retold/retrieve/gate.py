@@ -38,6 +38,7 @@ from typing import Any
 
 from retold.config import AutoGateConfig, DenseFloors, GateConfig
 from retold.models import Candidate, LexicalMatch, QueryShape
+from retold.retrieve.pass_order import after_anchors, words_first
 from retold.retrieve.stemmer import porter_stem
 
 __all__ = ["GateFloors", "GateResult", "RecordKind", "dense_vote_score", "floors_for", "gate"]
@@ -337,18 +338,6 @@ def _links(passed: Sequence[Candidate], failed: Sequence[Candidate],
     return out
 
 
-def _after_anchors(kept: list[Candidate], linked: Mapping[str, str]) -> list[Candidate]:
-    """``kept`` with each linked record moved right after the record it was reached from:
-    the two answer the question together."""
-    out: list[Candidate] = []
-    for c in kept:
-        if c.record_id not in linked:
-            out.append(c)
-            out += [x for x in kept if linked.get(x.record_id) == c.record_id]
-    placed = {c.record_id for c in out}
-    return out + [c for c in kept if c.record_id not in placed]
-
-
 def _companions(passed: Sequence[Candidate], failed: Sequence[Candidate],
                 floors: GateFloors, on_words: frozenset[str]) -> list[Candidate]:
     """Failed candidates whose cosine is within ``companion_margin`` of the best pass.
@@ -379,27 +368,6 @@ def _on_words_alone(c: Candidate, floors: GateFloors) -> bool:
             or match.asked_matched < floors.nameless_lexical_terms):
         return False
     return c.dense is None or c.dense.score < floors.nameless_lexical_floor
-
-
-def _asked_held(c: Candidate) -> int:
-    return c.lexical_terms.asked_matched if c.lexical_terms is not None else 0
-
-
-def _words_first(kept: list[Candidate], on_words: frozenset[str]) -> list[Candidate]:
-    """``kept`` with each record that passed on asked words alone moved ahead of the records
-    holding fewer of them, never between a record and the one linked after it.
-
-    Those others passed on a modest cosine to a question whose asked words they lack (the
-    named person's other outings); a record holding several of the words is about what is
-    asked, if not about whom.
-    """
-    out = [c for c in kept if c.record_id not in on_words]
-    for c in kept:
-        if c.record_id in on_words:
-            held = _asked_held(c)
-            at = next((i for i, o in enumerate(out) if o.via is None and _asked_held(o) < held), len(out))
-            out.insert(at, c)
-    return out
 
 
 def dense_vote_score(c: Candidate, floors: GateFloors) -> float:
@@ -489,9 +457,9 @@ def gate(
     if following:  # stable: equal scores keep candidate order
         kept.sort(key=lambda c: -(dense_vote_score(c, floors) if c.record_id in following else c.score))
     if linked:
-        kept = _after_anchors(kept, linked)
+        kept = after_anchors(kept, linked)
     if on_words:
-        kept = _words_first(kept, on_words)
+        kept = words_first(kept, on_words)
     empty_reason = None
     if not kept:
         if best_missed is not None:
