@@ -139,7 +139,7 @@ def _step1(
                     f" (unknown name {names})"), missed
         return None, [f"the question names {names}, which no readable record carries"]
     match = c.lexical_terms
-    names_hit = c.entity is not None or (match is not None and match.names_matched > 0)
+    names_hit = _names_hit(c)
     asked_hit = match.asked_matched if match is not None else 0
     if shape.asks and names_hit and asked_hit == 0:
         if _groups_carried(match, shape) >= 2:
@@ -179,6 +179,11 @@ def _step1(
         return f"entity match {c.entity_id} (the question only names things)", missed
     missed.append("entity match without what is asked" if c.entity is not None else "no entity match")
     return None, missed
+
+
+def _names_hit(c: Candidate) -> bool:
+    """Whether the record carries a name of the question (or its resolved entity)."""
+    return c.entity is not None or (c.lexical_terms is not None and c.lexical_terms.names_matched > 0)
 
 
 def _lexical(match: LexicalMatch, floors: GateFloors) -> tuple[bool, str]:
@@ -364,8 +369,7 @@ def _on_words_alone(c: Candidate, floors: GateFloors) -> bool:
     holds none of the question's names and its cosine is under ``nameless_lexical_floor``."""
     match = c.lexical_terms
     if (floors.nameless_lexical_terms <= 0 or floors.policy_only or match is None
-            or not match.name_terms or c.entity is not None or match.names_matched
-            or match.asked_matched < floors.nameless_lexical_terms):
+            or not match.name_terms or _names_hit(c) or match.asked_matched < floors.nameless_lexical_terms):
         return False
     return c.dense is None or c.dense.score < floors.nameless_lexical_floor
 

@@ -56,9 +56,7 @@ def logged_candidates(
         lex = lexical.get(rid)
         match = None
         if lex is not None:
-            terms = tuple(LexicalTerm(t[0], bool(t[1]), bool(t[2]), bool(t[3:4] and t[3]))
-                          for t in lex[3])
-            match = LexicalMatch(terms, lex[4], lex[5] if len(lex) > 5 else 0)
+            match = LexicalMatch(_logged_terms(lex[3]), lex[4], lex[5] if len(lex) > 5 else 0)
         multiplier = multipliers.get(rid)
         candidates.append(Candidate(
             record_id=rid, dense=dense.get(rid),
@@ -81,6 +79,11 @@ def logged_candidates(
             candidates.append(linked)
             kinds[rid] = RecordKind(type_, source_kind)
         linked.via = via
-        linked.via_terms = LexicalMatch(tuple(LexicalTerm(t[0], bool(t[1]), bool(t[2]), bool(t[3]))
-                                              for t in terms), total, names)
+        linked.via_terms = LexicalMatch(_logged_terms(terms), total, names)
     return candidates, kinds, shape
+
+
+def _logged_terms(rows: list[list[Any]]) -> tuple[LexicalTerm, ...]:
+    """Matched terms from the log's ``[value, identifier, entity alias, proper]`` rows (the
+    retriever writes them); rows logged before names were flagged lack the last field."""
+    return tuple(LexicalTerm(t[0], bool(t[1]), bool(t[2]), bool(t[3:4] and t[3])) for t in rows)
