@@ -53,6 +53,7 @@ import numpy as np  # noqa: E402
 
 from benchmarks import retrieval_bench  # noqa: E402
 from retold import build_runtime, load_config  # noqa: E402
+from retold.index.embedder import DEFAULT_MODEL  # noqa: E402
 from retold.ingest.equivalence import ExactJudge  # noqa: E402
 from retold.ingest.ingestor import WriteRequest  # noqa: E402
 from retold.models import Candidate, EntityMention, Principal, QueryShape, Scope, SearchRequest  # noqa: E402
@@ -84,8 +85,8 @@ TUNED_GATE = ("relative_floor", "name_only_margin", "two_name_margin", "standout
 def build_hand(store_path: Path, data: dict[str, Any], embedding: dict[str, object] | None,
                ) -> tuple[Any, dict[str, str]]:
     """Write the hand-labelled records through the ingestor; return the runtime and id -> key."""
-    config = load_config(overrides={"store": {"path": str(store_path)},
-                                    "embedding": {"torch_threads": 1, **(embedding or {})}})
+    store = {"path": str(store_path)}
+    config = load_config(overrides=retrieval_bench.calibration_overrides(store, embedding))
     rt = build_runtime(config, judge=ExactJudge())
     names = {r["user"]: r["about"][1] for r in data["records"]
              if r["scope"] == f"user:{r['user']}" and r["about"] and r["about"][0] == "person"}
@@ -251,6 +252,14 @@ def write_defaults(values: dict[str, float]) -> None:
     code_path.write_text(code)
 
 
+def report_name(model: str) -> str:
+    """``calibration`` for the shipped model; another model's sweep gets a file of its own,
+    so calibrating the int8 variant keeps the float figures."""
+    if model == DEFAULT_MODEL:
+        return "calibration"
+    return "calibration_" + re.sub(r"[^A-Za-z0-9]+", "_", model.rsplit("/", 1)[-1]).strip("_").lower()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write-defaults", action="store_true",
@@ -318,7 +327,7 @@ def main() -> None:
                           f"{m['right_at_1']:.3f}", f"{m['abstention']:.3f}",
                           f"{m['twin_right_at_1']:.3f}", f"{m['current_at_1']:.3f}",
                           f"{hm['precision']:.3f} / {hm['recall']:.3f} / {hm['injection_rate']:.3f}"])
-    write_report("calibration", results, table,
+    write_report(report_name(model), results, table,
                  notes=f"{model} (embedding.version {version}); conversational set halves A/B "
                        f"({len(halves['A'])}/{len(halves['B'])} searches), unseen wordings U "
                        f"({len(halves['U'])}), hand-labelled set "

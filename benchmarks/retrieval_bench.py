@@ -262,21 +262,29 @@ def unseen_questions(count: int) -> list[list[dict[str, Any]]]:
     return [conv["questions"] for conv in json.loads(UNSEEN.read_text())["conversations"][:count]]
 
 
+def calibration_overrides(store: dict[str, str], embedding: dict[str, object] | None
+                          ) -> dict[str, Any]:
+    """Overrides for a run on ``store`` with ``embedding`` changed. A run under another
+    model is a calibration run for it: its floors are what the sweep replaces, so the
+    runtime is told they belong to that model."""
+    overrides: dict[str, Any] = {"store": store, "embedding": {"torch_threads": 1, **(embedding or {})}}
+    if embedding and "model" in embedding:
+        overrides["retrieval"] = {"gate": {"calibrated_for": embedding["model"]}}
+    return overrides
+
+
 def run(
     conversations: list[dict[str, Any]],
     store: Path | str,
     embedding: dict[str, object] | None = None,
     unseen: list[list[dict[str, Any]]] | None = None,
+    config_file: Path | None = None,
 ) -> tuple[list[Question], dict[str, Any], Any]:
     """Load and ask every conversation on ``store`` (a SQLite path or a PostgreSQL URL),
-    then its ``unseen`` questions when given; ``embedding`` overrides the embedding block."""
+    then its ``unseen`` questions when given; the runtime starts from ``config_file`` (None
+    = the defaults) and ``embedding`` overrides its embedding block."""
     key = "url" if str(store).startswith("postgresql") else "path"
-    config = load_config(
-        overrides={
-            "store": {key: str(store)},
-            "embedding": {"torch_threads": 1, **(embedding or {})},
-        }
-    )
+    config = load_config(config_file, overrides=calibration_overrides({key: str(store)}, embedding))
     rt = build_runtime(config, judge=ExactJudge())
     questions: list[Question] = []
     all_ids: dict[str, str] = {}
@@ -413,12 +421,15 @@ def main() -> None:
     parser.add_argument("--no-report", action="store_true", help="do not write benchmarks/results")
     parser.add_argument("--store", default=None,
                         help="an empty PostgreSQL database URL to run on instead of SQLite")
+    parser.add_argument("--config", type=Path, default=None,
+                        help="config file the runtime starts from (config.int8.yaml: the int8 encoder "
+                             "and its floors); the report is then named after it (retrieval_int8)")
     args = parser.parse_args()
     data = json.loads(DATA.read_text())
     conversations = data["conversations"][: args.conversations]
     with tempfile.TemporaryDirectory() as tmp:
         questions, logged, rt = run(conversations, args.store or Path(tmp) / "memory.sqlite",
-                                    unseen=unseen_questions(len(conversations)))
+                                    unseen=unseen_questions(len(conversations)), config_file=args.config)
         seen = [q for q in questions if not q.unseen]
         halves = {
             "A": [q for q in seen if q.conv % 2 == 0],
@@ -435,9 +446,11 @@ def main() -> None:
             "conversations": len(conversations),
             "backend": rt.store.backend,
             "embedding": {"model": rt.embedder.name, "version": rt.embedder.version},
+            "config": str(args.config or "defaults"),
             "gate": floors_for(rt.config.retrieval.gate, "tool").as_dict(),
             "halves": {h: {s: score(qs, s) for s in SYSTEMS} for h, qs in halves.items()},
         }
+        rt_model = rt.embedder.name
         rt.close()
     if args.dump is not None:
         args.dump.write_text(json.dumps(logged))
@@ -445,11 +458,14 @@ def main() -> None:
         print(" | ".join(row))
     if not args.no_report:
         postgres = report["backend"] == "postgres"
+        suffix = "" if args.config is None else "_" + args.config.name.removeprefix(
+            "config.").removesuffix(".yaml").replace(".", "_")
         write_report(
-            "retrieval_postgres" if postgres else "retrieval",
+            ("retrieval_postgres" if postgres else "retrieval") + suffix,
             report,
             table(report),
             notes=("On PostgreSQL (tsvector lexical channel). " if postgres else "")
+            + ("" if args.config is None else f"Config {args.config.name}: {rt_model}. ")
             + f"{report['records']} records, {report['questions']} questions, "
             f"{report['conversations']} conversations; k = {K}. Half A (even conversations) "
             "tunes the gate, half B checks it; `unseen` asks the same records in "

@@ -83,7 +83,7 @@ def run_baseline(tmp: Path, n: int, records: list[dict[str, Any]], vectors: np.n
         populate(rt, records, vectors)
     rt = build_runtime(config, judge=ExactJudge())
     backend = type(rt.embedder).__name__
-    assert rt.embedder.name == DEFAULT_MODEL, rt.embedder.name
+    assert rt.embedder.name == config.embedding.model, rt.embedder.name
     warm = rt.tools.call("memory_search", principal(), {"queries": ["warm up: what does Priya prefer?"]})
     assert "error" not in warm, warm
     matrix = np.ascontiguousarray(vectors[:n], dtype=np.float32)

@@ -64,6 +64,7 @@ from benchmarks.search_data import (  # noqa: E402
     generate,
     make_queries,
     real_vectors,
+    use_config_file,
 )
 from benchmarks.search_stages import (  # noqa: E402
     CACHE_HIT_RUNS,
@@ -73,7 +74,7 @@ from benchmarks.search_stages import (  # noqa: E402
     run_real,
     run_stages,
 )
-from retold.index.embedder import DEFAULT_MODEL, Embedder, embedder_from_config  # noqa: E402
+from retold.index.embedder import Embedder, embedder_from_config  # noqa: E402
 
 MODES = ("stages", "real", "baseline", "cold", "contention")
 BLOCK = 20  # queries per turn in the blocked baseline (benchmarks/search_baseline.py)
@@ -101,6 +102,9 @@ def parse_args() -> argparse.Namespace:
                         help="length of the 'contention' load")
     parser.add_argument("--contention-records", type=int, default=300,
                         help="memories in the 'contention' store before the load")
+    parser.add_argument("--config", type=Path, default=None,
+                        help="config file the runtimes start from (config.int8.yaml: the int8 encoder "
+                             "and its floors); the report is then named after it (search_int8)")
     parser.add_argument("--results-dir", type=Path, default=RESULTS,
                         help="where search.json and search.md go (point smoke runs elsewhere)")
     args = parser.parse_args()
@@ -208,6 +212,12 @@ def _cpu(b: dict[str, Any]) -> str:
             f"({b['cpu_ratio_p50']:.2f})")
 
 
+def _config(results: dict[str, Any]) -> str:
+    """``default config``, or the config file the runtimes started from."""
+    chosen = results.get("config", "defaults")
+    return "default config" if chosen == "defaults" else f"config {Path(chosen).name}"
+
+
 def _met(value: float | None, limit: float) -> str:
     return "n/a" if value is None else ("met" if value <= limit else "NOT met")
 
@@ -235,7 +245,7 @@ def tables(results: dict[str, Any]) -> tuple[list[list[str]], list[str]]:
         table.append([f"{int(n):,}", *a, *b])
     lines: list[str] = []
     if results["baseline"]:
-        lines += ["", "Mode baseline (ms): memory_search (default config, ONNX Runtime, one thread) "
+        lines += ["", f"Mode baseline (ms): memory_search ({_config(results)}, ONNX Runtime, one thread) "
                   "against sentence-transformers encode + one dot product + argsort, interleaved "
                   f"query by query, then in blocks of {BLOCK} queries (each model's weights outgrow "
                   "the last-level cache, so per-query alternation makes each side reload them; see "
@@ -285,7 +295,7 @@ def _stage_notes(args: argparse.Namespace, results: dict[str, Any]) -> str:
         f"of 1-2 queries (paraphrases, identifiers, names); principal `{USER}` reads user:{USER} + 2 "
         "projects (~10% of rows); rewrite and reranker off. Warm = every search after the first on one "
         f"runtime (search_log warm = 1); cold = the first search of {COLD_RUNS} freshly opened runtimes "
-        "(warm = 0). Mode real (B columns): all-MiniLM-L6-v2 on one thread (default backend), distinct "
+        f"(warm = 0). Mode real (B columns): {results['model']} on one thread ({_config(results)}), distinct "
         "queries, wall clock; bare = `embed_queries` of the same texts on the same backend + one numpy "
         "dot product over every stored vector, interleaved in the same run; cache hit = one repeated "
         f"search, {CACHE_HIT_RUNS} runs.\n\nPer-stage p50 (ms), mode stages, warm rows then cold rows:"
@@ -293,11 +303,21 @@ def _stage_notes(args: argparse.Namespace, results: dict[str, Any]) -> str:
     )
 
 
+def report_name(config: Path | None) -> str:
+    """``search``, or ``search_int8`` for ``config.int8.yaml``: another config's figures
+    never overwrite the defaults'."""
+    if config is None:
+        return "search"
+    return "search_" + config.name.removeprefix("config.").removesuffix(".yaml").replace(".", "_")
+
+
 def main() -> None:
     args = parse_args()
+    use_config_file(args.config)
     results: dict[str, Any] = {
         "machine": machine(), "modes": args.modes, "embed_sleep_ms": EMBED_SLEEP_S * 1000,
-        "model": DEFAULT_MODEL, "principal": {"agent": AGENT, "user": USER,
+        "config": str(args.config or "defaults"),
+        "model": bench_config(Path("unused")).embedding.model, "principal": {"agent": AGENT, "user": USER,
                                               "reads": [f"user:{USER}", *(f"project:{p}" for p in PROJECTS)]},
         "users": len(USERS), "projects": len(PROJECTS), "flags": "rewrite off, reranker off",
         "sizes": {}, "baseline": {}, "baseline_blocks": {},
@@ -314,7 +334,7 @@ def main() -> None:
     table, mode_lines = tables(results)
     notes = ("Targets:\n\n" + "\n".join(target_lines) + "\n\n" + _stage_notes(args, results)
              + "\n".join(mode_lines))
-    write_report("search", results, table, notes=notes, directory=args.results_dir)
+    write_report(report_name(args.config), results, table, notes=notes, directory=args.results_dir)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.report import summarize
-from benchmarks.search_data import AGENT, USER, bench_config, populate
+from benchmarks.search_data import AGENT, USER, bench_config, config_file, populate
 from retold import build_runtime
 from retold.index.onnx_export import ensure_exported
 from retold.ingest.equivalence import ExactJudge
@@ -38,7 +38,7 @@ import json, sys
 import retold
 from retold import Principal
 imported = time.perf_counter()
-rt = retold.build_runtime(retold.load_config(overrides=json.loads(sys.argv[1])))
+rt = retold.build_runtime(retold.load_config(sys.argv[3] or None, overrides=json.loads(sys.argv[1])))
 built = time.perf_counter()
 res = rt.tools.call("memory_search", Principal("{AGENT}", "{USER}", "cold", None),
                     {{"queries": [{QUERY!r}]}})
@@ -69,7 +69,8 @@ def run_cold(tmp: Path, records: list[dict[str, Any]], vectors: np.ndarray, runs
     samples: list[dict[str, Any]] = []
     for _ in range(runs):
         spawned = time.time()
-        done = subprocess.run([sys.executable, "-c", CHILD, overrides, repr(spawned)],
+        done = subprocess.run([sys.executable, "-c", CHILD, overrides, repr(spawned),
+                               str(config_file() or "")],
                               capture_output=True, text=True, timeout=300, check=True)
         samples.append(json.loads(done.stdout.strip().splitlines()[-1]))
     assert all(s["error"] is None for s in samples), samples

@@ -363,9 +363,24 @@ def real_vectors(embedder: Embedder, contents: list[str]) -> np.ndarray:
     return np.concatenate(parts).astype(np.float32)
 
 
+# The config file every benchmark runtime starts from (None = the defaults); search_bench's
+# --config sets it, e.g. to config.int8.yaml for the int8 encoder and its floors.
+_BASE: list[Path] = []
+
+
+def use_config_file(path: Path | None) -> None:
+    """Start every later :func:`bench_config` from the file at ``path`` (None = defaults)."""
+    _BASE[:] = [path] if path else []
+
+
+def config_file() -> Path | None:
+    """The file :func:`use_config_file` chose, if any."""
+    return _BASE[0] if _BASE else None
+
+
 def bench_config(path: Path, **embedding: object) -> Config:
-    """The default config on the store at ``path``, with ``embedding`` keys changed."""
-    return load_config(overrides={"store": {"path": str(path)}, "embedding": dict(embedding)})
+    """The benchmark's config on the store at ``path``, with ``embedding`` keys changed."""
+    return load_config(config_file(), overrides={"store": {"path": str(path)}, "embedding": dict(embedding)})
 
 
 def principal(session_id: str = "bench-session") -> Principal:

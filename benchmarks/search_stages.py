@@ -24,7 +24,7 @@ import numpy as np
 from benchmarks.report import summarize
 from benchmarks.search_data import bench_config, fake_vectors, populate, principal, reads
 from retold import build_runtime
-from retold.index.embedder import DEFAULT_MODEL, Embedder, FakeEmbedder
+from retold.index.embedder import Embedder, FakeEmbedder
 from retold.ingest.equivalence import ExactJudge
 from retold.models import SearchRequest
 from retold.retrieve.generators import fts_match_expression
@@ -133,7 +133,7 @@ def run_real(tmp: Path, n: int, records: list[dict[str, Any]], vectors: np.ndarr
     """Mode B: the real model on one thread, against embed + one dot product."""
     path = tmp / f"real_{n}.sqlite"
     rt = build_runtime(bench_config(path, torch_threads=1), judge=ExactJudge())
-    assert rt.embedder.name == DEFAULT_MODEL
+    assert rt.embedder.name == baseline.name, (rt.embedder.name, baseline.name)
     populate(rt, records, vectors)
     rt.close()
     rt = build_runtime(bench_config(path, torch_threads=1), judge=ExactJudge())

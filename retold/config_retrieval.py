@@ -122,6 +122,9 @@ class GateConfig:
     nameless_lexical_terms: int = 3  # 0 = off; with this many asked words, no cosine needed
     follow_links: bool = True  # a record a passing one links to may pass after it
     auto: AutoGateConfig = field(default_factory=AutoGateConfig)
+    # The embedding model these floors (auto's included) were calibrated for; the runtime
+    # refuses to run the packaged model's other precision under them.
+    calibrated_for: str = "sentence-transformers/all-MiniLM-L6-v2"
 
 
 @dataclass(frozen=True, slots=True)

@@ -245,16 +245,17 @@ class Operations:
         """Raise OperationError when the latest logged search ran under another embedding
         model with the dense floors the configuration still carries: nobody recalibrated
         the floors for the new model. A new version of the same model keeps its floors, so
-        a version bump is allowed; so is any re-embed before the first logged search."""
+        a version bump is allowed; so is any re-embed before the first logged search, and
+        one to the model ``retrieval.gate.calibrated_for`` names."""
         self._flush_search_log()  # this process's latest search may still be queued
         latest = self.store.latest_search_flags()
         if latest is None:
             return
         trigger, flags = latest
         logged_model, logged_version = flags.get("embedding_model"), flags.get("embedding_version")
-        if logged_model == model:
-            return
         gate = self.config.retrieval.gate
+        if model in (logged_model, gate.calibrated_for):
+            return  # the same model, or floors the config says were calibrated for the new one
         auto = trigger == "auto"
         floors = dataclasses.asdict(gate.auto.dense_floor if auto else gate.dense_floor)
         logged_gate = flags.get("gate")
@@ -267,7 +268,8 @@ class Operations:
                 f"{logged_model} version {logged_version} with the dense floors the config still "
                 f"carries; recalibrate {key} for the new model first: run `python -m "
                 f"benchmarks.calibrate_gate --model {model} --version {version} --dims {width}` and set "
-                f"{key} to the floors it reports, then run reembed again"
+                f"{key} to the floors it reports and retrieval.gate.calibrated_for to {model}, "
+                f"then run reembed again"
             )
 
     def reembed(

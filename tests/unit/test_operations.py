@@ -270,6 +270,20 @@ def test_reembed_to_another_model_refuses_while_the_logged_floors_are_uncalibrat
         assert recalibrated.store.embedding_family() == EmbeddingFamily("fake-b", "1", 384)
 
 
+def test_reembed_to_the_model_the_floors_are_calibrated_for_passes_with_equal_floors(world: World) -> None:
+    _written(world)
+    world.rt.retriever.search(world.p, SearchRequest(queries=["answer style"]))
+    path = world.target
+    world.rt.close()
+    # A calibration may find the old floors best for the new model too: the config saying
+    # so is what lets the switch through, not a change of numbers.
+    same_floors = {**TEST_GATE, "calibrated_for": "fake-b"}
+    with _runtime(path, ManualClock(T0), retrieval={"gate": same_floors},
+                  embedder=FakeEmbedder(name="fake-b", version="1"), allow_embedding_mismatch=True) as rt:
+        assert rt.operations.reembed("fake-b", "1").embedded == 1
+        assert rt.store.embedding_family() == EmbeddingFamily("fake-b", "1", 384)
+
+
 # -- snapshots -----------------------------------------------------------------------------------------------
 
 

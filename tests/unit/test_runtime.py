@@ -15,13 +15,15 @@ from retold import build_runtime, load_config
 from retold.cli import main
 from retold.config_env import store_target as store_keys
 from retold.errors import EmbeddingMismatchError, ModelMissingError, StoreError
-from retold.index.embedder import FakeEmbedder
+from retold.index.embedder import DEFAULT_MODEL, INT8_MODEL, FakeEmbedder
 from retold.ingest.extractor import FakeExtractor
 from retold.ingest.reviewer import TableReviewer
 from retold.models import ExtractionOutput, Principal, SessionSummary
 from retold.store import EmbeddingFamily, Store
 from retold.store.url import redact
 from retold.testing import make_record
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def fake_config(target: str | Path) -> retold.Config:
@@ -139,6 +141,39 @@ def test_runtime_refuses_a_store_of_another_embedding_family(store_target: str) 
         assert same.refresh_index() == "reload" and len(same.index) == 1
     with build_runtime(other, allow_embedding_mismatch=True) as repairing:
         assert repairing.store.embedding_family() == EmbeddingFamily("fake", "1", 384)
+
+
+def test_the_int8_model_runs_only_under_floors_calibrated_for_it(tmp_path: Path) -> None:
+    int8 = FakeEmbedder(name=INT8_MODEL, version="1")
+    floats = FakeEmbedder(name=DEFAULT_MODEL, version="1")
+    default = load_config(overrides={"store": {"path": str(tmp_path / "a.sqlite")}})
+    with pytest.raises(retold.ConfigError) as refused:
+        build_runtime(default, embedder=int8)
+    assert str(refused.value).startswith(
+        f"retrieval.gate: the floors are calibrated for {DEFAULT_MODEL} but embedding.model is "
+        f"{INT8_MODEL}; use the gate block calibrated for it (config.yaml's for the float model, "
+        "config.int8.yaml's for int8)")
+    with build_runtime(default, embedder=floats):
+        pass  # the refusal closed the store it had opened
+    store = {"store": {"path": str(tmp_path / "b.sqlite")}}
+    shipped = load_config(ROOT / "config.int8.yaml", overrides=store)
+    assert shipped.embedding.model == INT8_MODEL == shipped.retrieval.gate.calibrated_for
+    with build_runtime(shipped, embedder=int8) as rt:
+        rt.host.grant("agent", retold.Scope("user", "u1"), read=True, write=True)
+        p = Principal("agent", "u1", "s1", None)
+        written = rt.tools.call("memory_write", p, {
+            "type": "semantic", "source_kind": "agent_inference", "attribute": "drink",
+            "content": "The user drinks green tea."})
+        assert written["outcome"] == "created"
+        found = rt.tools.call("memory_search", p, {"queries": ["green tea"]})
+        assert [r["content"] for r in found["results"]] == ["The user drinks green tea."]
+    with pytest.raises(retold.ConfigError, match=f"calibrated for {INT8_MODEL} but embedding.model is "
+                                                 f"{DEFAULT_MODEL}"):
+        build_runtime(shipped, embedder=floats)
+    # A store of the float model's vectors names the re-embed that switches it.
+    with pytest.raises(EmbeddingMismatchError, match=f"holds {INT8_MODEL} version 1 .* asks for "
+                                                      f"{DEFAULT_MODEL} version 1"):
+        build_runtime(load_config(overrides=store), embedder=floats)
 
 
 @pytest.mark.filterwarnings("ignore:.*noload.*")  # kombu's SQLAlchemy transport, not ours

@@ -11,11 +11,14 @@ import pytest
 from retold.config import EmbeddingConfig, load_config
 from retold.errors import ConfigError, ModelMissingError
 from retold.index.embedder import (
+    INT8_MODEL,
     FakeEmbedder,
     SentenceTransformerEmbedder,
     check_model_files,
     choose_backend,
     embedder_from_config,
+    is_int8,
+    packaged_model,
 )
 from retold.index.onnx_embedder import OnnxEmbedder
 
@@ -92,6 +95,27 @@ def test_explicit_onnx_where_it_cannot_apply_is_a_config_error() -> None:
         choose_backend(_cfg(backend="onnx", model="BAAI/bge-m3"))
     with pytest.raises(ConfigError, match=r"embedding\.backend: onnx runs on the CPU.*cuda"):
         choose_backend(_cfg(backend="onnx", device="cuda"))
+
+
+def test_the_int8_variant_runs_only_on_onnx_and_is_never_swapped_for_the_float_model() -> None:
+    for name in (INT8_MODEL, "all-MiniLM-L6-v2-int8"):
+        assert is_int8(name) and packaged_model(name) == INT8_MODEL
+        # whatever is installed: falling back would store float vectors under the int8 name
+        assert choose_backend(_cfg(model=name), installed=_has(set()), exported=_exported(False)) == "onnx"
+        assert choose_backend(_cfg(model=name, backend="onnx", device="cpu")) == "onnx"
+    for changes in ({"backend": "sentence-transformers"}, {"device": "cuda"}):
+        with pytest.raises(ConfigError, match=r"embedding\.model: .*-int8 runs on ONNX Runtime on the CPU"):
+            choose_backend(_cfg(model=INT8_MODEL, **changes))
+    assert not is_int8("sentence-transformers/all-MiniLM-L6-v2")
+    assert packaged_model("all-MiniLM-L6-v2") == "sentence-transformers/all-MiniLM-L6-v2"
+    assert packaged_model("BAAI/bge-m3") is None and not is_int8("BAAI/bge-m3-int8")
+    built = embedder_from_config(_cfg(model=INT8_MODEL))
+    assert isinstance(built, OnnxEmbedder) and built.name == INT8_MODEL and not built.is_loaded
+
+
+def test_a_missing_onnxruntime_is_named_for_the_int8_variant() -> None:
+    with pytest.raises(ModelMissingError, match="needs onnxruntime, tokenizers"):
+        check_model_files(_cfg(model=INT8_MODEL), installed=_has({"torch", "sentence_transformers"}))
 
 
 def test_embedder_from_config_builds_the_chosen_backend_without_loading() -> None:

@@ -19,6 +19,7 @@ from retold.index.onnx_export import (
     ensure_exported,
     max_seq_length,
     onnx_cache_path,
+    quantize_int8,
     weights_digest,
     write_atomically,
 )
@@ -140,9 +141,9 @@ def test_ensure_exported_refuses_a_model_without_an_export_path() -> None:
         ensure_exported(EmbeddingConfig(model="BAAI/bge-m3"))
 
 
-def test_ensure_exported_returns_an_existing_file_without_exporting(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _exported_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """A fake model folder and a cache already holding its float file; exporting again fails
+    the test. Returns the cache folder and the float file."""
     folder = _model_dir(tmp_path)
     cache = tmp_path / "cache"
     monkeypatch.setattr(onnx_export, "resolve_model_path", lambda name: str(folder))
@@ -151,9 +152,46 @@ def test_ensure_exported_returns_an_existing_file_without_exporting(
         raise AssertionError("exported although the file exists")
 
     monkeypatch.setattr(onnx_export, "export_onnx", no_export)
-    dest = onnx_cache_path("all-MiniLM-L6-v2", "1", folder, cache)
-    write_atomically(dest, b"an exported graph")
+    source = onnx_cache_path("all-MiniLM-L6-v2", "1", folder, cache)
+    write_atomically(source, b"an exported graph")
+    return cache, source
+
+
+def test_ensure_exported_returns_an_existing_file_without_exporting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache, dest = _exported_cache(tmp_path, monkeypatch)
     assert ensure_exported(EmbeddingConfig(onnx_cache_dir=str(cache))) == dest
+
+
+def test_a_failed_quantisation_is_one_model_error_and_leaves_nothing(tmp_path: Path) -> None:
+    pytest.importorskip("onnxruntime.quantization")
+    folder = _model_dir(tmp_path)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    source = cache / "float.onnx"
+    source.write_bytes(b"not an onnx graph")
+    with pytest.raises(ModelError, match=r"int8 quantisation of float\.onnx failed: "):
+        quantize_int8(source, cache / "int8.onnx", folder)
+    assert [p.name for p in cache.iterdir()] == ["float.onnx"]  # no file, no temporaries
+
+
+def test_the_int8_file_is_quantised_from_an_existing_float_file_without_exporting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache, source = _exported_cache(tmp_path, monkeypatch)
+    made: list[tuple[Path, Path]] = []
+
+    def quantize(source: Path, dest: Path, *args: object) -> Path:
+        made.append((source, dest))
+        write_atomically(dest, b"an int8 graph")
+        return dest
+
+    monkeypatch.setattr(onnx_export, "quantize_int8", quantize)
+    cfg = EmbeddingConfig(model="sentence-transformers/all-MiniLM-L6-v2-int8", onnx_cache_dir=str(cache))
+    dest = ensure_exported(cfg)
+    assert dest.name.startswith("all-MiniLM-L6-v2-int8-1-") and made == [(source, dest)]
+    assert ensure_exported(cfg) == dest and len(made) == 1  # made once
 
 
 def test_mean_pool_ignores_padding() -> None:
