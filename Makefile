@@ -37,6 +37,9 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.search_bench
 	$(BIN)/python -m benchmarks.retrieval_bench
 	$(BIN)/python -m benchmarks.calibrate_gate
+	$(BIN)/python -m benchmarks.search_bench --config config.int8.yaml --modes real,baseline,cold --sizes 10000
+	$(BIN)/python -m benchmarks.retrieval_bench --config config.int8.yaml
+	$(BIN)/python -m benchmarks.calibrate_gate --model sentence-transformers/all-MiniLM-L6-v2-int8
 	$(BIN)/python -m benchmarks.ops_bench
 	$(BIN)/python -m benchmarks.extraction_bench
 	$(BIN)/python -m benchmarks.activation_bench

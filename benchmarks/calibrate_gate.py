@@ -268,6 +268,10 @@ def main() -> None:
     parser.add_argument("--version", help="its embedding version tag (default: embedding.version)")
     parser.add_argument("--dims", type=int, help="its vector width (default: embedding.dims)")
     args = parser.parse_args()
+    if args.write_defaults and args.model not in (None, DEFAULT_MODEL):
+        # config.yaml and the dataclass defaults hold the shipped model's floors only.
+        parser.error(f"--write-defaults writes the floors of {DEFAULT_MODEL}; set another model's "
+                     "in its own config file (config.int8.yaml for the int8 variant)")
     embedding = {key: value for key, value in
                  (("model", args.model), ("version", args.version), ("dims", args.dims))
                  if value is not None}
