@@ -21,13 +21,16 @@ word the candidate does not, and ranks right after it (``follow_links``). Compan
 something passed, a candidate within ``companion_margin`` of the best passing cosine is
 kept too, and ranks by its dense vote alone times ``companion_weight``
 (:func:`dense_vote_score`), as does a record that passed only on two names: the names it
-shares earned its other votes, not what is asked. Step 2 drops survivors below
-``relative_floor`` times the best fused score among survivors with the same number of
-channels (0 disables it). Every dropped candidate carries the step and floor that dropped
-it, so a logged search can be re-decided with other floors (:mod:`retold.retrieve.replay`;
-``docs/decisions.md``, "The gate judges what is asked", "A record the question picks out of
-its entity's records", "An asked word one record holds", "A second hop through entity
-links" and "Two names of the question").
+shares earned its other votes, not what is asked; a companion closer to the question than
+every pass moves up to right after the top record, unless a pass holds asked words but
+none of the question's names (the question may name the wrong person). Step 2 drops
+survivors below ``relative_floor`` times the best fused score among survivors with the
+same number of channels (0 disables it). Every dropped candidate carries the step and
+floor that dropped it, so a logged search can be re-decided with other floors
+(:mod:`retold.retrieve.replay`; ``docs/decisions.md``, "The gate judges what is asked", "A
+record the question picks out of its entity's records", "An asked word one record holds",
+"A second hop through entity links", "Two names of the question" and "A companion closer
+than every pass").
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from typing import Any
 
 from retold.config import AutoGateConfig, DenseFloors, GateConfig
 from retold.models import Candidate, LexicalMatch, QueryShape
-from retold.retrieve.pass_order import after_anchors, words_first
+from retold.retrieve.pass_order import after_anchors, closer_up, words_first
 from retold.retrieve.stemmer import porter_stem
 
 __all__ = ["GateFloors", "GateResult", "RecordKind", "dense_vote_score", "floors_for", "gate"]
@@ -184,6 +187,13 @@ def _step1(
 def _names_hit(c: Candidate) -> bool:
     """Whether the record carries a name of the question (or its resolved entity)."""
     return c.entity is not None or (c.lexical_terms is not None and c.lexical_terms.names_matched > 0)
+
+
+def _about_someone_else(c: Candidate) -> bool:
+    """Whether a passing record holds asked words but none of the names the question has."""
+    match = c.lexical_terms
+    return (match is not None and bool(match.name_terms) and not _names_hit(c)
+            and match.asked_matched > 0)
 
 
 def _lexical(match: LexicalMatch, floors: GateFloors) -> tuple[bool, str]:
@@ -343,19 +353,23 @@ def _links(passed: Sequence[Candidate], failed: Sequence[Candidate],
     return out
 
 
-def _companions(passed: Sequence[Candidate], failed: Sequence[Candidate],
-                floors: GateFloors, on_words: frozenset[str]) -> list[Candidate]:
-    """Failed candidates whose cosine is within ``companion_margin`` of the best pass.
+def _best_pass_cosine(passed: Sequence[Candidate], on_words: frozenset[str]) -> float | None:
+    """The highest cosine among the passes, or None when none has one. A record that passed
+    on asked words alone, about someone the question does not name, says nothing about how
+    close the question's own answer would be, so it does not count."""
+    cosines = [c.dense.score for c in passed if c.dense is not None and c.record_id not in on_words]
+    return max(cosines) if cosines else None
+
+
+def _companions(best: float | None, failed: Sequence[Candidate], floors: GateFloors) -> list[Candidate]:
+    """Failed candidates whose cosine is within ``companion_margin`` of ``best``, the best
+    passing cosine (:func:`_best_pass_cosine`).
 
     Once the question is known to have an answer, a record about as close to it as that
     answer is likely a second answer (another film seen with the same friend), not noise.
     """
-    # A record that passed on asked words alone, about someone the question does not name,
-    # says nothing about how close the question's own answer would be.
-    cosines = [c.dense.score for c in passed if c.dense is not None and c.record_id not in on_words]
-    if floors.companion_margin <= 0 or not cosines:
+    if floors.companion_margin <= 0 or best is None:
         return []
-    best = max(cosines)
     out = [c for c in failed if c.dense is not None and c.dense.score >= best - floors.companion_margin]
     for c in out:
         assert c.dense is not None
@@ -397,8 +411,9 @@ def gate(
     """Apply the steps to candidates in score order; sets ``gate_reason``.
 
     ``kept`` comes back in rank order: by ``score``, those in ``by_dense_vote`` by
-    :func:`dense_vote_score`; then each linked record right after the record it came from,
-    and each pass on asked words alone ahead of the passes holding fewer of them.
+    :func:`dense_vote_score`; then each companion closer than every pass right after the
+    top record, each linked record right after the record it came from, and each pass on
+    asked words alone ahead of the passes holding fewer of them.
     """
     shape = shape or QueryShape()
     following: set[str] = set()
@@ -407,6 +422,7 @@ def gate(
     step1: list[Candidate] = []
     failed: list[Candidate] = []
     best_missed: list[str] | None = None
+    closer: list[Candidate] = []  # companions closer to the question than every pass
     for c in candidates:
         kind = kinds[c.record_id]
         if kind.source_kind in floors.exclude_source_kinds:
@@ -436,7 +452,13 @@ def gate(
             if c.record_id in links:
                 c.gate_reason = f"passed on {links[c.record_id][1]}"
         failed = [c for c in failed if c.record_id not in linked]
-        followers = _companions(step1, failed, floors, on_words)
+        best = _best_pass_cosine(step1, on_words)
+        followers = _companions(best, failed, floors)
+        # Its cosine beats every record that let it through: it is as likely an answer as
+        # they are, and its dense vote alone would rank it below all of them.
+        if not any(_about_someone_else(c) for c in step1):
+            closer = [c for c in followers
+                      if best is not None and c.dense is not None and c.dense.score > best]
         following = {c.record_id for c in followers}
         following |= {c.record_id for c in step1
                       if _passed_on_two_names(c, kinds[c.record_id], floors, shape)}
@@ -460,6 +482,8 @@ def gate(
             kept.append(c)
     if following:  # stable: equal scores keep candidate order
         kept.sort(key=lambda c: -(dense_vote_score(c, floors) if c.record_id in following else c.score))
+    if closer:
+        kept = closer_up(kept, frozenset(c.record_id for c in closer))
     if linked:
         kept = after_anchors(kept, linked)
     if on_words:

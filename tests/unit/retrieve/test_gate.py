@@ -275,6 +275,43 @@ def test_a_companion_ranks_by_its_dense_vote_and_can_lead_a_weak_pass() -> None:
     assert [c.record_id for c in result.kept] == ["fresh", "race"]
 
 
+def test_a_companion_closer_than_every_pass_moves_up_to_second() -> None:
+    # "What should I get Oskar to read?": the reading-log records pass on the episodic
+    # floor with two channels each; "Oskar's favourite novel is Dune" shares only his name,
+    # misses the raised semantic floor, and is the closest record of all.
+    following = replace(FLOORS, companion_margin=0.10, companion_weight=0.7, relative_floor=0.0,
+                        name_only_margin=0.2)
+    logs = [Candidate(f"log{i}", dense=GeneratorHit(i + 2, cos), rrf_score=0.032 - i / 1000,
+                      score=0.032 - i / 1000, dense_vote=1 / (62 + i))
+            for i, cos in enumerate((0.56, 0.55, 0.54))]
+    novel = Candidate("novel", dense=GeneratorHit(1, 0.58), rrf_score=0.016, score=0.016, dense_vote=1 / 61)
+    allergy = Candidate("allergy", dense=GeneratorHit(5, 0.545), rrf_score=0.015, score=0.015,
+                        dense_vote=1 / 65)
+    for c in (novel, allergy):
+        c.lexical_terms = LexicalMatch((term("oskar", name=True),), 3, 1)
+    for c in logs:
+        c.lexical_terms = LexicalMatch((term("oskar", name=True), term("read")), 3, 1)
+    kinds = {**{c.record_id: EPISODIC for c in logs}, "novel": SEMANTIC, "allergy": SEMANTIC}
+    result = gate([*logs, novel, allergy], kinds, following, QueryShape(asks=True))
+    assert "passed as a companion" in (novel.gate_reason or "")
+    # the top pass keeps rank 1; the closer companion follows it; the other companion
+    # (0.545, not closer than the 0.56 pass) keeps its dense-vote place after the passes
+    assert [c.record_id for c in result.kept] == ["log0", "novel", "log1", "log2", "allergy"]
+    # Where its dense vote already ranks it first, it stays first.
+    ahead = replace(following, companion_weight=5.0)
+    result = gate([*logs, replace(novel)], kinds, ahead, QueryShape(asks=True))
+    assert [c.record_id for c in result.kept][:2] == ["novel", "log0"]
+    # A pass about someone else holding the asked words ("Which city was Dmitri in for the
+    # chess tournament?" against Vera's tournament): the question may name the wrong
+    # person, and a record sharing only the name is no better a guess; nothing moves.
+    vera = lexical("vera", [term("read")], 3, names=1, score=0.0305, cosine=0.50)
+    kinds["vera"] = EPISODIC
+    result = gate([logs[0], vera, *logs[1:], replace(novel), replace(allergy)], kinds, following,
+                  QueryShape(asks=True))
+    assert "passed as a companion" in (result.kept[4].gate_reason or "")
+    assert [c.record_id for c in result.kept] == ["log0", "log1", "vera", "log2", "novel", "allergy"]
+
+
 def test_no_companion_without_a_pass_or_for_an_unknown_name() -> None:
     following = replace(FLOORS, companion_margin=0.05)
     kinds = dict.fromkeys(("a", "b"), SEMANTIC)
