@@ -252,7 +252,7 @@ def write_defaults(values: dict[str, float]) -> None:
     code_path.write_text(code)
 
 
-def report_name(model: str) -> str:
+def calibration_report(model: str) -> str:
     """``calibration`` for the shipped model; another model's sweep gets a file of its own,
     so calibrating the int8 variant keeps the float figures."""
     if model == DEFAULT_MODEL:
@@ -331,7 +331,7 @@ def main() -> None:
                           f"{m['right_at_1']:.3f}", f"{m['abstention']:.3f}",
                           f"{m['twin_right_at_1']:.3f}", f"{m['current_at_1']:.3f}",
                           f"{hm['precision']:.3f} / {hm['recall']:.3f} / {hm['injection_rate']:.3f}"])
-    write_report(report_name(model), results, table,
+    write_report(calibration_report(model), results, table,
                  notes=f"{model} (embedding.version {version}); conversational set halves A/B "
                        f"({len(halves['A'])}/{len(halves['B'])} searches), unseen wordings U "
                        f"({len(halves['U'])}), hand-labelled set "

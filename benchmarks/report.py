@@ -13,6 +13,14 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
+def report_name(base: str, config: Path | None) -> str:
+    """``base``, or ``base_int8`` for a run started from ``config.int8.yaml``: another
+    config's figures never overwrite the defaults'."""
+    if config is None:
+        return base
+    return f"{base}_" + config.name.removeprefix("config.").removesuffix(".yaml").replace(".", "_")
+
+
 def pin_threads() -> None:
     """One BLAS/torch thread for steady figures on a shared machine. Call before numpy."""
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):

@@ -46,7 +46,7 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from benchmarks.report import machine, pin_threads, write_report  # noqa: E402
+from benchmarks.report import machine, pin_threads, report_name, write_report  # noqa: E402
 
 pin_threads()
 
@@ -458,10 +458,8 @@ def main() -> None:
         print(" | ".join(row))
     if not args.no_report:
         postgres = report["backend"] == "postgres"
-        suffix = "" if args.config is None else "_" + args.config.name.removeprefix(
-            "config.").removesuffix(".yaml").replace(".", "_")
         write_report(
-            ("retrieval_postgres" if postgres else "retrieval") + suffix,
+            report_name("retrieval_postgres" if postgres else "retrieval", args.config),
             report,
             table(report),
             notes=("On PostgreSQL (tsvector lexical channel). " if postgres else "")

@@ -46,7 +46,7 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from benchmarks.report import RESULTS, machine, pin_threads, write_report  # noqa: E402
+from benchmarks.report import RESULTS, machine, pin_threads, report_name, write_report  # noqa: E402
 
 pin_threads()
 
@@ -303,14 +303,6 @@ def _stage_notes(args: argparse.Namespace, results: dict[str, Any]) -> str:
     )
 
 
-def report_name(config: Path | None) -> str:
-    """``search``, or ``search_int8`` for ``config.int8.yaml``: another config's figures
-    never overwrite the defaults'."""
-    if config is None:
-        return "search"
-    return "search_" + config.name.removeprefix("config.").removesuffix(".yaml").replace(".", "_")
-
-
 def main() -> None:
     args = parse_args()
     use_config_file(args.config)
@@ -334,7 +326,7 @@ def main() -> None:
     table, mode_lines = tables(results)
     notes = ("Targets:\n\n" + "\n".join(target_lines) + "\n\n" + _stage_notes(args, results)
              + "\n".join(mode_lines))
-    write_report(report_name(args.config), results, table, notes=notes, directory=args.results_dir)
+    write_report(report_name("search", args.config), results, table, notes=notes, directory=args.results_dir)
 
 
 if __name__ == "__main__":
