@@ -365,17 +365,18 @@ def real_vectors(embedder: Embedder, contents: list[str]) -> np.ndarray:
 
 # The config file every benchmark runtime starts from (None = the defaults); search_bench's
 # --config sets it, e.g. to config.int8.yaml for the int8 encoder and its floors.
-_BASE: list[Path] = []
+_base: Path | None = None
 
 
 def use_config_file(path: Path | None) -> None:
     """Start every later :func:`bench_config` from the file at ``path`` (None = defaults)."""
-    _BASE[:] = [path] if path else []
+    global _base
+    _base = path
 
 
 def config_file() -> Path | None:
     """The file :func:`use_config_file` chose, if any."""
-    return _BASE[0] if _BASE else None
+    return _base
 
 
 def bench_config(path: Path, **embedding: object) -> Config:
