@@ -77,9 +77,17 @@ GRID: dict[str, list[float]] = {
     "nameless_lexical_floor": [0.35, 0.40],
     "nameless_lexical_terms": [0, 3],
 }
-# Tuned by the grid; the rest of a gate block keeps its configured value.
+# The cosine beyond the question's names, swept second with the grid's choice held: the
+# two only decide records that every other floor refused, so they barely interact with it.
+BEYOND_GRID: dict[str, list[float]] = {
+    "beyond_names_floor": [0.40, 0.42, 0.45, 0.48, 0.50, 1.0],
+    "beyond_names_margin": [0.0, 0.05, 0.08, 0.10, 0.12, 0.15],
+}
+# Tuned by the two sweeps; the rest of a gate block keeps its configured value.
 TUNED_GATE = ("relative_floor", "name_only_margin", "two_name_margin", "standout_margin",
-              "companion_margin", "companion_weight", "nameless_lexical_floor", "nameless_lexical_terms")
+              "companion_margin", "companion_weight", "nameless_lexical_floor", "nameless_lexical_terms",
+              *BEYOND_GRID)
+SHOWN = (*GRID, *BEYOND_GRID)
 
 
 def build_hand(store_path: Path, data: dict[str, Any], embedding: dict[str, object] | None,
@@ -182,7 +190,7 @@ def objective(m: dict[str, float]) -> float:
 
 def with_values(floors: GateFloors, values: dict[str, float]) -> GateFloors:
     dense = replace(floors.dense_floor, semantic=values["semantic"], episodic=values["episodic"])
-    return replace(floors, dense_floor=dense, **{name: values[name] for name in TUNED_GATE})
+    return replace(floors, dense_floor=dense, **{name: values[name] for name in TUNED_GATE if name in values})
 
 
 # What the sweep's worker processes read; set before they fork.
@@ -223,9 +231,33 @@ def sweep(base: GateFloors, half_a: list[Search], hand: list[Search], keys: dict
     return dict(zip(GRID, combo, strict=True)), feasible, best
 
 
+def sweep_beyond(base: GateFloors, held: dict[str, float], half_a: list[Search], hand: list[Search],
+                 keys: dict[str, str]) -> tuple[dict[str, float], bool, float]:
+    """The best ``BEYOND_GRID`` point with the other floors at ``held``, as :func:`sweep` judges."""
+    best = (False, -1.0, 0)
+    points = list(itertools.product(*BEYOND_GRID.values()))
+    for index, combo in enumerate(points):
+        values = {**held, **dict(zip(BEYOND_GRID, combo, strict=True))}
+        best = max(best, (*judge(with_values(base, values), half_a, hand, keys), -index))
+    feasible, objective_value, index = best
+    return {**held, **dict(zip(BEYOND_GRID, points[-index], strict=True))}, feasible, objective_value
+
+
+def _chosen_or_kept(best: tuple[dict[str, float], bool, float], before: dict[str, float],
+                    base: GateFloors, half_a: list[Search], hand: list[Search], keys: dict[str, str],
+                    least_gain: float) -> tuple[dict[str, float], bool, bool]:
+    """(values, constraints met, configured kept): the configured values stay unless the best
+    point beats them on half A by ``least_gain``."""
+    values, feasible, objective_value = best
+    configured_feasible, configured = judge(with_values(base, before), half_a, hand, keys)
+    if configured_feasible and objective_value - configured < least_gain:
+        return before, True, True
+    return values, feasible, False
+
+
 def _shown(name: str, value: float) -> str:
     """A value as config.yaml and the dataclass defaults write it: counts as integers."""
-    return str(int(value)) if isinstance(GRID[name][0], int) else f"{value:.2f}"
+    return str(int(value)) if isinstance({**GRID, **BEYOND_GRID}[name][0], int) else f"{value:.2f}"
 
 
 def write_defaults(values: dict[str, float]) -> None:
@@ -302,24 +334,30 @@ def main() -> None:
                                         stale=s["stale"]))
     before = {"semantic": base.dense_floor.semantic, "episodic": base.dense_floor.episodic,
               **{name: getattr(base, name) for name in TUNED_GATE}}
-    chosen, feasible, best = sweep(base, halves["A"], hand, keys)
     # One unanswerable question of half A moves abstention by 1/n, the objective by a fifth of that.
     least_gain = 1 / (5 * sum(1 for s in halves["A"] if not s.expected))
-    configured_feasible, configured = judge(with_values(base, before), halves["A"], hand, keys)
-    kept = configured_feasible and best - configured < least_gain
-    best_values = chosen
-    if kept:
-        chosen, feasible = before, True
+    found = sweep(base, halves["A"], hand, keys)
+    grid_best = {**found[0], **{name: before[name] for name in BEYOND_GRID}}
+    # Either way the pair beyond the names is still the configured one here.
+    chosen, _, kept = _chosen_or_kept((grid_best, *found[1:]), before, base, halves["A"], hand, keys,
+                                      least_gain)
+    found_beyond = sweep_beyond(base, chosen, halves["A"], hand, keys)
+    chosen, feasible, kept_beyond = _chosen_or_kept(found_beyond, chosen, base, halves["A"], hand, keys,
+                                                    least_gain)
+    best_values = {**grid_best, **{name: found_beyond[0][name] for name in BEYOND_GRID}}
     results: dict[str, Any] = {"machine": machine(), "model": model, "embedding_version": version, "k": K,
                                "min_abstention": MIN_ABSTENTION, "max_injection_rate": MAX_INJECTION,
-                               "grid": GRID, "constraints_met": feasible,
-                               "least_gain": round(least_gain, 5), "configured_kept": kept}
-    table = [["floors", " / ".join(GRID), "half", "R@5", "right@1", "abstention",
+                               "grid": GRID, "beyond_grid": BEYOND_GRID, "constraints_met": feasible,
+                               "least_gain": round(least_gain, 5), "configured_kept": kept,
+                               "configured_beyond_kept": kept_beyond}
+    table = [["floors", " / ".join(SHOWN), "half", "R@5", "right@1", "abstention",
               "twin right@1", "current@1", "hand P / R / injection"]]
     # The configured floors without the two-name relief: what it changes.
     one_name = {**before, "two_name_margin": before["name_only_margin"]}
-    rows = [("before, one-name margin only", one_name), ("before", before),
-            ("best on half A", best_values), ("chosen", chosen)]
+    # And without the pass on the cosine beyond the names.
+    no_beyond = {**before, "beyond_names_floor": 1.0}
+    rows = [("before, one-name margin only", one_name), ("before, no pass beyond the names", no_beyond),
+            ("before", before), ("best on half A", best_values), ("chosen", chosen)]
     for label, values in rows:
         floors = with_values(base, values)
         hm = hand_metrics(hand, floors, keys)
@@ -327,7 +365,7 @@ def main() -> None:
         for half in halves:
             m = conversational_metrics(halves[half], floors, keys)
             results[label][half] = m
-            table.append([label, " / ".join(_shown(n, values[n]) for n in GRID), half, f"{m['r@5']:.3f}",
+            table.append([label, " / ".join(_shown(n, values[n]) for n in SHOWN), half, f"{m['r@5']:.3f}",
                           f"{m['right_at_1']:.3f}", f"{m['abstention']:.3f}",
                           f"{m['twin_right_at_1']:.3f}", f"{m['current_at_1']:.3f}",
                           f"{hm['precision']:.3f} / {hm['recall']:.3f} / {hm['injection_rate']:.3f}"])
@@ -340,7 +378,9 @@ def main() -> None:
                        f"{MIN_ABSTENTION:.0%} and injection <= {MAX_INJECTION:.0%}"
                        + ("" if feasible else " (no floor met both; best objective chosen)")
                        + (f"; the configured floors are kept, since no grid point beats them on half A "
-                          f"by {least_gain:.4f} (one unanswerable question)" if kept else "") + ".")
+                          f"by {least_gain:.4f} (one unanswerable question)" if kept else "")
+                       + "; then the floors beyond the names on their own grid, the rest held"
+                       + (", the configured pair kept the same way" if kept_beyond else "") + ".")
     for line in table:
         print(" | ".join(line))
     if args.write_defaults:

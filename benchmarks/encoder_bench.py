@@ -1,14 +1,18 @@
 """Encoder benchmark: the shipped MiniLM on ONNX Runtime against sentence-transformers.
 
-1. Query embedding on one thread: distinct queries (no cache hits), one per call, the two
-   backends interleaved in the same run (the order alternates per query), p50/p95 each.
-   Also one 64-text document batch (``reembed_batch_size``) per backend, interleaved.
-2. Agreement: the cosine between the two backends' vectors for every query.
+1. Query embedding on one thread: distinct queries (no cache hits), one per call, the
+   backends interleaved in the same run (the order rotates per query), p50/p95 each: ONNX
+   Runtime, sentence-transformers and the int8 variant on ONNX Runtime. Also one 64-text
+   document batch (``reembed_batch_size``) per backend, interleaved.
+2. Agreement: the cosine between each ONNX backend's vectors and sentence-transformers' for
+   every query (the int8 variant is a model of its own with its own floors, so its figure
+   says how far it moved, not whether stored vectors stay valid).
 3. Cold start: a fresh Python process that imports retold, runs ``build_runtime`` and one
    search on a small store, per backend; the ONNX process must not import torch. Timed
    inside the child from before ``import retold``, and by the parent for the whole process
    (interpreter start included).
-4. The one-time export of the ONNX file into an empty cache folder.
+4. The one-time export of the ONNX file into an empty cache folder, and the int8 file's
+   quantisation from it.
 
 Run: ``.venv/bin/python -m benchmarks.encoder_bench [--queries 300] [--cold-runs 5]``.
 Writes benchmarks/results/encoder.json and encoder.md.
@@ -36,7 +40,7 @@ from benchmarks.report import machine, pin_threads, summarize, write_report  # n
 pin_threads()
 
 from retold import build_runtime, load_config  # noqa: E402
-from retold.index.embedder import DEFAULT_MODEL, SentenceTransformerEmbedder  # noqa: E402
+from retold.index.embedder import DEFAULT_MODEL, INT8_MODEL, SentenceTransformerEmbedder  # noqa: E402
 from retold.index.onnx_embedder import OnnxEmbedder  # noqa: E402
 from retold.index.onnx_export import ensure_exported  # noqa: E402
 from retold.models import Principal, Scope  # noqa: E402
@@ -82,34 +86,39 @@ def make_queries(n: int) -> list[str]:
     return [pairs[i % len(pairs)] + ("" if i < len(pairs) else f" (#{i})") for i in range(n)]
 
 
-def bench_queries(onnx: OnnxEmbedder, st: SentenceTransformerEmbedder,
-                  queries: list[str]) -> dict[str, Any]:
-    times: dict[str, list[float]] = {"onnx": [], "sentence_transformers": []}
-    cosines: list[float] = []
+Encoders = dict[str, OnnxEmbedder | SentenceTransformerEmbedder]
+
+
+def _rotated(encoders: Encoders, i: int) -> list[tuple[str, OnnxEmbedder | SentenceTransformerEmbedder]]:
+    """The encoders in an order that rotates with ``i``, so none always runs first or last."""
+    items = list(encoders.items())
+    shift = i % len(items)
+    return items[shift:] + items[:shift]
+
+
+def bench_queries(encoders: Encoders, queries: list[str]) -> dict[str, Any]:
+    times: dict[str, list[float]] = {name: [] for name in encoders}
+    cosines: dict[str, list[float]] = {name: [] for name in encoders if name != "sentence_transformers"}
     for i, query in enumerate(queries):
-        pair = [("onnx", onnx), ("sentence_transformers", st)]
-        if i % 2:  # alternate the order so neither side always runs second
-            pair.reverse()
         vectors = {}
-        for name, embedder in pair:
+        for name, embedder in _rotated(encoders, i):
             started = time.perf_counter()
             vectors[name] = embedder.embed_queries([query])[0]
             times[name].append((time.perf_counter() - started) * 1000)
-        cosines.append(float(vectors["onnx"] @ vectors["sentence_transformers"]))
+        for name in cosines:
+            cosines[name].append(float(vectors[name] @ vectors["sentence_transformers"]))
     return {
         "query_ms": {name: summarize(samples) for name, samples in times.items()},
-        "cosine": {"min": round(min(cosines), 6), "mean": round(statistics.fmean(cosines), 6)},
+        "cosine": {name: {"min": round(min(values), 6), "mean": round(statistics.fmean(values), 6)}
+                   for name, values in cosines.items()},
     }
 
 
-def bench_documents(onnx: OnnxEmbedder, st: SentenceTransformerEmbedder, rounds: int) -> dict[str, Any]:
+def bench_documents(encoders: Encoders, rounds: int) -> dict[str, Any]:
     docs = [f"{MEMORIES[i % len(MEMORIES)]} Note {i}: " + "details " * (i % 20) for i in range(64)]
-    times: dict[str, list[float]] = {"onnx": [], "sentence_transformers": []}
+    times: dict[str, list[float]] = {name: [] for name in encoders}
     for i in range(rounds):
-        pair = [("onnx", onnx), ("sentence_transformers", st)]
-        if i % 2:
-            pair.reverse()
-        for name, embedder in pair:
+        for name, embedder in _rotated(encoders, i):
             started = time.perf_counter()
             embedder.embed_documents(docs)
             times[name].append((time.perf_counter() - started) * 1000)
@@ -169,12 +178,19 @@ def main() -> None:
         results["onnx_file_mb"] = round(exported.stat().st_size / 1e6, 1)
         print(f"exported in {results['export_s']} s ({results['onnx_file_mb']} MB)", flush=True)
 
-        onnx = OnnxEmbedder(threads=1, cache_dir=cache, query_cache_entries=0)
-        st = SentenceTransformerEmbedder(torch_threads=1, query_cache_entries=0)
-        for embedder in (onnx, st):  # load and warm both before timing
+        started = time.perf_counter()
+        ensure_exported(EmbeddingConfig(model=INT8_MODEL, onnx_cache_dir=cache))
+        results["quantise_s"] = round(time.perf_counter() - started, 2)
+
+        encoders: Encoders = {
+            "onnx": OnnxEmbedder(threads=1, cache_dir=cache, query_cache_entries=0),
+            "sentence_transformers": SentenceTransformerEmbedder(torch_threads=1, query_cache_entries=0),
+            "onnx_int8": OnnxEmbedder(INT8_MODEL, threads=1, cache_dir=cache, query_cache_entries=0),
+        }
+        for embedder in encoders.values():  # load and warm each before timing
             embedder.embed_queries(["warm up the encoder", "and once more"])
-        results.update(bench_queries(onnx, st, make_queries(args.queries)))
-        results.update(bench_documents(onnx, st, args.batches))
+        results.update(bench_queries(encoders, make_queries(args.queries)))
+        results.update(bench_documents(encoders, args.batches))
         print(json.dumps({k: results[k] for k in ("query_ms", "cosine", "batch_64_ms")}), flush=True)
 
         store = Path(tmp) / "cold.sqlite"
@@ -190,8 +206,13 @@ def main() -> None:
     table = [["backend", "query p50 / p95 (ms)", "64-doc batch p50 (ms)",
               "cold: import / build / first search (ms)", "cold total p50 (ms)", "process p50 (ms)",
               "torch imported"]]
-    for key, label in (("onnx", "ONNX Runtime"), ("sentence_transformers", "sentence-transformers")):
-        cold = c[key]
+    for key, label in (("onnx", "ONNX Runtime"), ("sentence_transformers", "sentence-transformers"),
+                       ("onnx_int8", "ONNX Runtime, int8 variant")):
+        cold = c.get(key)
+        if cold is None:  # its vectors are another family: its cold start is search_int8's
+            table.append([label, f"{q[key]['p50']:.2f} / {q[key]['p95']:.2f}", f"{b[key]['p50']:.1f}",
+                          "-", "-", "-", "-"])
+            continue
         table.append([
             label, f"{q[key]['p50']:.2f} / {q[key]['p95']:.2f}", f"{b[key]['p50']:.1f}",
             f"{cold['import_ms']['p50']:.0f} / {cold['build_ms']['p50']:.0f} / "
@@ -201,12 +222,15 @@ def main() -> None:
         ])
     notes = (
         f"all-MiniLM-L6-v2 on one thread. {args.queries} distinct queries, one per call, no "
-        f"query cache, the backends interleaved (order alternating); {args.batches} rounds of one "
-        f"64-text document batch. Cosine between the backends' query vectors: min "
-        f"{results['cosine']['min']}, mean {results['cosine']['mean']}. Cold start: a fresh "
-        f"process imports retold, builds the runtime and runs one search on a {len(MEMORIES)}-record "
-        f"store ({args.cold_runs} runs each; the ONNX file already exported). One-time export into "
-        f"an empty cache: {results['export_s']} s ({results['onnx_file_mb']} MB)."
+        f"query cache, the backends interleaved (order rotating); {args.batches} rounds of one "
+        f"64-text document batch. Cosine to sentence-transformers' query vectors: ONNX Runtime min "
+        f"{results['cosine']['onnx']['min']}, mean {results['cosine']['onnx']['mean']}; int8 variant "
+        f"min {results['cosine']['onnx_int8']['min']}, mean {results['cosine']['onnx_int8']['mean']} "
+        f"(a model of its own, with its own gate floors; its cold start is in search_int8). "
+        f"Cold start: a fresh process imports retold, builds the runtime and runs one search on a "
+        f"{len(MEMORIES)}-record store ({args.cold_runs} runs each; the ONNX file already "
+        f"exported). One-time export into an empty cache: {results['export_s']} s "
+        f"({results['onnx_file_mb']} MB); the int8 file quantised from it: {results['quantise_s']} s."
     )
     write_report("encoder", results, table, notes)
     for row in table:

@@ -31,6 +31,7 @@ _RANGES: tuple[tuple[str, tuple[float, float, bool]], ...] = (
     ("*.two_name_margin", _UNIT),
     ("*.standout_margin", _UNIT),  # 0 = a lead over the named records passes nothing
     ("*.companion_margin", _UNIT),  # 0 = no companions
+    ("*.beyond_names_margin", _UNIT),  # 0 = reaching beyond_names_floor is enough
     ("*.companion_weight", _UNIT),  # 0 = a companion ranks after every pass
     ("*.nameless_lexical_terms", _NON_NEGATIVE),  # 0 = asked words alone never pass without a name
     ("store.busy_timeout_seconds", _NON_NEGATIVE),  # 0 = fail at once on a held lock

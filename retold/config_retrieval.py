@@ -100,6 +100,8 @@ class AutoGateConfig:
     nameless_lexical_floor: float = 0.40
     nameless_lexical_terms: int = 0  # off: no pass on asked words alone for a search nobody asked for
     follow_links: bool = False  # no second hop for a search nobody asked for
+    beyond_names_floor: float = 1.0  # off: a name-only record needs its dense margin
+    beyond_names_margin: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +123,10 @@ class GateConfig:
     nameless_lexical_floor: float = 0.40
     nameless_lexical_terms: int = 3  # 0 = off; with this many asked words, no cosine needed
     follow_links: bool = True  # a record a passing one links to may pass after it
+    # A record sharing only names passes when its cosine with the names taken out of both
+    # sides reaches the floor (1 = off) and leads the other records carrying them by the margin.
+    beyond_names_floor: float = 0.45
+    beyond_names_margin: float = 0.08
     auto: AutoGateConfig = field(default_factory=AutoGateConfig)
     # The embedding model these floors (auto's included) were calibrated for; the runtime
     # refuses to run the packaged model's other precision under them.

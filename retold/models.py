@@ -301,6 +301,8 @@ class Candidate:
     freshness_multiplier: float | None = None  # episodic records only
     score: float = 0.0  # rrf_score * freshness_multiplier (a companion: see gate.companion_score)
     dense_vote: float = 0.0  # the dense channel's share of rrf_score, 1 / (k + dense rank)
+    # The dense cosine with the question's names taken out of both sides (retrieve.beyond_names).
+    beyond_names: float | None = None
     gate_reason: str | None = None
     rerank_score: float | None = None
     rank_after_rerank: int | None = None

@@ -1,9 +1,9 @@
 """VectorIndex: the in-RAM projection of compatible embedding rows.
 
 Exact cosine search over a private, L2-normalised float32 matrix. The matrix grows by
-doubling and is never handed out: callers get ids and scores, one row through
-``vector_for``, or a pairwise ``cosine``. One lock guards every read and write, so a
-concurrent refresh cannot move a row between building the eligibility mask and the
+doubling and is never handed out: callers get ids and scores, copies of a few rows
+(``vector_for``, ``rows``), or pairwise cosines. One lock guards every read and write, so
+a concurrent refresh cannot move a row between building the eligibility mask and the
 matrix product.
 """
 
@@ -303,9 +303,9 @@ class VectorIndex:
             row: np.ndarray = self._matrix[position].copy()
             return row
 
-    def cosine_matrix(self, record_ids: Sequence[str]) -> np.ndarray:
-        """Pairwise cosines of these records, read under one lock hold; a row or column is
-        nan where a record has no live vector. Copies len(ids) rows, never the matrix."""
+    def rows(self, record_ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Copies of these records' rows, read under one lock hold, and which of them have a
+        live vector (a row without one is zeros)."""
         with self._lock:
             positions = np.fromiter((self._pos.get(rid, -1) for rid in record_ids), dtype=np.int64,
                                     count=len(record_ids))
@@ -313,7 +313,13 @@ class VectorIndex:
             present[present] = self._live[positions[present]]
             rows = np.zeros((len(record_ids), self.dims), dtype=np.float32)
             rows[present] = self._matrix[positions[present]]
-        gram = (rows @ rows.T).astype(np.float64)
+        return rows, present
+
+    def cosine_matrix(self, record_ids: Sequence[str]) -> np.ndarray:
+        """Pairwise cosines of these records, read under one lock hold; a row or column is
+        nan where a record has no live vector. Copies len(ids) rows, never the matrix."""
+        rows, present = self.rows(record_ids)
+        gram: np.ndarray = (rows @ rows.T).astype(np.float64)
         gram[~present, :] = np.nan
         gram[:, ~present] = np.nan
         return gram

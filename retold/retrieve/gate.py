@@ -13,11 +13,14 @@ lexical floor on the asked terms (on the names when the question only names thin
 entity match counts as a name match, never as a pass of its own unless the question only
 names things. Such a name-only record also passes when its cosine leads every other record
 carrying the question's names by ``standout_margin`` (and reaches ``standout_floor``): the
-question picked it out of that entity's records; so does one that is the only record
-carrying them to hold a word of what is asked (its stem three letters or more), when its
-cosine reaches ``standout_floor``. A record reached on a link (``Candidate.via``: it is
-about what a candidate mentions) passes when that candidate passed and it holds an asked
-word the candidate does not, and ranks right after it (``follow_links``). Companions: once
+question picked it out of that entity's records; so does one whose cosine with the names
+taken out of both sides (``Candidate.beyond_names``) reaches ``beyond_names_floor`` and
+leads the others' by ``beyond_names_margin``, and one that is the only record carrying
+them to hold a word of what is asked (its stem three letters or more), when its cosine
+reaches ``standout_floor`` (:mod:`retold.retrieve.standouts`). A record reached on a link
+(``Candidate.via``: it is about what a candidate mentions) passes when that candidate
+passed and it holds an asked word the candidate does not, and ranks right after it
+(``follow_links``). Companions: once
 something passed, a candidate within ``companion_margin`` of the best passing cosine is
 kept too, and ranks by its dense vote alone times ``companion_weight``
 (:func:`dense_vote_score`), as does a record that passed only on two names: the names it
@@ -29,8 +32,8 @@ same number of channels (0 disables it). Every dropped candidate carries the ste
 floor that dropped it, so a logged search can be re-decided with other floors
 (:mod:`retold.retrieve.replay`; ``docs/decisions.md``, "The gate judges what is asked", "A
 record the question picks out of its entity's records", "An asked word one record holds",
-"A second hop through entity links", "Two names of the question" and "A companion closer
-than every pass").
+"A second hop through entity links", "Two names of the question", "A companion closer
+than every pass" and "What a record says beyond the question's names").
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from typing import Any
 from retold.config import AutoGateConfig, DenseFloors, GateConfig
 from retold.models import Candidate, LexicalMatch, QueryShape
 from retold.retrieve.pass_order import after_anchors, closer_up, words_first
-from retold.retrieve.stemmer import porter_stem
+from retold.retrieve.standouts import asked_standouts, asked_words, beyond_standouts, standouts
 
 __all__ = ["GateFloors", "GateResult", "RecordKind", "dense_vote_score", "floors_for", "gate"]
 
@@ -74,6 +77,8 @@ class GateFloors:
     nameless_lexical_floor: float = 0.0
     nameless_lexical_terms: int = 0
     follow_links: bool = False
+    beyond_names_floor: float = 1.0
+    beyond_names_margin: float = 0.0
     policy_only: bool = False  # cross_encoder_only: the reranker alone judges relevance
 
     def dense_for(self, kind: RecordKind) -> tuple[float, str]:
@@ -100,6 +105,8 @@ class GateFloors:
             "nameless_lexical_floor": self.nameless_lexical_floor,
             "nameless_lexical_terms": self.nameless_lexical_terms,
             "follow_links": self.follow_links,
+            "beyond_names_floor": self.beyond_names_floor,
+            "beyond_names_margin": self.beyond_names_margin,
         }
 
 
@@ -112,7 +119,8 @@ def floors_for(cfg: GateConfig, trigger: str) -> GateFloors:
                       source.name_only_margin, source.two_name_margin, source.unknown_name_floor,
                       source.standout_margin, source.standout_floor, source.companion_margin,
                       source.companion_weight, source.nameless_lexical_floor,
-                      source.nameless_lexical_terms, source.follow_links)
+                      source.nameless_lexical_terms, source.follow_links, source.beyond_names_floor,
+                      source.beyond_names_margin)
 
 
 @dataclass
@@ -236,96 +244,6 @@ def _passed_on_two_names(c: Candidate, kind: RecordKind, floors: GateFloors, sha
     return c.dense.score < floors.dense_for(kind)[0] + floors.name_only_margin
 
 
-def _carries_names(c: Candidate) -> bool:
-    """Whether the record carries every name of the question (or its resolved entity)."""
-    match = c.lexical_terms
-    return c.entity is not None or (match is not None and match.name_terms > 0
-                                    and match.names_matched >= match.name_terms)
-
-
-def _name_only(c: Candidate) -> bool:
-    match = c.lexical_terms
-    return _carries_names(c) and (match is None or match.asked_matched == 0)
-
-
-def _standouts(candidates: Sequence[Candidate], failed: Sequence[Candidate],
-               floors: GateFloors) -> dict[str, str]:
-    """Name-only candidates that lead every other record carrying the question's names.
-
-    A question about an entity asks for one of its records; which one, the cosine says
-    better than any single floor can, because a shared name lifts every record of the
-    entity alike. A record of the entity outside the dense list counts at the lowest
-    logged cosine, which bounds it from above; a lone record has nothing to lead.
-    """
-    if floors.standout_margin <= 0:
-        return {}
-    lowest = min((c.dense.score for c in candidates if c.dense is not None), default=0.0)
-    named = sorted(((c.dense.score if c.dense is not None else lowest, c.record_id)
-                    for c in candidates if _carries_names(c)), reverse=True)
-    leads: dict[str, str] = {}
-    for c in failed:
-        if (c.dense is None or len(named) < 2 or not _name_only(c)
-                or c.dense.score < floors.standout_floor):
-            continue
-        # The best of the others: the runner-up when this record is the best.
-        rival = named[1][0] if named[0][1] == c.record_id else named[0][0]
-        lead = c.dense.score - rival
-        if lead >= floors.standout_margin:
-            leads[c.record_id] = (f"dense {c.dense.score:.3f} leads the other {len(named) - 1} "
-                                  f"records carrying the question's names by {lead:.3f} >= "
-                                  f"{floors.standout_margin:.2f}")
-    return leads
-
-
-def _asked_words(match: LexicalMatch | None) -> set[str]:
-    """The words of what is asked that a record holds, those whose stem says something.
-
-    A stem of one or two letters is shared by unrelated words ("use" and the "us" of
-    prod-us-east both index as "us"), so it cannot single a record out.
-    """
-    if match is None:
-        return set()
-    return {term.value for term in match.terms if not term.is_name and len(porter_stem(term.value)) >= 3}
-
-
-def _entity_records(candidates: Sequence[Candidate]) -> list[Candidate]:
-    """The records the entity channel found for the one entity the question names, or none.
-
-    Where it resolved the name, they are exactly that entity's records: "Redwood Capital 2"
-    carries the words "Redwood Capital" too, but its billing contact is not the one asked
-    about. Records of two entities ("Oskar" and "Tucson") are not one entity's records.
-    """
-    found = [c for c in candidates if c.entity is not None]
-    return found if len({c.entity_id for c in found}) == 1 else []
-
-
-def _asked_standouts(candidates: Sequence[Candidate], failed: Sequence[Candidate],
-                     floors: GateFloors) -> dict[str, str]:
-    """The one record carrying the question's names that holds a word of what is asked.
-
-    "Which person at Lumen Retail gets our bills?" shares "bills" with the account's
-    billing contact and nothing with its plan or renewal; MiniLM ranks the three within a
-    few hundredths, but the word picks the record out. When two or more of the entity's
-    records hold asked words, none is picked: the word is not what tells them apart.
-    """
-    named = _entity_records(candidates)
-    of = "records of the entity the question names"
-    if not named:
-        named, of = [c for c in candidates if _carries_names(c)], "records carrying the question's names"
-    holders = [c for c in named if _asked_words(c.lexical_terms)]
-    if len(named) < 2 or len(holders) != 1:
-        return {}
-    c = holders[0]
-    failed_ids = {f.record_id for f in failed}
-    if c.record_id not in failed_ids or c.dense is None or c.dense.score < floors.standout_floor:
-        return {}
-    assert c.lexical_terms is not None  # it holds an asked word
-    words = ", ".join(t.value for t in c.lexical_terms.terms if not t.is_name)
-    return {c.record_id: (f"the only one of {len(named)} {of} "
-                          f"to hold an asked word ({words}), dense {c.dense.score:.3f} >= "
-                          f"{floors.standout_floor:.2f}")}
-
-
 def _links(passed: Sequence[Candidate], failed: Sequence[Candidate],
            floors: GateFloors) -> dict[str, tuple[str, str]]:
     """Failed records reached from a passing record's mention: record id -> (the passing
@@ -345,7 +263,7 @@ def _links(passed: Sequence[Candidate], failed: Sequence[Candidate],
         anchor = anchors.get(c.via) if c.via is not None else None
         if anchor is None:
             continue
-        new = _asked_words(c.via_terms) - _asked_words(anchor.lexical_terms)
+        new = asked_words(c.via_terms) - asked_words(anchor.lexical_terms)
         if new:
             out[c.record_id] = (anchor.record_id, (
                 f"a link from {anchor.record_id}: about what that record mentions, holding "
@@ -439,7 +357,9 @@ def gate(
             step1.append(c)
     on_words = frozenset(c.record_id for c in step1 if _on_words_alone(c, floors))
     if shape.asks and not shape.unknown_names and not floors.policy_only:
-        leads = _asked_standouts(candidates, failed, floors) | _standouts(candidates, failed, floors)
+        # Where two rules pass a record, the reason names the later one.
+        leads = (beyond_standouts(candidates, failed, floors) | asked_standouts(candidates, failed, floors)
+                 | standouts(candidates, failed, floors))
         for c in failed:
             if c.record_id in leads:
                 c.gate_reason = f"passed on {leads[c.record_id]}"

@@ -37,7 +37,11 @@ def logged_candidates(
         value = log_row[name]
         return json.loads(value) if isinstance(value, str) else list(value)
 
-    dense = {rid: GeneratorHit(rank, cos) for rid, rank, cos in col("dense")}
+    # A dense row is [record, rank, cosine], with the cosine beyond the question's names
+    # fourth where the retriever computed it.
+    dense_rows = col("dense")
+    dense = {row[0]: GeneratorHit(row[1], row[2]) for row in dense_rows}
+    beyond = {row[0]: row[3] for row in dense_rows if len(row) > 3}
     logged = log_row["lexical"]
     logged = json.loads(logged) if isinstance(logged, str) else logged
     # Rows written before the gate judged asked terms hold a bare list of hits.
@@ -63,7 +67,7 @@ def logged_candidates(
             lexical=GeneratorHit(lex[1], lex[2]) if lex else None, lexical_terms=match,
             entity=GeneratorHit(entity[rid][0], 0.0) if rid in entity else None,
             entity_id=entity[rid][1] if rid in entity else None, rrf_score=rrf_score,
-            fused_rank=fused_rank, freshness_multiplier=multiplier,
+            fused_rank=fused_rank, freshness_multiplier=multiplier, beyond_names=beyond.get(rid),
             score=rrf_score * (multiplier if multiplier is not None else 1.0),
             dense_vote=1.0 / (rrf_k + dense[rid].rank) if rid in dense else 0.0,
         ))

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from retold.config import Config, DenseFloors
-from retold.index.embedder import Embedder
+from retold.index.embedder import Embedder, Matrix
 from retold.index.reranker import Reranker, apply_reranker_floor, rerank_with_timeout
 from retold.index.vector import VectorIndex
 from retold.models import (
@@ -32,6 +32,7 @@ from retold.models import (
 )
 from retold.policy.grants import readable_scopes
 from retold.policy.lifecycle import Lifecycle
+from retold.retrieve.beyond_names import beyond_names
 from retold.retrieve.budget import fill_budget
 from retold.retrieve.dedup import collapse_duplicates
 from retold.retrieve.explain import explain, explanation_dict, render
@@ -143,6 +144,9 @@ class Retriever:
         timer.mark("dense")
         candidates = [c for c in fuse(dense, lexical, entity, cfg.rrf_k) if c.record_id in eligible]
         timer.mark("fuse")
+        floors = floors_for(cfg.gate, request.trigger)
+        beyond = self._beyond_names(candidates, qvecs, shape, floors)
+        timer.mark("beyond_names")
 
         meta = self._record_meta([c.record_id for c in candidates], version)
         # The fused order, before freshness re-sorts the list; the log column is built from
@@ -154,7 +158,6 @@ class Retriever:
         linked = self._linked(candidates, meta, queries, eligible, shape, frozenset(aliases), version)
         timer.mark("links")
 
-        floors = floors_for(cfg.gate, request.trigger)
         kinds = {rid: RecordKind(m.type, m.source_kind) for rid, m in meta.items()}
         cross_only = self.config.reranker.enabled and self.config.reranker.mode == "cross_encoder_only"
         gated = gate(candidates, kinds, _policy_only(floors) if cross_only else floors, shape)
@@ -222,7 +225,7 @@ class Retriever:
             "context": request.context, "rewrite_status": rewrite_status,
             "rewritten_queries": log_json(rewritten) if rewritten is not None else None,
             "readable_scopes": LogJson(lambda: read_scopes),
-            "dense": LogJson(lambda: [[rid, rank, round(cos, 6)]
+            "dense": LogJson(lambda: [[rid, rank, round(cos, 6)] + ([beyond[rid]] if rid in beyond else [])
                                       for rank, (rid, cos) in enumerate(dense, 1)]),
             "lexical": LogJson(lambda: {
                 "hits": [[h.record_id, h.rank, h.bm25,
@@ -257,6 +260,20 @@ class Retriever:
         self.encoder.close()
 
     # -- stages ---------------------------------------------------------------------------
+
+    def _beyond_names(self, candidates: list[Candidate], qvecs: Matrix, shape: QueryShape,
+                      floors: GateFloors) -> dict[str, float]:
+        """Set each dense candidate's cosine beyond the question's names, when the question
+        names something and asks about it and the gate uses it; returns them by record id
+        for the log."""
+        if not (shape.asks and shape.name_groups) or floors.beyond_names_floor >= 1.0:
+            return {}
+        dense = [c for c in candidates if c.dense is not None]
+        names = self.embedder.embed_queries([" ".join(group) for group in shape.name_groups])
+        beyond = beyond_names(self.index, [c.record_id for c in dense], qvecs, names)
+        for c in dense:
+            c.beyond_names = beyond.get(c.record_id)
+        return beyond
 
     def _linked(self, candidates: list[Candidate], meta: dict[str, RecordMeta], queries: list[str],
                 eligible: EligibleSet, shape: QueryShape, aliases: frozenset[str],

@@ -196,6 +196,41 @@ def test_the_lead_rule_is_only_for_records_that_share_nothing_but_the_names() ->
     assert gate([asked, acme("contact", 0.10, asked=("tier",))], kinds, floors).kept == []
 
 
+def beyond(c: Candidate, value: float) -> Candidate:
+    c.beyond_names = value
+    return c
+
+
+BEYOND = replace(FLOORS, standout_margin=0.0, beyond_names_floor=0.45, beyond_names_margin=0.08)
+
+
+def test_a_record_that_stays_close_once_the_names_are_taken_out_passes() -> None:
+    # "Which tier is Acme North on?": the name lifts every record of the account to about
+    # the same cosine, under the name-only floor; without the name, only the plan stays close.
+    plan, contact, renewal = beyond(acme("plan", 0.56), 0.50), beyond(acme("contact", 0.58), 0.30), \
+        beyond(acme("renewal", 0.55), 0.20)
+    kinds = dict.fromkeys(("plan", "contact", "renewal"), SEMANTIC)
+    result = gate([contact, plan, renewal], kinds, BEYOND)
+    assert [c.record_id for c in result.kept] == ["plan"]
+    assert ("dense beyond the names 0.500 >= 0.45, leading the other 2 records carrying them by "
+            "0.200 >= 0.08") in (plan.gate_reason or "")
+    # The rule is what let it through: off (floor 1), the account abstains.
+    assert gate([contact, plan, renewal], kinds, replace(BEYOND, beyond_names_floor=1.0)).kept == []
+
+
+def test_an_unstored_attribute_stays_low_or_level_beyond_the_names() -> None:
+    # "What is Acme North's stock ticker?": nothing of the account is about it.
+    kinds = dict.fromkeys(("plan", "contact", "tier"), SEMANTIC)
+    low = [beyond(acme("plan", 0.56), 0.40), beyond(acme("contact", 0.58), 0.20)]
+    assert gate(low, kinds, BEYOND).kept == []
+    # Two records level beyond the names: neither is picked out.
+    level = [beyond(acme("plan", 0.56), 0.50), beyond(acme("contact", 0.58), 0.46)]
+    assert gate(level, kinds, BEYOND).kept == []
+    # A record holding an asked word is judged by its words and floors, not by this rule.
+    worded = beyond(acme("tier", 0.40, asked=("tier",)), 0.90)
+    assert gate([worded, beyond(acme("plan", 0.56), 0.10)], kinds, BEYOND).kept == []
+
+
 def test_the_only_record_of_the_entity_holding_an_asked_word_passes() -> None:
     # "Which person at Acme North gets our bills?": only the billing contact holds "bills",
     # and its cosine is under the dense floor, as are the account's other records.

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from retold.index.reranker import FakeReranker
 from retold.models import Principal, Scope, SearchRequest
@@ -429,9 +430,42 @@ def test_a_record_carrying_two_names_of_the_question_answers_and_replays(world: 
     floors = floors_for(world.rt.config.retrieval.gate, "tool")
     assert [c.record_id for c in replay_gate(row, floors).kept] == [trip]
     # The relief is what let it through: with the one-name margin it fails, as a record
-    # sharing only "Oskar" at that cosine does.
-    one_name = replace(floors, two_name_margin=floors.name_only_margin, standout_margin=0.0)
+    # sharing only "Oskar" at that cosine does (with no lead to stand out by).
+    one_name = replace(floors, two_name_margin=floors.name_only_margin, standout_margin=0.0,
+                       beyond_names_floor=1.0)
     assert replay_gate(row, one_name).kept == []
+
+
+def test_a_record_close_to_the_question_beyond_its_name_answers_and_replays(world: World) -> None:
+    deploy_text = "Project Jetstream deploys through the prod-eu-west cluster."
+    owner_text = "Olu owns the Jetstream project."
+    question, unstored = "Which environment does Jetstream release to?", "What budget does Jetstream have?"
+    # Vectors where the name "jetstream" weighs on every text: the deploy record is at 0.58
+    # to the question (under the name-only floor, 0.60 here) and the owner record, with
+    # more of the name in it, at 0.47 (too close behind for the plain lead to pick either).
+    name = world.embedder.vector("jetstream").astype(np.float64)
+    basis = np.linalg.qr(np.column_stack(
+        [name, *np.random.default_rng(3).standard_normal((4, name.size))]))[0].T
+    asked, said, other, budget = basis[1:5]  # orthogonal to the name and to each other
+    world.embedder.pin(question, name + 2 * asked)
+    world.embedder.pin(deploy_text, name + 2 * (0.48 * asked + np.sqrt(1 - 0.48 ** 2) * said))
+    world.embedder.pin(owner_text, 3 * name + 2 * (0.2 * asked + np.sqrt(1 - 0.2 ** 2) * other))
+    world.embedder.pin(unstored, name + 2 * budget)
+    deploy = fact(world, deploy_text, "deploy_target")
+    fact(world, owner_text, "owner")
+    outcome = search(world, question)
+    assert ids(outcome) == [deploy]
+    assert "dense beyond the names 0.480 >= 0.45" in outcome.response.results[0].explanation.gate
+    row = log(world, outcome)
+    logged = {r[0]: r for r in json.loads(row["dense"])}
+    assert logged[deploy][2] == pytest.approx(0.584, abs=1e-3) and logged[deploy][3] == pytest.approx(0.48)
+    floors = floors_for(world.rt.config.retrieval.gate, "tool")
+    assert [c.record_id for c in replay_gate(row, floors).kept] == [deploy]
+    # The rule is what let it through, and host-issued searches do without it.
+    assert replay_gate(row, replace(floors, beyond_names_floor=1.0)).kept == []
+    assert search(world, question, trigger="auto").response.results == []
+    # An attribute the store does not hold: both records fall away beyond the name.
+    assert search(world, unstored).response.results == []
 
 
 def test_a_question_naming_the_wrong_person_finds_the_event_by_its_words_and_replays(world: World) -> None:
