@@ -2,13 +2,14 @@
 
 A record that shares a name with the question has a high cosine to it whatever the
 question asks about that name: a sentence vector leans towards each of its words, and the
-name is in both texts. "Which environment does Jetstream release to?" and "Project
-Jetstream deploys through the prod-eu-west cluster" meet at 0.67, and so does a question
-about Jetstream's budget, which the store never holds. Removing the name's own direction
-from both vectors leaves what the question asks set against what the record says: the
-deploy record keeps a high cosine, the budget question loses most of it. The gate lets a
-record that shares only names with the question pass on that remainder
-(``beyond_names_floor``; docs/decisions.md, "What a record says beyond the question's
+name is in both texts. "Who are Prism's customers?", which the store does not hold, meets
+"Zane owns the Prism project" at 0.63, about where "Which band is Petra in?" meets "Petra
+plays the bass guitar in a jazz trio" (0.68). Removing the names' own directions from both
+vectors leaves what the question asks set against what the record says: the band record
+keeps 0.48, the owner record 0.38, and the project's other records 0.23. The gate lets a
+record that shares only names with the question pass on that remainder when it is high
+and leads the other records carrying the names (``beyond_names_floor`` and
+``beyond_names_margin``; docs/decisions.md, "What a record says beyond the question's
 names").
 
 The name vectors come from the same encoder as the query (its cache keeps repeated names

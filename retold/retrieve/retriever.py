@@ -145,7 +145,7 @@ class Retriever:
         candidates = [c for c in fuse(dense, lexical, entity, cfg.rrf_k) if c.record_id in eligible]
         timer.mark("fuse")
         floors = floors_for(cfg.gate, request.trigger)
-        beyond = self._beyond_names(candidates, qvecs, shape, floors)
+        beyond = self._beyond_names(candidates, qvecs, shape, floors, timer)
         timer.mark("beyond_names")
 
         meta = self._record_meta([c.record_id for c in candidates], version)
@@ -262,14 +262,16 @@ class Retriever:
     # -- stages ---------------------------------------------------------------------------
 
     def _beyond_names(self, candidates: list[Candidate], qvecs: Matrix, shape: QueryShape,
-                      floors: GateFloors) -> dict[str, float]:
+                      floors: GateFloors, timer: Timer) -> dict[str, float]:
         """Set each dense candidate's cosine beyond the question's names, when the question
         names something and asks about it and the gate uses it; returns them by record id
-        for the log."""
+        for the log. Encoding the names is a stage of its own (``embed_names``, a cache hit
+        for a name seen before), and counts as encoder time (``embed``) too."""
         if not (shape.asks and shape.name_groups) or floors.beyond_names_floor >= 1.0:
             return {}
         dense = [c for c in candidates if c.dense is not None]
         names = self.embedder.embed_queries([" ".join(group) for group in shape.name_groups])
+        timer.record("embed", timer.mark("embed_names"))
         beyond = beyond_names(self.index, [c.record_id for c in dense], qvecs, names)
         for c in dense:
             c.beyond_names = beyond.get(c.record_id)
