@@ -20,6 +20,8 @@ among floors that abstain on at least ``MIN_ABSTENTION`` of half A and inject in
 and the report says so. The configured floors stay unless the best grid point beats them
 on half A by at least what one unanswerable question weighs in the objective: a smaller
 gain is one search flipping, and does not hold on half B any better than it loses there.
+The two floors of the pass beyond the question's names (``BEYOND_GRID``) are swept after
+that, on their own grid with the rest held, under the same objective and rule.
 
 Run: ``.venv/bin/python -m benchmarks.calibrate_gate [--model M --version V --dims N]
 [--write-defaults]``. ``--model``/``--version``/``--dims`` calibrate another embedding
