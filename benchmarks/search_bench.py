@@ -291,7 +291,7 @@ def _stage_notes(args: argparse.Namespace, results: dict[str, Any]) -> str:
                     f"{row['stages'][kind][s]['p50']:.2f}" for s in STAGES) + " |")
     return (
         f"Modes run: {', '.join(args.modes)}. All times in ms. Mode stages (A columns): FakeEmbedder "
-        f"vectors, `embed_queries` sleeps a fixed {EMBED_SLEEP_S * 1000:.0f} ms; {args.queries} searches "
+        f"vectors, each forward pass sleeps a fixed {EMBED_SLEEP_S * 1000:.0f} ms; {args.queries} searches "
         f"of 1-2 queries (paraphrases, identifiers, names); principal `{USER}` reads user:{USER} + 2 "
         "projects (~10% of rows); rewrite and reranker off. Warm = every search after the first on one "
         f"runtime (search_log warm = 1); cold = the first search of {COLD_RUNS} freshly opened runtimes "
