@@ -51,6 +51,7 @@ from retold.retrieve.generators import (
 from retold.retrieve.query_encoding import QueryEncoder
 from retold.retrieve.rewrite import QueryRewriter, rewrite_stage
 from retold.retrieve.search_log import LogJson, SearchLogWriter, log_json
+from retold.retrieve.standouts import name_only
 from retold.store import EligibleSet, Store
 from retold.store.search import RecordMeta
 from retold.util import Clock, Timer, new_id, to_iso
@@ -264,12 +265,15 @@ class Retriever:
     def _beyond_names(self, candidates: list[Candidate], qvecs: Matrix, shape: QueryShape,
                       floors: GateFloors, timer: Timer) -> dict[str, float]:
         """Set each dense candidate's cosine beyond the question's names, when the question
-        names something and asks about it and the gate uses it; returns them by record id
-        for the log. Encoding the names is a stage of its own (``embed_names``, a cache hit
-        for a name seen before), and counts as encoder time (``embed``) too."""
+        names something and asks about it, the gate uses it and some candidate shares only
+        names with it (no other record is judged by it); returns them by record id for the
+        log. Encoding the names is a stage of its own (``embed_names``, a cache hit for a
+        name seen before), and counts as encoder time (``embed``) too."""
         if not (shape.asks and shape.name_groups) or floors.beyond_names_floor >= 1.0:
             return {}
         dense = [c for c in candidates if c.dense is not None]
+        if not any(name_only(c) for c in dense):  # spares the names a forward pass
+            return {}
         names = self.embedder.embed_queries([" ".join(group) for group in shape.name_groups])
         timer.record("embed", timer.mark("embed_names"))
         beyond = beyond_names(self.index, [c.record_id for c in dense], qvecs, names)

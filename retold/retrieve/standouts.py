@@ -22,7 +22,7 @@ from retold.retrieve.stemmer import porter_stem
 if TYPE_CHECKING:
     from retold.retrieve.gate import GateFloors
 
-__all__ = ["asked_standouts", "asked_words", "beyond_standouts", "standouts"]
+__all__ = ["asked_standouts", "asked_words", "beyond_standouts", "name_only", "standouts"]
 
 
 def _carries_names(c: Candidate) -> bool:
@@ -32,7 +32,8 @@ def _carries_names(c: Candidate) -> bool:
                                     and match.names_matched >= match.name_terms)
 
 
-def _name_only(c: Candidate) -> bool:
+def name_only(c: Candidate) -> bool:
+    """Whether the record carries the question's names and none of its asked words."""
     match = c.lexical_terms
     return _carries_names(c) and (match is None or match.asked_matched == 0)
 
@@ -53,7 +54,7 @@ def standouts(candidates: Sequence[Candidate], failed: Sequence[Candidate],
                     for c in candidates if _carries_names(c)), reverse=True)
     leads: dict[str, str] = {}
     for c in failed:
-        if (c.dense is None or len(named) < 2 or not _name_only(c)
+        if (c.dense is None or len(named) < 2 or not name_only(c)
                 or c.dense.score < floors.standout_floor):
             continue
         # The best of the others: the runner-up when this record is the best.
@@ -83,7 +84,7 @@ def beyond_standouts(candidates: Sequence[Candidate], failed: Sequence[Candidate
                     if _carries_names(c) and c.beyond_names is not None), reverse=True)
     leads: dict[str, str] = {}
     for c in failed:
-        if c.beyond_names is None or not _name_only(c) or c.beyond_names < floors.beyond_names_floor:
+        if c.beyond_names is None or not name_only(c) or c.beyond_names < floors.beyond_names_floor:
             continue
         others = [score for score, rid in named if rid != c.record_id]
         rival = others[0] if others else 0.0
