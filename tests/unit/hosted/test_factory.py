@@ -20,7 +20,7 @@ CLAUDE = "claude-haiku-4-5-20251001"
 SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"],
           "additionalProperties": False}
 ASK = CompletionRequest("Answer briefly.", (Message("user", "Six times seven?"),), SCHEMA, "give_answer",
-                        max_output_tokens=64, timeout_ms=500)
+                        max_output_tokens=64, timeout_ms=10_000)
 
 
 def test_no_api_key_means_no_client() -> None:

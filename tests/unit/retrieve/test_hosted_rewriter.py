@@ -21,15 +21,16 @@ from retold.retrieve.rewrite import (
 from retold.testing.anthropic_stub import AnthropicStub, error, tool_use
 
 MODEL = "claude-haiku-4-5-20251001"
-# Every timeout here stays at or under 300 ms; the stub answers a loopback call in a few.
-ON = RewriteConfig(enabled=True, timeout_ms=300, max_output_tokens=128)
+# Generous wherever no timeout is under test, so a loaded machine never turns an answer
+# into a timeout.
+ON = RewriteConfig(enabled=True, timeout_ms=10_000, max_output_tokens=128)
 RAW = ["what does he prefer?", "the second one"]
 CONTEXT = "user: How should you explain things to Aditya?\nassistant: Briefly. Two deploy scripts exist."
 
 
 def _rewriter(stub: AnthropicStub, cfg: RewriteConfig = ON) -> HostedLLMQueryRewriter:
     client = AnthropicClient(MODEL, "test-key", base_url=stub.base_url, max_retries=0)
-    client.prepare()  # the SDK import must not eat the 300 ms stage budget
+    client.prepare()  # the SDK import must not eat the stage budget
     return HostedLLMQueryRewriter(client, cfg)
 
 
@@ -53,7 +54,7 @@ def test_an_applied_rewrite_replaces_the_queries(anthropic_stub: AnthropicStub) 
 
 
 def test_the_context_sent_is_capped_at_max_context_chars(anthropic_stub: AnthropicStub) -> None:
-    cfg = RewriteConfig(enabled=True, timeout_ms=300, max_context_chars=20)
+    cfg = RewriteConfig(enabled=True, timeout_ms=10_000, max_context_chars=20)
     anthropic_stub.script(tool_use({"queries": RAW}))
 
     result = _rewriter(anthropic_stub, cfg).rewrite(RAW, CONTEXT)
