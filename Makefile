@@ -37,6 +37,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.search_bench
 	$(BIN)/python -m benchmarks.retrieval_bench
 	$(BIN)/python -m benchmarks.calibrate_gate
+	$(BIN)/python -m benchmarks.gate_tradeoff
 	$(BIN)/python -m benchmarks.search_bench --config config.int8.yaml --modes real,baseline,cold --sizes 10000
 	$(BIN)/python -m benchmarks.retrieval_bench --config config.int8.yaml
 	$(BIN)/python -m benchmarks.calibrate_gate --model sentence-transformers/all-MiniLM-L6-v2-int8

@@ -109,6 +109,7 @@ class Question:
     unseen: bool = False  # worded anew (unseen_wordings.json), never tuned on
     outcomes: dict[str, Outcome] = field(default_factory=dict)
     search_id: str | None = None
+    best_cosine: float = 0.0  # the baseline's best dense cosine
 
 
 def _parse_date(value: str) -> datetime:
@@ -158,10 +159,12 @@ class Baseline:
             [(i, r["content"]) for i, r in enumerate(records)],
         )
 
-    def dense(self, text: str) -> list[str]:
+    def dense(self, text: str) -> tuple[list[str], float]:
+        """The top facts by cosine, and the best cosine (what an abstaining baseline reads)."""
         q = np.asarray(self.embedder.embed_queries([text]))[0]
-        order = np.argsort(-(self.vectors @ q))[:PER_LIST]
-        return [self.keys[i] for i in order]
+        cosines = self.vectors @ q
+        order = np.argsort(-cosines)[:PER_LIST]
+        return [self.keys[i] for i in order], float(cosines[order[0]])
 
     def bm25(self, text: str) -> list[str]:
         words = [
@@ -177,14 +180,15 @@ class Baseline:
         ).fetchall()
         return [self.keys[row[0]] for row in rows]
 
-    def answer(self, text: str) -> dict[str, list[str]]:
-        dense, bm25 = self.dense(text), self.bm25(text)
+    def answer(self, text: str) -> tuple[dict[str, list[str]], float]:
+        """Each system's ranking, and the best dense cosine."""
+        (dense, best), bm25 = self.dense(text), self.bm25(text)
         score: dict[str, float] = defaultdict(float)
         for ranking in (dense, bm25):
             for rank, key in enumerate(ranking, 1):
                 score[key] += 1.0 / (RRF_K + rank)
         rrf = sorted(score, key=lambda key: -score[key])
-        return {"dense": dense, "bm25": bm25, "rrf": rrf}
+        return {"dense": dense, "bm25": bm25, "rrf": rrf}, best
 
 
 def recall_at(outcome: Outcome, expected: Iterable[str], k: int) -> float:
@@ -318,7 +322,8 @@ def run(
                 sum(record_tokens(r.record) for r in results),
             )
             q.search_id = outcome.response.search_id
-            for name, keys in baseline.answer(q.text).items():
+            rankings, q.best_cosine = baseline.answer(q.text)
+            for name, keys in rankings.items():
                 top = keys[:K]
                 q.outcomes[name] = Outcome(
                     top, sum(len(by_key[k]["content"]) // 4 + 30 for k in top)
