@@ -79,11 +79,12 @@ class DenseFloors:
 
 @dataclass(frozen=True, slots=True)
 class AutoGateConfig:
-    """``retrieval.gate.auto:`` - stricter floors for host-issued searches."""
+    """``retrieval.gate.auto:`` - floors for host-issued searches, swept by
+    benchmarks/calibrate_gate.py after the tool floors with none looser than those."""
 
     dense_floor: DenseFloors = dataclasses.field(
         default_factory=lambda: DenseFloors(
-            semantic=0.70, episodic=0.55, procedural=0.65, session_summary=0.65
+            semantic=0.65, episodic=0.60, procedural=0.65, session_summary=0.65
         )
     )
     lexical_min_term_fraction: float = 0.6
@@ -91,17 +92,17 @@ class AutoGateConfig:
     relative_floor: float = 0.95
     exclude_source_kinds: tuple[SourceKind, ...] = ("session_summary",)
     name_only_margin: float = 0.20
-    two_name_margin: float = 0.20  # as name_only_margin: no relief for searches nobody asked for
+    two_name_margin: float = 0.0
     unknown_name_floor: float = 0.90
-    standout_margin: float = 0.0  # off: a search nobody asked for never passes on a lead alone
-    standout_floor: float = 1.0
-    companion_margin: float = 0.0  # off
+    standout_margin: float = 0.12
+    standout_floor: float = 0.50
+    companion_margin: float = 0.0  # off: companions cost precision
     companion_weight: float = 1.0
     nameless_lexical_floor: float = 0.40
-    nameless_lexical_terms: int = 0  # off: no pass on asked words alone for a search nobody asked for
-    follow_links: bool = False  # no second hop for a search nobody asked for
-    beyond_names_floor: float = 1.0  # off: a name-only record needs its dense margin
-    beyond_names_margin: float = 0.0
+    nameless_lexical_terms: int = 3
+    follow_links: bool = True
+    beyond_names_floor: float = 0.45
+    beyond_names_margin: float = 0.08
 
 
 @dataclass(frozen=True, slots=True)
