@@ -319,7 +319,7 @@ def _switched(values: dict[str, Any], tool: dict[str, Any], on: tuple[bool, ...]
 
 @dataclass
 class AutoSweep:
-    best: dict[str, Any]  # each stage's best point, the floors' held for the switches
+    best: dict[str, Any]  # the best floors, with the best switches over the floors chosen
     chosen: dict[str, Any]
     feasible: bool
     kept: tuple[bool, bool]  # whether the floors, then the switches, stayed as configured
