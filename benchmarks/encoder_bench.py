@@ -5,7 +5,7 @@
    Runtime, sentence-transformers and the int8 variant on ONNX Runtime. Also one 64-text
    document batch (``reembed_batch_size``) per backend, interleaved.
 2. Agreement: the cosine between each ONNX backend's vectors and sentence-transformers' for
-   every query (the int8 variant is a model of its own with its own floors, so its figure
+   every query (the int8 variant is a model of its own with its own gate, so its figure
    says how far it moved, not whether stored vectors stay valid).
 3. Cold start: a fresh Python process that imports retold, runs ``build_runtime`` and one
    search on a small store, per backend; the ONNX process must not import torch. Timed
@@ -226,7 +226,7 @@ def main() -> None:
         f"64-text document batch. Cosine to sentence-transformers' query vectors: ONNX Runtime min "
         f"{results['cosine']['onnx']['min']}, mean {results['cosine']['onnx']['mean']}; int8 variant "
         f"min {results['cosine']['onnx_int8']['min']}, mean {results['cosine']['onnx_int8']['mean']} "
-        f"(a model of its own, with its own gate floors; its cold start is in search_int8). "
+        f"(a model of its own, with its own fitted gate; its cold start is in search_int8). "
         f"Cold start: a fresh process imports retold, builds the runtime and runs one search on a "
         f"{len(MEMORIES)}-record store ({args.cold_runs} runs each; the ONNX file already "
         f"exported). One-time export into an empty cache: {results['export_s']} s "

@@ -11,10 +11,10 @@ the conversation ever stated (superseded ones included, as a plain index keeps t
 BM25 from an SQLite FTS5 table with the porter stemmer, and their reciprocal rank fusion
 (k = 60, top 30 of each). Dense-only and BM25-only figures come from the same lists.
 
-Reported per question kind and per half (even conversations = half A, odd = half B, so a
-floor tuned on A is checked on B), and for the questions of
+Reported per question kind and per half (even conversations = half A, odd = half B: the
+gate is fitted on A and checked on B), and for the questions of
 benchmarks/data/unseen_wordings.json (``benchmarks.unseen_wordings``: the same records
-asked in wordings no sweep has seen, so a floor that fits the set's own phrasing shows):
+asked in wordings no fit has seen, so a gate that fits the set's own phrasing shows):
 R@1/5/10 (share of the expected records found in the top k, averaged), abstention
 (unanswerable questions that return nothing), right-at-1 on each unanswerable question's
 answerable twin, current value at rank 1 and stale results on questions about facts that
@@ -22,11 +22,12 @@ changed, results and tokens per search.
 
 Run: ``.venv/bin/python -m benchmarks.retrieval_bench [--conversations N] [--dump PATH]
 [--store URL]``; ``--dump`` also writes every logged search row with its question, to
-re-decide offline with ``retold.retrieve.replay.replay_gate``. Writes
+decide again offline with ``retold.retrieve.replay.replay`` (``benchmarks.fit_gate``
+reads it). Writes
 benchmarks/results/retrieval.json and retrieval.md. ``--store`` runs the same questions on
 an empty PostgreSQL database instead of a fresh SQLite file and writes
 retrieval_postgres.json and .md, so the two lexical channels (FTS5 and ``tsvector``) can be
-compared under the same gate floors.
+compared under the same gate.
 """
 
 from __future__ import annotations
@@ -34,10 +35,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sqlite3
 import tempfile
 import time
-from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -52,20 +51,18 @@ pin_threads()
 
 import numpy as np  # noqa: E402
 
+from benchmarks.baselines import Hybrid  # noqa: E402
 from retold import build_runtime, load_config  # noqa: E402
 from retold.ingest.equivalence import ExactJudge  # noqa: E402
 from retold.ingest.ingestor import WriteRequest  # noqa: E402
 from retold.models import EntityMention, Principal, Scope, SearchRequest  # noqa: E402
 from retold.retrieve.budget import record_tokens  # noqa: E402
-from retold.retrieve.gate import floors_for  # noqa: E402
-from retold.retrieve.stopwords import STOPWORDS  # noqa: E402
+from retold.util import to_plain  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "conversations.json"
 UNSEEN = DATA.parent / "unseen_wordings.json"
 AGENT = "bench-agent"
 K = 10
-PER_LIST = 30
-RRF_K = 60
 ANSWERABLE_KINDS = (
     "single_hop",
     "multi_hop",
@@ -145,50 +142,9 @@ def load_conversation(rt: Any, conv: dict[str, Any]) -> dict[str, str]:
     return ids
 
 
-class Baseline:
+def baseline(embedder: Any, records: Sequence[dict[str, Any]]) -> Hybrid:
     """Dense + BM25 (porter) + RRF over one conversation's facts, all of them."""
-
-    def __init__(self, embedder: Any, records: Sequence[dict[str, Any]]) -> None:
-        self.keys = [r["key"] for r in records]
-        self.vectors = np.asarray(embedder.embed_documents([r["content"] for r in records]))
-        self.embedder = embedder
-        self.db = sqlite3.connect(":memory:")
-        self.db.execute("CREATE VIRTUAL TABLE f USING fts5(body, tokenize='porter unicode61')")
-        self.db.executemany(
-            "INSERT INTO f(rowid, body) VALUES (?, ?)",
-            [(i, r["content"]) for i, r in enumerate(records)],
-        )
-
-    def dense(self, text: str) -> tuple[list[str], float]:
-        """The top facts by cosine, and the best cosine (what an abstaining baseline reads)."""
-        q = np.asarray(self.embedder.embed_queries([text]))[0]
-        cosines = self.vectors @ q
-        order = np.argsort(-cosines)[:PER_LIST]
-        return [self.keys[i] for i in order], float(cosines[order[0]])
-
-    def bm25(self, text: str) -> list[str]:
-        words = [
-            w
-            for w in "".join(ch.lower() if ch.isalnum() else " " for ch in text).split()
-            if w not in STOPWORDS
-        ]
-        if not words:
-            return []
-        match = " OR ".join(f'"{w}"' for w in dict.fromkeys(words))
-        rows = self.db.execute(
-            "SELECT rowid FROM f WHERE f MATCH ? ORDER BY bm25(f) LIMIT ?", (match, PER_LIST)
-        ).fetchall()
-        return [self.keys[row[0]] for row in rows]
-
-    def answer(self, text: str) -> tuple[dict[str, list[str]], float]:
-        """Each system's ranking, and the best dense cosine."""
-        (dense, best), bm25 = self.dense(text), self.bm25(text)
-        score: dict[str, float] = defaultdict(float)
-        for ranking in (dense, bm25):
-            for rank, key in enumerate(ranking, 1):
-                score[key] += 1.0 / (RRF_K + rank)
-        rrf = sorted(score, key=lambda key: -score[key])
-        return {"dense": dense, "bm25": bm25, "rrf": rrf}, best
+    return Hybrid(embedder, [r["key"] for r in records], [r["content"] for r in records])
 
 
 def recall_at(outcome: Outcome, expected: Iterable[str], k: int) -> float:
@@ -269,8 +225,8 @@ def unseen_questions(count: int) -> list[list[dict[str, Any]]]:
 def calibration_overrides(store: dict[str, str], embedding: dict[str, object] | None
                           ) -> dict[str, Any]:
     """Overrides for a run on ``store`` with ``embedding`` changed. A run under another
-    model is a calibration run for it: its floors are what the sweep replaces, so the
-    runtime is told they belong to that model."""
+    model is a fitting run for it: its gate is what the fit replaces, so the runtime is
+    told the gate belongs to that model."""
     overrides: dict[str, Any] = {"store": store, "embedding": {"torch_threads": 1, **(embedding or {})}}
     if embedding and "model" in embedding:
         overrides["retrieval"] = {"gate": {"calibrated_for": embedding["model"]}}
@@ -296,7 +252,7 @@ def run(
         started = time.perf_counter()
         ids = load_conversation(rt, conv)
         all_ids.update(ids)
-        baseline = Baseline(rt.embedder, conv["records"])
+        hybrid = baseline(rt.embedder, conv["records"])
         by_key = {r["key"]: r for r in conv["records"]}
         principal = Principal(AGENT, conv["user"], None, None)
         orgs = {name for name in conv["orgs"] if name.split()[-1].isdigit()}
@@ -322,7 +278,7 @@ def run(
                 sum(record_tokens(r.record) for r in results),
             )
             q.search_id = outcome.response.search_id
-            rankings, q.best_cosine = baseline.answer(q.text)
+            rankings, q.best_cosine = hybrid.answer(q.text)
             for name, keys in rankings.items():
                 top = keys[:K]
                 q.outcomes[name] = Outcome(
@@ -428,7 +384,7 @@ def main() -> None:
                         help="an empty PostgreSQL database URL to run on instead of SQLite")
     parser.add_argument("--config", type=Path, default=None,
                         help="config file the runtime starts from (config.int8.yaml: the int8 encoder "
-                             "and its floors); the report is then named after it (retrieval_int8)")
+                             "and its gate); the report is then named after it (retrieval_int8)")
     args = parser.parse_args()
     data = json.loads(DATA.read_text())
     conversations = data["conversations"][: args.conversations]
@@ -452,7 +408,8 @@ def main() -> None:
             "backend": rt.store.backend,
             "embedding": {"model": rt.embedder.name, "version": rt.embedder.version},
             "config": str(args.config or "defaults"),
-            "gate": floors_for(rt.config.retrieval.gate, "tool").as_dict(),
+            "fusion": to_plain(rt.config.retrieval.fusion),
+            "gate": to_plain(rt.config.retrieval.gate),
             "halves": {h: {s: score(qs, s) for s in SYSTEMS} for h, qs in halves.items()},
         }
         rt_model = rt.embedder.name
@@ -471,8 +428,8 @@ def main() -> None:
             + ("" if args.config is None else f"Config {args.config.name}: {rt_model}. ")
             + f"{report['records']} records, {report['questions']} questions, "
             f"{report['conversations']} conversations; k = {K}. Half A (even conversations) "
-            "tunes the gate, half B checks it; `unseen` asks the same records in "
-            f"{report['unseen_questions']} questions worded anew, which no sweep sees. Baselines: dense "
+            "fits the gate, half B checks it; `unseen` asks the same records in "
+            f"{report['unseen_questions']} questions worded anew, which no fit sees. Baselines: dense "
             "cosine, BM25 (porter), RRF of both, over every stated fact.",
         )
 

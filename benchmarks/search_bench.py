@@ -104,7 +104,7 @@ def parse_args() -> argparse.Namespace:
                         help="memories in the 'contention' store before the load")
     parser.add_argument("--config", type=Path, default=None,
                         help="config file the runtimes start from (config.int8.yaml: the int8 encoder "
-                             "and its floors); the report is then named after it (search_int8)")
+                             "and its gate); the report is then named after it (search_int8)")
     parser.add_argument("--results-dir", type=Path, default=RESULTS,
                         help="where search.json and search.md go (point smoke runs elsewhere)")
     args = parser.parse_args()

@@ -364,7 +364,7 @@ def real_vectors(embedder: Embedder, contents: list[str]) -> np.ndarray:
 
 
 # The config file every benchmark runtime starts from (None = the defaults); search_bench's
-# --config sets it, e.g. to config.int8.yaml for the int8 encoder and its floors.
+# --config sets it, e.g. to config.int8.yaml for the int8 encoder and its gate.
 _base: Path | None = None
 
 

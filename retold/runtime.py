@@ -324,7 +324,7 @@ def build_runtime(
     try:
         chosen = embedder or embedder_from_config(config.embedding)
         if not allow_embedding_mismatch:
-            _check_floors(config, chosen)
+            _check_gate(config, chosen)
             _check_family(store, chosen)
     except BaseException:
         store.close()
@@ -334,19 +334,19 @@ def build_runtime(
                    environ=env)
 
 
-def _check_floors(config: Config, embedder: Embedder) -> None:
-    """Refuse to run a packaged model under the gate floors calibrated for the other one:
-    the int8 variant's cosines differ enough to move what passes (docs/decisions.md, "An
-    int8 encoder with floors of its own"). Other models are the operator's to calibrate."""
+def _check_gate(config: Config, embedder: Embedder) -> None:
+    """Refuse to run a packaged model under the gate fitted for the other one: the int8
+    variant's cosines differ enough to move what answers (docs/decisions.md, "An int8
+    encoder with a gate of its own"). Other models are the operator's to fit."""
     running = packaged_model(embedder.name)
-    calibrated = packaged_model(config.retrieval.gate.calibrated_for)
-    if running is None or calibrated is None or running == calibrated:
+    fitted = packaged_model(config.retrieval.gate.calibrated_for)
+    if running is None or fitted is None or running == fitted:
         return
     raise ConfigError(
-        f"retrieval.gate: the floors are calibrated for {calibrated} but embedding.model is "
-        f"{embedder.name}; use the gate block calibrated for it (config.yaml's for the float "
-        f"model, config.int8.yaml's for int8) or run `python -m benchmarks.calibrate_gate "
-        f"--model {embedder.name}`, then set retrieval.gate.calibrated_for: {running}"
+        f"retrieval.gate: the gate is fitted for {fitted} but embedding.model is "
+        f"{embedder.name}; use the gate block fitted for it (config.yaml's for the float "
+        f"model, config.int8.yaml's for int8) or run `python -m benchmarks.fit_gate "
+        f"--config <a config naming {embedder.name}>`, then set retrieval.gate.calibrated_for: {running}"
     )
 
 

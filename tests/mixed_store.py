@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 from retold.ingest.extractor import FakeExtractor
 from retold.ingest.reviewer import TableReviewer
@@ -40,14 +41,10 @@ class MixedStore:
 
 def config_text() -> str:
     """A config for the CLI that opens the mixed store: the fake embedder's family and the
-    test gate floors, as the world uses them."""
+    test gate, as the world uses them."""
     embedder = FakeEmbedder()
-    floors = TEST_GATE["dense_floor"]
-    assert isinstance(floors, dict)
     return (f"embedding:\n  model: fake\n  version: {embedder.version}\n  dims: {embedder.dims}\n"
-            "retrieval:\n  gate:\n    dense_floor: {"
-            + ", ".join(f"{kind}: {value}" for kind, value in floors.items())
-            + f"}}\n    relative_floor: {TEST_GATE['relative_floor']}\n")
+            + yaml.safe_dump({"retrieval": {"gate": TEST_GATE}}))
 
 
 def _write(world: World, principal: Principal, said: str, content: str, attribute: str,

@@ -212,7 +212,7 @@ def register(commands: Any) -> None:
                           " a stopped run resumes), then swap: drop the old vectors, log one"
                           " store.reembedded event, and record the new embedding family as the store's."
                           " A new version of the same model is accepted; another model is refused while"
-                          " the dense floors are still those of the old one.")
+                          " the gate is still the one fitted for the old one.")
     reembed.add_argument("--model", required=True, help="embedding model name or path ('fake' for tests)")
     reembed.add_argument("--version", required=True, help="embedding version tag for the new vectors")
     reembed.add_argument("--dims", type=positive, help="vector width (default: embedding.dims)")

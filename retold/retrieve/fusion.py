@@ -1,20 +1,28 @@
-"""Reciprocal rank fusion of the three candidate generators.
+"""Fusion: the dense, lexical and entity channels become one ranked list.
 
-Cosine, BM25 and entity matches live on different scales, so fusion looks only at ranks:
-each list a record appears in adds ``1 / (k + rank)``. :func:`rrf` is the bare formula;
-:func:`fuse` turns the generators' outputs into :class:`~retold.models.Candidate` values
-that carry every generator's evidence forward to the gate, the explanation and the log.
+Cosines and BM25 scores live on different scales, and how far apart two records are
+within one channel says something a rank does not: a record whose BM25 score is twice the
+next one's holds the question's rare words, which a rank of 1 against a rank of 2 hides.
+So each channel's scores are scaled within the search's own list (the channel's best
+record 1, its last 0) and added with the channel's weight. A list shorter than the channel's
+depth holds every record the channel matched at all, so its scale starts from no match (a
+cosine or BM25 score of 0) instead: in a store of two records the second is not nothing
+just because it is second. An entity match adds its weight
+whole, and so does a record the link hop reached (:func:`add_links`). A record no channel
+found gets nothing from it. Freshness then multiplies the sum
+(:mod:`retold.retrieve.freshness`). docs/decisions.md, "How search decides", has the
+comparison with reciprocal rank fusion that chose this.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 from typing import Protocol
 
+from retold.config import FusionConfig
 from retold.models import Candidate, GeneratorHit, LexicalMatch
 
-__all__ = ["LexicalHitLike", "fuse", "rrf"]
+__all__ = ["LexicalHitLike", "add_links", "fuse", "scaled"]
 
 
 class LexicalHitLike(Protocol):
@@ -36,63 +44,97 @@ class LexicalHitLike(Protocol):
     def match(self) -> LexicalMatch: ...
 
 
-def rrf(rankings: Sequence[Sequence[str]], k: int) -> dict[str, float]:
-    """Fuse ranked id lists into ``{record_id: score}``, best first.
-
-    A record at 1-based ``rank`` in a list gains ``1 / (k + rank)``. Ties keep the order
-    in which ids were first seen; an empty list adds nothing.
-    """
-    score: defaultdict[str, float] = defaultdict(float)
-    for ranking in rankings:
-        for rank, record_id in enumerate(ranking, start=1):
-            score[record_id] += 1.0 / (k + rank)
-    # sorted() is stable and the dict keeps first-seen order, so ties stay first-seen.
-    return dict(sorted(score.items(), key=lambda item: -item[1]))
+def scaled(scores: Sequence[float], depth: int) -> list[float]:
+    """Each score as its place between the list's worst (0) and best (1); below ``depth``
+    entries, between no match (a score of 0) and the best. A list whose scores are all
+    equal scales to 1 throughout."""
+    if not scores:
+        return []
+    high = max(scores)
+    low = min(scores) if len(scores) >= depth else min(0.0, high)
+    if high - low <= 1e-12:
+        return [1.0] * len(scores)
+    return [max(0.0, (s - low) / (high - low)) for s in scores]
 
 
 def fuse(
     dense: Sequence[tuple[str, float]],
     lexical: Sequence[LexicalHitLike],
     entity: Sequence[tuple[str, str]],
-    k: int,
+    weights: FusionConfig,
+    depth: int,
 ) -> list[Candidate]:
-    """Build fused candidates from the dense, lexical and entity generators.
+    """Candidates in fused order, best first, each carrying every channel's evidence.
 
-    ``dense`` is ``(record_id, cosine)`` best first, ``lexical`` the lexical hits (put in
-    order of their ``rank``), ``entity`` ``(record_id, entity_id)`` best first. Each
-    candidate carries a :class:`GeneratorHit` per generator that found it, its matched
-    lexical terms and entity id, ``rrf_score``, its dense share ``dense_vote``, 1-based
-    ``fused_rank`` and ``score = rrf_score`` (freshness adjusts it next).
+    ``dense`` is ``(record_id, cosine)`` best first, ``lexical`` the lexical hits (BM25,
+    lower is better, put in order of their ``rank``), ``entity`` ``(record_id,
+    entity_id)``; ``depth`` is how many records a channel lists at most. Each candidate
+    gets a :class:`GeneratorHit` per channel that found it, its matched lexical terms and
+    entity id, ``fused_score``, its 1-based ``fused_rank`` and ``score = fused_score``
+    (freshness adjusts it next). Equal sums keep the order in
+    which the channels first listed the records: dense, then lexical, then entity.
     """
-    # A record listed twice by one generator (e.g. linked to two matched entities) keeps
-    # its first, best position: one generator is one vote in RRF.
+    # A record listed twice by one channel (linked to two matched entities, say) keeps its
+    # first, best position: one channel is one opinion.
     dense_hits: dict[str, GeneratorHit] = {}
     for record_id, cosine in dense:
         dense_hits.setdefault(record_id, GeneratorHit(len(dense_hits) + 1, float(cosine)))
-
     lexical_hits: dict[str, tuple[GeneratorHit, LexicalMatch]] = {}
-    for hit in sorted(lexical, key=lambda h: h.rank):  # stable: equal ranks keep list order
-        if hit.record_id not in lexical_hits:
-            lexical_hits[hit.record_id] = (GeneratorHit(len(lexical_hits) + 1, float(hit.bm25)), hit.match)
-
+    for found in sorted(lexical, key=lambda h: h.rank):  # stable: equal ranks keep list order
+        if found.record_id not in lexical_hits:
+            lexical_hits[found.record_id] = (GeneratorHit(len(lexical_hits) + 1, float(found.bm25)),
+                                             found.match)
     entity_hits: dict[str, tuple[GeneratorHit, str]] = {}
     for record_id, entity_id in entity:
         if record_id not in entity_hits:
             entity_hits[record_id] = (GeneratorHit(len(entity_hits) + 1, 0.0), entity_id)
 
-    # Fused in this order (dense, lexical, entity): ties keep first-seen order, so this
-    # order breaks them.
-    fused = rrf([list(dense_hits), list(lexical_hits), list(entity_hits)], k)
+    candidates: dict[str, Candidate] = {}
 
-    candidates: list[Candidate] = []
-    for fused_rank, (record_id, rrf_score) in enumerate(fused.items(), start=1):
-        candidate = Candidate(record_id, rrf_score=rrf_score, fused_rank=fused_rank, score=rrf_score)
-        candidate.dense = dense_hits.get(record_id)
-        if candidate.dense is not None:
-            candidate.dense_vote = 1.0 / (k + candidate.dense.rank)
-        if record_id in lexical_hits:
-            candidate.lexical, candidate.lexical_terms = lexical_hits[record_id]
-        if record_id in entity_hits:
-            candidate.entity, candidate.entity_id = entity_hits[record_id]
-        candidates.append(candidate)
-    return candidates
+    def of(record_id: str) -> Candidate:
+        found = candidates.get(record_id)
+        if found is None:
+            found = candidates[record_id] = Candidate(record_id)
+        return found
+
+    for (record_id, dense_hit), share in zip(dense_hits.items(),
+                                             scaled([h.score for h in dense_hits.values()], depth),
+                                             strict=True):
+        c = of(record_id)
+        c.dense, c.fused_score = dense_hit, c.fused_score + weights.dense * share
+    # BM25 is lower-is-better on both backends: negated, so the best match scales to 1.
+    for (record_id, (lexical_hit, match)), share in zip(
+            lexical_hits.items(), scaled([-h.score for h, _ in lexical_hits.values()], depth), strict=True):
+        c = of(record_id)
+        c.lexical, c.lexical_terms = lexical_hit, match
+        c.fused_score += weights.lexical * share
+    for record_id, (entity_hit, entity_id) in entity_hits.items():
+        c = of(record_id)
+        c.entity, c.entity_id = entity_hit, entity_id
+        c.fused_score += weights.entity
+    ordered = sorted(candidates.values(), key=lambda c: -c.fused_score)  # stable
+    for rank, c in enumerate(ordered, start=1):
+        c.fused_rank, c.score = rank, c.fused_score
+    return ordered
+
+
+def add_links(candidates: list[Candidate], linked: Sequence[tuple[str, str]],
+              weight: float) -> list[Candidate]:
+    """The fourth channel: each ``(record_id, via)`` the link hop found gains ``weight``
+    (joining the list if no other channel had it), then the list is ranked again.
+
+    The hop starts from the best records the other channels fused, so it runs after them.
+    """
+    if not linked:
+        return candidates
+    by_id = {c.record_id: c for c in candidates}
+    for record_id, via in linked:
+        c = by_id.get(record_id)
+        if c is None:
+            c = by_id[record_id] = Candidate(record_id)
+            candidates.append(c)
+        c.via, c.fused_score = via, c.fused_score + weight
+    ordered = sorted(candidates, key=lambda c: -c.fused_score)
+    for rank, c in enumerate(ordered, start=1):
+        c.fused_rank, c.score = rank, c.fused_score
+    return ordered

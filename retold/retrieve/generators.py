@@ -1,10 +1,9 @@
-"""The candidate generators of the read path: dense, lexical and entity, and the link hop.
+"""The candidate generators of the read path: dense, lexical, entity, and the link hop.
 
-Each generator is restricted to the eligible set before it applies its limit, and the
-three fused channels return a ranking that fusion reads by position only; the link hop
-adds records the gate may pass after the candidate that led to them. The SQL lives in
-:mod:`retold.store.search`; this module turns queries into terms, n-grams and vectors
-and scores what the store returns.
+Each generator is restricted to the eligible set before it applies its limit, and each
+returns its list best first for fusion; the link hop starts from the best records the
+other three found. The SQL lives in :mod:`retold.store.search`; this
+module turns queries into terms, n-grams and vectors and scores what the store returns.
 """
 
 from __future__ import annotations
@@ -20,13 +19,11 @@ from retold.index.vector import VectorIndex
 from retold.ingest.entities import normalize_alias
 from retold.models import ACTIVE_STATUSES, LexicalMatch, LexicalTerm, QueryShape, Scope
 from retold.retrieve.stemmer import porter_stem
-from retold.retrieve.synonyms import synonym_stems
 from retold.retrieve.terms import QueryTerm, alias_ngrams, fts_tokens, name_groups, query_terms
 from retold.store import EligibleSet, Store
 
 __all__ = [
     "LexicalHit",
-    "LinkedHit",
     "dense_candidates",
     "entity_candidates",
     "fts_match_expression",
@@ -115,8 +112,8 @@ def lexical_candidates(
 
 @functools.lru_cache(maxsize=256)
 def _query_terms(queries: tuple[str, ...], entity_aliases: frozenset[str]) -> _QueryTerms:
-    """The flagged terms of one search's queries, built once: the lexical channel and the
-    link hop score records against the same terms."""
+    """The flagged terms of one search's queries, built once per distinct search (agents
+    repeat queries)."""
     return _QueryTerms(list(queries), entity_aliases)
 
 
@@ -183,12 +180,22 @@ def query_shape(
         for term in terms:
             if term not in names:
                 asks = True
-            elif not (term.value.isdigit() or set(term.tokens) <= alias_words
-                      or any(_holds(fields.sequences, fields.words, term.tokens) for fields in seen)):
+            elif not (term.value[:1].isdigit() or set(term.tokens) <= alias_words
+                      or any(_holds(fields.sequences, fields.words, spelling)
+                             for fields in seen for spelling in _spellings(term.tokens))):
                 missing.append(term.value)
         every_query_unknown = every_query_unknown and bool(missing)
         unknown.update(dict.fromkeys(missing))
     return QueryShape(asks, tuple(unknown) if every_query_unknown else (), tuple(groups))
+
+
+def _spellings(tokens: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """A name as written, and in the singular when it ends in s: "EPs" or "Teslas" in a
+    question is known where a record says "EP" or "Tesla"."""
+    last = tokens[-1] if tokens else ""
+    if len(last) > 2 and last.endswith("s"):
+        return [tokens, (*tokens[:-1], last[:-1])]
+    return [tokens]
 
 
 @functools.lru_cache(maxsize=1024)
@@ -227,12 +234,9 @@ class _FieldTokens:
 
     def covers(self, term: QueryTerm) -> bool:
         """Whether the row holds ``term``: identifiers and names as spelled, plain words
-        by stem, so "deploying" covers "deploys" but ``Deploys`` only "deploys"; a plain
-        word also by a synonym of an attribute name ("tier" by "plan")."""
+        by stem, so "deploying" covers "deploys" but ``Deploys`` only "deploys"."""
         if term.is_exact:
             return _holds(self.sequences, self.words, term.tokens)
-        if len(term.stems) == 1:
-            return not self.stems.isdisjoint(synonym_stems(term.stems[0]))
         return _holds(self.stemmed, self.stems, term.stems)
 
 
@@ -341,42 +345,26 @@ def entity_candidates(
 _BROAD = 50
 
 
-@dataclass(frozen=True)
-class LinkedHit:
-    """A record about someone or something that candidate ``via`` mentions, with the
-    query terms it holds."""
-
-    record_id: str
-    via: str
-    match: LexicalMatch
-
-
 def linked_candidates(
-    store: Store,
-    sources: Sequence[str],
-    queries: list[str],
-    eligible: EligibleSet,
-    k: int,
-    entity_aliases: frozenset[str] = frozenset(),
-) -> list[LinkedHit]:
-    """Up to ``k`` eligible records about the entities that ``sources`` mention, newest
-    first, each with the query terms it holds.
+    store: Store, sources: Sequence[str], eligible: EligibleSet, k: int
+) -> list[tuple[str, str]]:
+    """``(record_id, via)`` of up to ``k`` eligible records about the entities that the
+    ``sources`` records mention, newest first.
 
     "What does Ayla's brother do for work?" finds "Ayla's brother is Quentin", which
     mentions Quentin; the answer, "Quentin works as a firefighter", shares neither a name
-    nor much meaning with the question, so no channel ranks it. The gate decides whether
-    the hop is taken (it needs the record it came from to pass).
+    nor much meaning with the question, so no other channel ranks it. This fourth channel
+    does: it follows the links the best candidates of the other three carry.
     """
-    terms = _query_terms(tuple(queries), entity_aliases)
-    if not terms.per_query or not sources or k <= 0:
+    if not sources or k <= 0:
         return []
-    hits: list[LinkedHit] = []
+    hits: list[tuple[str, str]] = []
     seen: set[str] = set()  # a record two sources reach counts once, for the first
     # Fetched past k: some of them are not eligible, and those never count.
-    for record_id, via, content, subject in store.records_about_mentioned(sources, 4 * k, _BROAD):
+    for record_id, via in store.records_about_mentioned(sources, 4 * k, _BROAD):
         if record_id in eligible and record_id not in seen:
             seen.add(record_id)
-            hits.append(LinkedHit(record_id, via, terms.best_match((content, subject, ""))))
+            hits.append((record_id, via))
             if len(hits) == k:
                 break
     return hits

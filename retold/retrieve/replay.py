@@ -1,93 +1,114 @@
-"""The gate's offline replay: a logged search re-decided from its search_log row alone.
+"""A logged search decided again, from its search_log row alone.
 
-Calibration sweeps and ``replay_gate`` rebuild the candidates, their record kinds and the
-query shape from the logged columns and run :func:`retold.retrieve.gate.gate` on them with
-other floors, so what a sweep measures is the decision the retriever makes.
+The fit of the gate, an operator comparing thresholds, and tests rebuild a search's fused
+candidates from the row's named columns and run the same code the retriever ran (fusion,
+freshness, signals, decision, tail cut) under other settings. Nothing is read from the
+store. Rows written before the decision was logged hold an older, positional shape and
+are refused with :class:`NotReplayable`.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from retold.models import Candidate, GeneratorHit, LexicalMatch, LexicalTerm, QueryShape
-from retold.retrieve.gate import GateFloors, GateResult, RecordKind, gate
+from retold.config import FusionConfig, GateConfig
+from retold.errors import RetoldError
+from retold.models import Candidate, LexicalMatch, LexicalTerm, QueryShape
+from retold.retrieve.fusion import add_links, fuse
+from retold.retrieve.gate import Decision, GateResult, decide, gate
+from retold.retrieve.signals import Signals, measure
+from retold.retrieve.trace import LOG_FORMAT
 
-__all__ = ["logged_candidates", "replay_gate"]
-
-
-def replay_gate(log_row: Mapping[str, Any], floors: GateFloors) -> GateResult:
-    """Re-decide a logged search's gate with other floors, from its logged scores alone.
-
-    Uses the ``fused`` column (rank order, score, record type and source kind), the
-    ``freshness`` multipliers, the per-channel hits, and the query shape and the records
-    reached on links logged with the lexical hits; nothing is read from the store.
-    """
-    candidates, kinds, shape = logged_candidates(log_row)
-    return gate(candidates, kinds, floors, shape)
+__all__ = ["NotReplayable", "Replayed", "logged_signals", "replay"]
 
 
-def logged_candidates(
-    log_row: Mapping[str, Any],
-) -> tuple[list[Candidate], dict[str, RecordKind], QueryShape]:
-    """A logged search's fused candidates in score order, their kinds and the query shape:
-    what :func:`gate` needs, rebuilt from the row (a sweep parses each row once)."""
-    def col(name: str) -> list[Any]:
-        value = log_row[name]
-        return json.loads(value) if isinstance(value, str) else list(value)
+class NotReplayable(RetoldError):
+    """The row was logged in an older shape, before searches logged their decision."""
 
-    # A dense row is [record, rank, cosine], with the cosine beyond the question's names
-    # fourth where the retriever computed it.
-    dense_rows = col("dense")
-    dense = {row[0]: GeneratorHit(row[1], row[2]) for row in dense_rows}
-    beyond = {row[0]: row[3] for row in dense_rows if len(row) > 3}
-    logged = log_row["lexical"]
-    logged = json.loads(logged) if isinstance(logged, str) else logged
-    # Rows written before the gate judged asked terms hold a bare list of hits.
-    hits, shape = (logged, QueryShape()) if isinstance(logged, list) else (
-        logged["hits"], QueryShape(bool(logged["asks"]), tuple(logged["unknown_names"]),
-                                   tuple(tuple(group) for group in logged.get("name_groups", ()))))
-    lexical = {row[0]: row for row in hits}
-    entity = {rid: (rank, eid) for rid, rank, eid in col("entity")}
-    multipliers = dict(col("freshness"))
-    flags = log_row.get("config_flags")
-    flags = json.loads(flags) if isinstance(flags, str) else (flags or {})
-    rrf_k = int(flags.get("rrf_k", 60))  # rows logged before the flag was: the default k
-    candidates: list[Candidate] = []
-    kinds: dict[str, RecordKind] = {}
-    for rid, fused_rank, rrf_score, type_, source_kind in col("fused"):
-        lex = lexical.get(rid)
-        match = None
-        if lex is not None:
-            match = LexicalMatch(_logged_terms(lex[3]), lex[4], lex[5] if len(lex) > 5 else 0)
-        multiplier = multipliers.get(rid)
-        candidates.append(Candidate(
-            record_id=rid, dense=dense.get(rid),
-            lexical=GeneratorHit(lex[1], lex[2]) if lex else None, lexical_terms=match,
-            entity=GeneratorHit(entity[rid][0], 0.0) if rid in entity else None,
-            entity_id=entity[rid][1] if rid in entity else None, rrf_score=rrf_score,
-            fused_rank=fused_rank, freshness_multiplier=multiplier, beyond_names=beyond.get(rid),
-            score=rrf_score * (multiplier if multiplier is not None else 1.0),
-            dense_vote=1.0 / (rrf_k + dense[rid].rank) if rid in dense else 0.0,
-        ))
-        kinds[rid] = RecordKind(type_, source_kind)
+
+@dataclass(frozen=True)
+class _Hit:
+    record_id: str
+    rank: int
+    bm25: float
+    match: LexicalMatch
+
+
+@dataclass
+class Replayed:
+    """What the search would have returned under the settings given (before duplicate
+    collapse and the budget, which need the records themselves)."""
+
+    decision: Decision
+    result: GateResult
+
+    @property
+    def kept(self) -> list[str]:
+        return [c.record_id for c in self.result.kept]
+
+
+def _col(row: Mapping[str, Any], name: str) -> Any:
+    value = row.get(name)
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _check(row: Mapping[str, Any]) -> None:
+    flags = _col(row, "config_flags") or {}
+    if _col(row, "decision") is None or flags.get("log_format") != LOG_FORMAT:
+        raise NotReplayable(f"search {row.get('id')} was logged before searches recorded their decision; "
+                            "it cannot be decided again")
+
+
+def logged_signals(row: Mapping[str, Any]) -> Signals:
+    """The signals the search measured, as logged."""
+    _check(row)
+    return Signals(**_col(row, "decision")["signals"])
+
+
+def _terms(rows: list[dict[str, Any]]) -> tuple[LexicalTerm, ...]:
+    return tuple(LexicalTerm(t["value"], bool(t["identifier"]), bool(t["alias"]), bool(t["proper"]))
+                 for t in rows)
+
+
+def _candidates(row: Mapping[str, Any], fusion: FusionConfig) -> tuple[list[Candidate], QueryShape]:
+    """The search's candidates fused under ``fusion``, with the logged freshness."""
+    dense_rows = _col(row, "dense")
+    lexical = _col(row, "lexical")
+    hits = [_Hit(h["id"], h["rank"], h["bm25"], LexicalMatch(_terms(h["terms"]), h["total_terms"],
+                                                            h["name_terms"])) for h in lexical["hits"]]
+    shape = QueryShape(bool(lexical["asks"]), tuple(lexical["unknown_names"]),
+                       tuple(tuple(g) for g in lexical["name_groups"]))
+    fused_rows = _col(row, "fused")
+    known = {f["id"] for f in fused_rows}  # records still there when the search read them
+    dense = [(d["id"], d["cosine"]) for d in dense_rows]
+    entity = [(e["id"], e["entity_id"]) for e in _col(row, "entity")]
+    depth = int(_col(row, "config_flags")["per_generator_k"])
+    candidates = [c for c in fuse(dense, hits, entity, fusion, depth) if c.record_id in known]
+    candidates = add_links(candidates, [(f["id"], f["via"]) for f in fused_rows if f["via"]], fusion.link)
+    beyond = {d["id"]: d["beyond_names"] for d in dense_rows if d.get("beyond_names") is not None}
+    multipliers = {f["id"]: f["multiplier"] for f in _col(row, "freshness")}
+    for c in candidates:
+        c.beyond_names = beyond.get(c.record_id)
+        c.freshness_multiplier = multipliers.get(c.record_id)
+        c.score = c.fused_score * (c.freshness_multiplier if c.freshness_multiplier is not None else 1.0)
     candidates.sort(key=lambda c: -c.score)
-    # Records reached on a link: after the fused ones, in the order they were fetched.
-    by_id = {c.record_id: c for c in candidates}
-    for rid, via, terms, total, names, type_, source_kind in (
-            logged.get("linked", ()) if isinstance(logged, dict) else ()):
-        linked = by_id.get(rid)
-        if linked is None:
-            linked = by_id[rid] = Candidate(record_id=rid)
-            candidates.append(linked)
-            kinds[rid] = RecordKind(type_, source_kind)
-        linked.via = via
-        linked.via_terms = LexicalMatch(_logged_terms(terms), total, names)
-    return candidates, kinds, shape
+    return candidates, shape
 
 
-def _logged_terms(rows: list[list[Any]]) -> tuple[LexicalTerm, ...]:
-    """Matched terms from the log's ``[value, identifier, entity alias, proper]`` rows (the
-    retriever writes them); rows logged before names were flagged lack the last field."""
-    return tuple(LexicalTerm(t[0], bool(t[1]), bool(t[2]), bool(t[3:4] and t[3])) for t in rows)
+def replay(row: Mapping[str, Any], gate_cfg: GateConfig, fusion: FusionConfig | None = None,
+           trigger: str | None = None) -> Replayed:
+    """Decide a logged search again under ``gate_cfg`` (and ``fusion``, the logged one when
+    None), as a search of ``trigger`` (the logged one when None)."""
+    _check(row)
+    flags = _col(row, "config_flags")
+    fusion = fusion or FusionConfig(**{k: float(v) for k, v in flags["fusion"].items()})
+    candidates, shape = _candidates(row, fusion)
+    trigger = trigger or str(row["trigger"])
+    decision = decide(measure(candidates, shape), gate_cfg, trigger,
+                      deferred=bool(_col(row, "decision").get("deferred")))
+    kinds = {f["id"]: f["source_kind"] for f in _col(row, "fused")}
+    tail = gate_cfg.tail_fraction.auto if trigger == "auto" else gate_cfg.tail_fraction.tool
+    return Replayed(decision, gate(candidates, decision, kinds, tail))

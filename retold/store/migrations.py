@@ -276,6 +276,16 @@ def _source_ref_index(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX records_source_ref ON records(source_ref)")
 
 
+def _search_decision(conn: sqlite3.Connection) -> str | None:
+    """Each logged search's answer-or-abstain decision, as a named JSON object. Rows logged
+    before it have none and cannot be replayed: their columns hold the older positional
+    lists and the rules that read them are gone."""
+    conn.execute("ALTER TABLE search_log ADD COLUMN decision TEXT")
+    if conn.execute("SELECT 1 FROM search_log LIMIT 1").fetchone() is None:
+        return None
+    return "search_log rows written before this migration are kept but cannot be replayed"
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _initial_schema),
     Migration(2, "extraction stages", _extraction_stages),
@@ -286,6 +296,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "re-embed staging", _reembed_staging),
     Migration(8, "activation and profile blocks", _activation_and_profiles),
     Migration(9, "source reference index", _source_ref_index),
+    Migration(10, "search decision column", _search_decision),
 )
 LATEST = MIGRATIONS[-1].version
 

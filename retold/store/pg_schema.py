@@ -1,10 +1,10 @@
 """The PostgreSQL schema and its forward-only migrations.
 
-A new PostgreSQL store is created at the latest schema in one step (``pg_schema.sql``,
-which mirrors every SQLite migration up to :data:`~retold.store.migrations.LATEST`), and
-``schema_migrations`` records each of those versions as on SQLite, so ``retold migrate``
-reports the same version on both backends. A later schema change adds a migration to
-:data:`PG_MIGRATIONS` with the SQLite one's version. Every step holds a transaction-scoped
+A new PostgreSQL store is created at schema :data:`PG_BASE` in one step (``pg_schema.sql``,
+which mirrors every SQLite migration up to that version), and ``schema_migrations`` records
+each of those versions as on SQLite, so ``retold migrate`` reports the same version on both
+backends. Each later schema change is a migration in :data:`PG_MIGRATIONS` with the SQLite
+one's version, applied to new and existing stores alike. Every step holds a transaction-scoped
 advisory lock, so two processes opening a new store at once serialise and the second
 finds the work done. See docs/decisions.md, "PostgreSQL as a shared store".
 """
@@ -17,18 +17,28 @@ from importlib import resources
 from typing import Any
 
 from retold.errors import NotADatabaseError, SchemaTooNewError
-from retold.store.migrations import LATEST, MIGRATIONS, MigrationReport
+from retold.store.migrations import MIGRATIONS, MigrationReport
 from retold.util import SystemClock, to_iso
 
-__all__ = ["PG_MIGRATIONS", "SCHEMA_LOCK", "check_version", "current_version", "migrate"]
+__all__ = ["PG_BASE", "PG_MIGRATIONS", "SCHEMA_LOCK", "check_version", "current_version", "migrate"]
 
 log = logging.getLogger(__name__)
 
 # The advisory lock key schema changes take (distinct from the write lock's).
 SCHEMA_LOCK = 0x7265746F6C64_01  # "retold" + 1
+# The SQLite schema version pg_schema.sql is (it never changes: later versions migrate).
+PG_BASE = 9
+
+
+def _search_decision(conn: Any) -> None:
+    conn.execute('ALTER TABLE search_log ADD COLUMN decision TEXT COLLATE "C"')
+
+
 # Migrations after the initial PostgreSQL schema: (version, name, apply).
-PG_MIGRATIONS: tuple[tuple[int, str, Callable[[Any], None]], ...] = ()
-_PG_LATEST = PG_MIGRATIONS[-1][0] if PG_MIGRATIONS else LATEST
+PG_MIGRATIONS: tuple[tuple[int, str, Callable[[Any], None]], ...] = (
+    (10, "search decision column", _search_decision),
+)
+_PG_LATEST = PG_MIGRATIONS[-1][0] if PG_MIGRATIONS else PG_BASE
 
 
 def _has_table(conn: Any, name: str) -> bool:
@@ -94,7 +104,7 @@ def _text_search(conn: Any) -> None:
 
 
 def _initial(conn: Any) -> None:
-    """The whole schema, recorded as every SQLite migration up to the latest."""
+    """The schema of :data:`PG_BASE`, recorded as every SQLite migration up to it."""
     _text_search(conn)
     script = resources.files("retold.store").joinpath("pg_schema.sql").read_text("utf-8")
     conn.execute(script)  # a parameterless script goes as one multi-statement query
@@ -102,7 +112,7 @@ def _initial(conn: Any) -> None:
                  " name TEXT NOT NULL, applied_at TEXT NOT NULL)")
     now = to_iso(SystemClock().now())
     conn.executemany("INSERT INTO schema_migrations(version, name, applied_at) VALUES (?, ?, ?)",
-                     [(m.version, m.name, now) for m in MIGRATIONS])
+                     [(m.version, m.name, now) for m in MIGRATIONS if m.version <= PG_BASE])
 
 
 def migrate(conn: Any, where: str) -> MigrationReport:
@@ -110,7 +120,7 @@ def migrate(conn: Any, where: str) -> MigrationReport:
     if check_version(conn, where) >= _PG_LATEST:
         return MigrationReport((), current_version(conn), _unresolved(conn))
     applied: list[int] = []
-    steps: list[tuple[int, str, Callable[[Any], None]]] = [(LATEST, "initial schema", _initial)]
+    steps: list[tuple[int, str, Callable[[Any], None]]] = [(PG_BASE, "initial schema", _initial)]
     steps += PG_MIGRATIONS
     for version, name, apply in steps:
         conn.execute("BEGIN")
@@ -127,7 +137,7 @@ def migrate(conn: Any, where: str) -> MigrationReport:
         except BaseException:
             conn.execute("ROLLBACK")
             raise
-        applied += [m.version for m in MIGRATIONS] if apply is _initial else [version]
+        applied += [m.version for m in MIGRATIONS if m.version <= PG_BASE] if apply is _initial else [version]
     return MigrationReport(tuple(applied), current_version(conn), _unresolved(conn))
 
 

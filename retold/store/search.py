@@ -41,7 +41,7 @@ SEARCH_LOG_COLUMNS = (
     "rewrite_status", "rewritten_queries", "readable_scopes", "dense", "lexical", "entity",
     "fused", "freshness", "gated_out", "deduped_out", "reranked", "reranked_out",
     "rerank_status", "rerank_error", "budget_out", "returned", "explanations", "config_flags",
-    "warm", "timings_ms",
+    "warm", "timings_ms", "decision",
 )
 
 # Eligible sets up to this size go through the TEMP table; larger ones are streamed.
@@ -151,8 +151,8 @@ class SearchMixin(StoreBase):
 
     def records_about_mentioned(
         self, record_ids: Sequence[str], limit: int, broad: int
-    ) -> list[tuple[str, str, str, str]]:
-        """``(record_id, via, content, subject)`` of active records about an entity that
+    ) -> list[tuple[str, str]]:
+        """``(record_id, via)`` of active records about an entity that
         record ``via`` (one of ``record_ids``) mentions, newest first, at most ``limit``.
 
         The second hop of a question about someone's relative: "Ayla's brother is Quentin"
@@ -171,7 +171,7 @@ class SearchMixin(StoreBase):
                 f" WHERE s.role = 'mentions' AND s.record_id IN ({marks(wanted)})"
                 " AND (SELECT count(*) FROM (SELECT 1 FROM record_entities c"
                 "  WHERE c.entity_id = s.entity_id LIMIT ?) AS n) < ?)"
-                " SELECT h.record_id, src.via, r.content, r.subject FROM src"
+                " SELECT h.record_id, src.via FROM src"
                 " JOIN record_entities h ON h.entity_id = src.entity_id AND h.role = 'about'"
                 " JOIN records r ON r.id = h.record_id"
                 f" WHERE r.status IN ({marks(ACTIVE_STATUSES)})"
@@ -179,7 +179,7 @@ class SearchMixin(StoreBase):
                 [*wanted, broad, broad, *ACTIVE_STATUSES, limit],
             ).fetchall()
         # A record holds one link per entity, so it is never both the mention and the hop.
-        return [(rid, via, content, subject) for rid, via, content, subject in rows]
+        return [(rid, via) for rid, via in rows]
 
     # -- search_log: one row per search ------------------------------------------------
 

@@ -215,7 +215,8 @@ class ToolHandlers:
             })
         return {
             "search_id": response.search_id, "results": results, "empty_reason": response.empty_reason,
-            "timings_ms": dict(response.timings_ms), "rendered": rendered,
+            "decision": dict(response.decision), "timings_ms": dict(response.timings_ms),
+            "rendered": rendered,
             "rewrite_status": response.rewrite_status, "rewritten_queries": response.rewritten_queries,
         }
 

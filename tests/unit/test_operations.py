@@ -245,40 +245,41 @@ def test_reembed_accepts_a_version_bump_and_records_the_new_family(world: World)
         assert bumped.refresh_index() == "reload" and len(bumped.index) == 1
 
 
-def test_reembed_to_another_model_refuses_while_the_logged_floors_are_uncalibrated(world: World) -> None:
+def test_reembed_to_another_model_refuses_while_the_gate_is_not_fitted_for_it(world: World) -> None:
     _written(world)
     world.rt.retriever.search(world.p, SearchRequest(queries=["answer style"]))
     ops = _ops(world)
     before = world.counts()
-    with pytest.raises(OperationError, match="recalibrate") as refused:
+    with pytest.raises(OperationError, match="fit retrieval.gate for the new model") as refused:
         ops.reembed("fake-b", "1")
     message = str(refused.value)
-    assert "`python -m benchmarks.calibrate_gate --model fake-b --version 1 --dims 384`" in message
-    assert "set retrieval.gate.dense_floor to the floors it reports" in message
+    assert ("`python -m benchmarks.fit_gate --config <a config with embedding.model fake-b, version 1, "
+            "dims 384>`") in message
+    assert "set retrieval.gate to the values it reports" in message
     assert not world.events("store.reembedded") and world.counts() == before
     assert world.rt.store.embedding_family() == EmbeddingFamily("fake", "fake-1", 384)
     ops.reembed("fake", "fake-1")  # the version the search ran under: nothing to recalibrate
     path = world.target
     world.rt.close()
-    # Recalibrated floors and a config naming the new model, opened the way `retold reembed`
-    # opens a store that still holds the old family.
-    floors = {**TEST_GATE, "dense_floor": {**TEST_GATE["dense_floor"], "semantic": 0.5}}  # type: ignore[dict-item]
-    recalibrated = _runtime(path, ManualClock(T0), retrieval={"gate": floors},
+    # A gate fitted anew (other values), opened the way `retold reembed` opens a store that
+    # still holds the old family.
+    refitted = {**TEST_GATE, "bias": -7.5}
+    recalibrated = _runtime(path, ManualClock(T0), retrieval={"gate": refitted},
                             embedder=FakeEmbedder(name="fake-b", version="1"), allow_embedding_mismatch=True)
     with recalibrated:
         assert recalibrated.operations.reembed("fake-b", "1").embedded == 1
         assert recalibrated.store.embedding_family() == EmbeddingFamily("fake-b", "1", 384)
 
 
-def test_reembed_to_the_model_the_floors_are_calibrated_for_passes_with_equal_floors(world: World) -> None:
+def test_reembed_to_the_model_the_gate_was_fitted_for_passes_with_equal_values(world: World) -> None:
     _written(world)
     world.rt.retriever.search(world.p, SearchRequest(queries=["answer style"]))
     path = world.target
     world.rt.close()
-    # A calibration may find the old floors best for the new model too: the config saying
-    # so is what lets the switch through, not a change of numbers.
-    same_floors = {**TEST_GATE, "calibrated_for": "fake-b"}
-    with _runtime(path, ManualClock(T0), retrieval={"gate": same_floors},
+    # A fit may find the old values best for the new model too: the config saying so is
+    # what lets the switch through, not a change of numbers.
+    same_gate = {**TEST_GATE, "calibrated_for": "fake-b"}
+    with _runtime(path, ManualClock(T0), retrieval={"gate": same_gate},
                   embedder=FakeEmbedder(name="fake-b", version="1"), allow_embedding_mismatch=True) as rt:
         assert rt.operations.reembed("fake-b", "1").embedded == 1
         assert rt.store.embedding_family() == EmbeddingFamily("fake-b", "1", 384)

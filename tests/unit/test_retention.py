@@ -9,8 +9,7 @@ import json
 from pathlib import Path
 
 from retold.models import SearchRequest
-from retold.retrieve.gate import floors_for
-from retold.retrieve.replay import replay_gate
+from retold.retrieve.replay import replay
 from retold.testing import World, make_world
 from retold.util import to_iso
 from tests.sql import execute, rows, stored_bytes
@@ -35,10 +34,9 @@ def test_search_logs_past_their_age_are_deleted_and_younger_ones_still_replay(wo
     assert world.rt.store.search_log_row(old) is None
     kept = world.rt.store.search_log_row(young)
     assert kept is not None
-    floors = floors_for(world.rt.config.retrieval.gate, "tool")
-    replayed = replay_gate(kept, floors)
-    assert [g[0] for g in replayed.gated_out] == [g[0] for g in json.loads(kept["gated_out"])]
-    assert replayed.kept
+    replayed = replay(kept, world.rt.config.retrieval.gate)
+    assert replayed.kept == json.loads(kept["returned"])
+    assert replayed.decision.answered
     [pruned] = world.events("search_log.pruned")
     assert pruned["payload"]["rows"] == 1
     assert world.rt.operations.retain().search_logs_deleted == 0  # a re-run changes and logs nothing

@@ -143,15 +143,15 @@ def test_runtime_refuses_a_store_of_another_embedding_family(store_target: str) 
         assert repairing.store.embedding_family() == EmbeddingFamily("fake", "1", 384)
 
 
-def test_the_int8_model_runs_only_under_floors_calibrated_for_it(tmp_path: Path) -> None:
+def test_the_int8_model_runs_only_under_a_gate_fitted_for_it(tmp_path: Path) -> None:
     int8 = FakeEmbedder(name=INT8_MODEL, version="1")
     floats = FakeEmbedder(name=DEFAULT_MODEL, version="1")
     default = load_config(overrides={"store": {"path": str(tmp_path / "a.sqlite")}})
     with pytest.raises(retold.ConfigError) as refused:
         build_runtime(default, embedder=int8)
     assert str(refused.value).startswith(
-        f"retrieval.gate: the floors are calibrated for {DEFAULT_MODEL} but embedding.model is "
-        f"{INT8_MODEL}; use the gate block calibrated for it (config.yaml's for the float model, "
+        f"retrieval.gate: the gate is fitted for {DEFAULT_MODEL} but embedding.model is "
+        f"{INT8_MODEL}; use the gate block fitted for it (config.yaml's for the float model, "
         "config.int8.yaml's for int8)")
     with build_runtime(default, embedder=floats):
         pass  # the refusal closed the store it had opened
@@ -167,7 +167,7 @@ def test_the_int8_model_runs_only_under_floors_calibrated_for_it(tmp_path: Path)
         assert written["outcome"] == "created"
         found = rt.tools.call("memory_search", p, {"queries": ["green tea"]})
         assert [r["content"] for r in found["results"]] == ["The user drinks green tea."]
-    with pytest.raises(retold.ConfigError, match=f"calibrated for {INT8_MODEL} but embedding.model is "
+    with pytest.raises(retold.ConfigError, match=f"fitted for {INT8_MODEL} but embedding.model is "
                                                  f"{DEFAULT_MODEL}"):
         build_runtime(shipped, embedder=floats)
     # A store of the float model's vectors names the re-embed that switches it.

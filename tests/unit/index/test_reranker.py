@@ -31,9 +31,9 @@ DOCS = {
 
 
 def _shortlist() -> list[Candidate]:
-    """Four candidates in RRF order r1..r4."""
+    """Four candidates in fused order r1..r4."""
     return [
-        Candidate(record_id=rid, rrf_score=1.0 / (60 + rank), fused_rank=rank, score=1.0 / (60 + rank))
+        Candidate(record_id=rid, fused_score=1.0 / rank, fused_rank=rank, score=1.0 / rank)
         for rank, rid in enumerate(DOCS, start=1)
     ]
 
@@ -86,7 +86,7 @@ def test_every_query_record_pair_goes_in_one_batch() -> None:
     assert sorted(fake.calls) == sorted((q, d) for q in QUERIES for d in DOCS.values())
 
 
-def test_equal_scores_keep_the_rrf_order() -> None:
+def test_equal_scores_keep_the_fused_order() -> None:
     fake = FakeReranker(default=0.5)
     out = rerank_with_timeout(fake, _shortlist(), DOCS, ["q"], timeout_ms=5000, on_failure="fallback")
     assert [c.record_id for c in out.candidates] == ["r1", "r2", "r3", "r4"]

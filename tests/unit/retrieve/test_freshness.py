@@ -17,7 +17,7 @@ NOW = T0 + timedelta(days=90)
 
 def setup(*records: Record, score: float = 0.03) -> tuple[list[Candidate], dict[str, Record]]:
     candidates = [
-        Candidate(r.id, rrf_score=score - i * 0.001, fused_rank=i + 1) for i, r in enumerate(records)
+        Candidate(r.id, fused_score=score - i * 0.001, fused_rank=i + 1) for i, r in enumerate(records)
     ]
     return candidates, {r.id: r for r in records}
 
@@ -30,7 +30,7 @@ def test_episodic_records_decay() -> None:
 
     (c,) = candidates
     assert c.freshness_multiplier == pytest.approx(0.5)
-    assert c.score == pytest.approx(c.rrf_score * 0.5)
+    assert c.score == pytest.approx(c.fused_score * 0.5)
     assert [record_id for record_id, _ in log] == [episode.id]
     assert log[0][1] == pytest.approx(0.5)
 
@@ -45,7 +45,7 @@ def test_decay_stops_at_the_floor_and_future_events_never_boost() -> None:
     by_id = {c.record_id: c for c in candidates}
     assert by_id[ancient.id].freshness_multiplier == 0.5
     assert by_id[future.id].freshness_multiplier == 1.0
-    assert by_id[future.id].score == by_id[future.id].rrf_score
+    assert by_id[future.id].score == by_id[future.id].fused_score
 
 
 def test_semantic_records_do_not_decay() -> None:
@@ -58,7 +58,7 @@ def test_semantic_records_do_not_decay() -> None:
     assert log == []
     for c in candidates:
         assert c.freshness_multiplier is None
-        assert c.score == c.rrf_score
+        assert c.score == c.fused_score
 
 
 def test_since_or_until_window_disables_decay() -> None:
@@ -69,7 +69,7 @@ def test_since_or_until_window_disables_decay() -> None:
 
     assert log == []
     assert candidates[0].freshness_multiplier is None
-    assert candidates[0].score == candidates[0].rrf_score
+    assert candidates[0].score == candidates[0].fused_score
 
 
 def test_decay_reorders_candidates_by_adjusted_score() -> None:

@@ -1,4 +1,4 @@
-"""Reciprocal rank fusion and candidate building."""
+"""Fusion: channel scores scaled within their lists, weighted and added; the link channel."""
 
 from __future__ import annotations
 
@@ -6,8 +6,11 @@ from dataclasses import dataclass
 
 import pytest
 
-from retold.models import GeneratorHit, LexicalMatch, LexicalTerm
-from retold.retrieve.fusion import fuse, rrf
+from retold.config import FusionConfig
+from retold.models import Candidate, GeneratorHit, LexicalMatch, LexicalTerm
+from retold.retrieve.fusion import add_links, fuse, scaled
+
+WEIGHTS = FusionConfig(dense=1.0, lexical=0.5, entity=0.25, link=0.4)
 
 
 @dataclass(frozen=True)
@@ -24,61 +27,81 @@ def match(*terms: str, total: int = 3) -> LexicalMatch:
     return LexicalMatch(tuple(LexicalTerm(t, False, False) for t in terms), total)
 
 
-def test_rrf_component_guide_example() -> None:
-    scores = rrf([["A", "B", "C"], ["C", "A", "D"]], k=60)
-
-    assert list(scores) == ["A", "C", "B", "D"]
-    assert [round(s, 5) for s in scores.values()] == [0.03252, 0.03227, 0.01613, 0.01587]
+def order(candidates: list[Candidate]) -> list[str]:
+    return [c.record_id for c in candidates]
 
 
-def test_rrf_handles_an_empty_generator() -> None:
-    assert rrf([[], ["A", "B"], []], k=60) == rrf([["A", "B"]], k=60)
-    assert rrf([[], [], []], k=60) == {}
+def test_a_full_list_scales_from_its_last_to_its_best() -> None:
+    assert scaled([0.9, 0.7, 0.5], depth=3) == pytest.approx([1.0, 0.5, 0.0])
 
 
-def test_rrf_ties_keep_first_seen_order() -> None:
-    assert list(rrf([["B", "A"], ["A", "B"]], k=60)) == ["B", "A"]
+def test_a_short_list_scales_from_no_match_so_its_last_record_still_counts() -> None:
+    # Two records in the whole store: the second is not worth nothing for being second.
+    assert scaled([0.8, 0.4], depth=30) == pytest.approx([1.0, 0.5])
+    assert scaled([5.0], depth=30) == [1.0]
+    assert scaled([], depth=30) == []
 
 
-def test_fuse_sets_ranks_hits_and_terms() -> None:
-    lexical = [
-        Hit("A", 1, 7.5, match("deploy", "yml")),
-        Hit("B", 2, 3.0, match("deploy")),
-        Hit("C", 3, 1.0, match("x")),
-    ]
-    dense = [("C", 0.81), ("A", 0.74), ("D", 0.52)]
-    entity = [("D", "ent_aditya")]
-
-    candidates = fuse(dense, lexical, entity, k=60)
-
-    by_id = {c.record_id: c for c in candidates}
-    assert [c.record_id for c in candidates] == ["A", "C", "D", "B"]
-    assert [c.fused_rank for c in candidates] == [1, 2, 3, 4]
-    a, d = by_id["A"], by_id["D"]
-    assert a.dense == GeneratorHit(2, 0.74)
-    assert a.lexical == GeneratorHit(1, 7.5)
-    assert a.lexical_terms == match("deploy", "yml")
-    assert a.entity is None and a.entity_id is None
-    assert a.rrf_score == pytest.approx(1 / 62 + 1 / 61)
-    assert a.score == a.rrf_score
-    assert d.entity == GeneratorHit(1, 0.0) and d.entity_id == "ent_aditya"
-    assert d.lexical is None and d.lexical_terms is None
-    assert d.rrf_score == pytest.approx(1 / 63 + 1 / 61)
-    assert by_id["B"].dense is None
+def test_equal_scores_scale_to_one() -> None:
+    assert scaled([0.6, 0.6, 0.6], depth=3) == [1.0, 1.0, 1.0]
 
 
-def test_fuse_orders_lexical_hits_by_rank_and_counts_a_repeated_record_once() -> None:
-    lexical = [Hit("B", 2, 3.0, match("b")), Hit("A", 1, 5.0, match("a"))]
-    entity = [("E", "ent_one"), ("E", "ent_two")]
+def test_a_standout_bm25_score_outweighs_a_second_dense_place() -> None:
+    # R holds the question's rare words (BM25 far ahead of the rest), P is only a little
+    # closer in meaning than R: the margins decide, not the ranks.
+    dense = [("P", 0.62), ("R", 0.60), ("X", 0.20)]
+    lexical = [Hit("R", 1, -9.0, match("rare", "words")), Hit("X", 2, -1.0, match("words")),
+               Hit("P", 3, -0.5, match("words"))]
+    fused = fuse(dense, lexical, [], WEIGHTS, depth=3)
+    assert order(fused) == ["R", "P", "X"]
+    r = fused[0]
+    assert r.fused_score == pytest.approx(1.0 * (0.40 / 0.42) + 0.5 * 1.0)
+    assert (r.fused_rank, r.score) == (1, r.fused_score)
 
-    candidates = fuse([], lexical, entity, k=60)
 
-    by_id = {c.record_id: c for c in candidates}
-    assert by_id["A"].lexical == GeneratorHit(1, 5.0)
-    assert by_id["B"].lexical == GeneratorHit(2, 3.0)
-    assert by_id["E"].entity_id == "ent_one"
-    assert by_id["E"].rrf_score == pytest.approx(1 / 61)
+def test_every_channel_s_evidence_is_carried_on_the_candidate() -> None:
+    fused = fuse([("A", 0.8), ("B", 0.5)], [Hit("B", 1, -2.0, match("x", "y"))], [("A", "ent_1")],
+                 WEIGHTS, depth=30)
+    by_id = {c.record_id: c for c in fused}
+    assert by_id["A"].dense == GeneratorHit(1, 0.8) and by_id["A"].entity == GeneratorHit(1, 0.0)
+    assert by_id["A"].entity_id == "ent_1" and by_id["A"].lexical is None
+    assert by_id["B"].lexical == GeneratorHit(1, -2.0) and by_id["B"].lexical_terms == match("x", "y")
+    # A: dense 1.0 + entity 0.25; B: dense 0.5/0.8 (a short list scales from 0) + lexical 0.5.
+    assert by_id["A"].fused_score == pytest.approx(1.25)
+    assert by_id["B"].fused_score == pytest.approx(0.625 + 0.5)
 
 
-def test_fuse_with_every_generator_empty_is_empty() -> None:
-    assert fuse([], [], [], k=60) == []
+def test_a_record_listed_twice_by_one_channel_keeps_its_first_place() -> None:
+    fused = fuse([], [], [("A", "ent_1"), ("A", "ent_2"), ("B", "ent_2")], WEIGHTS, depth=30)
+    assert order(fused) == ["A", "B"]
+    assert fused[0].entity_id == "ent_1" and fused[0].fused_score == pytest.approx(0.25)
+
+
+def test_equal_sums_keep_the_order_the_channels_listed_them() -> None:
+    fused = fuse([("A", 0.5)], [Hit("B", 1, -1.0, match("x"))], [],
+                 FusionConfig(dense=1.0, lexical=1.0, entity=0.0, link=0.0), depth=30)
+    assert order(fused) == ["A", "B"]
+
+
+def test_a_channel_weighted_zero_has_no_say() -> None:
+    dense = [("A", 0.9), ("B", 0.1)]
+    lexical = [Hit("B", 1, -5.0, match("x")), Hit("A", 2, -0.1, match("x"))]
+    only_dense = fuse(dense, lexical, [], FusionConfig(1.0, 0.0, 0.0, 0.0), depth=2)
+    only_lexical = fuse(dense, lexical, [], FusionConfig(0.0, 1.0, 0.0, 0.0), depth=2)
+    assert order(only_dense) == ["A", "B"] and order(only_lexical) == ["B", "A"]
+
+
+def test_the_link_channel_adds_its_weight_and_ranks_again() -> None:
+    fused = fuse([("A", 0.9), ("B", 0.5), ("C", 0.45)], [], [], WEIGHTS, depth=3)
+    assert order(fused) == ["A", "B", "C"]
+    linked = add_links(fused, [("C", "A"), ("D", "A")], WEIGHTS.link)
+    assert order(linked) == ["A", "C", "D", "B"]
+    by_id = {c.record_id: c for c in linked}
+    assert by_id["C"].via == "A" and by_id["D"].via == "A" and by_id["B"].via is None
+    assert by_id["D"].fused_score == pytest.approx(0.4) and by_id["D"].dense is None
+    assert [c.fused_rank for c in linked] == [1, 2, 3, 4]
+
+
+def test_no_link_changes_nothing() -> None:
+    fused = fuse([("A", 0.9)], [], [], WEIGHTS, depth=3)
+    assert add_links(fused, [], WEIGHTS.link) is fused

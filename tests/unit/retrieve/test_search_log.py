@@ -80,7 +80,7 @@ def log_row(world: World, *, at: str, user_id: str = "aditya") -> dict[str, Any]
         "session_id": world.p.session_id, "trigger": "tool", "request": "{}", "context": None,
         "rewrite_status": "disabled", "rewritten_queries": None, "reranked": None,
         "rerank_status": "disabled", "rerank_error": None, "config_flags": "{}", "warm": 1,
-        "timings_ms": "{}",
+        "timings_ms": "{}", "decision": "{}",
     }
 
 
