@@ -9,6 +9,7 @@ matrix product.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Collection, Sequence
 from itertools import repeat
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
     from retold.store import Store
 
 __all__ = ["RefreshOutcome", "VectorIndex"]
+
+log = logging.getLogger(__name__)
 
 RefreshOutcome = Literal["current", "delta", "reload"]
 
@@ -49,6 +52,7 @@ class VectorIndex:
         self.loaded_version = -1  # records_version the projection reflects; -1: never loaded
         # Bumped by every change to rows, liveness or the seq table; keys _gathered.
         self._generation = 0
+        self._out_of_step_said = False  # a refresh found a row it counted as applied missing
         # (eligible set token, generation, positions, their rows): the last search's
         # eligible rows, copied once. Agents search one eligible set many times between
         # writes, and copying its rows out of the matrix was most of a dense search.
@@ -107,9 +111,12 @@ class VectorIndex:
 
         Changes this process already applied (same or newer index_version) are skipped,
         so local writes never count towards ``incremental_reload_max``: when nothing else
-        changed the index advances its version and reports ``current``. ``version`` is a
-        ``records_version`` the caller has just read, which saves reading it again. See
-        ``docs/architecture.md``, "Index coherence across processes".
+        changed the index advances its version and reports ``current``. A version counts as
+        applied only while this index holds the row it describes: a change this process
+        made to a record another process wrote (a confirm, a reinforcement) leaves the row
+        to be loaded here, and a row found missing that way is loaded (and said once).
+        ``version`` is a ``records_version`` the caller has just read, which saves reading
+        it again. See ``docs/architecture.md``, "Index coherence across processes".
         """
         if not self.is_loaded:
             self.load(store)
@@ -120,10 +127,16 @@ class VectorIndex:
         with self._lock:
             fresh = []
             for change in changes:
-                if self._applied.get(change.record_id, -1) < change.index_version:
-                    fresh.append(change)
-                else:  # our own write: learn its seq, which a local upsert may not know
+                mine = self._applied.get(change.record_id, -1) >= change.index_version
+                if mine and (change.vector is None or self._holds(change.record_id)):
+                    # our own write: learn its seq, which a local upsert may not know
                     self._learn_seq(change.record_id, change.seq)
+                    continue
+                if mine and not self._out_of_step_said:
+                    self._out_of_step_said = True
+                    log.warning("vector index: record %s was counted as applied but its row was "
+                                "missing; loading it from the store", change.record_id)
+                fresh.append(change)
             if not fresh:
                 self.loaded_version = max(self.loaded_version, durable)
                 return "current"
@@ -185,9 +198,16 @@ class VectorIndex:
 
     def acknowledge(self, record_id: str, index_version: int) -> None:
         """Record that this process committed a change (a status, a reinforcement) that
-        leaves the row as it is, so refresh does not count it as another process's."""
+        leaves the row as it is, so refresh does not count it as another process's. A row
+        this index does not hold (another process wrote the record since the last refresh)
+        is not acknowledged: the refresh must still load it."""
         with self._lock:
-            self._note(record_id, index_version)
+            if self._holds(record_id):
+                self._note(record_id, index_version)
+
+    def _holds(self, record_id: str) -> bool:
+        position = self._pos.get(record_id)
+        return position is not None and bool(self._live[position])
 
     def _note(self, record_id: str, index_version: int | None) -> None:
         if index_version is not None:

@@ -137,6 +137,43 @@ def test_refresh_applies_a_second_store_handles_writes_as_delta(
     assert index.refresh(store, 512) == "current"
 
 
+def test_a_change_made_here_to_a_record_written_elsewhere_still_loads_its_row(
+    store: Store, store_target: str, index: VectorIndex, caplog: pytest.LogCaptureFixture
+) -> None:
+    index.load(store)
+    other = open_store(store_target)
+    theirs, their_vec, _ = write(other, 7, status="provisional")
+    other.close()
+    # This process confirms the record before its index has seen it: the confirm's version
+    # is this process's own, but the row it describes was never loaded here.
+    change = store.transition(theirs, "confirmed", from_statuses=("provisional",))
+    assert change is not None
+    index.acknowledge(theirs, change.index_version)
+    assert index.refresh(store, 512) == "delta"
+    assert index.search(their_vec, {theirs}, 1)[0][0] == theirs
+    assert index.refresh(store, 512) == "current"
+
+
+def test_a_row_counted_as_applied_but_missing_is_loaded_and_said_once(
+    store: Store, store_target: str, index: VectorIndex, caplog: pytest.LogCaptureFixture
+) -> None:
+    index.load(store)
+    other = open_store(store_target)
+    first, first_vec, v1 = write(other, 8)
+    second, second_vec, v2 = write(other, 9)
+    other.close()
+    index._note(first, v1)  # an index out of step, however it came to be
+    index._note(second, v2)
+    with caplog.at_level("WARNING", logger="retold.index.vector"):
+        assert index.refresh(store, 512) == "delta"
+    assert [r.message for r in caplog.records].count(
+        f"vector index: record {first} was counted as applied but its row was missing; "
+        "loading it from the store") == 1
+    assert len(caplog.records) == 1  # said once, not once per row
+    assert index.search(first_vec, {first}, 1)[0][0] == first
+    assert index.search(second_vec, {second}, 1)[0][0] == second
+
+
 def test_reembedding_under_another_model_drops_the_row_on_refresh(
     store: Store, index: VectorIndex
 ) -> None:

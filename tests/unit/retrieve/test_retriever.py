@@ -443,3 +443,29 @@ def test_a_record_only_the_lexical_channel_finds_still_answers(world: World) -> 
     outcome = search(world, "ERR_CONN_RESET nightly export")
     assert ids(outcome)[:1] == [incident]
     assert outcome.response.decision["signals"]["asked_coverage"] == 1.0
+
+
+def test_a_record_another_agent_wrote_and_this_one_confirmed_is_found_by_meaning(world: World) -> None:
+    # Two agent processes on one store: B writes a guess, A (whose index was loaded before)
+    # confirms it; A's next search must find it through its own vector index.
+    from retold import build_runtime
+
+    text = "Aditya keeps his dotfiles in a private repository."
+    assert ids(search(world, "anything at all")) == []  # A's index is loaded now
+    other = build_runtime(world.rt.config, clock=world.clock, embedder=world.embedder, judge=world.judge,
+                          environ={})
+    try:
+        b = Principal("other-agent", "aditya", "s2", None)
+        other.host.grant("other-agent", Scope("user", "aditya"), read=True, write=True)
+        written = other.tools.call("memory_write", b, {
+            "type": "semantic", "content": text, "attribute": "dotfiles", "source_kind": "agent_inference"})
+        assert written["status"] == "provisional"
+    finally:
+        other.close()
+    confirmed = world.rt.tools.call("memory_revise", world.p, {
+        "id": written["record_id"], "action": "confirm", "reason": "Aditya said so"})
+    assert "error" not in confirmed, confirmed
+    outcome = search(world, "dotfiles repository")
+    assert ids(outcome)[:1] == [written["record_id"]]
+    assert outcome.response.results[0].explanation.dense is not None  # found by meaning, not only words
+    assert written["record_id"] in world.rt.index.ids
