@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from retold.broker.identity import broker_instance
 from retold.errors import ExtractionError
 from retold.operations import TEMPORAL_REVIEWER
 from workers.app import app, purge_consumed_messages
@@ -78,7 +79,8 @@ def _send(session_id: str, stage: str) -> None:
 
 @_task("retold.recover")
 def recover() -> dict[str, Any]:
-    return {"enqueued": current_runtime().extraction.enqueue_due(_send)}
+    broker = broker_instance(str(app.conf.broker_url))
+    return {"enqueued": current_runtime().extraction.enqueue_due(_send, broker)}
 
 
 @_task("retold.end_idle_sessions")

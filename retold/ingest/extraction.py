@@ -185,10 +185,11 @@ class ExtractionRunner:
         blocked ones included), each with the stage it resumes at."""
         return self.attempts.pending()
 
-    def enqueue_due(self, send: Callable[[str, Stage], None]) -> list[str]:
+    def enqueue_due(self, send: Callable[[str, Stage], None], broker: str | None = None) -> list[str]:
         """The recover sweep: hand ``send`` the sessions due now and not already queued,
-        at most ``queue.recover_batch_size``; return their ids."""
-        return self.attempts.enqueue_due(send)
+        at most ``queue.recover_batch_size``; return their ids. ``broker`` names the
+        running broker instance: a new one means what was queued may be lost, and is due."""
+        return self.attempts.enqueue_due(send, broker)
 
     def reset(self, session_id: str) -> bool:
         """Forget a session's failed attempts and its parked or blocked state, so it is due

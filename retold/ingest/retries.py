@@ -185,9 +185,14 @@ class Attempts:
         blocked ones included), each with the stage it resumes at."""
         return self.store.pending_sessions(self.clock.now(), self.terms)
 
-    def enqueue_due(self, send: Callable[[str, Stage], None]) -> list[str]:
+    def enqueue_due(self, send: Callable[[str, Stage], None], broker: str | None = None) -> list[str]:
         """Hand each due session (at most ``recover.batch_size``, oldest end first) to
         ``send`` with the stage it resumes at; return the ids handed over.
+
+        ``broker`` names the running broker instance (:func:`retold.broker.identity.broker_instance`);
+        when it is not the instance the last sweep reached, the broker restarted and may
+        have forgotten what it held, so every queued session is due again at once (one
+        ``queue.broker_restarted`` event).
 
         Each is marked enqueued before it is sent, so a worker that takes it at once
         clears a mark that is already there. When ``send`` raises (the broker is down),
@@ -195,6 +200,13 @@ class Attempts:
         again, and the error propagates.
         """
         now = self.clock.now()
+        if broker is not None:
+            requeued = self.store.broker_seen(broker)
+            if requeued:
+                log.warning("the broker restarted (instance %s); %d queued sessions are handed over"
+                            " again", broker, requeued)
+                self.store.append_event("queue.broker_restarted", self.actor,
+                                        {"instance": broker, "requeued": requeued})
         due = self.store.due_sessions(now, self.terms, setup=self.setup_id,
                                       enqueued_before=now - self.recover.requeue_after,
                                       limit=self.recover.batch_size)

@@ -219,6 +219,25 @@ class ClaimsMixin(StoreBase):
                 f"UPDATE sessions SET extraction_enqueued_at = ? WHERE id IN ({marks(session_ids)})"
                 " AND extracted_at IS NULL", (to_iso(at), *session_ids)).rowcount
 
+    def broker_seen(self, instance: str) -> int | None:
+        """Record the broker instance the recover sweep reached. When it is not the one
+        recorded last, the broker restarted, and one that keeps nothing on disk forgot
+        every message it held: each unextracted session's queued mark is cleared, so the
+        sweep hands those sessions over again now rather than after ``requeue_after``.
+        Returns how many marks were cleared, or None when no instance was recorded before.
+        A session handed over twice is still extracted once: the run claims it."""
+        with self.atomic() as conn:
+            row = conn.execute("SELECT value FROM store_meta WHERE key = 'queue_broker'").fetchone()
+            conn.execute("INSERT INTO store_meta(key, value) VALUES ('queue_broker', ?)"
+                         " ON CONFLICT(key) DO UPDATE SET value = excluded.value", (instance,))
+            if row is None:
+                return None
+            if str(row[0]) == instance:
+                return 0
+            return int(conn.execute(
+                "UPDATE sessions SET extraction_enqueued_at = NULL"
+                " WHERE extracted_at IS NULL AND extraction_enqueued_at IS NOT NULL").rowcount)
+
     def unmark_enqueued(self, session_ids: list[str], at: datetime) -> int:
         """Undo :meth:`mark_enqueued` of ``at`` for sessions the queue refused (a mark a
         worker already cleared, or a later one, stays as it is)."""

@@ -215,3 +215,25 @@ def test_a_broker_failure_mid_sweep_leaves_the_rest_due(world: World) -> None:
     assert sent == ids[:1]
     queue.down = False
     assert world.rt.extraction.enqueue_due(queue.send) == ids[1:]
+
+
+def test_a_broker_that_restarted_gets_what_it_held_at_the_next_sweep_once(world: World) -> None:
+    queue = Queue()
+    hooks = SessionHooks(world.rt.store, queue, timedelta(minutes=30), world.clock)
+    held = [end(world, f"s-{n}", hooks) for n in range(2)]
+    assert queue.sent == held  # published, marked queued
+    # The first sweep only learns which broker instance it reached: nothing is due.
+    assert world.rt.extraction.enqueue_due(queue.send, "instance-1") == []
+    assert world.rt.extraction.enqueue_due(queue.send, "instance-1") == []
+    assert world.rt.extraction.enqueue_due(queue.send) == []  # a sweep that could not tell
+    # The broker restarted and forgot its messages: the next sweep hands them over again,
+    # well before requeue_after, and the sweep after that does not repeat it.
+    world.clock.advance(seconds=30)
+    assert world.rt.extraction.enqueue_due(queue.send, "instance-2") == held
+    assert world.rt.extraction.enqueue_due(queue.send, "instance-2") == []
+    assert queue.sent == [*held, *held]
+    [event] = world.events("queue.broker_restarted")
+    assert event["payload"] == {"instance": "instance-2", "requeued": 2}
+    # Handed over twice, extracted once: the first run claims it, the second finds it done.
+    assert working(world).run(held[0]).outcome == "extracted"
+    assert working(world).run(held[0]).outcome != "extracted"
