@@ -123,7 +123,7 @@ class Worker:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "celery", "-A", "workers", "worker", *pool,
                  "-Q", "extraction,maintenance", "--loglevel=INFO", "-n", f"bench-{os.getpid()}@%h",
-                 "--without-gossip", "--without-mingle", "--without-heartbeat"],
+                 "--without-gossip", "--without-mingle"],
                 cwd=tmp, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def wait_ready(self) -> None:

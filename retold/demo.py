@@ -236,7 +236,7 @@ class _DemoWorker:
         queues = rt.config.queue
         cmd = [sys.executable, "-m", "celery", "-A", "workers", "worker", "-P", "solo",
                "-Q", f"{queues.extraction_queue},{queues.maintenance_queue}", "--loglevel=INFO",
-               "--without-gossip", "--without-mingle", "--without-heartbeat",
+               "--without-gossip", "--without-mingle",
                "-n", f"retold-demo-{os.getpid()}@%h"]
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(cmd, env=child_env, stdout=log, stderr=subprocess.STDOUT,

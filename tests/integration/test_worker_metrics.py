@@ -47,7 +47,7 @@ def test_a_worker_with_a_metrics_port_serves_the_stores_numbers(tmp_path: Path, 
     with log.open("w") as out:
         worker = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "workers", "worker", "--pool", "solo",
-             "-Q", "extraction,maintenance", "--loglevel", "INFO", "--without-heartbeat",
+             "-Q", "extraction,maintenance", "--loglevel", "INFO",
              "--without-mingle", "--without-gossip"], stdout=out, stderr=subprocess.STDOUT, env=env)
     try:
         wait_for(lambda: _scrape(port) is not None, "the metrics endpoint", [log], timeout=60)
