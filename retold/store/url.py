@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode
 
 from retold.config import is_database_url
+from retold.errors import StoreError
 from retold.store.store import Store
 
 __all__ = ["conninfo", "is_database_url", "open_store", "redact"]
@@ -43,6 +44,12 @@ def open_store(target: str | Path, **options: Any) -> Store:
     URL (psycopg is imported only then), else the SQLite :class:`Store` at that path.
     ``options`` are the Store's keyword arguments."""
     if is_database_url(target):
+        try:
+            import psycopg  # noqa: F401  (the optional `postgres` extra)
+        except ImportError as exc:
+            raise StoreError(f"store {redact(str(target))} is a PostgreSQL database, which needs "
+                             "psycopg: install the `postgres` extra (pip install 'retold[postgres]')"
+                             ) from exc
         from retold.store.postgres import PgStore
 
         return PgStore(str(target), **options)

@@ -13,6 +13,7 @@ import hashlib
 import os
 import shutil
 import sqlite3
+import sys
 import time
 from pathlib import Path
 
@@ -21,6 +22,7 @@ import pytest
 from retold.errors import (
     NotADatabaseError,
     StoreCorruptError,
+    StoreError,
     StoreFullError,
     StoreLockedError,
     StoreReadOnlyError,
@@ -242,3 +244,19 @@ def test_a_second_store_on_a_file_keeps_other_processes_seeing_this_one(tmp_path
         assert len(second.events(kind="test.other_process")) == 3 * (round_ + 1)
     second.close()
     first.close()
+
+
+def test_a_postgresql_url_without_psycopg_is_one_line_naming_the_extra(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from retold.cli import main
+    from retold.store import open_store
+
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # the `postgres` extra not installed
+    url = "postgresql://retold:secret@127.0.0.1:5432/nowhere"
+    with pytest.raises(StoreError, match="needs psycopg: install the `postgres` extra"):
+        open_store(url)
+    code = main(["search", "--store", url, "--agent", "a", "--user", "u", "anything"])
+    err = capsys.readouterr().err
+    assert code != 0 and len(err.strip().splitlines()) == 1, err
+    assert "install the `postgres` extra" in err and "secret" not in err and "Traceback" not in err
