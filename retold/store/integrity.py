@@ -114,6 +114,15 @@ def check_file(path: str | Path, *, quick: bool = False, busy_timeout: float = 3
             conn = connect(target, busy_timeout, reason)
         except sqlite3.DatabaseError as exc:
             return _unreadable(target, quick, exc)
+        except NotADatabaseError as exc:
+            # SQLite's own signature at the start with the rest of the header unreadable is
+            # a damaged store, what check exists to report; a file without it is something
+            # else, refused as before. No connection of this process holds the file now,
+            # so reading its first bytes drops no lock.
+            with file.open("rb") as head:
+                if head.read(len(_SQLITE_MAGIC)) != _SQLITE_MAGIC:
+                    raise
+            return _unreadable(target, quick, exc)
     with closing(conn), lock:
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
         try:
@@ -176,7 +185,10 @@ def merged(findings: list[Finding]) -> tuple[Finding, ...]:
     return tuple(by_problem.values())
 
 
-def _unreadable(path: str, quick: bool, exc: sqlite3.DatabaseError) -> IntegrityReport:
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _unreadable(path: str, quick: bool, exc: Exception) -> IntegrityReport:
     found = Finding("unreadable", 1, f"the schema cannot be read: {_line(exc)}")
     return IntegrityReport(path, quick, ("open",), (), 0, (found,), {})
 

@@ -14,6 +14,7 @@ from retold.cli import main
 from retold.cli.check import EXIT_PROBLEMS
 from retold.config import is_database_url
 from retold.operations import OperationError
+from retold.store import Store
 from retold.store.integrity import IntegrityReport, check_file
 from retold.store.pg_integrity import check_database
 from retold.testing import World, make_world
@@ -172,6 +173,20 @@ def test_check_refuses_what_is_not_a_store(tmp_path: Path, capsys: pytest.Captur
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines == [f"retold check: {notes} is not a SQLite database; refusing to open it",
                      f"retold check: no store at {tmp_path / 'missing.sqlite'}"]
+
+
+def test_a_store_whose_header_is_damaged_is_reported_as_damaged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = Store(tmp_path / "memory.sqlite")
+    store.close()
+    path = tmp_path / "memory.sqlite"
+    with path.open("r+b") as raw:  # SQLite's signature kept, the page size after it garbled
+        raw.seek(16)
+        raw.write(b"\xff" * 8)
+    assert main(["check", "--store", str(path)]) == EXIT_PROBLEMS
+    out = capsys.readouterr().out
+    assert "unreadable" in out and "not a SQLite database" in out
 
 
 @pytest.mark.sqlite_only("snapshots are SQLite files; a PostgreSQL store is dumped with pg_dump")
