@@ -78,7 +78,8 @@ def _cmd_erase(args: argparse.Namespace) -> int:
                     ("session", args.session) if args.session else ("user", args.user))
     if not args.yes:
         raise Refused(f"erasing {kind} {target} is irreversible; add --yes to confirm", EXIT_REFUSED)
-    with cli_runtime(args) as rt:
+    # Erasure embeds nothing, and a compliance request must not wait for a re-embed.
+    with cli_runtime(args, models=False) as rt:
         ops = rt.operations
         erase: dict[str, Callable[[str, str, str], Any]] = {
             "record": ops.erase_record, "session": ops.erase_session, "user": ops.erase_user}

@@ -43,7 +43,7 @@ def _reviews(args: argparse.Namespace) -> int:
         return _usage("reviews", "backlog needs --max-open and/or --max-age-days")
     elif args.action == "backlog" and min(args.max_open or 0, args.max_age_days or 0) < 0:
         return _usage("reviews", "--max-open and --max-age-days must be at least 0")
-    with cli_runtime(args) as rt:
+    with cli_runtime(args, models=False) as rt:  # the review queue embeds nothing
         if args.action == "list":
             return _list(rt, args)
         if args.action == "resolve":

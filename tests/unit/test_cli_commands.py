@@ -205,6 +205,19 @@ def test_a_config_of_another_embedding_family_is_refused_until_reembed(
            *search, "--config", config)
 
 
+def test_commands_that_embed_nothing_run_under_another_embedding_family(
+    store: tuple[str, str], tmp_path: Path
+) -> None:
+    path, _ = store
+    other = tmp_path / "bumped.yaml"
+    other.write_text("embedding:\n  model: fake\n  version: '2'\n")
+    common = ("--store", path, "--config", str(other))
+    # The review queue and an erasure read and delete; neither may wait for a re-embed.
+    _ok("reviews", "list", *common)
+    result = _ok("erase", "--user", USER, "--reason", "right to be forgotten", "--yes", *common)
+    assert "erased" in result.stdout
+
+
 @pytest.mark.sqlite_only("snapshots are SQLite files; a PostgreSQL store refuses them (pg_dump)")
 def test_snapshot_save_and_load(store: tuple[str, str], tmp_path: Path) -> None:
     path, config = store
