@@ -98,9 +98,15 @@ def _plain_value(value: str) -> str:
     return value.strip("\"'`").rstrip(".,;:)!?")
 
 
+# A value that is a name called or indexed (``Column(String``, ``input()``, ``form["pw"]``,
+# ``hash(password)``) is code that computes or stores a password, not a password.
+_CODE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*[(\[]")
+
+
 def _assigned_password(match: re.Match[str]) -> bool:
     value = _plain_value(match.group("value"))
     return (len(value) >= 4 and value.casefold() not in _PROSE and not _PLACEHOLDER.match(value)
+            and not _CODE.match(match.group("value"))
             and not value.startswith(("/", "~/", "./", "http")))  # PWD=/home/... is a folder
 
 
@@ -198,5 +204,6 @@ _DETECTORS: tuple[tuple[SecretKind, re.Pattern[str], Callable[[re.Match[str]], b
     ("api_key", re.compile(
         rf"(?i)(?<![A-Za-z0-9_-])[A-Za-z0-9_-]{{0,40}}?(?:{_KEY_NAMES})[\"']?(?:\s*(?:[:=]|\bis\b)\s*|\s+)[\"'`]?"
         r"(?P<value>[A-Za-z0-9_\-./+=]{16,})"), _token_value(16)),
-    ("card_number", re.compile(r"(?<![\d.-])\d(?:[ -]?\d){12,18}(?![\d-])"), _card),
+    # Not inside a path: "/articles/360012345678901" is a page's id.
+    ("card_number", re.compile(r"(?<![\d./-])\d(?:[ -]?\d){12,18}(?![\d-])"), _card),
 )
