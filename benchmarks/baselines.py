@@ -2,8 +2,7 @@
 
 Dense cosine over the documents' vectors, BM25 from an SQLite FTS5 table with the porter
 stemmer, and their reciprocal rank fusion (k = 60, the top 30 of each list): what a new
-user would build in an afternoon, and what Retold's ranking must at least match. The
-dense list also reports its best cosine, which an abstaining baseline reads.
+user would build in an afternoon, and what Retold's ranking must at least match.
 """
 
 from __future__ import annotations
@@ -36,12 +35,11 @@ class Hybrid:
         self.db.execute("CREATE VIRTUAL TABLE f USING fts5(body, tokenize='porter unicode61')")
         self.db.executemany("INSERT INTO f(rowid, body) VALUES (?, ?)", list(enumerate(texts)))
 
-    def dense(self, text: str, qvec: np.ndarray | None = None) -> tuple[list[str], float]:
-        """The top documents by cosine, and the best cosine."""
-        q = np.asarray(self.embedder.embed_queries([text]))[0] if qvec is None else qvec
-        cosines = self.vectors @ q
-        order = np.argsort(-cosines)[:PER_LIST]
-        return [self.keys[i] for i in order], float(cosines[order[0]]) if len(order) else 0.0
+    def dense(self, text: str) -> list[str]:
+        """The top documents by cosine."""
+        q = np.asarray(self.embedder.embed_queries([text]))[0]
+        order = np.argsort(-(self.vectors @ q))[:PER_LIST]
+        return [self.keys[i] for i in order]
 
     def bm25(self, text: str) -> list[str]:
         words = [w for w in "".join(ch.lower() if ch.isalnum() else " " for ch in text).split()
@@ -54,12 +52,12 @@ class Hybrid:
         ).fetchall()
         return [self.keys[row[0]] for row in rows]
 
-    def answer(self, text: str, qvec: np.ndarray | None = None) -> tuple[dict[str, list[str]], float]:
-        """Each system's ranking (dense, bm25, rrf), and the best dense cosine."""
-        (dense, best), bm25 = self.dense(text, qvec), self.bm25(text)
+    def answer(self, text: str) -> dict[str, list[str]]:
+        """Each system's ranking: dense, bm25 and their rrf."""
+        dense, bm25 = self.dense(text), self.bm25(text)
         score: defaultdict[str, float] = defaultdict(float)
         for ranking in (dense, bm25):
             for rank, key in enumerate(ranking, 1):
                 score[key] += 1.0 / (RRF_K + rank)
         rrf = sorted(score, key=lambda key: -score[key])
-        return {"dense": dense, "bm25": bm25, "rrf": rrf}, best
+        return {"dense": dense, "bm25": bm25, "rrf": rrf}

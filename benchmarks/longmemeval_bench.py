@@ -238,7 +238,7 @@ def run_question(q: dict[str, Any], negative: dict[str, Any] | None, folder: Pat
             if a.trigger != "tool":
                 continue
             text = q["question"] if not a.negative else negative["question"]  # type: ignore[index]
-            rankings, _ = hybrid.answer(text)
+            rankings = hybrid.answer(text)
             for name, ranked in rankings.items():
                 a.returned[name] = [frozenset(ids[r]) for r in ranked[:K]]
         rt.flush_search_log()

@@ -106,7 +106,6 @@ class Question:
     unseen: bool = False  # worded anew (unseen_wordings.json), never tuned on
     outcomes: dict[str, Outcome] = field(default_factory=dict)
     search_id: str | None = None
-    best_cosine: float = 0.0  # the baseline's best dense cosine
 
 
 def _parse_date(value: str) -> datetime:
@@ -278,7 +277,7 @@ def run(
                 sum(record_tokens(r.record) for r in results),
             )
             q.search_id = outcome.response.search_id
-            rankings, q.best_cosine = hybrid.answer(q.text)
+            rankings = hybrid.answer(q.text)
             for name, keys in rankings.items():
                 top = keys[:K]
                 q.outcomes[name] = Outcome(
