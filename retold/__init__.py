@@ -4,7 +4,8 @@ The public surface is documented in README.md ("Use it from Python"). Importing 
 package loads no model and never imports torch.
 """
 
-from retold.config import Config, load_config
+from retold.config import Config
+from retold.config_env import load_config
 from retold.errors import (
     ConfigError,
     EmbeddingMismatchError,

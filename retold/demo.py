@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from retold.config import load_config
+from retold.config_env import load_config
 from retold.ingest.extractor import ReplayExtractor
 from retold.ingest.reviewer import TableReviewer
 from retold.ingest.session import InProcessScheduler

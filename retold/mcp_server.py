@@ -41,10 +41,12 @@ from retold.config import McpTokenConfig
 from retold.errors import ConfigError
 from retold.ingest.session import SessionHooks
 from retold.models import Principal
+from retold.policy.grants import no_grant_reason, readable_scopes
 from retold.runtime import Runtime
 from retold.tools.export import result_text
 
-__all__ = ["PROFILE_URI", "build_server", "call_result", "serve_http", "serve_stdio", "token_digest"]
+__all__ = ["PROFILE_URI", "build_server", "call_result", "serve_failure", "serve_http", "serve_stdio",
+           "token_digest"]
 
 log = logging.getLogger(__name__)
 
@@ -167,15 +169,42 @@ _INSTRUCTIONS = ("Durable memory for this user. Search before answering from mem
 
 def serve_stdio(rt: Runtime, agent_id: str, user_id: str, project_id: str | None = None) -> None:
     """Serve one principal over stdin/stdout until the client closes stdin or a SIGINT or
-    SIGTERM arrives; the session starts before the first message and ends on the way out."""
+    SIGTERM arrives; the session starts before the first message and ends on the way out.
+
+    An agent that may read nothing but its private scope is served all the same (a grant
+    may come later), but says so once on stderr, which clients keep in their server log,
+    and in the instructions the client reads: otherwise it looks like an empty memory."""
     sessions = _Sessions(rt.hooks)
     principal = sessions.principal(Principal(agent_id, user_id, project_id=project_id))
+    lacking = no_grant_reason(rt.store, principal, readable_scopes(rt.store, principal))
+    if lacking:
+        print(f"retold mcp: {lacking}", file=sys.stderr)
     # Assembled as the session starts, before the client's first request.
-    server = build_server(rt, lambda ctx: principal, profile=rt.profiles.for_session(principal).text)
+    profile = rt.profiles.for_session(principal).text
+    note = f"Note: {lacking}." if lacking else ""
+    server = build_server(rt, lambda ctx: principal, profile="\n\n".join(p for p in (note, profile) if p))
     try:
         anyio.run(_run_stdio, server)
     finally:
         sessions.end_all()
+
+
+def serve_failure(reason: str) -> None:
+    """Answer a client over stdio with why the server could not start: the reason as the
+    server's instructions and as the error of every tool call, with no tools listed, until
+    the client closes stdin. A client shows a server that answers; one that exited at once
+    shows only a broken pipe."""
+
+    async def list_tools(ctx: ServerRequestContext[Any, Any],
+                         params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[])
+
+    async def call_tool(ctx: ServerRequestContext[Any, Any],
+                        params: types.CallToolRequestParams) -> types.CallToolResult:
+        return types.CallToolResult(content=[types.TextContent(type="text", text=reason)], is_error=True)
+
+    anyio.run(_run_stdio, Server(SERVER_NAME, instructions=reason, on_list_tools=list_tools,
+                                 on_call_tool=call_tool))
 
 
 async def _run_stdio(server: Server[Any]) -> None:

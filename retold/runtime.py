@@ -286,9 +286,10 @@ def build_runtime(
 ) -> Runtime:
     """Open (and migrate) the configured store and wire every part.
 
-    Without ``config`` it is loaded as every Retold process loads it: the file named by
-    ``RETOLD_CONFIG``, then the ``RETOLD_STORE`` and ``RETOLD_BROKER_URL`` overrides
-    (:func:`retold.config_env.load_config_from_environment`). ``queue.scheduler`` picks
+    Without ``config`` it is loaded as every Retold process loads it
+    (:func:`retold.load_config`): the file named by ``RETOLD_CONFIG``, else ``config.yaml``
+    in the working folder if present, then the ``RETOLD_STORE`` and ``RETOLD_BROKER_URL``
+    overrides. ``queue.scheduler`` picks
     where ended sessions go: a worker over the configured broker (``celery``) or this
     process (``in_process``).
 

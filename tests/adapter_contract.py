@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from retold.adapters.base import MemorySession
-from retold.config import load_config
+from retold.config import read_config
 from retold.models import Scope
 from retold.runtime import Runtime, build_runtime
 from retold.testing import T0, TEST_GATE, FakeEmbedder, FakeJudge, InProcessScheduler, ManualClock
@@ -130,7 +130,7 @@ def contract_runtime(tmp_path: Path, mode: str = "tool_only", **trigger: Any) ->
     """A runtime over a store under ``tmp_path`` with fakes at the model boundaries, the
     contract's agent granted the user's scope and the user provisioned; ``mode`` and
     ``trigger`` set ``retrieval.trigger``."""
-    config = load_config(overrides={
+    config = read_config(overrides={
         "store": {"path": str(tmp_path / "memory.sqlite")},
         "embedding": {"model": "fake"},
         "retrieval": {"gate": TEST_GATE, "trigger": {"mode": mode, **trigger}},

@@ -4,10 +4,16 @@ watch or call."""
 from __future__ import annotations
 
 import argparse
+import sqlite3
+import sys
 from pathlib import Path
 from typing import Any
 
-from retold.cli.common import EXIT_USAGE, Refused, add_command, cli_config, cli_runtime
+from retold.cli.common import EXIT_USAGE, Refused, add_command, cli_config, cli_runtime, print_json
+from retold.cli_failure import EXIT_ERROR, one_line
+from retold.errors import RetoldError
+from retold.models import Principal
+from retold.policy.grants import no_grant_reason, readable_scopes
 
 __all__ = ["register"]
 
@@ -25,6 +31,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_mcp(args: argparse.Namespace) -> int:
+    if args.print_config:
+        return _print_client_config(args)
     if args.http:
         if args.agent or args.user or args.project:
             raise Refused("--agent, --user and --project are for stdio; over --http each token in"
@@ -41,11 +49,46 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
         if not (exc.name or "").startswith(("mcp", "uvicorn", "starlette")):
             raise
         raise Refused("the MCP SDK is not installed; pip install 'retold[mcp]'", EXIT_USAGE) from None
-    with cli_runtime(args) as rt:
-        if args.http:
+    if args.http:
+        with cli_runtime(args) as rt:
             mcp_server.serve_http(rt, host, port)
-        else:
-            mcp_server.serve_stdio(rt, args.agent, args.user, args.project)
+        return 0
+    try:
+        rt = cli_runtime(args)
+    except (Refused, RetoldError, OSError, sqlite3.Error) as exc:
+        # A desktop client that started this process shows only that its pipe closed; a
+        # server that answers with the reason shows it where the user looks.
+        reason = f"retold mcp: {one_line(exc)}"
+        print(reason, file=sys.stderr)
+        mcp_server.serve_failure(reason)
+        return exc.code if isinstance(exc, Refused) else EXIT_ERROR
+    with rt:
+        mcp_server.serve_stdio(rt, args.agent, args.user, args.project)
+    return 0
+
+
+def _print_client_config(args: argparse.Namespace) -> int:
+    """The block a desktop client's config takes to start this server over stdio: the
+    absolute interpreter (a virtualenv's ``retold`` is not on an app's PATH) and the
+    absolute store, after checking the store exists and the agent may read the user."""
+    if not (args.agent and args.user):
+        raise Refused("--print-config needs --agent and --user: the server it starts serves one principal",
+                      EXIT_USAGE)
+    config = cli_config(args)
+    target = config.store.url or str(Path(config.store.path).resolve())
+    with cli_runtime(args, models=False) as rt:
+        principal = Principal(args.agent, args.user, project_id=args.project)
+        lacking = no_grant_reason(rt.store, principal, readable_scopes(rt.store, principal))
+    if lacking:
+        raise Refused(f"{lacking}; run: retold grant {args.agent} user:{args.user} --read --write"
+                      f" --store {target}")
+    server_args = ["-m", "retold.cli", "mcp", "--store", target, "--agent", args.agent, "--user", args.user]
+    if args.project:
+        server_args += ["--project", args.project]
+    if args.config:
+        server_args += ["--config", str(Path(args.config).resolve())]
+    print_json({"mcpServers": {"retold": {"command": sys.executable, "args": server_args,
+                                          "env": {"HF_HUB_OFFLINE": "1"}}}})
     return 0
 
 
@@ -77,3 +120,6 @@ def register(commands: Any) -> None:
     mcp.add_argument("--project", help="project id of the principal, if any (stdio)")
     mcp.add_argument("--http", metavar="HOST:PORT",
                      help="serve streamable HTTP instead of stdio; principals come from mcp.tokens")
+    mcp.add_argument("--print-config", action="store_true",
+                     help="print the JSON block a desktop client's config takes to start this server"
+                          " (absolute interpreter and store), after checking the store and the grant")

@@ -28,6 +28,7 @@ __all__ = [
     "can_read",
     "can_write",
     "is_member",
+    "no_grant_reason",
     "readable_scopes",
     "resolve_write_target",
     "writable_scopes",
@@ -76,6 +77,20 @@ def readable_scopes(store: GrantSource, principal: Principal) -> list[Scope]:
     """The private scope first, then every honoured read grant (a shared scope only for
     its members)."""
     return _scopes(store, principal, write=False)
+
+
+def no_grant_reason(store: GrantSource, principal: Principal, scopes: list[Scope]) -> str | None:
+    """Why ``scopes`` (what :func:`readable_scopes` gave) hold only the agent's private
+    scope, or None when a grant is honoured. An agent nobody granted anything looks, from
+    inside, exactly like one whose store is empty; this sentence tells the two apart."""
+    if [s for s in scopes if s != principal.private_scope]:
+        return None
+    if not store.grants_for(principal.agent_id):
+        return (f"agent {principal.agent_id!r} holds no grant, so it can read only its private scope (a host"
+                f" grants one: retold grant {principal.agent_id} user:{principal.user_id} --store ...)")
+    project = "" if principal.project_id is None else f" in project {principal.project_id!r}"
+    return (f"no grant of agent {principal.agent_id!r} covers user {principal.user_id!r}{project},"
+            " so it can read only its private scope")
 
 
 def writable_scopes(store: GrantSource, principal: Principal) -> list[Scope]:

@@ -34,7 +34,7 @@ from retold.models import (
     SearchResponse,
     SearchResult,
 )
-from retold.policy.grants import readable_scopes
+from retold.policy.grants import no_grant_reason, readable_scopes
 from retold.policy.lifecycle import Lifecycle
 from retold.retrieve.beyond_names import beyond_names
 from retold.retrieve.budget import fill_budget
@@ -135,7 +135,8 @@ class Retriever:
         records.update(counterparts)
         trace.budget_out = budget.budget_out
         timer.mark("budget")
-        results, rendered = self._explained(trace, budget.chosen, records, eligible, k, gated.empty_reason)
+        results, rendered = self._explained(trace, budget.chosen, records, eligible, scopes, k,
+                                            gated.empty_reason)
         timer.mark("explain")
         trace.flags.update(self._flags(k))
         # Handed over, not written: the answer never waits for the store's write lock.
@@ -287,7 +288,8 @@ class Retriever:
         return survivors, RerankLog("applied", outcome.logged, omitted, None)
 
     def _explained(self, trace: SearchTrace, chosen: list[Any], records: Mapping[str, Record],
-                   eligible: EligibleSet, k: int, gate_empty: str | None) -> tuple[list[SearchResult], str]:
+                   eligible: EligibleSet, scopes: list[Scope], k: int,
+                   gate_empty: str | None) -> tuple[list[SearchResult], str]:
         """The results with their explanations and conflicts, and the text the model sees."""
         found = self.store.conflicts_among([p.candidate.record_id for p in chosen])
         conflicts = {p.candidate.record_id: [o for o in found.get(p.candidate.record_id, []) if o in eligible]
@@ -310,6 +312,8 @@ class Retriever:
         if not results:
             trace.empty_reason = (gate_empty if gated is None or not gated.kept
                                   else _later_empty_reason(trace.rerank, trace.budget_out))
+            if lacking := no_grant_reason(self.store, trace.principal, scopes):
+                trace.empty_reason = f"{lacking}; {trace.empty_reason}"
         return results, render([(r.record, r.explanation) for r in results], queries, trace.rewritten,
                                trace.empty_reason)
 

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from retold.config import is_database_url, load_config
+from retold.config import is_database_url, read_config
 from retold.hosted import FakeCompletionClient
 from retold.index.embedder import FakeEmbedder
 from retold.index.reranker import FakeReranker, NoReranker
@@ -165,7 +165,7 @@ def make_world(tmp_path: Path, *, grant_personal: bool = True, store: str | None
     target = store or str(tmp_path / "memory.sqlite")
     # The config names the fake's own family, as the store records it, so a CLI or worker
     # given this config opens the world's store without an embedding mismatch.
-    config = load_config(overrides={
+    config = read_config(overrides={
         "store": {"url" if is_database_url(target) else "path": target},
         "embedding": {"model": "fake", "version": embedder.version, "dims": embedder.dims},
         "ingestion": ingestion,

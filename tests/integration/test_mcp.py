@@ -308,3 +308,77 @@ def test_http_without_tokens_and_stdio_without_a_principal_refuse_to_start(
         assert result.returncode == 2, (args, result.stderr)
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and needle in lines[0], result.stderr
+
+
+# -- starting from a desktop client ------------------------------------------------------------
+
+
+def test_print_config_gives_a_block_that_starts_the_server_and_names_a_missing_grant(
+        store: tuple[Path, Path], tmp_path: Path) -> None:
+    path, config = store
+    printed = _cli("--print-config", "--store", str(path), "--config", str(config), "--agent", AGENT,
+                   "--user", USER)
+    assert printed.returncode == 0, printed.stderr
+    block = json.loads(printed.stdout)["mcpServers"]["retold"]
+    assert Path(block["command"]).is_absolute() and str(path.resolve()) in block["args"]
+    # started from another folder, as a desktop app would, with only the block's own settings
+    params = StdioServerParameters(command=block["command"], args=block["args"], cwd=str(tmp_path),
+                                   env={**block["env"], "PYTHONPATH": str(ROOT)})
+    names: list[str] = []
+
+    async def drive() -> None:
+        with anyio.fail_after(WAIT * 2):
+            async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+                await session.initialize()
+                names.extend(t.name for t in (await session.list_tools()).tools)
+
+    anyio.run(drive)
+    assert set(names) == TOOLS
+    refused = _cli("--print-config", "--store", str(path), "--config", str(config), "--agent", "stranger",
+                   "--user", USER)
+    lines = refused.stderr.strip().splitlines()
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert len(lines) == 1 and f"retold grant stranger user:{USER} --read --write --store {path.resolve()}" \
+        in lines[0], refused.stderr
+
+
+def _start(args: list[str], errlog: Path) -> dict[str, Any]:
+    """Connect a client to ``retold mcp ARGS`` and report what it saw."""
+    params = StdioServerParameters(command=sys.executable, cwd=str(ROOT), env=ENV,
+                                   args=["-m", "retold.cli", "mcp", *args])
+    seen: dict[str, Any] = {}
+
+    async def drive() -> None:
+        with anyio.fail_after(WAIT * 2), errlog.open("w") as err:
+            async with stdio_client(params, errlog=err) as (read, write), \
+                    ClientSession(read, write) as session:
+                seen["instructions"] = (await session.initialize()).instructions or ""
+                seen["tools"] = [t.name for t in (await session.list_tools()).tools]
+                seen["call"] = await session.call_tool("memory_search", {"queries": ["anything"]})
+
+    anyio.run(drive)
+    return seen
+
+
+def test_a_server_that_cannot_start_tells_the_client_why(store: tuple[Path, Path], tmp_path: Path) -> None:
+    _, config = store
+    missing = tmp_path / "nowhere.sqlite"
+    seen = _start(["--store", str(missing), "--config", str(config), "--agent", AGENT, "--user", USER],
+                  tmp_path / "err.log")
+    assert f"no store at {missing}" in seen["instructions"] and seen["tools"] == []
+    assert seen["call"].is_error and f"no store at {missing}" in seen["call"].content[0].text
+    assert f"no store at {missing}" in (tmp_path / "err.log").read_text()
+    assert not missing.exists()
+
+
+def test_an_agent_without_a_grant_is_told_so_rather_than_served_an_empty_memory(
+        store: tuple[Path, Path], tmp_path: Path) -> None:
+    path, config = store
+    seen = _start(["--store", str(path), "--config", str(config), "--agent", "stranger", "--user", USER],
+                  tmp_path / "err.log")
+    assert "agent 'stranger' holds no grant" in seen["instructions"]
+    assert "agent 'stranger' holds no grant" in (tmp_path / "err.log").read_text()
+    assert "memory_write" not in seen["tools"]
+    answer = seen["call"].structured_content
+    assert answer["results"] == [] and "holds no grant" in answer["empty_reason"]
+    assert "holds no grant" in _text(seen["call"])  # the text the model reads

@@ -1,4 +1,4 @@
-"""load_config: defaults, YAML file, overrides, and validation errors that name the key."""
+"""read_config: defaults, YAML file, overrides, and validation errors that name the key."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from retold.config import (
     Config,
     FusionConfig,
     config_to_dict,
-    load_config,
+    read_config,
 )
 from retold.errors import ConfigError
 
@@ -27,7 +27,7 @@ def _write(tmp_path: Path, text: str) -> Path:
 
 def _error(overrides: dict[str, object]) -> str:
     with pytest.raises(ConfigError) as info:
-        load_config(overrides=overrides)
+        read_config(overrides=overrides)
     return str(info.value)
 
 
@@ -35,7 +35,7 @@ def _error(overrides: dict[str, object]) -> str:
 
 
 def test_defaults_follow_the_lld_and_design() -> None:
-    cfg = load_config()
+    cfg = read_config()
     assert cfg == Config()
     assert cfg.store.path == "./memory.sqlite"
     assert cfg.store.busy_timeout_seconds == 30
@@ -69,7 +69,7 @@ def test_host_issued_searches_answer_less_readily_than_tool_searches() -> None:
 
 
 def test_repo_config_yaml_loads_to_exactly_the_defaults() -> None:
-    assert load_config(REPO_CONFIG) == load_config()
+    assert read_config(REPO_CONFIG) == read_config()
 
 
 def test_repo_config_yaml_lists_every_key() -> None:
@@ -78,19 +78,19 @@ def test_repo_config_yaml_lists_every_key() -> None:
 
 
 def test_empty_yaml_file_means_defaults(tmp_path: Path) -> None:
-    assert load_config(_write(tmp_path, "# nothing set\n")) == Config()
+    assert read_config(_write(tmp_path, "# nothing set\n")) == Config()
 
 
 def test_yaml_block_with_all_keys_commented_out_keeps_defaults(tmp_path: Path) -> None:
     path = _write(tmp_path, "retrieval:\n  # default_k: 10\n")
-    assert load_config(path).retrieval == Config().retrieval
+    assert read_config(path).retrieval == Config().retrieval
 
 
 # --- layering ---------------------------------------------------------------------------
 
 
 def test_overrides_deep_merge_and_keep_sibling_defaults() -> None:
-    cfg = load_config(overrides={"retrieval": {"gate": {"answer_at": {"tool": 0.3}}}})
+    cfg = read_config(overrides={"retrieval": {"gate": {"answer_at": {"tool": 0.3}}}})
     assert cfg.retrieval.gate.answer_at.tool == 0.3
     assert cfg.retrieval.gate.answer_at.auto == Config().retrieval.gate.answer_at.auto
     assert cfg.retrieval.gate.weights == Config().retrieval.gate.weights
@@ -104,7 +104,7 @@ def test_file_then_overrides(tmp_path: Path) -> None:
         "retrieval:\n  default_k: 3\n"
         "activation:\n  promotable_categories: [instruction, diet]\n",
     )
-    cfg = load_config(path, overrides={"store": {"path": "override.sqlite"}})
+    cfg = read_config(path, overrides={"store": {"path": "override.sqlite"}})
     assert cfg.store.path == "override.sqlite"  # overrides win over the file
     assert cfg.store.busy_timeout_seconds == 5.0  # file wins over defaults
     assert cfg.retrieval.default_k == 3
@@ -113,13 +113,13 @@ def test_file_then_overrides(tmp_path: Path) -> None:
 
 
 def test_int_is_accepted_for_a_float_and_stored_as_float() -> None:
-    cfg = load_config(overrides={"retrieval": {"freshness": {"floor": 1}}})
+    cfg = read_config(overrides={"retrieval": {"freshness": {"floor": 1}}})
     assert cfg.retrieval.freshness.floor == 1.0
     assert isinstance(cfg.retrieval.freshness.floor, float)
 
 
 def test_replace_returns_a_revalidated_copy() -> None:
-    cfg = load_config()
+    cfg = read_config()
     changed = cfg.replace({"embedding": {"model": "fake", "dims": 8}})
     assert (changed.embedding.model, changed.embedding.dims) == ("fake", 8)
     assert cfg.embedding.model == "sentence-transformers/all-MiniLM-L6-v2"
@@ -128,18 +128,18 @@ def test_replace_returns_a_revalidated_copy() -> None:
 
 
 def test_config_to_dict_round_trips_through_overrides() -> None:
-    cfg = load_config(overrides={"reranker": {"enabled": True, "floor": 0.2}})
+    cfg = read_config(overrides={"reranker": {"enabled": True, "floor": 0.2}})
     as_dict = config_to_dict(cfg)
     assert as_dict["reranker"] == {
         **config_to_dict(Config().reranker),
         "enabled": True,
         "floor": 0.2,
     }
-    assert load_config(overrides=as_dict) == cfg
+    assert read_config(overrides=as_dict) == cfg
 
 
 def test_config_is_frozen() -> None:
-    cfg = load_config()
+    cfg = read_config()
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.store.path = "elsewhere.sqlite"  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -163,7 +163,7 @@ def test_unknown_nested_key() -> None:
 def test_unknown_key_in_yaml_file(tmp_path: Path) -> None:
     path = _write(tmp_path, "ingestion:\n  evidence:\n    min_chars: 10\n")
     with pytest.raises(ConfigError, match=r"ingestion\.evidence\.min_chars: unknown key"):
-        load_config(path)
+        read_config(path)
 
 
 def test_bool_is_not_an_int() -> None:
@@ -184,7 +184,7 @@ def test_number_is_not_a_string(tmp_path: Path) -> None:
     # An unquoted `version: 1` parses as an int; the message tells the user to quote it.
     path = _write(tmp_path, "embedding:\n  version: 1\n")
     with pytest.raises(ConfigError, match=r"embedding\.version: expected a string.*quote"):
-        load_config(path)
+        read_config(path)
 
 
 def test_block_given_as_a_scalar() -> None:
@@ -198,7 +198,7 @@ def test_threshold_out_of_range() -> None:
 
 
 def test_a_fitted_weight_may_be_negative_and_a_fusion_weight_may_be_zero() -> None:
-    cfg = load_config(overrides={"retrieval": {"gate": {"weights": {"lead": -1.5}, "bias": -3},
+    cfg = read_config(overrides={"retrieval": {"gate": {"weights": {"lead": -1.5}, "bias": -3},
                                                "fusion": {"entity": 0}}})
     assert (cfg.retrieval.gate.weights.lead, cfg.retrieval.gate.bias) == (-1.5, -3.0)
     assert cfg.retrieval.fusion.entity == 0.0
@@ -239,7 +239,7 @@ def test_tool_limits_stay_within_their_ranges(overrides: dict[str, object], mess
 
 
 def test_zero_is_allowed_where_it_means_something() -> None:
-    cfg = load_config(
+    cfg = read_config(
         overrides={
             "store": {"busy_timeout_seconds": 0},
             "policy": {"source_rank": {"agent_inference": 0}},
@@ -279,7 +279,7 @@ def test_a_lease_must_be_shorter_than_the_claim_timeout() -> None:
 
 
 def test_reranker_enabled_with_floor_is_accepted() -> None:
-    cfg = load_config(overrides={"reranker": {"enabled": True, "floor": 0.3}})
+    cfg = read_config(overrides={"reranker": {"enabled": True, "floor": 0.3}})
     assert cfg.reranker.enabled is True
     assert cfg.reranker.floor == 0.3
 
@@ -297,19 +297,19 @@ def test_all_problems_are_reported_in_one_error() -> None:
 def test_missing_file_names_the_path(tmp_path: Path) -> None:
     missing = tmp_path / "nope.yaml"
     with pytest.raises(ConfigError, match="not found") as info:
-        load_config(missing)
+        read_config(missing)
     assert str(missing) in str(info.value)
 
 
 def test_invalid_yaml_names_the_path(tmp_path: Path) -> None:
     path = _write(tmp_path, "store:\n  path: [unclosed\n")
     with pytest.raises(ConfigError, match="invalid YAML") as info:
-        load_config(path)
+        read_config(path)
     assert str(path) in str(info.value)
 
 
 def test_top_level_must_be_a_mapping(tmp_path: Path) -> None:
     path = _write(tmp_path, "- store\n- embedding\n")
     with pytest.raises(ConfigError) as info:
-        load_config(str(path))
+        read_config(str(path))
     assert str(path) in str(info.value)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from retold import build_runtime
+from retold import build_runtime, load_config
 from retold.broker import CeleryScheduler
 from retold.config_env import load_config_from_environment
 from retold.config_env import store_target as store_keys
@@ -28,7 +28,29 @@ def test_the_file_named_by_retold_config_is_read(config_file: Path, tmp_path: Pa
     config = load_config_from_environment({"RETOLD_CONFIG": str(config_file)})
     assert config.store.path == str(tmp_path / "file.sqlite")
     assert config.queue.broker_url == "redis://127.0.0.1:6390/1"
-    assert load_config_from_environment({}).store.path == "./memory.sqlite"  # defaults alone
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert load_config_from_environment({}, cwd=empty).store.path == "./memory.sqlite"  # defaults alone
+
+
+def test_a_config_yaml_in_the_working_folder_is_read_when_nothing_names_a_file(
+    config_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert load_config_from_environment({}, cwd=tmp_path).store.path == str(tmp_path / "file.sqlite")
+    other = tmp_path / "other.yaml"
+    other.write_text("queue:\n  extraction_queue: other-extraction\n")
+    named = load_config_from_environment({"RETOLD_CONFIG": str(other)}, cwd=tmp_path)
+    assert (named.queue.extraction_queue, named.store.path) == ("other-extraction", "./memory.sqlite")
+    # the public front door looks in the process's own working folder and variables
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RETOLD_BROKER_URL", REDIS)
+    monkeypatch.delenv("RETOLD_CONFIG", raising=False)
+    monkeypatch.delenv("RETOLD_STORE", raising=False)
+    found = load_config()
+    assert (found.store.path, found.queue.broker_url) == (str(tmp_path / "file.sqlite"), REDIS)
+    explicit = load_config(other, overrides={"store": {"path": "mine.sqlite"}})
+    assert (explicit.queue.extraction_queue, explicit.queue.broker_url, explicit.store.path) == (
+        "other-extraction", REDIS, "mine.sqlite")
 
 
 def test_variables_beat_the_file_and_explicit_overrides_beat_both(config_file: Path, tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from retold.config import load_config
+from retold.config import read_config
 from retold.errors import ConfigError
 
 OPENROUTER = {"provider": "openai", "base_url": "https://openrouter.ai/api/v1",
@@ -17,7 +17,7 @@ GPT = {"extraction_model": "gpt-4o-mini", "review_model": "gpt-4o-mini"}
 
 def refused(overrides: dict[str, object]) -> str:
     with pytest.raises(ConfigError) as info:
-        load_config(overrides=overrides)
+        read_config(overrides=overrides)
     message = str(info.value)
     assert "\n" not in message
     return message
@@ -29,20 +29,20 @@ def test_an_openai_compatible_server_loads_from_yaml(tmp_path: Path) -> None:
                     "  api_key_env: OLLAMA_API_KEY\n  structured_output: tools\n"
                     "ingestion:\n  extraction_model: llama3.1:8b\n  review_model: llama3.1:8b\n", "utf-8")
 
-    hosted = load_config(path).hosted
+    hosted = read_config(path).hosted
 
     assert (hosted.provider, hosted.base_url, hosted.api_key_env, hosted.structured_output) == (
         "openai", "http://localhost:11434/v1", "OLLAMA_API_KEY", "tools")
 
 
 def test_openai_itself_needs_no_base_url_once_the_models_are_its_own() -> None:
-    config = load_config(overrides={"hosted": {"provider": "openai", "api_key_env": "OPENAI_API_KEY"},
+    config = read_config(overrides={"hosted": {"provider": "openai", "api_key_env": "OPENAI_API_KEY"},
                                     "ingestion": GPT})
     assert config.hosted.base_url is None
 
 
 def test_a_proxy_may_serve_claude_names_over_the_openai_protocol() -> None:
-    config = load_config(overrides={"hosted": {**OPENROUTER, "base_url": "http://litellm:4000/v1"}})
+    config = read_config(overrides={"hosted": {**OPENROUTER, "base_url": "http://litellm:4000/v1"}})
     assert config.ingestion.extraction_model.startswith("claude-")
 
 
@@ -69,7 +69,7 @@ def test_anthropic_with_a_model_it_does_not_serve_names_the_model_key() -> None:
 
 
 def test_a_disabled_rewriter_model_is_not_checked() -> None:
-    config = load_config(overrides={"retrieval": {"rewrite": {"enabled": False, "model": "gpt-4o-mini"}}})
+    config = read_config(overrides={"retrieval": {"rewrite": {"enabled": False, "model": "gpt-4o-mini"}}})
     assert config.retrieval.rewrite.model == "gpt-4o-mini"
 
 
@@ -89,7 +89,7 @@ def test_the_readme_example_for_an_openai_compatible_server_loads(tmp_path: Path
     path = tmp_path / "config.yaml"
     path.write_text("hosted:\n  provider: openai\n" + block, "utf-8")
 
-    config = load_config(path)
+    config = read_config(path)
 
     assert (config.hosted.provider, config.hosted.base_url) == ("openai", "http://localhost:11434/v1")
     assert config.ingestion.extraction_model == config.retrieval.rewrite.model == "qwen2.5:14b"

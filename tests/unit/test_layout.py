@@ -24,15 +24,15 @@ def test_compose_runs_redis_worker_beat_and_flower_from_our_image() -> None:
 
 
 def test_worker_app_uses_json_late_acks_and_the_embedded_broker_by_default(tmp_path: Path) -> None:
-    from retold.config import load_config
+    from retold.config import read_config
     from workers.app import create_app
 
-    app = create_app(load_config(overrides={"store": {"path": str(tmp_path / "m.sqlite")}}))
+    app = create_app(read_config(overrides={"store": {"path": str(tmp_path / "m.sqlite")}}))
     assert app.conf.broker_url == f"sqla+sqlite:///{tmp_path / 'queue.sqlite'}"
     assert app.conf.task_serializer == "json" and app.conf.accept_content == ["json"]
     assert app.conf.task_acks_late and app.conf.task_reject_on_worker_lost
     assert app.conf.worker_prefetch_multiplier == 1
-    redis_app = create_app(load_config(overrides={"queue": {"broker_url": "redis://127.0.0.1:6379/0"}}))
+    redis_app = create_app(read_config(overrides={"queue": {"broker_url": "redis://127.0.0.1:6379/0"}}))
     assert redis_app.conf.broker_url == "redis://127.0.0.1:6379/0"
 
 
@@ -45,10 +45,10 @@ def test_beat_schedule_is_plain_data() -> None:
 def test_every_compose_service_runs_a_module_and_queues_that_exist() -> None:
     import importlib
 
-    from retold.config import load_config
+    from retold.config import read_config
 
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
-    queues = load_config().queue
+    queues = read_config().queue
     known = {queues.extraction_queue, queues.maintenance_queue}
     for name in ("worker", "beat", "flower"):
         command = compose["services"][name]["command"]
@@ -64,7 +64,7 @@ def test_every_compose_service_runs_a_module_and_queues_that_exist() -> None:
 
 
 def test_tasks_route_to_the_configured_queues_and_the_broker_settings_fit_it(tmp_path: Path) -> None:
-    from retold.config import load_config
+    from retold.config import read_config
     from workers import app as default_app
     from workers.app import VISIBILITY_TIMEOUT_SECONDS, create_app
 
@@ -73,7 +73,7 @@ def test_tasks_route_to_the_configured_queues_and_the_broker_settings_fit_it(tmp
         "retold.expire", "retold.retain", "retold.reembed", "retold.queue_maintenance",
         "retold.end_idle_sessions",
     }
-    config = load_config(overrides={"store": {"path": str(tmp_path / "m.sqlite")},
+    config = read_config(overrides={"store": {"path": str(tmp_path / "m.sqlite")},
                                     "queue": {"broker_url": "redis://127.0.0.1:6379/0"}})
     app = create_app(config)
     assert app.conf.task_ignore_result
@@ -92,23 +92,23 @@ def test_tasks_route_to_the_configured_queues_and_the_broker_settings_fit_it(tmp
 def test_the_embedded_broker_polls_quickly_and_sweeps_consumed_messages(tmp_path: Path) -> None:
     from kombu.transport import sqlalchemy as sqla_transport
 
-    from retold.config import load_config
+    from retold.config import read_config
     from workers.app import create_app
 
-    app = create_app(load_config(overrides={"store": {"path": str(tmp_path / "m.sqlite")}}),
+    app = create_app(read_config(overrides={"store": {"path": str(tmp_path / "m.sqlite")}}),
                      schedule={"only": {"task": "retold.expire", "seconds": 5}})
     assert sqla_transport.Transport.polling_interval == 0.1
     assert "broker_transport_options" not in app.conf or not app.conf.broker_transport_options
     assert set(app.conf.beat_schedule) == {"only"}
-    default = create_app(load_config(overrides={"store": {"path": str(tmp_path / "m.sqlite")}}))
+    default = create_app(read_config(overrides={"store": {"path": str(tmp_path / "m.sqlite")}}))
     assert default.conf.beat_schedule["queue_maintenance"]["schedule"] == 3600
 
 
 def test_schedule_for_drops_embedded_only_entries_for_redis() -> None:
     from beat_schedule import SCHEDULE, schedule_for
-    from retold.config import load_config
+    from retold.config import read_config
 
-    assert set(schedule_for(load_config())) == set(SCHEDULE)
-    redis = load_config(overrides={"queue": {"broker_url": "redis://127.0.0.1:6379/0"}})
+    assert set(schedule_for(read_config())) == set(SCHEDULE)
+    redis = read_config(overrides={"queue": {"broker_url": "redis://127.0.0.1:6379/0"}})
     assert set(schedule_for(redis)) == set(SCHEDULE) - {"queue_maintenance"}
     assert {entry["seconds"] for entry in SCHEDULE.values()} == {30, 60, 600, 3600, 86400}

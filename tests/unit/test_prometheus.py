@@ -88,10 +88,10 @@ def test_a_worker_serves_the_endpoint_only_when_a_port_is_configured(
 
 
 def test_metrics_port_is_validated() -> None:
-    from retold.config import load_config
+    from retold.config import read_config
     from retold.errors import ConfigError
 
     with pytest.raises(ConfigError, match="metrics.port"):
-        load_config(overrides={"metrics": {"port": 70000}})
-    assert load_config(overrides={"metrics": {"port": 9808}}).metrics.port == 9808
+        read_config(overrides={"metrics": {"port": 70000}})
+    assert read_config(overrides={"metrics": {"port": 9808}}).metrics.port == 9808
 

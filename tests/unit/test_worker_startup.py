@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from retold.config import Config, is_database_url, load_config
+from retold.config import Config, is_database_url, read_config
 from retold.config_env import store_target as store_keys
 from retold.store.url import redact
 from retold.testing import World
@@ -47,7 +47,7 @@ def _closed_store(world: World, store_target: str) -> str:
 
 
 def _config(target: str | Path) -> Config:
-    return load_config(overrides={"store": store_keys(str(target)), "embedding": {"model": "fake"}})
+    return read_config(overrides={"store": store_keys(str(target)), "embedding": {"model": "fake"}})
 
 
 def _messages(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
@@ -85,7 +85,7 @@ def test_a_store_locked_past_the_wait_lets_the_worker_start(
     world: World, caplog: pytest.LogCaptureFixture,
 ) -> None:
     copy = _closed_copy(world, "copy.sqlite")
-    config = load_config(overrides={"store": {"path": str(copy), "busy_timeout_seconds": 0.2},
+    config = read_config(overrides={"store": {"path": str(copy), "busy_timeout_seconds": 0.2},
                                     "embedding": {"model": "fake"}})
     with caplog.at_level(logging.INFO), write_lock_held(copy):
         check_store(config)

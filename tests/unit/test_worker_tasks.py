@@ -17,7 +17,7 @@ import pytest
 import workers.runtime
 import workers.tasks
 from retold.broker import CeleryScheduler
-from retold.config import load_config
+from retold.config import read_config
 from retold.errors import ExtractionError
 from retold.ingest.extractor import ReplayExtractor
 from retold.testing import T0, InProcessScheduler, World, make_record
@@ -44,7 +44,7 @@ def test_each_task_is_a_thin_wrapper_over_a_plain_function(name: str) -> None:
 
 
 def test_the_scheduler_raises_quickly_when_the_broker_is_unreachable() -> None:
-    scheduler = CeleryScheduler(load_config(overrides={"queue": {"broker_url": DEAD_BROKER}}))
+    scheduler = CeleryScheduler(read_config(overrides={"queue": {"broker_url": DEAD_BROKER}}))
     started = time.monotonic()
     try:
         with pytest.raises(Exception):  # noqa: B017  (kombu's OperationalError, whatever the cause)
@@ -57,7 +57,7 @@ def test_the_scheduler_raises_quickly_when_the_broker_is_unreachable() -> None:
 def test_sessions_ended_while_the_broker_is_unreachable_log_one_warning_and_stay_pending(
     world: World, caplog: pytest.LogCaptureFixture
 ) -> None:
-    scheduler = CeleryScheduler(load_config(overrides={"queue": {"broker_url": DEAD_BROKER}}))
+    scheduler = CeleryScheduler(read_config(overrides={"queue": {"broker_url": DEAD_BROKER}}))
     world.rt.hooks.scheduler = scheduler
     ended = []
     try:

@@ -14,12 +14,12 @@ import pytest
 
 from retold.broker import CeleryScheduler
 from retold.broker.depth import QueueDepths, queue_depths
-from retold.config import Config, load_config
+from retold.config import Config, read_config
 from tests.ports import free_port
 
 
 def _config(tmp_path: Path, url: str | None, **queue: str) -> Config:
-    return load_config(overrides={"store": {"path": str(tmp_path / "m.sqlite")},
+    return read_config(overrides={"store": {"path": str(tmp_path / "m.sqlite")},
                                   "queue": {"broker_url": url, **queue}})
 
 

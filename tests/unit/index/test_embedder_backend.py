@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from retold.config import EmbeddingConfig, load_config
+from retold.config import EmbeddingConfig, read_config
 from retold.errors import ConfigError, ModelMissingError
 from retold.index.embedder import (
     INT8_MODEL,
@@ -47,9 +47,9 @@ def _never_asked(cfg: EmbeddingConfig) -> bool:
 
 def test_backend_defaults_to_auto_and_is_validated() -> None:
     assert EmbeddingConfig().backend == "auto"
-    assert load_config(overrides={"embedding": {"backend": "onnx"}}).embedding.backend == "onnx"
+    assert read_config(overrides={"embedding": {"backend": "onnx"}}).embedding.backend == "onnx"
     with pytest.raises(ConfigError, match=r"embedding\.backend: must be one of"):
-        load_config(overrides={"embedding": {"backend": "tensorrt"}})
+        read_config(overrides={"embedding": {"backend": "tensorrt"}})
 
 
 def test_auto_picks_onnx_for_the_packaged_model_when_it_can_export() -> None:

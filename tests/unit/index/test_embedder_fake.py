@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from retold.config import load_config
+from retold.config import read_config
 from retold.errors import ConfigError, ModelError
 from retold.index import embedder as embedder_module
 from retold.index.embedder import (
@@ -166,7 +166,7 @@ def test_zero_cap_disables_the_query_cache() -> None:
 
 
 def test_a_config_with_zero_cache_entries_builds_an_embedder_without_a_cache() -> None:
-    config = load_config(overrides={"embedding": {"model": "fake", "query_cache_entries": 0}})
+    config = read_config(overrides={"embedding": {"model": "fake", "query_cache_entries": 0}})
     embedder = embedder_from_config(config.embedding)
     embedder.embed_queries(["a", "b"])
     embedder.embed_queries(["a"])

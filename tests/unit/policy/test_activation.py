@@ -176,12 +176,12 @@ def test_categories_read_the_attribute_first_and_configured_keywords_first() -> 
 
 
 def test_config_refuses_a_category_both_promotable_and_sensitive() -> None:
-    from retold.config import load_config
+    from retold.config import read_config
     from retold.errors import ConfigError
 
     with pytest.raises(ConfigError, match="health cannot also be promotable"):
-        load_config(overrides={"activation": {"promotable_categories": ["diet", "health"]}})
+        read_config(overrides={"activation": {"promotable_categories": ["diet", "health"]}})
     with pytest.raises(ConfigError, match=r"extra_keywords\[0\]\.keywords"):
-        load_config(overrides={"activation": {"extra_keywords": [{"category": "tools", "keywords": []}]}})
+        read_config(overrides={"activation": {"extra_keywords": [{"category": "tools", "keywords": []}]}})
     with pytest.raises(ConfigError, match="profile_max_tokens"):
-        load_config(overrides={"activation": {"profile_max_tokens": 0}})
+        read_config(overrides={"activation": {"profile_max_tokens": 0}})

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from retold.config import load_config
+from retold.config import read_config
 from retold.config_env import load_config_from_environment
 from retold.store import open_store
 from retold.store.pg_connection import translate_named, translate_sql
@@ -31,8 +31,8 @@ def test_a_url_selects_postgresql_and_a_path_selects_sqlite() -> None:
     from_env = load_config_from_environment({"RETOLD_STORE": url})
     assert (from_env.store.url, from_env.store.target) == (url, url)
     assert load_config_from_environment({"RETOLD_STORE": "x.sqlite"}).store.target == "x.sqlite"
-    assert load_config(overrides={"store": {"url": url}}).store.target == url
-    assert load_config().store.url is None
+    assert read_config(overrides={"store": {"url": url}}).store.target == url
+    assert read_config().store.url is None
 
 
 def test_urls_drop_the_driver_suffix_and_hide_the_password() -> None:

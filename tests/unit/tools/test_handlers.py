@@ -562,3 +562,17 @@ def test_host_issued_search_uses_the_same_result_shape(world: World) -> None:
     assert world.rt.flush_search_log()
     row = world.rt.store.search_log_row(answer["search_id"])
     assert row is not None and row["trigger"] == "auto"
+
+
+def test_a_search_by_an_agent_without_a_grant_says_so_instead_of_looking_empty(world: World) -> None:
+    user_fact(world)
+    stranger = Principal("nobody", "aditya", "s9", None)
+    found = tools(world).call("memory_search", stranger, {"queries": ["concise technical explanations"]})
+    assert found["results"] == [] and "agent 'nobody' holds no grant" in found["empty_reason"]
+    assert "retold grant nobody user:aditya" in found["rendered"]
+    other_user = Principal(world.p.agent_id, "bob", "s8", None)
+    found = tools(world).call("memory_search", other_user, {"queries": ["kubernetes ingress timeouts"]})
+    assert f"no grant of agent '{world.p.agent_id}' covers user 'bob'" in found["empty_reason"]
+    # a granted agent's empty search names no grant problem
+    empty = tools(world).call("memory_search", world.p, {"queries": ["kubernetes ingress timeouts"]})
+    assert "grant" not in empty["empty_reason"]
