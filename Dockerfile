@@ -1,7 +1,15 @@
 # Retold worker image: the library, the Celery workers and beat, Flower; psycopg (the
-# postgres extra) so the same image serves a SQLite or a PostgreSQL store.
+# postgres extra) so the same image serves a SQLite or a PostgreSQL store. It runs as an
+# unprivileged user (uid/gid 1000 unless built otherwise; compose also sets the user at run
+# time) and carries no config: compose mounts the operator's config.yaml.
 FROM python:3.11-slim
-ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 OPENBLAS_NUM_THREADS=1
+# The ONNX export made below lives outside any home folder, so whichever uid runs the
+# container reads it.
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 OPENBLAS_NUM_THREADS=1 \
+    XDG_CACHE_HOME=/opt/retold-cache
+ARG RETOLD_UID=1000
+ARG RETOLD_GID=1000
+RUN groupadd --gid "$RETOLD_GID" retold && useradd --uid "$RETOLD_UID" --gid "$RETOLD_GID" --no-create-home retold
 WORKDIR /app
 # torch first, pinned and CPU-only (the GPU build is gigabytes the workers never use), so
 # sentence-transformers accepts it as it is. The models extra needs torch to export the
@@ -9,12 +17,13 @@ WORKDIR /app
 # use a mirror.
 ARG TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu"
 RUN pip install --no-cache-dir $TORCH_PIP_ARGS torch==2.13.0
-COPY pyproject.toml README.md beat_schedule.py config.yaml ./
+COPY pyproject.toml README.md beat_schedule.py ./
 COPY retold ./retold
 COPY workers ./workers
 RUN pip install --no-cache-dir '.[models,hosted,monitor,postgres]'
 # Export the default model to ONNX at build time, so workers start without importing torch.
-RUN python -c "from retold.index.onnx_export import ensure_exported; print(ensure_exported())"
+RUN python -c "from retold.index.onnx_export import ensure_exported; print(ensure_exported())" \
+    && chmod -R a+rX "$XDG_CACHE_HOME" && mkdir -p /data && chown retold:retold /data
 VOLUME ["/data"]
-ENV RETOLD_CONFIG=/app/config.yaml
+USER retold
 CMD ["celery", "-A", "workers", "worker", "--loglevel=INFO", "-Q", "extraction,maintenance"]

@@ -36,8 +36,10 @@ def _interpolated(value: str) -> str:
 
 def test_every_service_has_a_healthcheck_command() -> None:
     services = _services()
-    assert set(services) == {"redis", "postgres", *SQLITE_STACK, *PG_STACK}
+    assert set(services) == {"store-dir", "redis", "postgres", *SQLITE_STACK, *PG_STACK}
     for name, service in services.items():
+        if name == "store-dir":
+            continue  # one-shot: it exits once the directory is owned
         test = service["healthcheck"]["test"]
         assert test[0] in {"CMD", "CMD-SHELL"} and len(test) > 1, name
 
@@ -92,8 +94,9 @@ def test_the_postgres_profile_runs_workers_beat_and_flower_against_the_database(
         assert parts.password == _interpolated(db["POSTGRES_PASSWORD"]), name
         assert service["depends_on"]["postgres"]["condition"] == "service_healthy", name
         assert service["depends_on"]["redis"]["condition"] == "service_healthy", name
-        # no host directory: the database holds everything
-        assert not [v for v in service.get("volumes", []) if v.startswith(("./", "/"))], name
+        # no host directory but the config file: the database holds everything
+        assert not [v for v in service.get("volumes", [])
+                    if v.startswith(("./", "/")) and not v.startswith("./config.yaml:")], name
     assert services["worker-pg"]["command"] == services["worker"]["command"]
 
 
@@ -129,3 +132,34 @@ def test_the_readme_starts_the_postgres_stack_compose_defines() -> None:
     # the agents' broker is the one the PostgreSQL stack consumes from, as the host sees it
     broker = _interpolated(services["worker-pg"]["environment"]["RETOLD_BROKER_URL"])
     assert broker.replace("redis://redis:", "redis://127.0.0.1:") in block.group(1)
+
+
+def test_services_run_unprivileged_as_the_operators_uid_over_a_directory_made_theirs() -> None:
+    services = _services()
+    for name in (*SQLITE_STACK, *PG_STACK):
+        assert services[name]["user"] == "${RETOLD_UID:-1000}:${RETOLD_GID:-1000}", name
+    for name in SQLITE_STACK:
+        # nothing opens the store before the directory belongs to that user
+        assert services[name]["depends_on"]["store-dir"]["condition"] == "service_completed_successfully"
+    init = services["store-dir"]
+    assert init["user"] == "0:0" and init["volumes"] == ["./data:/data"]
+    assert "chown ${RETOLD_UID:-1000}:${RETOLD_GID:-1000} /data" in init["command"][-1]
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "\nUSER retold\n" in dockerfile and "useradd --uid \"$RETOLD_UID\"" in dockerfile
+
+
+def test_the_config_is_the_operators_file_mounted_read_only_not_baked_in() -> None:
+    services = _services()
+    for name in (*SQLITE_STACK, *PG_STACK):
+        service = services[name]
+        assert "./config.yaml:/app/config.yaml:ro" in service["volumes"], name
+        assert service["environment"]["RETOLD_CONFIG"] == "/app/config.yaml", name
+    copies = [line for line in (ROOT / "Dockerfile").read_text().splitlines() if line.startswith("COPY")]
+    assert not [line for line in copies if "config.yaml" in line]
+
+
+def test_redis_is_published_on_the_host_only_by_the_host_agents_file() -> None:
+    assert "ports" not in _services()["redis"]
+    extra = yaml.safe_load((ROOT / "docker-compose.host-agents.yml").read_text())
+    (published,) = extra["services"]["redis"]["ports"]
+    assert _interpolated(published) == "127.0.0.1:6379:6379"  # loopback only
