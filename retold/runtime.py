@@ -84,8 +84,10 @@ class Runtime:
         if scheduler is None:
             scheduler = self._built_scheduler = scheduler_from_config(config, self._extract_now)
         self.scheduler: ExtractionScheduler = scheduler
-        # Its thread starts with the first search, so building a runtime starts none.
-        self.search_log = SearchLogWriter(store, config.retrieval.search_log)
+        # Its thread starts with the first search, so building a runtime starts none. A store
+        # opened read-only takes no row: searching it is what such a store is for, and a
+        # warning per search about a log it cannot keep would be noise.
+        self.search_log = SearchLogWriter(store, config.retrieval.search_log, discard=store.read_only)
         self.hooks = SessionHooks(
             store, self.scheduler,
             timedelta(minutes=config.ingestion.session_idle_timeout_minutes), clock,

@@ -28,13 +28,15 @@ def read_only_reason(path: str, asked: bool) -> str | None:
     if asked:
         return "store.read_only is set"
     target = Path(path)
+    folder = target.parent
+    if folder.is_dir() and os.statvfs(folder).f_flag & os.ST_RDONLY:
+        return "it is on a read-only file system"
     if target.exists() and not os.access(target, os.W_OK):
         return "the file is not writable by this process"
     # A write needs the -wal and -shm files beside the store: writable if they exist, or
     # a folder that lets SQLite create them.
     if all(os.access(f"{path}{suffix}", os.W_OK) for suffix in ("-wal", "-shm")):
         return None
-    folder = target.parent
     if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):
         return "its folder is not writable by this process"
     return None
@@ -83,9 +85,11 @@ def connect(path: str, busy_timeout: float, read_only_reason: str | None) -> sql
                                  f"read-only ({read_only_reason})")
     uri = target.resolve().as_uri() + "?mode=ro"
     conn = _open(uri, busy_timeout, uri=True)
-    refuse_foreign(conn, path)
     try:
-        current_version(conn)  # the first read opens the WAL index beside the file
+        # The first read opens the WAL index beside the file; in a folder that refuses to
+        # create the -shm it fails there, before any Retold table is read.
+        refuse_foreign(conn, path)
+        current_version(conn)
         return conn
     except sqlite3.OperationalError as exc:
         conn.close()
@@ -100,7 +104,9 @@ def connect(path: str, busy_timeout: float, read_only_reason: str | None) -> sql
     # The folder refuses the -shm file, but no -wal holds changes, so the main file is the
     # whole database: immutable=1 reads it without the -shm. A writer with more rights
     # could change it meanwhile; on a read-only mount there is none.
-    return _open(uri + "&immutable=1", busy_timeout, uri=True)
+    conn = _open(uri + "&immutable=1", busy_timeout, uri=True)
+    refuse_foreign(conn, path)
+    return conn
 
 
 def journal_mode(conn: sqlite3.Connection) -> str:

@@ -13,8 +13,10 @@ import hashlib
 import os
 import shutil
 import sqlite3
+import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,6 +31,7 @@ from retold.errors import (
 )
 from retold.models import Scope
 from retold.store import Store
+from retold.store.integrity import check_file
 from retold.store.migrations import LATEST
 from retold.testing import make_record
 from tests.conditions import FullDiskStore, corrupt_page, write_lock_held
@@ -260,3 +263,41 @@ def test_a_postgresql_url_without_psycopg_is_one_line_naming_the_extra(
     err = capsys.readouterr().err
     assert code != 0 and len(err.strip().splitlines()) == 1, err
     assert "install the `postgres` extra" in err and "secret" not in err and "Traceback" not in err
+
+
+@pytest.fixture
+def read_only_mount(tmp_path: Path) -> Iterator[Path]:
+    """A folder on a tmpfs of its own, to be remounted read-only: what a store on a
+    read-only volume or backup mount sees, which no chmod reproduces for root. Skipped
+    where this process may not mount."""
+    folder = tmp_path / "mounted"
+    folder.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(folder)],
+                          capture_output=True, check=False)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount here: {made.stderr.decode().strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True, check=False)
+
+
+def _remount_read_only(folder: Path) -> None:
+    subprocess.run(["mount", "-o", "remount,ro", str(folder)], check=True, capture_output=True)
+
+
+def test_a_store_on_a_read_only_file_system_opens_for_reading(
+        store_path: Path, read_only_mount: Path) -> None:
+    record_id = _store_with_a_record(store_path)
+    shutil.copy(store_path, read_only_mount / "memory.sqlite")  # checkpointed: no -wal
+    _remount_read_only(read_only_mount)
+    opened = Store(read_only_mount / "memory.sqlite")
+    try:
+        assert opened.read_only and opened.get_record(record_id) is not None
+        with pytest.raises(StoreReadOnlyError, match="read-only file system"):
+            opened.write_record(make_record(scope=USER))
+    finally:
+        opened.close()
+    report = check_file(read_only_mount / "memory.sqlite")  # `retold check`: not damaged
+    assert not report.damaged and "integrity_check" in report.checks, report.summary()
+    assert sorted(p.name for p in read_only_mount.iterdir()) == ["memory.sqlite"]
