@@ -3,7 +3,9 @@ never a traceback unless asked for with ``-v``.
 
 The line is the error's own message, which for a store names the condition (locked,
 read-only, full, damaged, not a Retold store) and what to do about it. A held lock is the
-one failure that retrying the same command can cure, so it has an exit code of its own.
+one failure that retrying the same command can cure, so it has an exit code of its own;
+a damaged store exits 4, as ``retold check`` does when it finds damage, so a script that
+reads a store can tell "damaged, restore it" from any other failure.
 Warnings the library logs while a command runs follow the same rule: one line each,
 their tracebacks only with ``-v``.
 """
@@ -16,11 +18,12 @@ import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from retold.errors import StoreLockedError
+from retold.errors import StoreCorruptError, StoreLockedError
 
-__all__ = ["EXIT_ERROR", "EXIT_LOCKED", "logged_warnings", "one_line", "report_failure"]
+__all__ = ["EXIT_DAMAGED", "EXIT_ERROR", "EXIT_LOCKED", "logged_warnings", "one_line", "report_failure"]
 
 EXIT_ERROR = 1
+EXIT_DAMAGED = 4  # the store is damaged: what `retold check` exits with when it finds damage
 EXIT_LOCKED = 75  # sysexits' EX_TEMPFAIL: try again once the other write has finished
 
 
@@ -37,6 +40,8 @@ def report_failure(command: str, exc: BaseException, *, verbose: bool = False) -
     print(f"retold {command}: {one_line(exc)}", file=sys.stderr)
     if verbose:
         traceback.print_exception(exc, file=sys.stderr)
+    if isinstance(exc, StoreCorruptError):
+        return EXIT_DAMAGED
     return EXIT_LOCKED if isinstance(exc, StoreLockedError) else EXIT_ERROR
 
 

@@ -395,8 +395,9 @@ class Operations:
     # -- debugging reads --------------------------------------------------------------------------------
 
     def dump(self, scope: Scope) -> list[Record]:
-        """Active (provisional or confirmed) records in one scope, oldest first."""
-        return self.store.find_records(scopes=[scope], statuses=ACTIVE_STATUSES)
+        """Active (provisional or confirmed) records in one scope, oldest first; a store whose
+        scope index disagrees with its table raises StoreCorruptError instead."""
+        return self.store.scope_records(scope, ACTIVE_STATUSES)
 
     def get(self, record_id: str) -> RecordDetail:
         """A full record with lineage, conflicts and events; OperationError when missing."""

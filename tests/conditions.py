@@ -78,6 +78,25 @@ class FullDiskStore(Store):
             self._conn.execute(f"PRAGMA max_page_count = {pages}")
 
 
+def stale_index(path: str | Path, index: str, keeps: str) -> None:
+    """Make ``index`` (an index on ``records``) hold only the rows where ``keeps`` is true,
+    while its definition still says it holds every row: what a damaged index page that
+    still parses does, in a closed store file. SQLite then answers queries through it with
+    rows missing and no error. Built as a partial index whose b-tree is then handed to
+    ``index`` by rewriting the schema."""
+    with sqlite3.connect(path) as conn:
+        ((definition,),) = conn.execute("SELECT sql FROM sqlite_master WHERE name = ?", (index,)).fetchall()
+        partial = definition.replace(f"INDEX {index} ", "INDEX retold_stale ", 1) + f" WHERE {keeps}"
+        conn.execute(partial)
+        ((root,),) = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'retold_stale'").fetchall()
+        conn.execute("PRAGMA writable_schema = ON")
+        conn.execute("DELETE FROM sqlite_master WHERE name = 'retold_stale'")
+        conn.execute("UPDATE sqlite_master SET rootpage = ? WHERE name = ?", (root, index))
+        ((version,),) = conn.execute("PRAGMA schema_version").fetchall()
+        conn.execute(f"PRAGMA schema_version = {version + 1}")
+        conn.execute("PRAGMA writable_schema = OFF")
+
+
 def corrupt_page(path: str | Path, table: str | None = None) -> None:
     """Overwrite the b-tree header of ``table``'s root page (page 1, the schema, when None)
     in a closed, checkpointed store file, as a torn write or a bad disk would."""

@@ -74,8 +74,9 @@ def condition_error(kind: str | None, path: str, reason: str, *, waited: float, 
         return StoreFullError(f"store {path} cannot grow: the disk is full ({reason}); the write was "
                               "rolled back, free some space and retry")
     if kind == "damaged":
-        return StoreCorruptError(f"store {path} is damaged ({reason}); nothing was changed: keep the "
-                                 "file for inspection and restore the store from a snapshot")
+        return StoreCorruptError(f"store {path} is damaged ({reason}); nothing was changed: run `retold "
+                                 f"check --store {path}`, keep the file for inspection and restore the "
+                                 "store from a snapshot")
     if kind == "unreadable":
         return StoreError(f"store {path}: the file cannot be read or written ({reason})")
     return None

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from retold.errors import StoreError
+from retold.errors import StoreCorruptError, StoreError
 from retold.models import RECORD_STATUSES, Record, Scope
 from retold.store.base import LINK_ROLES, Embedding, NewEvent, StoreBase, chunks, dt, marks, scope_clause, ts
 from retold.util import from_iso, to_iso
@@ -345,19 +345,50 @@ class RecordsMixin(StoreBase):
         with self._lock:
             return int(self._conn.execute("SELECT count(*) FROM records").fetchone()[0])
 
+    def scope_records(self, scope: Scope, statuses: Sequence[str]) -> list[Record]:
+        """Every record of ``scope`` in one of ``statuses``, oldest first, for the commands
+        that read a whole scope (``dump``).
+
+        A damaged index page can make SQLite return fewer rows without any error, and a
+        dump that silently drops records is worse than none. So the rows read through the
+        scope index are counted again by a scan of the table itself, in the same snapshot,
+        and a disagreement raises :class:`~retold.errors.StoreCorruptError`."""
+        sql, params = scope_clause([scope])
+        where = f"{sql} AND status IN ({marks(statuses)})"
+        params = [*params, *statuses]
+        with self._one_view() as conn:
+            found = self._select_in(conn, where, params)
+            scanned = self._scanned_count(conn, where, params)
+        if scanned is not None and scanned != len(found):
+            raise StoreCorruptError(
+                f"store {self.path} is damaged: its scope index lists {len(found)} records of {scope} where "
+                f"a scan of the table finds {scanned}; nothing was changed: run `retold check --store "
+                f"{self.path}` and restore the store from a snapshot")
+        return found
+
+    def _scanned_count(self, conn: Any, where: str, params: Sequence[Any]) -> int | None:
+        """How many rows match ``where`` read without any index: SQLite's second access
+        path. (PostgreSQL keeps page checksums and answers None here.)"""
+        return int(conn.execute(f"SELECT count(*) FROM records NOT INDEXED WHERE {where}",
+                                tuple(params)).fetchone()[0])
+
     def _select(
         self, where: str, params: Sequence[Any], *, order: str = "seq", limit: int | None = None
     ) -> list[Record]:
         """Records matching a condition built in this module, with their entity links,
         read in one snapshot."""
+        with self._one_view() as conn:
+            return self._select_in(conn, where, params, order=order, limit=limit)
+
+    def _select_in(self, conn: Any, where: str, params: Sequence[Any], *, order: str = "seq",
+                   limit: int | None = None) -> list[Record]:
         sql = f"SELECT {self._RECORD_SELECT} FROM records WHERE {where} ORDER BY {order}"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
-        with self._one_view() as conn:
-            cursor = conn.execute(sql, tuple(params))
-            names = [d[0] for d in cursor.description]
-            rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-            links = self._record_links(conn, rows)
+        cursor = conn.execute(sql, tuple(params))
+        names = [d[0] for d in cursor.description]
+        rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        links = self._record_links(conn, rows)
         return [record_from_row(row, links[row["id"]]) for row in rows]
 
     def _record_links(self, conn: Any, rows: list[dict[str, Any]]) -> dict[str, list[str]]:

@@ -17,12 +17,12 @@ import pytest
 
 from retold import build_runtime, load_config
 from retold.cli import main
-from retold.cli_failure import EXIT_ERROR, EXIT_LOCKED
+from retold.cli_failure import EXIT_DAMAGED, EXIT_ERROR, EXIT_LOCKED
 from retold.config_env import store_target as store_keys
 from retold.ingest.session import InProcessScheduler
 from retold.models import Principal, Scope
 from retold.testing import make_record
-from tests.conditions import FullDiskStore, corrupt_page, write_lock_held
+from tests.conditions import FullDiskStore, corrupt_page, stale_index, write_lock_held
 from tests.optional import need
 from tests.ports import free_port
 from tests.sql import execute
@@ -87,25 +87,44 @@ def test_a_full_disk_refuses_the_write(
 _FILE = pytest.mark.sqlite_only("the bytes of a store file")
 SETUPS = [
     pytest.param(lambda p: Path(p).write_text("meeting notes\n" * 100), ("dump", "--scope", SCOPE),
-                 "is not a SQLite database", id="not SQLite", marks=_FILE),
+                 "is not a SQLite database", EXIT_ERROR, id="not SQLite", marks=_FILE),
     pytest.param(lambda p: execute(p, "INSERT INTO schema_migrations VALUES (99, 'future', 'x')"),
-                 ("dump", "--scope", SCOPE), "newer than this Retold", id="newer schema"),
-    pytest.param(corrupt_page, ("dump", "--scope", SCOPE), "is damaged", id="damaged schema page",
-                 marks=_FILE),
+                 ("dump", "--scope", SCOPE), "newer than this Retold", EXIT_ERROR, id="newer schema"),
+    pytest.param(corrupt_page, ("dump", "--scope", SCOPE), "is damaged", EXIT_DAMAGED,
+                 id="damaged schema page", marks=_FILE),
     pytest.param(lambda p: corrupt_page(p, "records"), ("dump", "--scope", SCOPE), "is damaged",
-                 id="damaged table page", marks=_FILE),
+                 EXIT_DAMAGED, id="damaged table page", marks=_FILE),
 ]
 
 
-@pytest.mark.parametrize(("setup", "args", "needle"), SETUPS)
+@pytest.mark.parametrize(("setup", "args", "needle", "exit_code"), SETUPS)
 def test_a_store_that_cannot_be_used_says_why_in_one_line(
     store: tuple[str, Path], capsys: pytest.CaptureFixture[str],
-    setup: Callable[[str], object], args: tuple[str, ...], needle: str,
+    setup: Callable[[str], object], args: tuple[str, ...], needle: str, exit_code: int,
 ) -> None:
     setup(store[0])
     code, lines = _run(capsys, store, *args)
-    assert code == EXIT_ERROR
+    assert code == exit_code
     _one_line(lines, needle)
+    if exit_code == EXIT_DAMAGED:
+        assert "retold check --store" in lines[0]
+
+
+@pytest.mark.sqlite_only("a damaged index page of a store file")
+def test_a_dump_through_an_index_that_lost_rows_refuses_instead_of_answering_short(
+    store: tuple[str, Path], capsys: pytest.CaptureFixture[str],
+) -> None:
+    path, config = store
+    with build_runtime(load_config(config, overrides={"store": store_keys(path)})) as rt:
+        for n in range(299):
+            rt.store.write_record(make_record(scope=Scope.parse(SCOPE), content=f"Cleo walk number {n}."))
+    assert _run(capsys, store, "dump", "--scope", SCOPE)[0] == 0
+    capsys.readouterr()
+    stale_index(path, "records_scope", "rowid % 3 <> 0")
+    code, lines = _run(capsys, store, "dump", "--scope", SCOPE)
+    assert code == EXIT_DAMAGED
+    _one_line(lines, "is damaged", "scope index lists 200 records of user:cleo", "finds 300",
+              "retold check --store")
 
 
 @pytest.mark.sqlite_only("a damaged page of a store file")
@@ -114,7 +133,7 @@ def test_verbose_adds_the_cause_and_traceback_after_the_line(
 ) -> None:
     corrupt_page(store[0], "records")
     code, lines = _run(capsys, store, "dump", "--scope", SCOPE, "-v")
-    assert code == EXIT_ERROR
+    assert code == EXIT_DAMAGED
     assert "is damaged" in lines[0] and "Traceback" not in lines[0]
     details = "\n".join(lines[1:])
     assert "sqlite3.DatabaseError: database disk image is malformed" in details

@@ -19,6 +19,7 @@ from retold.runtime import Runtime
 from retold.testing import FakeEmbedder, World
 from retold.tools.handlers import ToolHandlers
 from retold.tools.schemas import tool_schema
+from tests.conditions import corrupt_page
 
 QUOTE = "Keep answers concise and technical."
 WRITE = {"type": "semantic", "content": "Aditya prefers concise answers.", "attribute": "answer_style",
@@ -182,6 +183,22 @@ def test_a_read_only_store_answers_searches_and_refuses_writes_as_store_unavaila
     assert refused["error"]["code"] == "store_unavailable"
     assert "read-only" in refused["error"]["message"]
     assert str(tmp_path) not in refused["error"]["message"]  # no server path reaches the model
+
+
+@pytest.mark.sqlite_only("a damaged page of a store file")
+def test_a_damaged_store_answers_store_unavailable_and_changes_nothing(world: World, tmp_path: Any) -> None:
+    world.say("user", QUOTE)
+    written = world.rt.tools.call("memory_write", world.p, WRITE)
+    config, path = world.rt.config, world.rt.store.path
+    world.rt.close()
+    corrupt_page(path, "records")
+    with build_runtime(config, clock=world.clock, embedder=world.embedder, judge=world.judge,
+                       environ={}) as damaged:
+        got = damaged.tools.call("memory_get", world.p, {"ids": [written["record_id"]]})
+        found = damaged.tools.call("memory_search", world.p, {"queries": ["answer style"]})
+    for answer in (got, found):
+        assert answer["error"]["code"] == "store_unavailable", answer
+        assert "damaged" in answer["error"]["message"] and str(tmp_path) not in answer["error"]["message"]
 
 
 class UnloadableEmbedder(FakeEmbedder):
