@@ -5,9 +5,10 @@ Worker, beat and Flower processes are started by the Celery command line, which 
 no other way to pass settings, so they find their config the way an agent's
 ``build_runtime()`` and the ``retold`` command do
 (:func:`retold.config_env.load_config_from_environment`): ``RETOLD_CONFIG`` (the config
-file; else ``config.yaml`` in the working folder, if any), then ``RETOLD_STORE`` (``store.path``, or ``store.url`` for a PostgreSQL URL) and
-``RETOLD_BROKER_URL`` (``queue.broker_url``). Only this entry point (plus
-:mod:`workers.runtime` for the replay switch) reads the environment, for these and:
+file; else ``config.yaml`` in the working folder, if any), then ``RETOLD_STORE``
+(``store.path``, or ``store.url`` for a PostgreSQL URL) and ``RETOLD_BROKER_URL``
+(``queue.broker_url``). Only this entry point (plus :mod:`workers.runtime` for the
+replay switch) reads the environment, for these and:
 
 - ``RETOLD_FLOWER_AUTH`` (``user:password``): Flower's basic auth, set as
   ``flower_basic_auth`` and handed to Flower as ``FLOWER_BASIC_AUTH`` (the variable
