@@ -27,7 +27,7 @@ Writing ~500 turns costs ~15-25 s a question here, so the default run takes a fi
 the first ``--per-type`` (6) questions of each type in file order; ``--all`` runs the whole
 split. ``--stores DIR`` keeps each question's store there and reuses it on the next run
 (the write path is then not timed again); ``--dump PATH`` writes every logged search row
-with its labels, which ``benchmarks.fit_decision`` reads.
+with its labels, which ``benchmarks.fit_gate`` reads.
 
 Run: ``.venv/bin/python -m benchmarks.longmemeval_bench [--all] [--per-type N]
 [--stores DIR] [--dump PATH] [--config FILE]``. Writes benchmarks/results/longmemeval.json

@@ -242,15 +242,16 @@ class McpTokenConfig:
 
 @dataclass(frozen=True, slots=True)
 class McpConfig:
-    """``mcp:`` - the MCP server (README "MCP server"). Stdio needs nothing here; HTTP refuses to start
-    without a token, because it never serves anonymous callers."""
+    """``mcp:`` - the MCP server (docs/integrations.md "MCP server"). Stdio needs nothing
+    here; HTTP refuses to start without a token, because it never serves anonymous
+    callers."""
 
     tokens: tuple[McpTokenConfig, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class MetricsConfig:
-    """``metrics:`` - the Prometheus endpoint of a worker (README "Workers, beat and Flower")."""
+    """``metrics:`` - the Prometheus endpoint of a worker (docs/operations.md "Workers, beat and Flower")."""
 
     port: int | None = None  # None = no endpoint; else a worker serves /metrics on this port
     host: str = "127.0.0.1"  # the address it listens on; 0.0.0.0 for a scraper in another container

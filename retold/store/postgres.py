@@ -160,8 +160,8 @@ class PgStore(PgReads):
     def compact(self) -> bool:
         """VACUUM the tables an erase touches, so their dead row versions (which still
         hold the erased text) are removed now rather than by autovacuum later. WAL
-        segments and backups keep what they held until they are recycled; see README
-        "PostgreSQL"."""
+        segments and backups keep what they held until they are recycled; see
+        docs/postgresql.md."""
         return self._vacuum(_ERASED_TABLES)
 
     def truncate_wal(self) -> bool:
@@ -179,12 +179,12 @@ class PgStore(PgReads):
             return True
 
     def backup_to(self, path: str | Path) -> None:
-        raise StoreError("a PostgreSQL store is not saved as a snapshot file: use pg_dump (README "
-                         "\"PostgreSQL\")")
+        raise StoreError("a PostgreSQL store is not saved as a snapshot file: use pg_dump "
+                         "(docs/postgresql.md)")
 
     def restore_from(self, path: str | Path) -> None:
-        raise StoreError("a PostgreSQL store is not loaded from a snapshot file: use pg_restore (README "
-                         "\"PostgreSQL\")")
+        raise StoreError("a PostgreSQL store is not loaded from a snapshot file: use pg_restore "
+                         "(docs/postgresql.md)")
 
     def set_secure_delete(self, on: bool) -> None:
         """No such switch on PostgreSQL: :meth:`compact` removes dead row versions."""

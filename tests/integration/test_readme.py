@@ -36,9 +36,11 @@ def test_readme_python_example_runs_and_finds_the_memory(tmp_path: Path) -> None
 
 
 def _readme_block(heading: str) -> str:
-    readme = (ROOT / "README.md").read_text()
-    match = re.search(rf"### {re.escape(heading)}\n.*?```python\n(.*?)```", readme, re.S)
-    assert match is not None, f"README lost its {heading!r} example"
+    """The first Python block under ``heading`` in docs/integrations.md, where the README's
+    integration examples live."""
+    page = (ROOT / "docs" / "integrations.md").read_text()
+    match = re.search(rf"## {re.escape(heading)}\n.*?```python\n(.*?)```", page, re.S)
+    assert match is not None, f"docs/integrations.md lost its {heading!r} example"
     return match.group(1)
 
 

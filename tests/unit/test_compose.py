@@ -120,10 +120,10 @@ def test_the_image_installs_the_postgres_extra() -> None:
 
 
 def test_the_readme_starts_the_postgres_stack_compose_defines() -> None:
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## PostgreSQL\n"):readme.index("## Configuration\n")]
+    page = (ROOT / "docs" / "postgresql.md").read_text()
+    section = page[page.index("## With compose\n"):page.index("## What changes operationally\n")]
     block = re.search(r"```sh\n(.*?)```", section, re.S)
-    assert block is not None, "README's PostgreSQL section lost its compose commands"
+    assert block is not None, "docs/postgresql.md lost its compose commands"
     up = next(line for line in block.group(1).splitlines() if "docker compose up" in line)
     named = up.split("#")[0].split("--build", 1)[1].split()
     services = _services()

@@ -84,7 +84,7 @@ def test_a_malformed_hosted_value_is_one_line_naming_it(hosted: dict[str, object
 
 
 def test_the_readme_example_for_an_openai_compatible_server_loads(tmp_path: Path) -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "models.md").read_text(encoding="utf-8")
     block = readme.split("```yaml\nhosted:\n  provider: openai\n", 1)[1].split("```", 1)[0]
     path = tmp_path / "config.yaml"
     path.write_text("hosted:\n  provider: openai\n" + block, "utf-8")
