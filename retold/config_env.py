@@ -35,13 +35,15 @@ from typing import Any
 from retold.config import Config, is_database_url, read_config
 
 __all__ = [
-    "BROKER_ENV", "CONFIG_ENV", "LOCAL_CONFIG", "STORE_ENV", "load_config", "load_config_from_environment",
-    "store_key", "store_target",
+    "BROKER_ENV", "CONFIG_ENV", "LOCAL_CONFIG", "SCRIPTED_MODEL_ENV", "STORE_ENV", "load_config",
+    "load_config_from_environment", "store_key", "store_target",
 ]
 
 CONFIG_ENV = "RETOLD_CONFIG"
 STORE_ENV = "RETOLD_STORE"
 BROKER_ENV = "RETOLD_BROKER_URL"
+# Read by the runtime, not the config: it swaps the adapters' chat model for a scripted one.
+SCRIPTED_MODEL_ENV = "RETOLD_SCRIPTED_MODEL"
 LOCAL_CONFIG = "config.yaml"  # looked for in the working folder when nothing names a file
 
 # variable -> (block, key) it overrides

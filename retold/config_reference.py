@@ -87,6 +87,9 @@ rt = build_runtime(config)
 - `RETOLD_REPLAY_EXTRACTION`: workers extract every session with a recorded output
   (offline and demo only; never in production).
 - `RETOLD_BEAT_FAST=1`: a test switch; beat runs `recover` and `expire` every second.
+- `RETOLD_SCRIPTED_MODEL=1`: the Deep Agents and CrewAI adapters give their agents a
+  scripted stand-in for the chat model, so the framework examples run with no key
+  ([integrations.md](integrations.md#langchain-deep-agents)).
 
 `config.int8.yaml` holds the two blocks that switch to the int8 encoder and the gate fitted
 for it; every other key keeps its default ([models.md](models.md#the-int8-variant)).

@@ -20,7 +20,7 @@ from pathlib import Path
 from retold.adapters.base import MemorySession, new_session_id
 from retold.broker.scheduler import CeleryScheduler, scheduler_from_config
 from retold.config import Config, config_to_dict, is_database_url
-from retold.config_env import load_config_from_environment
+from retold.config_env import SCRIPTED_MODEL_ENV, load_config_from_environment
 from retold.errors import ConfigError, EmbeddingMismatchError
 from retold.host import MemoryHost
 from retold.hosted import CompletionClient, HostedError, client_from_config
@@ -99,6 +99,14 @@ class Runtime:
         self._reviewer = reviewer
         self._environ: Mapping[str, str] = environ if environ is not None else {}
         self._closed = False
+
+    @property
+    def scripted_model(self) -> bool:
+        """Whether ``RETOLD_SCRIPTED_MODEL`` is set in this process's environment: the
+        framework adapters then give their agents a scripted stand-in in place of the
+        chat model they were handed, so an example runs with no key and no network and
+        says in its replies that no model was called."""
+        return self._environ.get(SCRIPTED_MODEL_ENV, "").strip().lower() not in ("", "0", "false", "no")
 
     @cached_property
     def judge(self) -> EquivalenceJudge:

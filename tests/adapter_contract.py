@@ -18,8 +18,6 @@ searches; the user asks to forget the editor and the model forgets it.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +26,7 @@ from retold.config import read_config
 from retold.models import Scope
 from retold.runtime import Runtime, build_runtime
 from retold.testing import T0, TEST_GATE, FakeEmbedder, FakeJudge, InProcessScheduler, ManualClock
+from retold.testing.scripted import Exchange, FromResult, ToolCall, resolve
 
 __all__ = [
     "AGENT_ID",
@@ -46,34 +45,6 @@ __all__ = [
 
 AGENT_ID = "research-agent"
 USER_ID = "aditya"
-
-
-@dataclass(frozen=True)
-class FromResult:
-    """An argument the model copies from an earlier call's result: the value at ``key``
-    of the JSON result of the call whose id is ``call``."""
-
-    call: str
-    key: str
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    """One tool call the scripted model makes. ``id`` doubles as the framework's
-    tool-call id, so a later call can find this call's result by it."""
-
-    id: str
-    name: str
-    args: Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class Exchange:
-    """One user message, the tool calls it prompts (one model step each) and the reply."""
-
-    user: str
-    calls: tuple[ToolCall, ...] = field(default=())
-    reply: str = ""
 
 
 STYLE_QUOTE = "keep every answer short and technical"
@@ -141,17 +112,6 @@ def contract_runtime(tmp_path: Path, mode: str = "tool_only", **trigger: Any) ->
     rt.host.grant(AGENT_ID, Scope("user", USER_ID), read=True, write=True)
     rt.host.provision_user(USER_ID, aliases=["Aditya"])
     return rt
-
-
-def resolve(args: Mapping[str, Any], results: Mapping[str, str]) -> dict[str, Any]:
-    """``args`` with each :class:`FromResult` replaced from ``results`` (tool-call id to
-    the result text the model saw)."""
-    out: dict[str, Any] = {}
-    for key, value in args.items():
-        if isinstance(value, FromResult):
-            value = json.loads(results[value.call])[value.key]
-        out[key] = value
-    return out
 
 
 def expected_turns() -> list[tuple[str, str | None]]:

@@ -31,6 +31,7 @@ kickoff; build a new one (with the new inputs) for the next.
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -50,6 +51,8 @@ from retold.tools.export import openai_arguments
 from retold.tools.schemas import ToolSchema
 
 __all__ = ["CrewMemory", "MemoryLLM", "MemoryTool", "agent_id_for", "args_model"]
+
+log = logging.getLogger(__name__)
 
 
 def agent_id_for(role: str) -> str:
@@ -218,6 +221,7 @@ class CrewMemory:
         session_id = inputs.get("session_id")
         project = project_id if project_id is not None else inputs.get("project_id")
         self.role = role
+        self._rt = rt
         self.session: MemorySession = rt.session(
             agent_id or agent_id_for(role), user_id,
             session_id=str(session_id) if session_id else None,
@@ -240,11 +244,26 @@ class CrewMemory:
         because the host searches."""
         return [MemoryTool(schema, self) for schema in self.session.tool_schemas()]
 
-    def wrap_llm(self, llm: BaseLLM) -> MemoryLLM:
+    def wrap_llm(self, llm: BaseLLM | str) -> MemoryLLM:
         """``llm`` with this session's memory side: before a task's first model call the
         task description is recorded as the user turn, and in ``auto`` and ``hybrid``
         modes the host-issued recall, when it finds something, is added once to the task's
-        messages as one message under the ``recalled memory`` header."""
+        messages as one message under the ``recalled memory`` header.
+
+        With ``RETOLD_SCRIPTED_MODEL`` set, a scripted stand-in
+        (:class:`retold.testing.crewai_llm.ScriptedCrewLLM`) takes the model's place and
+        nothing is sent anywhere; a model named by a string is then never even built, so
+        no key is asked for."""
+        if self._rt.scripted_model:
+            from retold.testing.crewai_llm import ScriptedCrewLLM
+
+            named = llm if isinstance(llm, str) else str(getattr(llm, "model", type(llm).__name__))
+            log.warning("RETOLD_SCRIPTED_MODEL is set: a scripted stand-in replaces %s", named)
+            llm = ScriptedCrewLLM(standing_in_for=named)
+        elif isinstance(llm, str):
+            from crewai import LLM
+
+            llm = LLM(model=llm)
         return MemoryLLM(llm, self)
 
     def backstory(self, backstory: str = "") -> str:
@@ -277,12 +296,13 @@ class CrewMemory:
                 if str(step.output).strip():
                     self.session.say("assistant", str(step.output))
 
-    def agent(self, *, llm: BaseLLM, goal: str, backstory: str = "", tools: Sequence[BaseTool] = (),
+    def agent(self, *, llm: BaseLLM | str, goal: str, backstory: str = "", tools: Sequence[BaseTool] = (),
               step_callback: Callable[[Any], Any] | None = None, **kwargs: Any) -> Agent:
         """A crew ``Agent`` with this memory: the role given at construction, the memory
         tools after ``tools``, the wrapped model, the policy in the backstory and the step
         recorder (run before ``step_callback`` when one is given). Other keyword
-        arguments pass through to ``Agent``.
+        arguments pass through to ``Agent``. ``llm`` may be a model name such as
+        ``"anthropic/claude-sonnet-4-6"`` (built as ``crewai.LLM``).
 
         The tool cache is off: a cached memory result would be served without running
         the tool, so a search would not see a write made since.

@@ -214,11 +214,19 @@ class RetoldDeepAgents:
     def create_agent(self, model: Any, *, tools: Sequence[Any] = (),
                      middleware: Sequence[Any] = (), **kwargs: Any) -> Any:
         """``deepagents.create_deep_agent`` with the memory tools and middleware added;
-        every other argument (``system_prompt``, ``checkpointer``, ...) passes through."""
+        every other argument (``system_prompt``, ``checkpointer``, ...) passes through.
+        With ``RETOLD_SCRIPTED_MODEL`` set, ``model`` is replaced by a scripted stand-in
+        (:class:`retold.testing.langchain_chat.ScriptedChatModel`) and never called."""
         # Imported here so the tools and middleware also serve LangChain's own
         # ``create_agent`` where deepagents is not installed.
         from deepagents import create_deep_agent
 
+        if self._rt.scripted_model:
+            from retold.testing.langchain_chat import ScriptedChatModel
+
+            log.warning("RETOLD_SCRIPTED_MODEL is set: a scripted stand-in replaces %s", model)
+            named = model if isinstance(model, str) else type(model).__name__
+            model = ScriptedChatModel(standing_in_for=named)
         return create_deep_agent(model=model, tools=[*tools, *self.tools()],
                                  middleware=[*middleware, self.middleware()], **kwargs)
 

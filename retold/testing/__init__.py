@@ -5,7 +5,9 @@ one import, with a record factory and a small "world" (a real store file, a gran
 agent, a provisioned user and an open session, with fakes for every model).
 ``retold.testing.anthropic_stub`` and ``retold.testing.openai_stub`` serve scripted
 Anthropic Messages and OpenAI Chat Completions APIs on loopback so the real SDKs can be
-driven without a network.
+driven without a network; ``retold.testing.langchain_chat`` and
+``retold.testing.crewai_llm`` are scripted chat models for the framework adapters (the
+stand-ins ``RETOLD_SCRIPTED_MODEL`` switches on).
 """
 
 from __future__ import annotations

@@ -27,7 +27,6 @@ need("crewai")
 
 from crewai import Agent, Crew, Task  # noqa: E402
 from crewai.agents.parser import AgentAction, AgentFinish  # noqa: E402
-from crewai.llms.base_llm import BaseLLM  # noqa: E402
 from crewai.tools.tool_types import ToolResult  # noqa: E402
 from pydantic import ValidationError  # noqa: E402
 
@@ -36,6 +35,7 @@ from retold.adapters.crewai import CrewMemory, MemoryLLM, agent_id_for, args_mod
 from retold.models import Scope  # noqa: E402
 from retold.policy.prompt import policy_text  # noqa: E402
 from retold.runtime import Runtime  # noqa: E402
+from retold.testing.crewai_llm import ScriptedCrewLLM  # noqa: E402
 from retold.tools.schemas import tool_schemas  # noqa: E402
 from tests.adapter_contract import (  # noqa: E402
     AGENT_ID,
@@ -47,7 +47,6 @@ from tests.adapter_contract import (  # noqa: E402
     assert_contract,
     contract_runtime,
     drive_session,
-    resolve,
     seed_vim,
     semantic_records,
 )
@@ -55,45 +54,6 @@ from tests.adapter_contract import (  # noqa: E402
 ROLE = "Research Agent"  # its agent id is research-agent, the contract's AGENT_ID
 SESSION = "crew-run-1"
 INPUTS = {"user_id": USER_ID, "session_id": SESSION}
-# Names the user, so the host-issued search passes the calibrated auto gate on an entity match.
-_OBSERVATION = "\nObservation: "
-
-
-class ScriptedLLM(BaseLLM):
-    """Plays the script in CrewAI's text protocol: for the task being run, each tool call
-    of its exchange as one ``Action``, then the reply as the ``Final Answer``. The
-    messages of every call are kept for the assertions."""
-
-    def __init__(self, script: Sequence[Exchange]) -> None:
-        super().__init__(model="scripted")
-        self.script = list(script)
-        self.seen: list[list[dict[str, Any]]] = []
-        self.results: dict[str, str] = {}  # tool-call id -> the result the model saw
-
-    def call(self, messages: Any, tools: Any = None, callbacks: Any = None,
-             available_functions: Any = None, from_task: Any = None, from_agent: Any = None,
-             response_model: Any = None) -> str:
-        self.seen.append([dict(m) for m in messages])
-        exchange = next(e for e in self.script if e.user == from_task.description)
-        steps = [m["content"] for m in messages if m["role"] == "assistant"]
-        for call, step in zip(exchange.calls, steps, strict=False):
-            self.results[call.id] = _observed(step)
-        if len(steps) < len(exchange.calls):
-            call = exchange.calls[len(steps)]
-            args = json.dumps(resolve(call.args, self.results))
-            return f"Thought: I should use {call.name}.\nAction: {call.name}\nAction Input: {args}"
-        return f"Thought: I now know the final answer\nFinal Answer: {exchange.reply}"
-
-
-def _observed(step: str) -> str:
-    """The tool result in an executed step's text: the JSON value where there is one
-    (CrewAI may add a reminder after it), else the whole observation."""
-    text = step.split(_OBSERVATION, 1)[1]
-    try:
-        value, _ = json.JSONDecoder().raw_decode(text)
-    except ValueError:
-        return text
-    return json.dumps(value)
 
 
 @pytest.fixture
@@ -110,7 +70,7 @@ class Harness:
         self.rt = rt
         self.script = list(script)
         self.inputs = dict(inputs or INPUTS)
-        self.llm = ScriptedLLM(script)
+        self.llm = ScriptedCrewLLM(script)
         self.memory = CrewMemory(rt, role=ROLE, inputs=self.inputs)
         self.agent = self.memory.agent(llm=self.llm, goal="Help Aditya.",
                                        backstory="You are Aditya's research assistant.")

@@ -15,17 +15,15 @@ from tests.optional import need
 
 need("deepagents")
 
-from langchain_core.language_models import BaseChatModel  # noqa: E402
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage  # noqa: E402
-from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
 from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
-from pydantic import Field  # noqa: E402
 
 from retold.adapters.base import RECALLED_HEADER  # noqa: E402
 from retold.adapters.deepagents import RECALL_TOOL, RetoldDeepAgents  # noqa: E402
 from retold.models import Scope  # noqa: E402
 from retold.policy.prompt import policy_text  # noqa: E402
 from retold.runtime import Runtime  # noqa: E402
+from retold.testing.langchain_chat import ScriptedChatModel  # noqa: E402
 from tests.adapter_contract import (  # noqa: E402
     AGENT_ID,
     CONVERSATION,
@@ -36,46 +34,12 @@ from tests.adapter_contract import (  # noqa: E402
     assert_contract,
     contract_runtime,
     drive_session,
-    resolve,
     seed_vim,
     semantic_records,
 )
 
 SYSTEM = "You are Aditya's research assistant."
 # Names the user, so the host-issued search passes the calibrated auto gate on an entity match.
-
-
-class ScriptedModel(BaseChatModel):
-    """Answers the newest user message from a script: the exchange's tool calls one model
-    step at a time, then its reply. What it is given is kept for the assertions."""
-
-    script: list[Exchange]
-    seen: list[list[BaseMessage]] = Field(default_factory=list)
-    bound: list[list[str]] = Field(default_factory=list)
-
-    @property
-    def _llm_type(self) -> str:
-        return "scripted"
-
-    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> ScriptedModel:  # type: ignore[override]
-        self.bound.append([getattr(t, "name", None) or t.get("name", "") for t in tools])
-        return self
-
-    def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
-                  run_manager: Any = None, **kwargs: Any) -> ChatResult:
-        self.seen.append(list(messages))
-        last_user = max(i for i, m in enumerate(messages) if isinstance(m, HumanMessage))
-        exchange = next(e for e in self.script if e.user == messages[last_user].text)
-        results = {m.tool_call_id: str(m.text) for m in messages if isinstance(m, ToolMessage)}
-        done = sum(1 for call in exchange.calls if call.id in results)
-        if done < len(exchange.calls):
-            call = exchange.calls[done]
-            reply = AIMessage(content="", tool_calls=[{
-                "name": call.name, "args": resolve(call.args, results), "id": call.id,
-                "type": "tool_call"}])
-        else:
-            reply = AIMessage(content=exchange.reply)
-        return ChatResult(generations=[ChatGeneration(message=reply)])
 
 
 @pytest.fixture
@@ -94,7 +58,7 @@ class Harness:
 
     def __init__(self, rt: Runtime, script: Sequence[Exchange], thread_id: str = "thread-1") -> None:
         self.rt = rt
-        self.model = ScriptedModel(script=list(script))
+        self.model = ScriptedChatModel(script=list(script))
         self.checkpointer = InMemorySaver()
         self.config = _config(thread_id)
         self.restart()
