@@ -37,7 +37,7 @@ Run: ``.venv/bin/python -m benchmarks.fit_gate [--own-dump F] [--lme-dump F] [--
 ``longmemeval_bench --all --dump`` wrote under the same config (``make bench`` passes
 them); without them both benchmarks run first. Writes benchmarks/results/gate_fit.json and
 .md; ``--write-defaults`` writes the fitted values into the config file (``config.yaml``,
-and the dataclass defaults in retold/config_retrieval.py; with ``--config``, that file).
+and the dataclass defaults in retold/config/retrieval.py; with ``--config``, that file).
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ from retold.ingest.ingestor import WriteRequest  # noqa: E402
 from retold.models import Scope, SearchRequest  # noqa: E402
 from retold.runtime import Runtime  # noqa: E402
 from retold.store import Embedding, open_store  # noqa: E402
-from retold.store.url import conninfo  # noqa: E402
+from retold.store.postgres.url import conninfo  # noqa: E402
 from retold.testing import make_record  # noqa: E402
 
 BACKENDS = ("sqlite", "postgres")

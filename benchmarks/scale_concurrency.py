@@ -83,7 +83,7 @@ def _server_cpu_s(target: str) -> float | None:
         return None
     import psycopg
 
-    from retold.store.url import conninfo
+    from retold.store.postgres.url import conninfo
 
     name = target.rsplit("/", 1)[1].split("?", 1)[0]
     with psycopg.connect(conninfo(target), autocommit=True) as conn:

@@ -5,7 +5,7 @@ package loads no model and never imports torch.
 """
 
 from retold.config import Config
-from retold.config_env import load_config
+from retold.config.env import load_config
 from retold.errors import (
     ConfigError,
     EmbeddingMismatchError,

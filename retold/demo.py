@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from retold.config_env import load_config
+from retold.config.env import load_config
 from retold.ingest.extractor import ReplayExtractor
 from retold.ingest.reviewer import TableReviewer
 from retold.ingest.session import InProcessScheduler
@@ -195,7 +195,7 @@ def _worker_supported() -> bool:
     """True when the ``workers`` package has the app factory and the replay switch this
     demo drives (it is built separately and may not be there yet)."""
     try:
-        spec = importlib.util.find_spec("workers.runtime")
+        spec = importlib.util.find_spec("workers.process_runtime")
         if spec is None or spec.origin is None:
             return False
         if "RETOLD_REPLAY_EXTRACTION" not in Path(spec.origin).read_text("utf-8"):

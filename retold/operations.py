@@ -27,7 +27,7 @@ from retold.retrieve.search_log import SearchLogWriter
 from retold.store import EmbeddingFamily, Store
 from retold.store.erasure import Erasure
 from retold.store.integrity import check_file
-from retold.store.maintenance import MigrationIssue
+from retold.store.sweeps import MigrationIssue
 from retold.util import Clock, to_plain
 
 if TYPE_CHECKING:

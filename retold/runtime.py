@@ -20,7 +20,7 @@ from pathlib import Path
 from retold.adapters.base import MemorySession, new_session_id
 from retold.broker.scheduler import CeleryScheduler, scheduler_from_config
 from retold.config import Config, config_to_dict, is_database_url
-from retold.config_env import SCRIPTED_MODEL_ENV, load_config_from_environment
+from retold.config.env import SCRIPTED_MODEL_ENV, load_config_from_environment
 from retold.errors import ConfigError, EmbeddingMismatchError
 from retold.host import MemoryHost
 from retold.hosted import CompletionClient, HostedError, client_from_config

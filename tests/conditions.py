@@ -12,9 +12,9 @@ from typing import Any
 
 from retold.config import is_database_url
 from retold.store import Store
-from retold.store.pg_connection import PgConnection
-from retold.store.postgres import LOG_LOCK, WRITE_LOCK
-from retold.store.url import conninfo
+from retold.store.postgres.connection import PgConnection
+from retold.store.postgres.store import LOG_LOCK, WRITE_LOCK
+from retold.store.postgres.url import conninfo
 from tests.sql import rows
 
 __all__ = ["FullDiskStore", "WriteLocker", "corrupt_page", "write_lock_held"]

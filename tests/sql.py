@@ -11,8 +11,8 @@ from typing import Any
 
 from retold.config import is_database_url
 from retold.store import Store
-from retold.store.pg_connection import PgConnection
-from retold.store.url import conninfo
+from retold.store.postgres.connection import PgConnection
+from retold.store.postgres.url import conninfo
 
 __all__ = ["disagreements", "dump_lines", "execute", "fts_ids", "rows", "stored_bytes"]
 

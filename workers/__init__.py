@@ -3,12 +3,12 @@
 Each task (:mod:`workers.tasks`) is a thin wrapper over a plain function in ``retold/``,
 so the CLI and tests run the same code without Celery. The app is built from the config every
 Retold process loads (:mod:`workers.app`); each worker process builds one runtime
-(:mod:`workers.runtime`). Agent processes need nothing from here: their runtime publishes
-ended sessions with :class:`retold.broker.CeleryScheduler` to the broker the same config names.
+(:mod:`workers.process_runtime`). Agent processes need nothing from here: their runtime
+publishes ended sessions with :class:`retold.broker.CeleryScheduler` to the broker the same config names.
 """
 
 from retold.broker import CeleryScheduler
-from workers import metrics, startup, tasks  # the metrics endpoint, the start-up check, the tasks
+from workers import prometheus_endpoint, startup, tasks  # the metrics endpoint, the start-up check, the tasks
 from workers.app import app, create_app
 
-__all__ = ["CeleryScheduler", "app", "create_app", "metrics", "startup", "tasks"]
+__all__ = ["CeleryScheduler", "app", "create_app", "prometheus_endpoint", "startup", "tasks"]

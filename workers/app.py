@@ -4,10 +4,10 @@ config every Retold process loads, plus the beat schedule and Flower's auth.
 Worker, beat and Flower processes are started by the Celery command line, which offers
 no other way to pass settings, so they find their config the way an agent's
 ``build_runtime()`` and the ``retold`` command do
-(:func:`retold.config_env.load_config_from_environment`): ``RETOLD_CONFIG`` (the config
+(:func:`retold.config.env.load_config_from_environment`): ``RETOLD_CONFIG`` (the config
 file; else ``config.yaml`` in the working folder, if any), then ``RETOLD_STORE``
 (``store.path``, or ``store.url`` for a PostgreSQL URL) and ``RETOLD_BROKER_URL``
-(``queue.broker_url``). Only this entry point (plus :mod:`workers.runtime` for the
+(``queue.broker_url``). Only this entry point (plus :mod:`workers.process_runtime` for the
 replay switch) reads the environment, for these and:
 
 - ``RETOLD_FLOWER_AUTH`` (``user:password``): Flower's basic auth, set as
@@ -30,7 +30,7 @@ from celery import Celery
 from beat_schedule import schedule_for
 from retold.broker.celery_app import EXTRACTION_TASKS, VISIBILITY_TIMEOUT_SECONDS, broker_url, celery_app
 from retold.config import Config
-from retold.config_env import load_config_from_environment
+from retold.config.env import load_config_from_environment
 
 __all__ = [
     "EXTRACTION_TASKS", "FAST_SCHEDULE", "VISIBILITY_TIMEOUT_SECONDS", "app", "broker_url",

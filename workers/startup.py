@@ -2,7 +2,7 @@
 
 The main worker process runs the quick integrity check once logging is set up and before
 the pool or the consumer starts: :func:`retold.store.integrity.check_file` with
-``quick=True`` on a SQLite file, :func:`retold.store.pg_integrity.check_database` with
+``quick=True`` on a SQLite file, :func:`retold.store.postgres.integrity.check_database` with
 ``quick=True`` on PostgreSQL (the agreement check, and amcheck's structural btree check
 where the database has the extension). A store the database itself finds damaged stops
 the worker with one error line and exit code 1: extracting into a damaged store would only
@@ -25,8 +25,8 @@ from retold.cli_failure import one_line
 from retold.config import Config
 from retold.errors import RetoldError, StoreLockedError, StoreMissingError
 from retold.store.integrity import check_file
-from retold.store.pg_integrity import check_database
-from retold.store.url import redact
+from retold.store.postgres.integrity import check_database
+from retold.store.postgres.url import redact
 from workers.app import config_from_environment
 
 __all__ = ["EXIT_DAMAGED", "check_store"]

@@ -30,8 +30,8 @@ from retold.broker.identity import broker_instance
 from retold.errors import ExtractionError
 from retold.operations import TEMPORAL_REVIEWER
 from workers.app import app, purge_consumed_messages
+from workers.process_runtime import current_runtime
 from workers.progress import task_progress
-from workers.runtime import current_runtime
 
 __all__ = [
     "end_idle_sessions", "expire", "extract_session", "queue_maintenance", "recover", "reembed",

@@ -24,7 +24,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 from retold.config import Config
-from retold.config_retrieval import TriggerMode
+from retold.config.retrieval import TriggerMode
 from retold.errors import StoreError
 from retold.ingest.session import SessionHooks
 from retold.models import Principal, ProfileBlock, Role, SearchRequest

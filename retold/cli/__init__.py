@@ -23,9 +23,9 @@ from retold.cli import (
     members,
     migrate_store,
     observe,
-    profile,
     records,
     retry,
+    reviews,
     serve,
 )
 from retold.cli.common import Parser, Refused
@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="retold", description="Retold: durable, scoped, evidence-backed memory for AI agents."
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for group in (maintenance, migrate_store, retry, check, serve, records, access, members, profile,
+    for group in (maintenance, migrate_store, retry, check, serve, records, access, members, reviews,
                   observe):
         group.register(commands)
     return parser

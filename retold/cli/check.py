@@ -17,7 +17,7 @@ from typing import Any
 from retold.cli.common import add_command, cli_config
 from retold.errors import StoreError, StoreMissingError
 from retold.store.integrity import IntegrityReport, check_file
-from retold.store.pg_integrity import check_database
+from retold.store.postgres.integrity import check_database
 
 __all__ = ["EXIT_PROBLEMS", "register", "render"]
 

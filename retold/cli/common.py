@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from retold.cli_failure import EXIT_ERROR
 from retold.config import Config
-from retold.config_env import load_config_from_environment, store_target
+from retold.config.env import load_config_from_environment, store_target
 from retold.models import Scope
 from retold.util import to_plain
 

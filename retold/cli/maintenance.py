@@ -103,7 +103,7 @@ def _cmd_reembed(args: argparse.Namespace) -> int:
 
     with cli_runtime(args, repairs=True) as rt:
         if args.enqueue:
-            from retold.broker.maintenance import enqueue_reembed
+            from retold.broker.operator_tasks import enqueue_reembed
 
             # Refused here, in the operator's terminal, rather than in a worker's log.
             rt.operations.check_reembed(args.model, args.version, args.dims)

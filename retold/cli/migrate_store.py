@@ -2,7 +2,7 @@
 
 The copy itself is :func:`retold.store.transfer.move_store` (one transaction; refused into
 a store that holds rows). The check that follows searches a sample of records on both
-stores (:mod:`retold.store_comparison`). The source runtime is built first, so a missing
+stores (:mod:`retold.retrieve.comparison`). The source runtime is built first, so a missing
 embedding model or a store of another embedding family stops the command before anything
 is written. See docs/decisions.md, "Moving a SQLite store into PostgreSQL".
 """
@@ -18,8 +18,8 @@ from retold.cli.common import EXIT_USAGE, Refused, add_command, cli_config, posi
 from retold.config import Config, is_database_url
 
 if TYPE_CHECKING:
+    from retold.retrieve.comparison import SearchComparison
     from retold.store.transfer import TransferReport
-    from retold.store_comparison import SearchComparison
 
 __all__ = ["EXIT_MISMATCH", "register", "render"]
 
@@ -28,10 +28,10 @@ TOP_K = 5
 
 
 def _run(args: argparse.Namespace) -> int:
+    from retold.retrieve.comparison import compare_searches
     from retold.runtime import build_runtime
     from retold.store.sampling import sample_records
     from retold.store.transfer import check_source, move_store
-    from retold.store_comparison import compare_searches
 
     if is_database_url(args.source):
         raise Refused("--from takes the SQLite store file to move, not a URL", EXIT_USAGE)

@@ -17,7 +17,7 @@ from retold.store.session_states import SESSION_STATES, SessionQuery, SessionSta
 from retold.util import from_iso, to_plain
 
 if TYPE_CHECKING:
-    from retold.metrics import Metrics
+    from retold.observability import Metrics
 
 __all__ = ["register"]
 
@@ -108,7 +108,7 @@ def _event_row(e: LoggedEvent) -> tuple[str, ...]:
 
 def _cmd_metrics(args: argparse.Namespace) -> int:
     from retold.broker.depth import queue_depths
-    from retold.metrics import collect_metrics
+    from retold.observability import collect_metrics
 
     with cli_runtime(args, models=False) as rt:
         now = rt.clock.now()

@@ -10,7 +10,7 @@ from retold.hosted.client import CompletionClient, HostedError
 from retold.hosted.openai_api import OpenAIClient
 
 if TYPE_CHECKING:
-    from retold.config_hosted import HostedConfig
+    from retold.config.hosted import HostedConfig
 
 __all__ = ["client_from_config"]
 

@@ -12,7 +12,7 @@ import json
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from retold.config_hosted import StructuredOutput
+from retold.config.hosted import StructuredOutput
 from retold.hosted.client import CompletionRequest, HostedError
 from retold.hosted.sdk import SdkClient, sdk_failure
 from retold.hosted.strict import strict_form

@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 
 from retold.errors import ConfigError, ModelError
-from retold.index.embedder import (
+from retold.index.encoding import (
     DEFAULT_MODEL,
+    CachedEmbedder,
     Matrix,
-    _CachedEmbedder,
     mean_pool,
     normalise,
     resolve_model_path,
@@ -47,7 +47,7 @@ class _Loaded:
     path: Path
 
 
-class OnnxEmbedder(_CachedEmbedder, LazyModel):
+class OnnxEmbedder(CachedEmbedder, LazyModel):
     """The packaged all-MiniLM-L6-v2 on ONNX Runtime (CPU), loaded lazily and at most once."""
 
     def __init__(
@@ -55,7 +55,7 @@ class OnnxEmbedder(_CachedEmbedder, LazyModel):
         max_chars: int = 2000, query_cache_entries: int = 4096, threads: int | None = None,
         cache_dir: str | None = None,
     ) -> None:
-        _CachedEmbedder.__init__(self, dims, max_chars, query_cache_entries)
+        CachedEmbedder.__init__(self, dims, max_chars, query_cache_entries)
         LazyModel.__init__(self)
         if threads is not None and threads < 1:
             raise ConfigError(f"embedding.torch_threads: must be at least 1, got {threads}")

@@ -25,7 +25,7 @@ import numpy as np
 
 from retold.config import EmbeddingConfig
 from retold.errors import ConfigError, ModelError
-from retold.index.embedder import (
+from retold.index.encoding import (
     DEFAULT_MODEL,
     has_onnx_export,
     is_int8,

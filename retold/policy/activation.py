@@ -30,7 +30,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from retold.config_activation import ActivationConfig
+from retold.config.activation import ActivationConfig
 from retold.models import ACTIVE_STATUSES, Activation, Record, Role
 from retold.policy.categories import Categorized, CategoryRules, words
 from retold.policy.secrets import find_secret

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from retold.config_activation import ActivationConfig
+from retold.config.activation import ActivationConfig
 from retold.models import Principal, ProfileBlock
 from retold.policy import grants
 from retold.retrieve.explain import short_id

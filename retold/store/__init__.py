@@ -4,9 +4,9 @@
 from retold.store.base import Embedding, NewEvent
 from retold.store.eligible import EligibleSet
 from retold.store.family import EmbeddingFamily
+from retold.store.location import open_store
 from retold.store.records import RecordWrite, Transition
 from retold.store.store import Store
-from retold.store.url import open_store
 from retold.store.vectors import IndexChange, VectorSnapshot
 
 __all__ = [

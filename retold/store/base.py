@@ -100,7 +100,7 @@ class Embedding:
 class StoreBase:
     """One connection to the store file, safe to share between threads of a process.
 
-    The class attributes below are what a PostgreSQL store (``retold.store.postgres``)
+    The class attributes below are what a PostgreSQL store (``retold.store.postgres.store``)
     replaces, with :meth:`_open`, :meth:`_begin_write` and the lexical queries.
     """
 

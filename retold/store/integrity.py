@@ -8,7 +8,7 @@ snapshot load`` runs on a snapshot before it replaces the store, and (quick form
 a worker runs before it starts. Every problem is returned as a :class:`Finding`; only a
 file that is not a Retold store at all, or a lock that outlasts the wait, raises. The
 agreement check and the report are shared with a PostgreSQL store's check
-(:mod:`retold.store.pg_integrity`). See docs/decisions.md, "Integrity checks".
+(:mod:`retold.store.postgres.integrity`). See docs/decisions.md, "Integrity checks".
 """
 
 from __future__ import annotations

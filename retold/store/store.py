@@ -9,19 +9,19 @@ from __future__ import annotations
 
 from retold.store.activation import ActivationMixin
 from retold.store.claims import ClaimsMixin
+from retold.store.counts import CountsMixin
 from retold.store.entities import EntitiesMixin
 from retold.store.erasure import ErasureMixin
 from retold.store.event_log import EventLogMixin
 from retold.store.grants import GrantsMixin
-from retold.store.maintenance import MaintenanceMixin
 from retold.store.members import MembersMixin
-from retold.store.metrics import MetricsMixin
 from retold.store.profiles import ProfilesMixin
 from retold.store.records import RecordsMixin
 from retold.store.retention import RetentionMixin
 from retold.store.search import SearchMixin
 from retold.store.session_states import SessionStatesMixin
 from retold.store.sessions import SessionsMixin
+from retold.store.sweeps import SweepsMixin
 from retold.store.vectors import VectorsMixin
 
 __all__ = ["Store"]
@@ -37,12 +37,12 @@ class Store(
     GrantsMixin,
     MembersMixin,
     SearchMixin,
-    MaintenanceMixin,
+    SweepsMixin,
     RetentionMixin,
     ErasureMixin,
     SessionStatesMixin,
     EventLogMixin,
-    MetricsMixin,
+    CountsMixin,
     ProfilesMixin,
 ):
     """The store: records, vectors, entities, sessions and their extraction claims, grants,

@@ -28,10 +28,11 @@ from typing import Any
 from retold.config import is_database_url
 from retold.errors import StoreError
 from retold.store.fts import FTS_COLUMNS, all_fts_rows
+from retold.store.location import open_store
 from retold.store.migrations import LATEST, check_is_retold, check_not_newer
 from retold.store.opening import connect
+from retold.store.postgres.url import redact
 from retold.store.store import Store
-from retold.store.url import open_store, redact
 
 __all__ = [
     "NOT_COPIED", "REBUILT", "TableCount", "TransferReport", "advance_sequences", "check_source",

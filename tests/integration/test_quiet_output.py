@@ -23,7 +23,7 @@ BARS = ("Loading weights", "Batches", "it/s]")
 WORKER = """
 import logging
 logging.basicConfig(level=logging.INFO)  # a Celery worker's level: sentence-transformers draws bars at INFO
-from workers.runtime import open_runtime
+from workers.process_runtime import open_runtime
 rt = open_runtime()
 rt.embedder.embed_documents(["one", "two"])
 rt.close()

@@ -132,7 +132,7 @@ def _spans() -> list[str]:
 
 def test_every_file_path_the_page_names_exists() -> None:
     missing = []
-    bases = [ROOT, ROOT / "retold", *(p for p in (ROOT / "retold").iterdir() if p.is_dir())]
+    bases = [ROOT, ROOT / "retold", *(p for p in (ROOT / "retold").rglob("*") if p.is_dir())]
     for path in _spans():
         if not path.endswith(PATH_SUFFIXES) or " " in path:
             continue

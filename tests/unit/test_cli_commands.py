@@ -17,7 +17,7 @@ import pytest
 
 from retold import build_runtime, load_config
 from retold.cli import build_parser
-from retold.config_env import store_key
+from retold.config.env import store_key
 from retold.models import Principal, Scope
 from retold.testing import make_record
 from retold.util import SystemClock

@@ -18,7 +18,7 @@ import pytest
 from retold import build_runtime, load_config
 from retold.cli import main
 from retold.cli_failure import EXIT_DAMAGED, EXIT_ERROR, EXIT_LOCKED
-from retold.config_env import store_target as store_keys
+from retold.config.env import store_target as store_keys
 from retold.ingest.session import InProcessScheduler
 from retold.models import Principal, Scope
 from retold.testing import make_record
@@ -78,7 +78,7 @@ def test_a_read_only_store_serves_reads_and_refuses_a_write(
 def test_a_full_disk_refuses_the_write(
     store: tuple[str, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("retold.store.url.Store", FullDiskStore)
+    monkeypatch.setattr("retold.store.location.Store", FullDiskStore)
     code, lines = _run(capsys, store, "grant", "agent-a", "project:" + "p" * 30_000)
     assert code == EXIT_ERROR
     _one_line(lines, "the disk is full", "rolled back")

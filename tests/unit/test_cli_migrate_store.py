@@ -1,6 +1,6 @@
 """``retold migrate-store``: a store in use moved into a fresh PostgreSQL schema through
 ``main``, its report as a table and as JSON; refusals as one line and an exit code; and
-the search check itself (``retold.store_comparison``) on two real stores, one missing a
+the search check itself (``retold.retrieve.comparison``) on two real stores, one missing a
 record. The PostgreSQL cases need the ``pg_database`` fixture."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 
 from retold.cli import main
 from retold.quiet import QUIET_ENVIRONMENT
+from retold.retrieve.comparison import compare_searches, sample_query
 from retold.store.sampling import sample_records
-from retold.store_comparison import compare_searches, sample_query
 from retold.testing import AGENT, T0, make_world
 from tests import postgres
 from tests.mixed_store import MixedStore, build_mixed_store, config_text

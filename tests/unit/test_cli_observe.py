@@ -15,7 +15,7 @@ import pytest
 
 from retold import build_runtime, load_config
 from retold.cli import main
-from retold.config_env import store_target as store_keys
+from retold.config.env import store_target as store_keys
 from retold.ingest.extractor import FakeExtractor
 from retold.ingest.reviewer import TableReviewer
 from retold.ingest.session import InProcessScheduler

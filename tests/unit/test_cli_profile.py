@@ -9,7 +9,7 @@ import pytest
 
 from retold import build_runtime, load_config
 from retold.cli import main
-from retold.config_env import store_target as store_keys
+from retold.config.env import store_target as store_keys
 from retold.models import Principal, Scope
 
 AGENT, USER = "cli-agent", "cleo"

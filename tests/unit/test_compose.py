@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from retold.config_env import store_key
+from retold.config.env import store_key
 
 ROOT = Path(__file__).resolve().parents[2]
 SQLITE_STACK = ("worker", "beat", "flower")

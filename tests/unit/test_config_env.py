@@ -9,8 +9,8 @@ import pytest
 
 from retold import build_runtime, load_config
 from retold.broker import CeleryScheduler
-from retold.config_env import load_config_from_environment
-from retold.config_env import store_target as store_keys
+from retold.config.env import load_config_from_environment
+from retold.config.env import store_target as store_keys
 from retold.errors import ConfigError
 
 REDIS = "redis://127.0.0.1:6390/3"

@@ -1,7 +1,7 @@
-"""docs/configuration.md is config.yaml's comments rendered by retold.config_reference.
+"""docs/configuration.md is config.yaml's comments rendered by retold.config.reference.
 
 Change a key or its comment in config.yaml, then regenerate:
-``python -m retold.config_reference --write docs/configuration.md``.
+``python -m retold.config.reference --write docs/configuration.md``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from retold.config_reference import main, parse, render
+from retold.config.reference import main, parse, render
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "config.yaml"
@@ -21,7 +21,7 @@ DOC = ROOT / "docs" / "configuration.md"
 def test_the_configuration_page_is_the_rendered_config_file() -> None:
     expected = render(CONFIG.read_text(encoding="utf-8"))
     assert DOC.read_text(encoding="utf-8") == expected, (
-        "docs/configuration.md is stale: run python -m retold.config_reference --write docs/configuration.md")
+        "docs/configuration.md is stale: run python -m retold.config.reference --write docs/configuration.md")
 
 
 def test_every_top_level_block_has_a_section() -> None:

@@ -8,8 +8,8 @@ from datetime import timedelta
 from retold.broker.depth import QueueDepths
 from retold.ingest.extractor import FakeExtractor
 from retold.ingest.reviewer import TableReviewer
-from retold.metrics import ExtractionLag, SearchCounts, collect_metrics
 from retold.models import ExtractionOutput, Principal, SearchRequest, SessionSummary
+from retold.observability import ExtractionLag, SearchCounts, collect_metrics
 from retold.testing import AGENT, World
 
 CLAIM_TIMEOUT = timedelta(minutes=30)

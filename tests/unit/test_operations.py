@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from retold import build_runtime, load_config
-from retold.config_env import store_target as store_keys
+from retold.config.env import store_target as store_keys
 from retold.errors import EmbeddingMismatchError, MigrationIssuesError
 from retold.index.embedder import FakeEmbedder
 from retold.ingest.equivalence import FakeJudge

@@ -13,9 +13,8 @@ import pytest
 
 from retold.broker.depth import QueueDepths
 from retold.errors import StoreError
-from retold.metrics import Metrics, collect_metrics
 from retold.models import SearchRequest
-from retold.prometheus import serve_metrics
+from retold.observability import Metrics, collect_metrics, serve_metrics
 from retold.testing import World
 from tests.ports import free_port
 
@@ -69,7 +68,7 @@ def test_an_unreadable_store_scrapes_as_down_not_as_an_error(world: World) -> No
 def test_a_worker_serves_the_endpoint_only_when_a_port_is_configured(
     world: World, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from workers.metrics import start_endpoint
+    from workers.prometheus_endpoint import start_endpoint
 
     assert start_endpoint(world.rt.config) is None  # metrics.port is unset by default
     port = free_port()
@@ -80,7 +79,7 @@ def test_a_worker_serves_the_endpoint_only_when_a_port_is_configured(
         lines = _scrape(port)
         assert 'retold_sessions{state="open"} 1.0' in lines
         assert 'retold_queue_depth{queue="extraction"} 0.0' in lines  # the embedded broker, empty
-        with caplog.at_level(logging.WARNING, logger="workers.metrics"):
+        with caplog.at_level(logging.WARNING, logger="workers.prometheus_endpoint"):
             assert start_endpoint(config) is None  # a second worker on the same port
         assert f"metrics endpoint not started on 127.0.0.1:{port}" in caplog.text
     finally:

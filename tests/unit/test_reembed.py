@@ -191,8 +191,8 @@ def test_enqueue_publishes_a_reembed_the_worker_app_consumes(
     assert "as task" in capsys.readouterr().out
     assert rows(store, "SELECT DISTINCT version FROM embeddings") == [(OLD[1],)]  # nothing ran here
 
-    from retold.config_env import load_config_from_environment
-    from retold.config_env import store_target as store_keys
+    from retold.config.env import load_config_from_environment
+    from retold.config.env import store_target as store_keys
 
     config = load_config_from_environment({}, str(config_path), {"store": store_keys(store)})
     with create_app(config).connection_for_read() as conn:  # what a worker of this config consumes

@@ -13,14 +13,14 @@ import pytest
 import retold
 from retold import build_runtime, load_config
 from retold.cli import main
-from retold.config_env import store_target as store_keys
+from retold.config.env import store_target as store_keys
 from retold.errors import EmbeddingMismatchError, ModelMissingError, StoreError
 from retold.index.embedder import DEFAULT_MODEL, INT8_MODEL, FakeEmbedder
 from retold.ingest.extractor import FakeExtractor
 from retold.ingest.reviewer import TableReviewer
 from retold.models import ExtractionOutput, Principal, SessionSummary
 from retold.store import EmbeddingFamily, Store
-from retold.store.url import redact
+from retold.store.postgres.url import redact
 from retold.testing import make_record
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from retold.config import Config, is_database_url, read_config
-from retold.config_env import store_target as store_keys
-from retold.store.url import redact
+from retold.config.env import store_target as store_keys
+from retold.store.postgres.url import redact
 from retold.testing import World
 from tests import postgres
 from tests.conditions import corrupt_page, write_lock_held

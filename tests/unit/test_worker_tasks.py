@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-import workers.runtime
+import workers.process_runtime
 import workers.tasks
 from retold.broker import CeleryScheduler
 from retold.config import read_config
@@ -142,18 +142,18 @@ def test_the_worker_runtime_is_built_once_and_closed(
     monkeypatch.setenv("RETOLD_CONFIG", str(config))
     monkeypatch.delenv("RETOLD_STORE", raising=False)
     monkeypatch.delenv("RETOLD_REPLAY_EXTRACTION", raising=False)
-    monkeypatch.setattr(workers.runtime, "_runtime", None)
+    monkeypatch.setattr(workers.process_runtime, "_runtime", None)
     try:
-        first = workers.runtime.current_runtime()
-        assert workers.runtime.current_runtime() is first
+        first = workers.process_runtime.current_runtime()
+        assert workers.process_runtime.current_runtime() is first
         assert first.config.store.path == str(tmp_path / "w.sqlite")
         assert not isinstance(first.extractor, ReplayExtractor)
         # the worker publishes (what the idle sweep ends) through its own app
         assert isinstance(first.scheduler, CeleryScheduler) and first.scheduler.app is worker_app
     finally:
-        workers.runtime.close_runtime()
-    assert workers.runtime._runtime is None
-    workers.runtime.close_runtime()  # safe twice
+        workers.process_runtime.close_runtime()
+    assert workers.process_runtime._runtime is None
+    workers.process_runtime.close_runtime()  # safe twice
 
 
 def test_replay_mode_uses_the_recording_and_an_accepting_reviewer(
@@ -172,7 +172,7 @@ def test_replay_mode_uses_the_recording_and_an_accepting_reviewer(
     config.write_text(f"store:\n  path: {tmp_path / 'w.sqlite'}\nembedding:\n  model: fake\n")
     monkeypatch.setenv("RETOLD_CONFIG", str(config))
     monkeypatch.setenv("RETOLD_REPLAY_EXTRACTION", str(recording))
-    rt = workers.runtime.open_runtime()
+    rt = workers.process_runtime.open_runtime()
     try:
         assert isinstance(rt.extractor, ReplayExtractor) and isinstance(rt.reviewer, TableReviewer)
     finally:

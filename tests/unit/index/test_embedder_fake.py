@@ -14,7 +14,7 @@ import pytest
 
 from retold.config import read_config
 from retold.errors import ConfigError, ModelError
-from retold.index import embedder as embedder_module
+from retold.index import encoding as encoding_module
 from retold.index.embedder import (
     DEFAULT_MODEL,
     FakeEmbedder,
@@ -211,7 +211,7 @@ def test_the_default_names_resolve_to_the_packaged_weights() -> None:
 
 
 def test_resolve_model_path_without_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(embedder_module, "_PACKAGED_MODULE", "no_such_weights_package_xyz")
+    monkeypatch.setattr(encoding_module, "_PACKAGED_MODULE", "no_such_weights_package_xyz")
     with pytest.raises(ModelError, match="models"):
         resolve_model_path(DEFAULT_MODEL)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from retold.config_activation import ActivationConfig
+from retold.config.activation import ActivationConfig
 from retold.ingest.activator import Activator
 from retold.ingest.extractor import FakeExtractor
 from retold.ingest.reviewer import TableReviewer

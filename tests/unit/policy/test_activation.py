@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from retold.config_activation import ActivationConfig, CategoryKeywords
+from retold.config.activation import ActivationConfig, CategoryKeywords
 from retold.models import Record
 from retold.policy.activation import (
     ActivationDecision,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from retold.config_activation import ActivationConfig
+from retold.config.activation import ActivationConfig
 from retold.models import Principal, Scope
 from retold.retrieve.profile import PROFILE_HEADER, ProfileAssembler, text_tokens
 from retold.testing import AGENT, World

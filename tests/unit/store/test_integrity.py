@@ -16,7 +16,7 @@ from retold.config import is_database_url
 from retold.operations import OperationError
 from retold.store import Store
 from retold.store.integrity import IntegrityReport, check_file
-from retold.store.pg_integrity import check_database
+from retold.store.postgres.integrity import check_database
 from retold.testing import World, make_world
 from tests.conditions import corrupt_page
 from tests.sql import dump_lines, execute, rows

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from retold.config import read_config
-from retold.config_env import load_config_from_environment
+from retold.config.env import load_config_from_environment
 from retold.store import open_store
-from retold.store.pg_connection import translate_named, translate_sql
-from retold.store.url import conninfo, redact
+from retold.store.postgres.connection import translate_named, translate_sql
+from retold.store.postgres.url import conninfo, redact
 
 
 def test_placeholders_become_psycopg_ones_and_literals_keep_their_percent() -> None:

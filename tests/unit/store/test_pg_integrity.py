@@ -15,7 +15,7 @@ import pytest
 
 from retold.cli import main
 from retold.cli.check import EXIT_PROBLEMS
-from retold.store.pg_integrity import check_database
+from retold.store.postgres.integrity import check_database
 from retold.testing import make_world
 from tests import postgres
 from tests.sql import dump_lines, execute, rows

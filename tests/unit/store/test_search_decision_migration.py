@@ -15,7 +15,7 @@ from retold.models import SearchRequest
 from retold.retrieve.replay import NotReplayable, replay
 from retold.store import Store
 from retold.store.migrations import LATEST, MIGRATIONS, migrate
-from retold.store.pg_schema import PG_MIGRATIONS
+from retold.store.postgres.schema import PG_MIGRATIONS
 from retold.testing import make_world
 from tests.sql import execute
 

@@ -20,7 +20,7 @@ from retold.models import Principal, Scope
 from retold.store import open_store
 from retold.store.fts import write_fts_rows
 from retold.store.migrations import MIGRATIONS, migrate
-from retold.store.pg_connection import PgConnection
+from retold.store.postgres.connection import PgConnection
 from retold.store.transfer import advance_sequences, move_store
 from retold.testing import AGENT, T0, FakeEmbedder, FakeJudge, InProcessScheduler, ManualClock
 from tests import postgres

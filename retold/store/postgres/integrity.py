@@ -19,9 +19,9 @@ from contextlib import closing
 from retold.errors import StoreError, StoreMissingError
 from retold.store.failures import StoreLock
 from retold.store.integrity import Finding, IntegrityReport, check_agreement, merged
-from retold.store.pg_connection import PgConnection
-from retold.store.pg_schema import check_version, current_version
-from retold.store.url import conninfo, redact
+from retold.store.postgres.connection import PgConnection
+from retold.store.postgres.schema import check_version, current_version
+from retold.store.postgres.url import conninfo, redact
 
 __all__ = ["AMCHECK_MISSING", "check_database"]
 

@@ -8,12 +8,10 @@ loader reports them instead, one line each, naming the key to change.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 from urllib.parse import urlsplit
-
-if TYPE_CHECKING:
-    from retold.config import Config
 
 __all__ = ["HostedConfig", "HostedProvider", "StructuredOutput", "hosted_errors"]
 
@@ -40,9 +38,9 @@ class HostedConfig:
     structured_output: StructuredOutput = "auto"
 
 
-def hosted_errors(config: Config) -> list[str]:
-    """What is wrong with ``config.hosted`` given the models the config names, one line each."""
-    hosted = config.hosted
+def hosted_errors(hosted: HostedConfig, models: Mapping[str, str]) -> list[str]:
+    """What is wrong with ``hosted`` given the hosted models the config names (dotted key
+    to model name), one line each."""
     errors: list[str] = []
     if not hosted.api_key_env.strip():
         errors.append("hosted.api_key_env: must name the environment variable that holds the API key")
@@ -56,7 +54,6 @@ def hosted_errors(config: Config) -> list[str]:
         url = urlsplit(hosted.base_url)
         if url.scheme not in ("http", "https") or not url.netloc:
             errors.append(f"hosted.base_url: must be an http:// or https:// URL, got {hosted.base_url!r}")
-    models = _models(config)
     if hosted.provider == "anthropic":
         errors.extend(
             f"{key}: hosted.provider anthropic serves only claude-* models, not {model!r}; set"
@@ -71,11 +68,3 @@ def hosted_errors(config: Config) -> list[str]:
                 " them, or name OpenAI models")
     return errors
 
-
-def _models(config: Config) -> dict[str, str]:
-    """The hosted models the config will call, by their dotted keys."""
-    models = {"ingestion.extraction_model": config.ingestion.extraction_model,
-              "ingestion.review_model": config.ingestion.review_model}
-    if config.retrieval.rewrite.enabled:
-        models["retrieval.rewrite.model"] = config.retrieval.rewrite.model
-    return models

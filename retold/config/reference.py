@@ -16,7 +16,7 @@ The reader is line-based and understands the file's own shape, not YAML at large
   become a paragraph, the rest (commented-out YAML) a code block;
 - comment lines at column 0 and blank lines are skipped.
 
-Regenerate with ``python -m retold.config_reference --write docs/configuration.md``.
+Regenerate with ``python -m retold.config.reference --write docs/configuration.md``.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ _COMMENT_LINE = re.compile(r"^(?P<indent> *)#(?P<text>.*)$")
 INTRO = """\
 # Configuration
 
-<!-- Generated from config.yaml by `python -m retold.config_reference --write docs/configuration.md`.
-Edit config.yaml's comments (or the introduction in retold/config_reference.py), then regenerate. -->
+<!-- Generated from config.yaml by `python -m retold.config.reference --write docs/configuration.md`.
+Edit config.yaml's comments (or the introduction in retold/config/reference.py), then regenerate. -->
 
 `config.yaml` lists every key with its default and a one-line comment; this page is made
 from that file. A key left out keeps its default, and a process with no file at all runs
@@ -219,10 +219,10 @@ def render(yaml_text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m retold.config_reference [--config PATH] [--write PATH]``: print the
+    """``python -m retold.config.reference [--config PATH] [--write PATH]``: print the
     reference, or write it to a file."""
     parser = argparse.ArgumentParser(
-        prog="python -m retold.config_reference",
+        prog="python -m retold.config.reference",
         description="Render the configuration reference (docs/configuration.md) from config.yaml.")
     parser.add_argument("--config", default="config.yaml",
                         help="the config file to read (default: config.yaml)")

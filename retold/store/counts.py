@@ -12,7 +12,7 @@ from retold.store.base import StoreBase
 from retold.store.event_log import prefix_range
 from retold.util import to_iso
 
-__all__ = ["MetricsMixin"]
+__all__ = ["CountsMixin"]
 
 # A write event's outcome is ``created``, ``reinforced``, ``conflict:<id>``,
 # ``superseded:<id>``, ...; the part before the colon is what is counted.
@@ -25,7 +25,7 @@ _WRITE_OUTCOMES = (
 )
 
 
-class MetricsMixin(StoreBase):
+class CountsMixin(StoreBase):
     """Counting reads over ``events`` and ``search_log``."""
 
     def write_outcome_counts(self, since: datetime | None = None) -> dict[str, int]:

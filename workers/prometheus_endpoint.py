@@ -4,7 +4,7 @@
 It starts on ``celeryd_after_setup``, which Celery sends once in the main process after
 logging is set up and before any pool child exists, so a prefork worker serves one
 endpoint, not one per child, and its log says where. Each scrape
-builds a runtime for the config, reads :func:`retold.metrics.collect_metrics` and the
+builds a runtime for the config, reads :func:`retold.observability.collect_metrics` and the
 queue depths, and closes it again: the server holds no store connection that a forked
 child could inherit. A missing ``prometheus-client`` or a port already taken costs one
 warning and no endpoint; the worker itself runs on.
@@ -22,8 +22,7 @@ from retold.config import Config
 from workers.app import config_from_environment
 
 if TYPE_CHECKING:
-    from retold.metrics import Metrics
-    from retold.prometheus import MetricsEndpoint
+    from retold.observability import Metrics, MetricsEndpoint
 
 __all__ = ["read_metrics", "start_endpoint"]
 
@@ -33,7 +32,7 @@ log = logging.getLogger(__name__)
 def read_metrics(config: Config) -> Metrics:
     """One reading of the store ``config`` names and of its broker's queues."""
     from retold.broker.depth import queue_depths
-    from retold.metrics import collect_metrics
+    from retold.observability import collect_metrics
     from retold.runtime import build_runtime
 
     lease = timedelta(seconds=config.ingestion.extraction_lease_seconds)
@@ -48,7 +47,7 @@ def start_endpoint(config: Config) -> MetricsEndpoint | None:
     if port is None:
         return None
     try:
-        from retold.prometheus import serve_metrics
+        from retold.observability import serve_metrics
     except ModuleNotFoundError:
         log.warning("metrics.port is %s but prometheus-client is not installed "
                     "(pip install 'retold[monitor]'); no metrics endpoint", port)

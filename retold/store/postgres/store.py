@@ -4,9 +4,9 @@ It is :class:`~retold.store.Store` with the few parts that differ between the di
 replaced by name: how the connection opens and migrates, how a write transaction takes
 the store's write lock (at BEGIN, or late for a decide-and-write), the search-log lock,
 how ``records_version`` is bumped and a record's FTS row written; the hot reads and the
-``tsvector`` candidate queries come from :class:`~retold.store.pg_reads.PgReads`. Every
+``tsvector`` candidate queries come from :class:`~retold.store.postgres.reads.PgReads`. Every
 other query is the store's shared SQL, run through
-:class:`~retold.store.pg_connection.PgConnection`. See docs/decisions.md, "PostgreSQL as a
+:class:`~retold.store.postgres.connection.PgConnection`. See docs/decisions.md, "PostgreSQL as a
 shared store" and "Writers decide before they take the write lock".
 """
 
@@ -20,10 +20,10 @@ from typing import Any
 from retold.errors import StoreError
 from retold.store.failures import StoreLock
 from retold.store.migrations import MigrationReport
-from retold.store.pg_connection import PgConnection
-from retold.store.pg_reads import PgReads
-from retold.store.pg_schema import migrate as pg_migrate
-from retold.store.url import conninfo, redact
+from retold.store.postgres.connection import PgConnection
+from retold.store.postgres.reads import PgReads
+from retold.store.postgres.schema import migrate as pg_migrate
+from retold.store.postgres.url import conninfo, redact
 
 __all__ = ["LOG_LOCK", "WRITE_LOCK", "PgStore"]
 

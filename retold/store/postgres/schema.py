@@ -106,7 +106,7 @@ def _text_search(conn: Any) -> None:
 def _initial(conn: Any) -> None:
     """The schema of :data:`PG_BASE`, recorded as every SQLite migration up to it."""
     _text_search(conn)
-    script = resources.files("retold.store").joinpath("pg_schema.sql").read_text("utf-8")
+    script = resources.files("retold.store.postgres").joinpath("schema.sql").read_text("utf-8")
     conn.execute(script)  # a parameterless script goes as one multi-statement query
     conn.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY,"
                  " name TEXT NOT NULL, applied_at TEXT NOT NULL)")
