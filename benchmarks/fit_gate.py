@@ -29,7 +29,7 @@ The steps, each with the reason it is the way it is:
    for such a search, and memory injected into an ordinary turn costs more than a miss.
 4. **Tail fractions.** Each logged search decided again with the fitted score
    (:func:`retold.retrieve.replay.replay`) and each fraction of ``TAIL_GRID``; the largest
-   that costs answerable recall at k (10 for tool searches, ``trigger.auto_k`` for
+   that costs answerable recall at k (10 for tool searches, ``trigger.host_k`` for
    host-issued ones) at most ``TAIL_MAX_LOSS`` on the fit sets.
 
 Run: ``.venv/bin/python -m benchmarks.fit_gate [--own-dump F] [--lme-dump F] [--config FILE]
@@ -198,7 +198,7 @@ def tool_threshold(fit: Sequence[Sequence[Search]], gate: GateConfig) -> float:
     return round(float(np.floor(best * 100) / 100), 2)
 
 
-def auto_threshold(fit: Sequence[Sequence[Search]], gate: GateConfig) -> float:
+def host_threshold(fit: Sequence[Sequence[Search]], gate: GateConfig) -> float:
     """The lowest two-decimal threshold abstaining on at least AUTO_MIN_ABSTAIN per set."""
     worst = 0.0
     for group in fit:
@@ -228,7 +228,7 @@ def tail_fraction(fit: Sequence[Sequence[Search]], gate: GateConfig, trigger: st
     return chosen
 
 
-def check(searches: Sequence[Search], gate: GateConfig, auto_k: int) -> dict[str, Any]:
+def check(searches: Sequence[Search], gate: GateConfig, host_k: int) -> dict[str, Any]:
     """What the gate does on one set: tool empties and abstention, host-issued abstention,
     how often a host-issued search answers an answerable question, and right at 1 then."""
     def ratio(values: list[float]) -> float | None:
@@ -236,21 +236,21 @@ def check(searches: Sequence[Search], gate: GateConfig, auto_k: int) -> dict[str
     answerable = [s for s in searches if s.answerable]
     unanswerable = [s for s in searches if not s.answerable]
     tool = {id(s): replay(s.row, gate, trigger="tool") for s in searches}
-    auto = {id(s): replay(s.row, gate, trigger="auto") for s in searches}
-    answered = [s for s in answerable if auto[id(s)].decision.answered]
+    host = {id(s): replay(s.row, gate, trigger="host") for s in searches}
+    answered = [s for s in answerable if host[id(s)].decision.answered]
     return {
         "answerable": len(answerable), "unanswerable": len(unanswerable),
         "tool_answered_empty": ratio([float(not tool[id(s)].decision.answered) for s in answerable]),
         "tool_recall_at_5": ratio([s.hits(tool[id(s)].kept, 5) for s in answerable]),
         "tool_abstained": ratio([float(not tool[id(s)].decision.answered) for s in unanswerable]),
-        "auto_abstained": ratio([float(not auto[id(s)].decision.answered) for s in unanswerable]),
-        "auto_answered": ratio([float(auto[id(s)].decision.answered) for s in answerable]),
-        "auto_right_at_1": ratio([s.hits(auto[id(s)].kept, 1) for s in answered]),
-        "auto_recall_at_k": ratio([s.hits(auto[id(s)].kept, auto_k) for s in answered]),
+        "host_abstained": ratio([float(not host[id(s)].decision.answered) for s in unanswerable]),
+        "host_answered": ratio([float(host[id(s)].decision.answered) for s in answerable]),
+        "host_right_at_1": ratio([s.hits(host[id(s)].kept, 1) for s in answered]),
+        "host_recall_at_k": ratio([s.hits(host[id(s)].kept, host_k) for s in answered]),
     }
 
 
-def fit(own: list[Search], lme: list[Search], start: GateConfig, auto_k: int,
+def fit(own: list[Search], lme: list[Search], start: GateConfig, host_k: int,
         say: Callable[[str], None] = print) -> GateConfig:
     """Every step in order; ``start`` gives the model name the result keeps."""
     half_a = [s for s in own if s.set == "A"]
@@ -261,10 +261,10 @@ def fit(own: list[Search], lme: list[Search], start: GateConfig, auto_k: int,
     gate = replace(start, weights=SignalWeights(**fitted),
                    bias=round(bias, 3), tail_fraction=PerTrigger(0.0, 0.0))
     say(f"weights {gate.weights}, bias {gate.bias}")
-    gate = replace(gate, answer_at=PerTrigger(tool_threshold(groups, gate), auto_threshold(groups, gate)))
+    gate = replace(gate, answer_at=PerTrigger(tool_threshold(groups, gate), host_threshold(groups, gate)))
     say(f"answer at {gate.answer_at}")
     tails = PerTrigger(tail_fraction(groups, gate, "tool", TOOL_K),
-                       tail_fraction(groups, gate, "auto", auto_k))
+                       tail_fraction(groups, gate, "host", host_k))
     say(f"tail fractions {tails}")
     return replace(gate, tail_fraction=tails)
 
@@ -316,8 +316,8 @@ def _yaml_values(gate: GateConfig) -> list[tuple[str, str]]:
     """(dotted key under retrieval.gate, value text) for every fitted value."""
     out = [(f"weights.{n}", f"{getattr(gate.weights, n)}") for n in SIGNAL_NAMES]
     out.append(("bias", f"{gate.bias}"))
-    out += [(f"answer_at.{t}", f"{getattr(gate.answer_at, t):.2f}") for t in ("tool", "auto")]
-    out += [(f"tail_fraction.{t}", f"{getattr(gate.tail_fraction, t):.1f}") for t in ("tool", "auto")]
+    out += [(f"answer_at.{t}", f"{getattr(gate.answer_at, t):.2f}") for t in ("tool", "host")]
+    out += [(f"tail_fraction.{t}", f"{getattr(gate.tail_fraction, t):.1f}") for t in ("tool", "host")]
     return out
 
 
@@ -349,7 +349,7 @@ def write_dataclass(path: Path, gate: GateConfig) -> None:
     for name in ("answer_at", "tail_fraction"):
         value = getattr(gate, name)
         text = re.sub(rf"(    {name}: PerTrigger = field\(default_factory=lambda: PerTrigger\()[^)]*(\)\))",
-                      rf"\g<1>tool={round(value.tool, 2)}, auto={round(value.auto, 2)}\g<2>", text)
+                      rf"\g<1>tool={round(value.tool, 2)}, host={round(value.host, 2)}\g<2>", text)
     path.write_text(text)
 
 
@@ -357,14 +357,14 @@ def write_dataclass(path: Path, gate: GateConfig) -> None:
 
 def _table(report: dict[str, Any]) -> list[list[str]]:
     rows = [["set", "answerable / unanswerable", "tool: answered empty / R@5 / abstained",
-             "auto: abstained / answered / right@1"]]
+             "host: abstained / answered / right@1"]]
     for name, figs in report["checks"].items():
         def f(v: Any) -> str:
             return "-" if v is None else f"{v:.3f}"
         rows.append([name, f"{figs['answerable']} / {figs['unanswerable']}",
                      " / ".join(f(figs[k]) for k in ("tool_answered_empty", "tool_recall_at_5",
                                                       "tool_abstained")),
-                     " / ".join(f(figs[k]) for k in ("auto_abstained", "auto_answered", "auto_right_at_1"))])
+                     " / ".join(f(figs[k]) for k in ("host_abstained", "host_answered", "host_right_at_1"))])
     for t in report["tradeoff"]:
         mark = " (fitted)" if t["tool_threshold"] == report["fitted"]["answer_at"]["tool"] else ""
         rows.append([f"tool threshold {t['tool_threshold']:.2f}{mark}", "",
@@ -402,8 +402,8 @@ def main() -> None:
         own = own_searches(json.loads(own_path.read_text()))
         lme = lme_searches(json.loads(lme_path.read_text()))
         hand = hand_searches(Path(tmp) / "hand.sqlite", args.config)
-    auto_k = config.retrieval.trigger.auto_k
-    gate = fit(own, lme, config.retrieval.gate, auto_k)
+    host_k = config.retrieval.trigger.host_k
+    gate = fit(own, lme, config.retrieval.gate, host_k)
     sets = {"A (fits)": [s for s in own if s.set == "A"], "B": [s for s in own if s.set == "B"],
             "unseen wordings": [s for s in own if s.set == "U"],
             "LongMemEval dev (fits)": [s for s in lme if s.trigger == "tool"],
@@ -411,8 +411,8 @@ def main() -> None:
     report = {"machine": machine(), "model": config.retrieval.gate.calibrated_for,
               "config": str(args.config or "defaults"), "fitted": to_plain(gate),
               "shipped": to_plain(config.retrieval.gate),
-              "checks": {name: check(group, gate, auto_k) for name, group in sets.items()},
-              "checks_shipped": {name: check(group, config.retrieval.gate, auto_k)
+              "checks": {name: check(group, gate, host_k) for name, group in sets.items()},
+              "checks_shipped": {name: check(group, config.retrieval.gate, host_k)
                                  for name, group in sets.items()},
               "tradeoff": tradeoff(gate, sets["unseen wordings"], sets["LongMemEval dev (fits)"]),
               "fusion": fusion_comparison({

@@ -219,7 +219,7 @@ def run_question(q: dict[str, Any], negative: dict[str, Any] | None, folder: Pat
         asks = [(q, False)] + ([(negative, True)] if negative is not None else [])
         searches: list[Asked] = []
         for asked_q, is_negative in asks:
-            for trigger in ("tool", "auto"):
+            for trigger in ("tool", "host"):
                 a = Asked(asked_q["question_id"], asked_q["question_type"], trigger, is_negative,
                           frozenset() if is_negative else frozenset(asked_q["gold"]))
                 started = time.perf_counter()
@@ -274,9 +274,9 @@ def score(searches: list[Asked]) -> dict[str, Any]:
             figs[system] = {f"any@{k}": _mean([_any(a, system, k) for a in tool]) for k in (1, 5, 10)}
             figs[system] |= {f"all@{k}": _mean([_all(a, system, k) for a in tool]) for k in (5, 10)}
         figs["answered_empty"] = _mean([float(not a.returned["retold"]) for a in tool])
-        auto = [a for a in group if a.trigger == "auto"]
-        answered = [a for a in auto if a.returned["retold"]]
-        figs["auto"] = {"answered": _mean([float(bool(a.returned["retold"])) for a in auto]),
+        host = [a for a in group if a.trigger == "host"]
+        answered = [a for a in host if a.returned["retold"]]
+        figs["host"] = {"answered": _mean([float(bool(a.returned["retold"])) for a in host]),
                         "right_at_1_where_answered": _mean([_any(a, "retold", 1) for a in answered])}
         out["types"][label] = figs
     tool = [a for a in answerable if a.trigger == "tool"]
@@ -287,7 +287,7 @@ def score(searches: list[Asked]) -> dict[str, Any]:
     out["negatives"] = {trigger: {"abstained": _mean([float(not a.returned["retold"])
                                                      for a in negs if a.trigger == trigger]),
                                   "n": sum(a.trigger == trigger for a in negs)}
-                        for trigger in ("tool", "auto")}
+                        for trigger in ("tool", "host")}
     return out
 
 
@@ -297,16 +297,16 @@ def _fmt(value: Any) -> str:
 
 def table(report: dict[str, Any]) -> list[list[str]]:
     rows = [["type", "n", *[f"{s} any@1/5/10 · all@5/10" for s in SYSTEMS], "answered empty",
-             "auto answered / right@1"]]
+             "host answered / right@1"]]
     for label, figs in report["scores"]["types"].items():
         cells = [f"{'/'.join(_fmt(figs[s][f'any@{k}']) for k in (1, 5, 10))} · "
                  f"{'/'.join(_fmt(figs[s][f'all@{k}']) for k in (5, 10))}" for s in SYSTEMS]
         rows.append([label, str(figs["n"]), *cells, _fmt(figs["answered_empty"]),
-                     f"{_fmt(figs['auto']['answered'])} / {_fmt(figs['auto']['right_at_1_where_answered'])}"])
+                     f"{_fmt(figs['host']['answered'])} / {_fmt(figs['host']['right_at_1_where_answered'])}"])
     s = report["scores"]
     negs = s["negatives"]
-    rows.append(["cross-haystack negatives abstained (tool / auto)", str(negs["tool"]["n"]),
-                 f"{_fmt(negs['tool']['abstained'])} / {_fmt(negs['auto']['abstained'])}",
+    rows.append(["cross-haystack negatives abstained (tool / host)", str(negs["tool"]["n"]),
+                 f"{_fmt(negs['tool']['abstained'])} / {_fmt(negs['host']['abstained'])}",
                  "", "", "", "", ""])
     rows.append(["results / tokens per search", "", f"{_fmt(s['results_per_search'])} / "
                  f"{_fmt(s['tokens_per_search'])}", "", "", "", "", ""])

@@ -227,7 +227,7 @@ class SearchRequest:
     until: datetime | None = None
     k: int | None = None  # None: retrieval.default_k
     include_history: bool = False  # superseded and expired become eligible
-    trigger: Literal["tool", "auto"] = "tool"
+    trigger: Literal["tool", "host"] = "tool"
 
 
 @dataclass

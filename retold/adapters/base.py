@@ -139,12 +139,12 @@ class MemorySession:
 
     @property
     def mode(self) -> TriggerMode:
-        """Who issues searches: ``tool_only`` (the model), ``auto`` (the host) or ``hybrid``."""
+        """Who issues searches: ``tool_only`` (the model), ``host_only`` (the host) or ``hybrid``."""
         return self._config.retrieval.trigger.mode
 
     def tool_schemas(self) -> list[ToolSchema]:
         """The tools to register now. ``memory_write`` and its targets follow the current
-        grants (call again after a grant changes); in ``auto`` mode the host searches, so
+        grants (call again after a grant changes); in ``host_only`` mode the host searches, so
         ``memory_search`` is not offered."""
         return registered_schemas(self.mode, self._tools.schemas(self._principal))
 
@@ -155,13 +155,13 @@ class MemorySession:
         return openai_tools(self.tool_schemas(), strict=strict)
 
     def recall(self) -> str | None:
-        """The host-issued search for the newest user turn, in ``auto`` and ``hybrid`` modes:
+        """The host-issued search for the newest user turn, in ``host_only`` and ``hybrid`` modes:
         the block to show the model under :data:`RECALLED_HEADER`, or None.
 
         One search per new user turn, never for assistant or tool turns; a turn shorter
-        than ``retrieval.trigger.auto_min_query_chars`` is skipped with a
-        ``trigger.skipped`` event. The search uses ``auto_k`` and the auto gate and is
-        logged with trigger ``auto``; an empty result shows nothing.
+        than ``retrieval.trigger.host_min_query_chars`` is skipped with a
+        ``trigger.skipped`` event. The search uses ``host_k`` and the host-issued gate threshold and
+        is logged with trigger ``host``; an empty result shows nothing.
         """
         if self.mode == "tool_only":
             return None
@@ -171,13 +171,13 @@ class MemorySession:
         self._recalled_upto = len(self._recorded)
         text = self._recorded[users[-1]].content.strip()
         trigger = self._config.retrieval.trigger
-        if len(text) < trigger.auto_min_query_chars:
+        if len(text) < trigger.host_min_query_chars:
             self._store.append_event("trigger.skipped", self._principal.agent_id, {
                 "session_id": self._principal.session_id, "chars": len(text),
-                "min_chars": trigger.auto_min_query_chars})
+                "min_chars": trigger.host_min_query_chars})
             return None
         result = self._tools.search(self._principal, SearchRequest(
-            queries=[text], context=self.context() or None, k=trigger.auto_k, trigger="auto"))
+            queries=[text], context=self.context() or None, k=trigger.host_k, trigger="host"))
         if not result["results"]:
             return None
         return f"{RECALLED_HEADER}\n{result['rendered']}"
@@ -244,9 +244,9 @@ class MemorySession:
 def registered_schemas(mode: TriggerMode, schemas: Sequence[ToolSchema] | None = None) -> list[ToolSchema]:
     """The tools a host registers in trigger ``mode``: ``schemas`` (by default the static
     contract, for frameworks that register tools before any principal exists) without
-    ``memory_search`` in ``auto`` mode, where the host searches instead of the model."""
+    ``memory_search`` in ``host_only`` mode, where the host searches instead of the model."""
     chosen = list(tool_schemas(None) if schemas is None else schemas)
-    return [s for s in chosen if not (mode == "auto" and s["name"] == "memory_search")]
+    return [s for s in chosen if not (mode == "host_only" and s["name"] == "memory_search")]
 
 
 def new_session_id() -> str:

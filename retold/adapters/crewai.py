@@ -18,7 +18,7 @@ The pieces :meth:`CrewMemory.agent` puts together can also be used one by one:
 - :meth:`CrewMemory.tools`: the memory tools the session's grants allow, as ``BaseTool``
   objects whose argument models are generated from the published JSON schemas;
 - :meth:`CrewMemory.wrap_llm`: the agent's model, wrapped so that each task's description
-  is recorded as the user turn before the task's first model call, and in ``auto`` and
+  is recorded as the user turn before the task's first model call, and in ``host_only`` and
   ``hybrid`` modes the host-issued recall is added to the task's messages once;
 - :meth:`CrewMemory.step_callback`: records each tool result and each final answer once;
 - :meth:`CrewMemory.backstory`: the backstory with the session's profile block and the
@@ -240,13 +240,13 @@ class CrewMemory:
 
     def tools(self) -> list[BaseTool]:
         """The memory tools to give the agent: those the session's grants allow now (call
-        again after a grant changes); in ``auto`` mode ``memory_search`` is left out,
+        again after a grant changes); in ``host_only`` mode ``memory_search`` is left out,
         because the host searches."""
         return [MemoryTool(schema, self) for schema in self.session.tool_schemas()]
 
     def wrap_llm(self, llm: BaseLLM | str) -> MemoryLLM:
         """``llm`` with this session's memory side: before a task's first model call the
-        task description is recorded as the user turn, and in ``auto`` and ``hybrid``
+        task description is recorded as the user turn, and in ``host_only`` and ``hybrid``
         modes the host-issued recall, when it finds something, is added once to the task's
         messages as one message under the ``recalled memory`` header.
 

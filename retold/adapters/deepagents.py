@@ -14,7 +14,7 @@ The principal comes from the run config, never from the model: ``configurable`` 
 The middleware keeps one ``MemorySession`` per thread. Before each model call it records
 the conversation's new human, AI and tool messages (the framework replays the whole
 history; ``MemorySession.sync`` records each message once), runs the host-issued recall
-in ``auto`` and ``hybrid`` modes, offers the memory tools the current grants allow, and
+in ``host_only`` and ``hybrid`` modes, offers the memory tools the current grants allow, and
 adds the session's profile block and the memory-use policy to the end of the system
 prompt. After the run it records the
 final reply. What it adds to the model input (the policy, recalled memory) never becomes
@@ -202,7 +202,7 @@ class RetoldDeepAgents:
 
     def tools(self) -> list[BaseTool]:
         """The memory tools to register with the agent. Each model call then sees the
-        ones the session's grants allow, with its ``write_target`` choices; in ``auto``
+        ones the session's grants allow, with its ``write_target`` choices; in ``host_only``
         mode the host searches, so ``memory_search`` is not registered."""
         schemas = registered_schemas(self._rt.config.retrieval.trigger.mode)
         return [self._tool(schema) for schema in schemas]

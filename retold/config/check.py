@@ -36,7 +36,7 @@ _RANGES: tuple[tuple[str, tuple[float, float, bool]], ...] = (
     ("retrieval.link_sources", _NON_NEGATIVE),  # 0 = no link hop
     ("policy.source_rank.*", _NON_NEGATIVE),
     ("ingestion.evidence.min_*", _NON_NEGATIVE),  # 0 = no minimum
-    ("retrieval.trigger.auto_min_query_chars", _NON_NEGATIVE),  # 0 = never skip a turn
+    ("retrieval.trigger.host_min_query_chars", _NON_NEGATIVE),  # 0 = never skip a turn
     ("hosted.max_retries", _NON_NEGATIVE),  # 0 = one attempt only
     ("metrics.port", (1.0, 65535.0, False)),
     # Backoff doubles per attempt, so twenty attempts already wait for about a year.

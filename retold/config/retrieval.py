@@ -6,8 +6,10 @@ block, so callers import them from there.
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 __all__ = [
     "FreshnessConfig",
@@ -20,11 +22,12 @@ __all__ = [
     "SearchLogConfig",
     "SignalWeights",
     "TriggerConfig",
+    "upgrade_trigger_names",
 ]
 
 RerankMode = Literal["rrf_cross_encoder", "cross_encoder_only"]
 RerankOnFailure = Literal["fallback", "fail"]
-TriggerMode = Literal["tool_only", "auto", "hybrid"]
+TriggerMode = Literal["tool_only", "host_only", "hybrid"]
 LogWrites = Literal["background", "inline"]
 
 
@@ -59,8 +62,8 @@ class TriggerConfig:
     """``retrieval.trigger:`` - who issues searches: the model's tool calls, the host, or both."""
 
     mode: TriggerMode = "tool_only"
-    auto_k: int = 4
-    auto_min_query_chars: int = 12
+    host_k: int = 4
+    host_min_query_chars: int = 12
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +95,7 @@ class PerTrigger:
     """One value for searches the model asked for (``tool``) and one for host-issued ones."""
 
     tool: float = 0.0
-    auto: float = 0.0
+    host: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,8 +111,8 @@ class GateConfig:
     weights: SignalWeights = field(default_factory=lambda: SignalWeights(
         beyond_names=6.685, asked_coverage=0.824, unknown_name=-3.267, lead=2.867))
     bias: float = -2.618
-    answer_at: PerTrigger = field(default_factory=lambda: PerTrigger(tool=0.23, auto=0.82))
-    tail_fraction: PerTrigger = field(default_factory=lambda: PerTrigger(tool=0.2, auto=0.3))
+    answer_at: PerTrigger = field(default_factory=lambda: PerTrigger(tool=0.23, host=0.82))
+    tail_fraction: PerTrigger = field(default_factory=lambda: PerTrigger(tool=0.2, host=0.3))
     # The embedding model these values were fitted for; the runtime refuses to run the
     # packaged model's other precision under them.
     calibrated_for: str = "sentence-transformers/all-MiniLM-L6-v2"
@@ -152,3 +155,41 @@ class RetrievalConfig:
     gate: GateConfig = field(default_factory=GateConfig)
     freshness: FreshnessConfig = field(default_factory=FreshnessConfig)
     search_log: SearchLogConfig = field(default_factory=SearchLogConfig)
+
+
+# Names an older config used for host-issued searches ("auto"), still read: (path to the
+# block, old key, new key). A value is renamed the same way at retrieval.trigger.mode.
+_RENAMED_KEYS = (
+    (("retrieval", "trigger"), "auto_k", "host_k"),
+    (("retrieval", "trigger"), "auto_min_query_chars", "host_min_query_chars"),
+    (("retrieval", "gate", "answer_at"), "auto", "host"),
+    (("retrieval", "gate", "tail_fraction"), "auto", "host"),
+)
+
+
+def upgrade_trigger_names(layer: Mapping[str, Any]) -> tuple[Mapping[str, Any], list[str]]:
+    """``layer`` (one config source: a file or overrides) with the host-issued trigger's old
+    name ``auto`` replaced by its current one, and one deprecation line per replacement.
+    The old spelling keeps working, so a config written for an older Retold still loads;
+    where both spellings are given, the current one wins."""
+    notes: list[str] = []
+    upgraded = copy.deepcopy(dict(layer))
+    for path, old, new in _RENAMED_KEYS:
+        block = _block(upgraded, path)
+        if block is not None and old in block:
+            value = block.pop(old)
+            block.setdefault(new, value)
+            notes.append(f"{'.'.join((*path, old))} is deprecated: use {'.'.join((*path, new))}")
+    trigger = _block(upgraded, ("retrieval", "trigger"))
+    if trigger is not None and trigger.get("mode") == "auto":
+        trigger["mode"] = "host_only"
+        notes.append("retrieval.trigger.mode: auto is deprecated: use host_only")
+    return upgraded, notes
+
+
+def _block(layer: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any] | None:
+    """The nested mapping at ``path`` in ``layer``, or None where any step is not one."""
+    node: Any = layer
+    for key in path:
+        node = node.get(key) if isinstance(node, dict) else None
+    return node if isinstance(node, dict) else None

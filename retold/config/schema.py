@@ -16,6 +16,7 @@ where a process finds its file and which variables override it is
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import re
 from collections.abc import Mapping
@@ -38,6 +39,7 @@ from retold.config.retrieval import (
     SearchLogConfig,
     SignalWeights,
     TriggerConfig,
+    upgrade_trigger_names,
 )
 from retold.errors import ConfigError
 from retold.util import to_plain
@@ -75,6 +77,8 @@ __all__ = [
     "is_database_url",
     "read_config",
 ]
+
+log = logging.getLogger(__name__)
 
 Device = Literal["auto", "cpu", "cuda", "mps"]
 EmbeddingBackend = Literal["auto", "onnx", "sentence-transformers"]
@@ -323,6 +327,9 @@ def _deep_merge(base: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any
 def _from_layers(layers: list[Mapping[str, Any]]) -> Config:
     merged: dict[str, Any] = config_to_dict(Config())
     for layer in layers:
+        layer, notes = upgrade_trigger_names(layer)
+        for note in notes:
+            log.warning("config: %s", note)
         merged = _deep_merge(merged, layer)
     errors: list[str] = []
     try:

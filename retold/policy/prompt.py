@@ -16,11 +16,11 @@ __all__ = ["POLICY_VERSION", "MemoryPolicy", "TriggerMode", "memory_policy", "po
 
 POLICY_VERSION = "memory-policy-v1"
 
-TriggerMode = Literal["tool_only", "auto", "hybrid"]
+TriggerMode = Literal["tool_only", "host_only", "hybrid"]
 _MODES: tuple[str, ...] = get_args(TriggerMode)
 
 _INTRO = "You have long-term memory available through tools."
-# The two sentences about searching; auto mode registers no memory_search, so it drops
+# The two sentences about searching; host_only mode registers no memory_search, so it drops
 # both.
 _SEARCH = (
     "Before acting on anything that could depend on the user's preferences, earlier "
@@ -42,7 +42,7 @@ _WRITE_RULES = (
     "Write one fact per call, and only what would change a future action. Evidence must be "
     "a verbatim quote from this session. Never save secrets such as passwords, keys, or tokens."
 )
-# The sentence pair for host-issued recall: hybrid uses both, auto only the first.
+# The sentence pair for host-issued recall: hybrid uses both, host_only only the first.
 _RECALLED = "Relevant memories may also appear automatically before you answer, marked as recalled memory."
 _RECALLED_SEARCH = (
     "Treat them exactly like search results: check their status, source, and date, and use "
@@ -63,19 +63,19 @@ def policy_text(mode: TriggerMode) -> str:
     """The memory-use policy for ``mode``.
 
     ``tool_only`` is the base text. ``hybrid`` appends the recalled-memory sentence pair,
-    because some memory arrives without asking. ``auto`` drops the sentences about calling
+    because some memory arrives without asking. ``host_only`` drops the sentences about calling
     memory_search (the tool is not registered) and appends only the sentence announcing
     recalled memory. Raises ValueError for an unknown mode.
     """
     if mode not in _MODES:
         raise ValueError(f"trigger mode must be one of {', '.join(_MODES)}, got {mode!r}")
     parts = [_INTRO]
-    if mode != "auto":
+    if mode != "host_only":
         parts.append(_SEARCH)
     parts += [_CHECK, _WRITE, _WRITE_RULES]
     if mode == "hybrid":
         parts += [_RECALLED, _RECALLED_SEARCH]
-    elif mode == "auto":
+    elif mode == "host_only":
         parts.append(_RECALLED)
     return " ".join(parts)
 

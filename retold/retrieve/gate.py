@@ -67,7 +67,7 @@ class Decision:
 def decide(signals: Signals, cfg: GateConfig, trigger: str, *, deferred: bool = False) -> Decision:
     """Step 1 for one search; ``deferred`` (a cross-encoder-only search) always answers and
     leaves relevance to the reranker's floor."""
-    threshold = cfg.answer_at.auto if trigger == "auto" else cfg.answer_at.tool
+    threshold = cfg.answer_at.host if trigger == "host" else cfg.answer_at.tool
     score = answer_score(signals, cfg)
     return Decision(deferred or score >= threshold, score, threshold, trigger, signals, deferred)
 
@@ -94,7 +94,7 @@ def gate(
         return GateResult([], [], "no candidate from any channel among readable records")
     if not decision.answered:
         return GateResult([], [], decision.reason())
-    host = decision.trigger == "auto"
+    host = decision.trigger == "host"
     cut: list[tuple[str, str]] = []
     eligible: list[Candidate] = []
     for c in candidates:

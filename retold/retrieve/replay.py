@@ -110,5 +110,5 @@ def replay(row: Mapping[str, Any], gate_cfg: GateConfig, fusion: FusionConfig | 
     decision = decide(measure(candidates, shape), gate_cfg, trigger,
                       deferred=bool(_col(row, "decision").get("deferred")))
     kinds = {f["id"]: f["source_kind"] for f in _col(row, "fused")}
-    tail = gate_cfg.tail_fraction.auto if trigger == "auto" else gate_cfg.tail_fraction.tool
+    tail = gate_cfg.tail_fraction.host if trigger == "host" else gate_cfg.tail_fraction.tool
     return Replayed(decision, gate(candidates, decision, kinds, tail))

@@ -109,7 +109,7 @@ class Retriever:
         cfg, timer = self.config.retrieval, Timer()
         trace = SearchTrace(new_id(), self.clock.now(), principal, request,
                             warm=self.embedder.is_loaded and self.index.is_loaded)
-        k = request.k or (cfg.trigger.auto_k if request.trigger == "auto" else cfg.default_k)
+        k = request.k or (cfg.trigger.host_k if request.trigger == "host" else cfg.default_k)
         queries, trace.rewrite_status = rewrite_stage(self.rewriter, list(request.queries),
                                                       request.context, cfg.rewrite)
         trace.rewritten = queries if trace.rewrite_status == "applied" else None
@@ -118,7 +118,7 @@ class Retriever:
         cross_only = self.config.reranker.enabled and self.config.reranker.mode == "cross_encoder_only"
         trace.decision = decide(measure(candidates, trace.shape), cfg.gate, request.trigger,
                                 deferred=cross_only)
-        tail = cfg.gate.tail_fraction.auto if request.trigger == "auto" else cfg.gate.tail_fraction.tool
+        tail = cfg.gate.tail_fraction.host if request.trigger == "host" else cfg.gate.tail_fraction.tool
         kinds = {rid: m.source_kind for rid, m in trace.meta.items()}
         trace.gated = gated = gate(candidates, trace.decision, kinds, tail)
         timer.mark("gate")

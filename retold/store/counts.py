@@ -40,7 +40,7 @@ class CountsMixin(StoreBase):
             " GROUP BY kind", since, len(prefix) + 1, *prefix_range(prefix))
 
     def search_counts(self, since: datetime | None = None) -> dict[str, tuple[int, int]]:
-        """Logged searches by trigger (``tool``, ``auto``): (searches, those that returned nothing)."""
+        """Logged searches by trigger (``tool``, ``host``): (searches, those that returned nothing)."""
         with self._lock:
             rows = self._conn.execute(
                 "SELECT trigger, count(*), count(CASE WHEN returned = '[]' THEN 1 END) FROM search_log"

@@ -286,6 +286,29 @@ def _search_decision(conn: sqlite3.Connection) -> str | None:
     return "search_log rows written before this migration are kept but cannot be replayed"
 
 
+def _host_trigger(conn: sqlite3.Connection) -> str | None:
+    """Host-issued searches were logged with trigger ``auto``; they are ``host`` now, so the
+    counts by trigger and the gate's replay read one name for them. The column's CHECK
+    names the allowed values and SQLite cannot alter a CHECK, so the table is rebuilt from
+    its own stored definition (whatever columns later migrations added) and its indexes
+    are made again."""
+    (table,) = conn.execute(
+        "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'search_log'").fetchone()
+    indexes = [sql for (sql,) in conn.execute(
+        "SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'search_log' AND sql IS NOT NULL")]
+    conn.execute(table.replace("CREATE TABLE search_log", "CREATE TABLE search_log_next", 1)
+                 .replace("('tool','auto')", "('tool','host')"))
+    columns = [name for _, name, *_ in conn.execute("PRAGMA table_info(search_log)")]
+    chosen = ", ".join("CASE trigger WHEN 'auto' THEN 'host' ELSE trigger END" if name == "trigger" else name
+                       for name in columns)
+    conn.execute(f"INSERT INTO search_log_next({', '.join(columns)}) SELECT {chosen} FROM search_log")
+    conn.execute("DROP TABLE search_log")
+    conn.execute("ALTER TABLE search_log_next RENAME TO search_log")
+    for sql in indexes:
+        conn.execute(sql)
+    return None
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _initial_schema),
     Migration(2, "extraction stages", _extraction_stages),
@@ -297,6 +320,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(8, "activation and profile blocks", _activation_and_profiles),
     Migration(9, "source reference index", _source_ref_index),
     Migration(10, "search decision column", _search_decision),
+    Migration(11, "host trigger name", _host_trigger),
 )
 LATEST = MIGRATIONS[-1].version
 

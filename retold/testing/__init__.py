@@ -66,8 +66,8 @@ ADITYA = Scope("user", "aditya")
 TEST_GATE: dict[str, object] = {
     "weights": {"beyond_names": 20.0, "asked_coverage": 8.0, "unknown_name": -40.0, "lead": 0.0},
     "bias": -8.0,
-    "answer_at": {"tool": 0.5, "auto": 0.5},
-    "tail_fraction": {"tool": 0.2, "auto": 0.3},
+    "answer_at": {"tool": 0.5, "host": 0.5},
+    "tail_fraction": {"tool": 0.2, "host": 0.3},
 }
 
 

@@ -183,7 +183,7 @@ class ToolHandlers:
             return ToolError("internal_error", f"{name} failed unexpectedly; nothing was changed").as_result()
 
     def search(self, principal: Principal, request: SearchRequest) -> ToolResult:
-        """Run a search the adapter built itself (a host-issued ``trigger="auto"`` search)
+        """Run a search the adapter built itself (a host-issued ``trigger="host"`` search)
         through the same pipeline and result shape as the tool."""
         retriever = self.parts.retriever
         # The log row goes to the writer once the result is built, not while it is.

@@ -82,7 +82,7 @@ class Harness:
         return str(crew.kickoff(inputs=self.inputs).raw)
 
     def auto_searches(self) -> list[dict[str, Any]]:
-        return [row for row in _logged(self.rt) if row["trigger"] == "auto"]
+        return [row for row in _logged(self.rt) if row["trigger"] == "host"]
 
 
 def _recalled(messages: Sequence[dict[str, Any]]) -> list[int]:
@@ -193,7 +193,7 @@ def test_the_tool_turn_is_the_tools_own_answer_not_crewais_reminder(rt: Runtime)
     assert (turn.role, turn.content) == ("tool", text)
 
 
-@pytest.mark.parametrize("mode", ["tool_only", "auto", "hybrid"])
+@pytest.mark.parametrize("mode", ["tool_only", "host_only", "hybrid"])
 def test_the_policy_goes_into_the_backstory(tmp_path: Path, mode: str) -> None:
     rt = contract_runtime(tmp_path, mode)
     h = Harness(rt, [Exchange("Please keep every answer short and technical.", reply="Noted.")])
@@ -234,7 +234,7 @@ def test_end_session_ends_the_session_once(rt: Runtime) -> None:
 
 
 def test_auto_mode_registers_no_memory_search(tmp_path: Path) -> None:
-    rt = contract_runtime(tmp_path, "auto")
+    rt = contract_runtime(tmp_path, "host_only")
     h = Harness(rt, [Exchange("Which editor should the setup script configure?", reply="vim")])
     names = [t.name for t in h.agent.tools or []]
     assert "memory_search" not in names and {"memory_write", "memory_get"} <= set(names)
@@ -246,7 +246,7 @@ def test_auto_mode_registers_no_memory_search(tmp_path: Path) -> None:
 
 
 def test_one_host_search_per_new_user_turn_and_none_for_tool_steps(tmp_path: Path) -> None:
-    rt = contract_runtime(tmp_path, "auto")
+    rt = contract_runtime(tmp_path, "host_only")
     seed_vim(rt)
     script = [
         Exchange(QUESTION, calls=(ToolCall("call_get", "memory_get", {"ids": ["unknown"]}),),
@@ -262,7 +262,7 @@ def test_one_host_search_per_new_user_turn_and_none_for_tool_steps(tmp_path: Pat
 
 
 def test_a_short_user_turn_is_skipped_with_a_trigger_skipped_event(tmp_path: Path) -> None:
-    rt = contract_runtime(tmp_path, "auto", auto_min_query_chars=12)
+    rt = contract_runtime(tmp_path, "host_only", host_min_query_chars=12)
     h = Harness(rt, [Exchange("thanks!", reply="You're welcome.")])
     h.kickoff()
     (event,) = rt.store.events(kind="trigger.skipped")
@@ -271,19 +271,19 @@ def test_a_short_user_turn_is_skipped_with_a_trigger_skipped_event(tmp_path: Pat
     rt.close()
 
 
-def test_the_auto_search_is_logged_with_trigger_auto_and_uses_auto_k(tmp_path: Path) -> None:
-    rt = contract_runtime(tmp_path, "auto", auto_k=2)
+def test_the_host_search_is_logged_with_trigger_host_and_uses_host_k(tmp_path: Path) -> None:
+    rt = contract_runtime(tmp_path, "host_only", host_k=2)
     seed_vim(rt)
     h = Harness(rt, [Exchange(QUESTION, reply="vim")])
     h.kickoff()
     (row,) = h.auto_searches()
     assert (row["session_id"], row["agent_id"], row["user_id"]) == (SESSION, AGENT_ID, USER_ID)
     assert json.loads(row["request"])["k"] == 2
-    assert [r["trigger"] for r in _logged(rt)] == ["auto"]
+    assert [r["trigger"] for r in _logged(rt)] == ["host"]
     rt.close()
 
 
-@pytest.mark.parametrize("mode", ["auto", "hybrid"])
+@pytest.mark.parametrize("mode", ["host_only", "hybrid"])
 def test_a_recalled_block_is_added_once_under_the_recalled_memory_header(tmp_path: Path, mode: str) -> None:
     rt = contract_runtime(tmp_path, mode)
     seed_vim(rt)
@@ -307,7 +307,7 @@ def test_a_recalled_block_is_added_once_under_the_recalled_memory_header(tmp_pat
 
 
 def test_an_empty_recall_adds_nothing(tmp_path: Path) -> None:
-    rt = contract_runtime(tmp_path, "auto")
+    rt = contract_runtime(tmp_path, "host_only")
     question = "What is the capital of the largest crater on the moon?"
     h = Harness(rt, [Exchange(question, reply="There is none.")])
     h.kickoff()

@@ -76,7 +76,7 @@ class Harness:
 
     def auto_searches(self) -> list[dict[str, Any]]:
         assert self.rt.flush_search_log()
-        return [row for row in self.rt.store.search_log_rows() if row["trigger"] == "auto"]
+        return [row for row in self.rt.store.search_log_rows() if row["trigger"] == "host"]
 
 
 def _recalled_pairs(messages: Sequence[BaseMessage]) -> list[tuple[int, AIMessage, ToolMessage]]:
@@ -163,7 +163,7 @@ def test_a_restarted_host_does_not_record_the_replayed_history_again(rt: Runtime
 
 
 def test_auto_mode_registers_no_memory_search(tmp_path: Path) -> None:
-    rt = contract_runtime(tmp_path, "auto")
+    rt = contract_runtime(tmp_path, "host_only")
     h = Harness(rt, [Exchange("Which editor should the setup script configure?", reply="vim")])
     assert "memory_search" not in [t.name for t in h.memory.tools()]
     h.say("Which editor should the setup script configure?")
@@ -173,7 +173,7 @@ def test_auto_mode_registers_no_memory_search(tmp_path: Path) -> None:
 
 
 def test_one_host_search_per_new_user_turn_and_none_for_assistant_or_tool_turns(tmp_path: Path) -> None:
-    rt = contract_runtime(tmp_path, "auto")
+    rt = contract_runtime(tmp_path, "host_only")
     seed_vim(rt)
     question = QUESTION
     script = [
@@ -192,7 +192,7 @@ def test_one_host_search_per_new_user_turn_and_none_for_assistant_or_tool_turns(
 
 
 def test_a_short_user_turn_is_skipped_with_a_trigger_skipped_event(tmp_path: Path) -> None:
-    rt = contract_runtime(tmp_path, "auto", auto_min_query_chars=12)
+    rt = contract_runtime(tmp_path, "host_only", host_min_query_chars=12)
     h = Harness(rt, [Exchange("thanks!", reply="You're welcome.")])
     h.say("thanks!")
     (event,) = rt.store.events(kind="trigger.skipped")
@@ -201,8 +201,8 @@ def test_a_short_user_turn_is_skipped_with_a_trigger_skipped_event(tmp_path: Pat
     rt.close()
 
 
-def test_the_auto_search_is_logged_with_trigger_auto_and_uses_auto_k(tmp_path: Path) -> None:
-    rt = contract_runtime(tmp_path, "auto", auto_k=2)
+def test_the_host_search_is_logged_with_trigger_host_and_uses_host_k(tmp_path: Path) -> None:
+    rt = contract_runtime(tmp_path, "host_only", host_k=2)
     seed_vim(rt)
     question = QUESTION
     h = Harness(rt, [Exchange(question, reply="vim")])
@@ -214,7 +214,7 @@ def test_the_auto_search_is_logged_with_trigger_auto_and_uses_auto_k(tmp_path: P
     rt.close()
 
 
-@pytest.mark.parametrize("mode", ["auto", "hybrid"])
+@pytest.mark.parametrize("mode", ["host_only", "hybrid"])
 def test_a_recalled_block_is_one_tool_call_pair_under_the_recalled_memory_header(
         tmp_path: Path, mode: str) -> None:
     rt = contract_runtime(tmp_path, mode)
@@ -246,7 +246,7 @@ def test_a_recalled_block_is_one_tool_call_pair_under_the_recalled_memory_header
 
 
 def test_an_empty_recall_appends_nothing(tmp_path: Path) -> None:
-    rt = contract_runtime(tmp_path, "auto")
+    rt = contract_runtime(tmp_path, "host_only")
     question = "What is the capital of the largest crater on the moon?"
     h = Harness(rt, [Exchange(question, reply="There is none.")])
     h.say(question)
@@ -256,7 +256,7 @@ def test_an_empty_recall_appends_nothing(tmp_path: Path) -> None:
     rt.close()
 
 
-@pytest.mark.parametrize("mode", ["tool_only", "auto", "hybrid"])
+@pytest.mark.parametrize("mode", ["tool_only", "host_only", "hybrid"])
 def test_the_system_prompt_prefix_is_byte_identical_across_turns(tmp_path: Path, mode: str) -> None:
     rt = contract_runtime(tmp_path, mode)
     seed_vim(rt)

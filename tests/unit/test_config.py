@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 from pathlib import Path
 
 import pytest
@@ -61,8 +62,8 @@ def test_host_issued_searches_answer_less_readily_than_tool_searches() -> None:
     # A search nobody asked for needs a higher score to answer and reads less far down its
     # list than one the model asked for (benchmarks/results/gate_fit.md).
     gate = Config().retrieval.gate
-    assert gate.answer_at.auto > gate.answer_at.tool
-    assert gate.tail_fraction.auto >= gate.tail_fraction.tool
+    assert gate.answer_at.host > gate.answer_at.tool
+    assert gate.tail_fraction.host >= gate.tail_fraction.tool
     # An unknown name counts against answering; closeness and a lead count for it.
     assert gate.weights.unknown_name < 0 < gate.weights.beyond_names
     assert gate.weights.lead > 0 and gate.weights.asked_coverage > 0
@@ -92,7 +93,7 @@ def test_yaml_block_with_all_keys_commented_out_keeps_defaults(tmp_path: Path) -
 def test_overrides_deep_merge_and_keep_sibling_defaults() -> None:
     cfg = read_config(overrides={"retrieval": {"gate": {"answer_at": {"tool": 0.3}}}})
     assert cfg.retrieval.gate.answer_at.tool == 0.3
-    assert cfg.retrieval.gate.answer_at.auto == Config().retrieval.gate.answer_at.auto
+    assert cfg.retrieval.gate.answer_at.host == Config().retrieval.gate.answer_at.host
     assert cfg.retrieval.gate.weights == Config().retrieval.gate.weights
     assert cfg.retrieval.default_k == 8
 
@@ -243,13 +244,13 @@ def test_zero_is_allowed_where_it_means_something() -> None:
         overrides={
             "store": {"busy_timeout_seconds": 0},
             "policy": {"source_rank": {"agent_inference": 0}},
-            "retrieval": {"trigger": {"auto_min_query_chars": 0}},
+            "retrieval": {"trigger": {"host_min_query_chars": 0}},
             "ingestion": {"evidence": {"min_characters": 0, "min_words": 0}},
             "embedding": {"query_cache_entries": 0},
         }
     )
     assert cfg.store.busy_timeout_seconds == 0.0
-    assert cfg.retrieval.trigger.auto_min_query_chars == 0
+    assert cfg.retrieval.trigger.host_min_query_chars == 0
     assert cfg.embedding.query_cache_entries == 0
 
 
@@ -313,3 +314,21 @@ def test_top_level_must_be_a_mapping(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         read_config(str(path))
     assert str(path) in str(info.value)
+
+
+def test_the_old_name_of_host_issued_searches_still_loads_with_a_deprecation_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text("retrieval:\n  trigger:\n    mode: auto\n    auto_k: 2\n"
+                    "  gate:\n    answer_at:\n      auto: 0.9\n", "utf-8")
+    with caplog.at_level(logging.WARNING, logger="retold.config.schema"):
+        cfg = read_config(path)
+    assert cfg.retrieval.trigger.mode == "host_only"
+    assert cfg.retrieval.trigger.host_k == 2
+    assert cfg.retrieval.gate.answer_at.host == 0.9
+    assert sorted(r.getMessage() for r in caplog.records) == [
+        "config: retrieval.gate.answer_at.auto is deprecated: use retrieval.gate.answer_at.host",
+        "config: retrieval.trigger.auto_k is deprecated: use retrieval.trigger.host_k",
+        "config: retrieval.trigger.mode: auto is deprecated: use host_only",
+    ]

@@ -34,9 +34,18 @@ def _search_decision(conn: Any) -> None:
     conn.execute('ALTER TABLE search_log ADD COLUMN decision TEXT COLLATE "C"')
 
 
+def _host_trigger(conn: Any) -> None:
+    """Host-issued searches are logged as ``host`` (they were ``auto``), CHECK included."""
+    conn.execute("ALTER TABLE search_log DROP CONSTRAINT search_log_trigger_check")
+    conn.execute("UPDATE search_log SET trigger = 'host' WHERE trigger = 'auto'")
+    conn.execute("ALTER TABLE search_log ADD CONSTRAINT search_log_trigger_check"
+                 " CHECK (trigger IN ('tool','host'))")
+
+
 # Migrations after the initial PostgreSQL schema: (version, name, apply).
 PG_MIGRATIONS: tuple[tuple[int, str, Callable[[Any], None]], ...] = (
     (10, "search decision column", _search_decision),
+    (11, "host trigger name", _host_trigger),
 )
 _PG_LATEST = PG_MIGRATIONS[-1][0] if PG_MIGRATIONS else PG_BASE
 

@@ -136,7 +136,7 @@ def test_tool_only_mode_never_issues_a_host_search(world: World) -> None:
 
 
 def test_auto_mode_does_not_offer_memory_search(world: World) -> None:
-    names = [t["name"] for t in _session(world, "auto").tool_schemas()]
+    names = [t["name"] for t in _session(world, "host_only").tool_schemas()]
     assert "memory_search" not in names and "memory_write" in names
     assert "memory_search" in [t["name"] for t in _session(world, "hybrid").tool_schemas()]
 
@@ -153,37 +153,37 @@ def test_one_host_search_per_new_user_turn_and_none_for_other_turns(world: World
     s.say("tool", "setup finished")
     assert s.recall() is None  # assistant and tool turns issue no search
     assert world.rt.flush_search_log()
-    logged = [row for row in world.rt.store.search_log_rows() if row["trigger"] == "auto"]
+    logged = [row for row in world.rt.store.search_log_rows() if row["trigger"] == "host"]
     assert len(logged) == 1
 
 
-def test_the_host_search_is_logged_as_auto_with_auto_k(world: World) -> None:
+def test_the_host_search_is_logged_as_host_with_host_k(world: World) -> None:
     _remember_vim(world)
-    s = _session(world, "auto", auto_k=2)
+    s = _session(world, "host_only", host_k=2)
     s.say("user", "Set up my editor: does Aditya edit code in vim?")
     assert s.recall() is not None
     assert world.rt.flush_search_log()
-    (row,) = [r for r in world.rt.store.search_log_rows() if r["trigger"] == "auto"]
+    (row,) = [r for r in world.rt.store.search_log_rows() if r["trigger"] == "host"]
     assert json.loads(row["request"])["k"] == 2
-    assert row["session_id"] == "sess-auto"
+    assert row["session_id"] == "sess-host_only"
 
 
 def test_a_short_user_turn_is_skipped_with_an_event(world: World) -> None:
-    s = _session(world, "auto", auto_min_query_chars=12)
+    s = _session(world, "host_only", host_min_query_chars=12)
     s.say("user", "thanks!")
     assert s.recall() is None
     (event,) = world.events("trigger.skipped")
-    assert event["payload"] == {"session_id": "sess-auto", "chars": 7, "min_chars": 12}
+    assert event["payload"] == {"session_id": "sess-host_only", "chars": 7, "min_chars": 12}
     assert world.rt.flush_search_log()
-    assert [r for r in world.rt.store.search_log_rows() if r["trigger"] == "auto"] == []
+    assert [r for r in world.rt.store.search_log_rows() if r["trigger"] == "host"] == []
 
 
 def test_an_empty_host_search_shows_nothing(world: World) -> None:
-    s = _session(world, "auto")
+    s = _session(world, "host_only")
     s.say("user", "What is the capital of the moon's largest crater?")
     assert s.recall() is None
     assert world.rt.flush_search_log()
-    assert len([r for r in world.rt.store.search_log_rows() if r["trigger"] == "auto"]) == 1
+    assert len([r for r in world.rt.store.search_log_rows() if r["trigger"] == "host"]) == 1
 
 
 def test_the_policy_prefix_is_byte_identical_across_turns(world: World) -> None:

@@ -12,8 +12,8 @@ from retold.retrieve.gate import answer_score, decide, gate
 from retold.retrieve.signals import Signals, measure
 
 GATE = GateConfig(weights=SignalWeights(beyond_names=10.0, asked_coverage=2.0, unknown_name=-6.0, lead=4.0),
-                  bias=-5.0, answer_at=PerTrigger(tool=0.3, auto=0.8),
-                  tail_fraction=PerTrigger(tool=0.25, auto=0.5))
+                  bias=-5.0, answer_at=PerTrigger(tool=0.3, host=0.8),
+                  tail_fraction=PerTrigger(tool=0.25, host=0.5))
 CLOSE = Signals(dense=0.7, beyond_names=0.6, asked_coverage=0.5, unknown_name=0.0, lead=0.1)
 FAR = Signals(dense=0.3, beyond_names=0.2, asked_coverage=0.0, unknown_name=0.0, lead=0.01)
 
@@ -38,8 +38,8 @@ def test_the_score_is_the_logistic_of_the_weighted_signals() -> None:
 def test_each_trigger_answers_on_its_own_threshold() -> None:
     middling = Signals(beyond_names=0.5, asked_coverage=0.5, lead=0.05)  # 10*0.5 + 1 + 0.2 - 5 = 1.2: 0.77
     assert decide(middling, GATE, "tool").answered
-    assert not decide(middling, GATE, "auto").answered
-    assert decide(middling, GATE, "auto").threshold == 0.8
+    assert not decide(middling, GATE, "host").answered
+    assert decide(middling, GATE, "host").threshold == 0.8
     assert not decide(FAR, GATE, "tool").answered
 
 
@@ -72,14 +72,14 @@ def test_the_tail_cut_drops_only_what_falls_below_its_share_of_the_top_and_keeps
 
 
 def test_a_host_issued_search_never_takes_a_session_summary() -> None:
-    decision = decide(Signals(beyond_names=0.9, asked_coverage=1.0, lead=0.3), GATE, "auto")
+    decision = decide(Signals(beyond_names=0.9, asked_coverage=1.0, lead=0.3), GATE, "host")
     assert decision.answered
     kinds = {"r1": "session_summary", "r2": "user_statement", "r3": "agent_inference"}
-    result = gate(candidates(2.0, 1.5, 0.5), decision, kinds, GATE.tail_fraction.auto)
+    result = gate(candidates(2.0, 1.5, 0.5), decision, kinds, GATE.tail_fraction.host)
     # The summary goes first, and the tail is measured from the best record left.
     assert [c.record_id for c in result.kept] == ["r2"]
     assert ("r1", "a session_summary (host-issued search)") in result.cut
-    only = gate(candidates(2.0), decision, {"r1": "session_summary"}, GATE.tail_fraction.auto)
+    only = gate(candidates(2.0), decision, {"r1": "session_summary"}, GATE.tail_fraction.host)
     assert only.kept == [] and only.empty_reason is not None and "session summary" in only.empty_reason
     tool = gate(candidates(2.0, 1.5), decide(CLOSE, GATE, "tool"), kinds, GATE.tail_fraction.tool)
     assert [c.record_id for c in tool.kept] == ["r1", "r2"]

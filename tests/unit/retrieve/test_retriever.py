@@ -312,7 +312,7 @@ def test_replaying_a_logged_search_reproduces_its_decision_and_list(world: World
     assert replay(row, replace(gate, answer_at=replace(gate.answer_at, tool=1.0))).kept == []
     top_only = replace(gate, tail_fraction=replace(gate.tail_fraction, tool=1.0))
     assert replay(row, top_only).kept == ids(outcome)[:1]
-    assert replay(row, gate, trigger="auto").decision.threshold == gate.answer_at.auto
+    assert replay(row, gate, trigger="host").decision.threshold == gate.answer_at.host
 
 
 def test_a_row_logged_before_searches_recorded_their_decision_is_not_replayed(world: World) -> None:
@@ -354,21 +354,21 @@ def test_host_issued_search_answers_on_its_own_threshold_and_skips_summaries(wor
                                                              world.embedder.vector(digest)))
     query = "concise technical explanations"
     assert summary.id in ids(search(world, query))
-    outcome = search(world, query, trigger="auto")
+    outcome = search(world, query, trigger="host")
     assert ids(outcome) == [concise]
     row = log(world, outcome)
-    assert row["trigger"] == "auto"
-    assert json.loads(row["decision"])["threshold"] == world.rt.config.retrieval.gate.answer_at.auto
+    assert row["trigger"] == "host"
+    assert json.loads(row["decision"])["threshold"] == world.rt.config.retrieval.gate.answer_at.host
     assert {"id": summary.id, "why": "a session_summary (host-issued search)"} in json.loads(row["gated_out"])
-    assert json.loads(row["config_flags"])["k"] == world.rt.config.retrieval.trigger.auto_k
+    assert json.loads(row["config_flags"])["k"] == world.rt.config.retrieval.trigger.host_k
     # The stricter threshold of a search nobody asked for: a score of about 0.4 here (the
     # cosine 0.77 weighed 10, less 8) answers the model's search but not the host's.
     cfg = world.rt.retriever.config
     gate = replace(cfg.retrieval.gate, weights=replace(cfg.retrieval.gate.weights, beyond_names=10.0,
                                                        asked_coverage=0.0),
-                   answer_at=replace(cfg.retrieval.gate.answer_at, tool=0.3, auto=0.6))
+                   answer_at=replace(cfg.retrieval.gate.answer_at, tool=0.3, host=0.6))
     world.rt.retriever.config = replace(cfg, retrieval=replace(cfg.retrieval, gate=gate))
-    assert ids(search(world, query, trigger="auto")) == []
+    assert ids(search(world, query, trigger="host")) == []
     assert ids(search(world, query)) != []
 
 

@@ -1,6 +1,7 @@
-"""The search-decision migration: a store that logged searches before decisions were logged
-keeps its rows, says they cannot be replayed, and logs decisions from then on; a new
-store says nothing. Both backends reach the same schema version."""
+"""The search-log migrations: a store that logged searches before decisions were logged
+keeps its rows, says they cannot be replayed, and logs decisions from then on; host-issued
+searches logged under their old trigger name ``auto`` read as ``host``; a new store says
+nothing. Both backends reach the same schema version."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from retold.testing import make_world
 from tests.sql import execute
 
 _BEFORE = MIGRATIONS[:[m.name for m in MIGRATIONS].index("search decision column")]
+_DECISION = _BEFORE[-1].version + 1
+_BEFORE_HOST = MIGRATIONS[:[m.name for m in MIGRATIONS].index("host trigger name")]
 COLUMNS = ("id", "at", "agent_id", "user_id", "trigger", "request", "rewrite_status", "readable_scopes",
            "dense", "lexical", "entity", "fused", "freshness", "gated_out", "deduped_out", "budget_out",
            "returned", "explanations", "config_flags", "warm", "timings_ms")
@@ -43,9 +46,9 @@ def test_an_older_store_keeps_its_rows_but_refuses_to_replay_them(tmp_path: Path
     store = Store(path)
     try:
         report = store.migration_report
-        assert report is not None and report.applied == (LATEST,)
-        assert report.notes == (f"migration {LATEST}: search_log rows written before this migration are kept "
-                                "but cannot be replayed",)
+        assert report is not None and report.applied == tuple(range(_DECISION, LATEST + 1))
+        assert report.notes == (f"migration {_DECISION}: search_log rows written before this migration are "
+                                "kept but cannot be replayed",)
         row = store.search_log_row("old-search")
         assert row is not None and row["decision"] is None
     finally:
@@ -68,5 +71,24 @@ def test_a_new_store_has_nothing_to_say_about_old_rows(tmp_path: Path) -> None:
     try:
         report = store.migration_report
         assert report is not None and LATEST in report.applied and report.notes == ()
+    finally:
+        store.close()
+
+
+@pytest.mark.sqlite_only("the bytes of an older SQLite store")
+def test_host_issued_searches_logged_as_auto_count_as_host(tmp_path: Path) -> None:
+    path = tmp_path / "memory.sqlite"
+    with closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        migrate(conn, str(path), _BEFORE_HOST)
+    for search_id, trigger in (("host-search", "auto"), ("tool-search", "tool")):
+        row = dict.fromkeys(COLUMNS, "[]") | {
+            "id": search_id, "at": "2026-01-01T00:00:00.000000Z", "agent_id": "a", "user_id": "u",
+            "trigger": trigger, "request": "{}", "rewrite_status": "disabled", "config_flags": "{}",
+            "warm": 1, "timings_ms": "{}"}
+        execute(path, f"INSERT INTO search_log({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                *row.values())
+    store = Store(path)
+    try:
+        assert store.search_counts() == {"host": (1, 1), "tool": (1, 1)}
     finally:
         store.close()

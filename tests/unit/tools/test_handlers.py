@@ -557,11 +557,11 @@ def test_host_issued_search_uses_the_same_result_shape(world: World) -> None:
     record_id = user_fact(world)["record_id"]
     answer = tools(world).search(world.p, SearchRequest(
         queries=["concise technical explanations"], context="user: how should you answer?",
-        trigger="auto"))
+        trigger="host"))
     assert [r["id"] for r in answer["results"]] == [record_id]
     assert world.rt.flush_search_log()
     row = world.rt.store.search_log_row(answer["search_id"])
-    assert row is not None and row["trigger"] == "auto"
+    assert row is not None and row["trigger"] == "host"
 
 
 def test_a_search_by_an_agent_without_a_grant_says_so_instead_of_looking_empty(world: World) -> None:
