@@ -8,7 +8,9 @@ publishes ended sessions with :class:`retold.broker.CeleryScheduler` to the brok
 """
 
 from retold.broker import CeleryScheduler
-from workers import prometheus_endpoint, startup, tasks  # the metrics endpoint, the start-up check, the tasks
+
+# The metrics endpoint, the start-up check, the lost-ack watch and the tasks register here.
+from workers import liveness, prometheus_endpoint, startup, tasks
 from workers.app import app, create_app
 
-__all__ = ["CeleryScheduler", "app", "create_app", "prometheus_endpoint", "startup", "tasks"]
+__all__ = ["CeleryScheduler", "app", "create_app", "liveness", "prometheus_endpoint", "startup", "tasks"]

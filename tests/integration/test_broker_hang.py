@@ -29,13 +29,14 @@ from retold import build_runtime
 from retold.ingest.extractor import output_to_json
 from retold.models import ExtractionOutput, Principal, Scope, SessionSummary
 from retold.runtime import Runtime
+from retold.testing.anthropic_stub import serve_anthropic_stub, tool_use
 from tests.celery_support import wait_for
 from tests.conftest import IN_CI
 from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT = "research-agent"
-pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.redis, pytest.mark.timeout(150)]
 BUDGET_S = 2.5  # two seconds, plus slack for a loaded test machine
 
 # An agent process that ends its first session: the publisher app (and Celery) load then.
@@ -175,3 +176,53 @@ def test_a_stopped_redis_costs_an_agent_two_seconds_once_and_recover_enqueues_wh
                 worker.kill()
                 worker.wait(timeout=10)
         rt.close()
+
+
+ACK_DELAY_S = 4.0  # the extraction answer's delay: Redis is stopped while the task runs
+
+
+def test_a_worker_that_lost_an_ack_while_redis_hung_exits_for_its_supervisor(
+    tmp_path: Path, own_redis: OwnRedis,
+) -> None:
+    # Without broker heartbeats a consumer never notices that its connection died with
+    # the acknowledgement; it would sit idle forever, looking alive.
+    with serve_anthropic_stub() as stub:
+        stub.script(tool_use(output_to_json(ExtractionOutput([], SessionSummary("A short chat.", [], []))),
+                             delay_s=ACK_DELAY_S),
+                    tool_use({"decisions": []}))
+        config_path = tmp_path / "config.yaml"
+        config_path.write_text(f"store:\n  path: {tmp_path / 'memory.sqlite'}\nembedding:\n  model: fake\n"
+                               f"ingestion:\n  equivalence:\n    model: exact\n"
+                               f"hosted:\n  base_url: {stub.base_url}\n  max_retries: 0\n"
+                               f"queue:\n  broker_url: {own_redis.url}\n")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RETOLD_")}
+        env.update(RETOLD_CONFIG=str(config_path), PYTHONPATH=str(ROOT), ANTHROPIC_API_KEY="test-key")
+        rt = build_runtime(environ={"RETOLD_CONFIG": str(config_path)})
+        worker_log = tmp_path / "worker.log"
+        with worker_log.open("wb") as log:
+            worker = subprocess.Popen(
+                [sys.executable, "-m", "celery", "-A", "workers", "worker", "-P", "solo",
+                 "-Q", f"{rt.config.queue.extraction_queue},{rt.config.queue.maintenance_queue}",
+                 "--without-gossip", "--without-mingle", "--without-heartbeat",
+                 "-n", f"ack-{os.getpid()}@%h", "--loglevel=INFO"],
+                cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            rt.host.grant(AGENT, Scope("user", "aditya"), read=True, write=True)
+            wait_for(lambda: b"ready." in worker_log.read_bytes(), "the worker", [worker_log], timeout=60)
+            rt.hooks.on_session_end(_talk(rt, "s-acked"))
+            wait_for(lambda: len(stub.requests) >= 1, "the extraction request", [worker_log], timeout=30)
+            own_redis.process.send_signal(signal.SIGSTOP)  # the task finishes into a hung broker
+            wait_for(lambda: _extracted(rt, "s-acked"), "the extraction", [worker_log], timeout=30)
+            time.sleep(15)  # the acknowledgement times out meanwhile
+            own_redis.process.send_signal(signal.SIGCONT)
+            resumed = time.monotonic()
+            wait_for(lambda: worker.poll() is not None, "the worker to stop", [worker_log], timeout=30)
+            assert time.monotonic() - resumed <= 30
+            assert worker.returncode == 1
+            assert b"the broker lost a task acknowledgement" in worker_log.read_bytes()
+        finally:
+            own_redis.process.send_signal(signal.SIGCONT)
+            if worker.poll() is None:
+                worker.kill()
+            worker.wait(timeout=15)
+            rt.close()
