@@ -5,20 +5,30 @@ the same transcript. Ending a session schedules extraction through an
 :class:`ExtractionScheduler`; the queue only ever carries the session id (all state
 lives in SQLite), and a queue failure never fails the agent: a beat task re-enqueues
 ended sessions that were never extracted. A session whose framework never signals its end
-is ended by the idle sweep (:meth:`SessionHooks.end_idle`). See ``docs/architecture.md``,
-"The session path".
+is ended by the idle sweep (:meth:`SessionHooks.end_idle`). A store that cannot take the
+hooks' writes (full, locked past the wait, read-only, damaged) does not fail the agent
+either: the turn is left out, logged once per outage and counted, and the first turn the
+store takes again records how many were left out. See ``docs/architecture.md``, "The
+session path".
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import threading
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Protocol, get_args
 
-from retold.errors import RetoldError
+from retold.errors import (
+    RetoldError,
+    StoreCorruptError,
+    StoreFullError,
+    StoreLockedError,
+    StoreReadOnlyError,
+)
 from retold.ingest.outage import RETRY_AFTER, QueueOutage
 from retold.models import Principal, Role, Turn
 from retold.store import Store
@@ -29,6 +39,10 @@ __all__ = ["ExtractionScheduler", "InProcessScheduler", "SessionBuffer", "Sessio
 log = logging.getLogger(__name__)
 
 _ROLES: tuple[str, ...] = get_args(Role)
+
+# The store conditions a hook rides out: the agent's conversation matters more than its
+# transcript, and the tools already answer these as store_unavailable.
+_UNAVAILABLE = (StoreFullError, StoreLockedError, StoreReadOnlyError, StoreCorruptError)
 
 # A derived session id ends in ``~<n>``: <session_id>~2, ~3, ...
 _SUFFIX = re.compile(r"^(?P<base>.+)~(?P<n>\d+)$")
@@ -112,10 +126,24 @@ class SessionHooks:
         self.idle_timeout = idle_timeout
         self.clock: Clock = clock or store.clock
         self.outage = QueueOutage(self.clock, queue_retry_after)
+        self._unrecorded_lock = threading.Lock()
+        # session id -> turns the store could not take since its last recorded one
+        self._unrecorded: dict[str, int] = {}
+
+    @property
+    def unrecorded(self) -> dict[str, int]:
+        """The turns each session lost to a store that could not take them, not yet
+        noted in the store (empty while the store takes every write)."""
+        with self._unrecorded_lock:
+            return dict(self._unrecorded)
 
     def on_session_start(self, principal: Principal) -> None:
         """Create the session tied to this principal; calling it again changes nothing."""
-        self._start(principal, _session_id(principal), self.clock.now())
+        session_id = _session_id(principal)
+        try:
+            self._start(principal, session_id, self.clock.now())
+        except _UNAVAILABLE as exc:
+            self._not_recorded("the session start", session_id, exc, turns=0)
 
     def on_turn(self, principal: Principal, role: str, content: str) -> Principal:
         """Append one numbered turn and return the principal to keep using.
@@ -128,6 +156,16 @@ class SessionHooks:
         session_id = _session_id(principal)
         if role not in _ROLES:
             raise ValueError(f"role must be one of {', '.join(_ROLES)}, got {role!r}")
+        try:
+            kept = self._append(principal, session_id, role, content)
+        except _UNAVAILABLE as exc:
+            self._not_recorded("a turn", session_id, exc, turns=1)
+            return principal
+        self._note_unrecorded(principal, session_id)
+        return kept
+
+    def _append(self, principal: Principal, session_id: str, role: str, content: str) -> Principal:
+        """:meth:`on_turn`'s write: the turn, after an idle split where one is due."""
         now = self.clock.now()
         # The split decision and the new session's first turn are one transaction, so a
         # second writer on the same file sees either the old session open or the split.
@@ -172,7 +210,12 @@ class SessionHooks:
         ``recover`` task enqueues the session later.
         """
         session_id = _session_id(principal)
-        if self.store.end_session(session_id, self.clock.now()):
+        try:
+            ended = self.store.end_session(session_id, self.clock.now())
+        except _UNAVAILABLE as exc:  # still open, so the idle sweep ends it later
+            self._not_recorded("the session end", session_id, exc, turns=0)
+            return
+        if ended:
             self._schedule(session_id)
 
     def end_idle(self) -> list[str]:
@@ -207,6 +250,35 @@ class SessionHooks:
         return self._schedule(session_id)
 
     # -- internals ------------------------------------------------------------------------
+
+    def _not_recorded(self, what: str, session_id: str, exc: RetoldError, *, turns: int) -> None:
+        """Count a write the store refused; warn only for the first of an outage."""
+        with self._unrecorded_lock:
+            first = not self._unrecorded
+            self._unrecorded[session_id] = self._unrecorded.get(session_id, 0) + turns
+        if first:
+            log.warning("the store cannot take session writes (%s): %s of session %s was not "
+                        "recorded; the agent goes on, and what else is left out is counted "
+                        "until the store takes a turn again", exc, what, session_id)
+
+    def _note_unrecorded(self, principal: Principal, session_id: str) -> None:
+        """After a recorded turn: note in the store how many turns of this session were
+        left out, so its transcript shows the gap and extraction is not misled by it."""
+        with self._unrecorded_lock:
+            lost = self._unrecorded.pop(session_id, None)
+            ended = not self._unrecorded
+        if lost is None:
+            return
+        try:
+            self.store.append_event("session.turns_unrecorded", principal.agent_id,
+                                    {"session": session_id, "turns": lost})
+        except _UNAVAILABLE:
+            with self._unrecorded_lock:
+                self._unrecorded[session_id] = self._unrecorded.get(session_id, 0) + lost
+            return
+        if ended:
+            log.info("the store takes session writes again; %d turns of session %s were not recorded",
+                     lost, session_id)
 
     def _start(self, principal: Principal, session_id: str, at: datetime) -> None:
         self.store.create_session(

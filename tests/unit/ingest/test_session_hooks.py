@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from retold.errors import StoreFullError, StoreLockedError, StoreReadOnlyError
 from retold.ingest.session import InProcessScheduler, SessionBuffer, SessionHooks
 from retold.models import Principal
 from retold.store import Store, open_store
@@ -341,30 +340,46 @@ def test_a_queue_outage_is_logged_once_and_left_alone_for_a_while(
     assert [sid for sid, _stage in pending] == ["s1", "s2", "s3", "s4", "s5"]  # none lost
 
 
-def test_a_full_disk_reaches_the_host_as_a_retold_error(
-    store_path: Path, scheduler: InProcessScheduler, clock: ManualClock,
+def test_a_full_disk_leaves_the_turn_out_and_the_agent_going(
+    store_path: Path, scheduler: InProcessScheduler, clock: ManualClock, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """A full disk (made with SQLite's page limit) raises StoreFullError from the hooks,
-    never a raw sqlite3 error, and the turn is not half written."""
+    """A full disk (made with SQLite's page limit) never fails the host's turn: the turn
+    is not half written, one warning says so for the whole outage, and the first turn the
+    store takes again records how many were left out."""
     Store(store_path, clock=clock).close()
     full = FullDiskStore(store_path, clock=clock)
-    with pytest.raises(StoreFullError):
-        SessionHooks(full, scheduler, IDLE, clock).on_turn(P, "user", "a long paste " * 20_000)
+    hooks = SessionHooks(full, scheduler, IDLE, clock)
+    with caplog.at_level(logging.WARNING, logger="retold.ingest.session"):
+        for _ in range(3):
+            assert hooks.on_turn(P, "user", "a long paste " * 20_000) == P
     assert full.get_session("s1") is None
+    assert hooks.unrecorded == {"s1": 3}
+    assert [r.levelno for r in caplog.records] == [logging.WARNING]
+    assert "was not recorded" in caplog.records[0].getMessage()
     full.close()
+    roomy = Store(store_path, clock=clock)
+    hooks.store = roomy
+    hooks.on_turn(P, "user", "Short again.")
+    assert [t.content for t in roomy.turns("s1")] == ["Short again."]
+    (event,) = roomy.events(kind="session.turns_unrecorded")
+    assert event["payload"] == {"session": "s1", "turns": 3} and hooks.unrecorded == {}
+    roomy.close()
 
 
-def test_a_read_only_or_locked_store_reaches_the_host_as_a_retold_error(
+def test_a_read_only_or_locked_store_never_fails_the_hooks(
     store_target: str, scheduler: InProcessScheduler, clock: ManualClock,
 ) -> None:
-    """A read-only store and a held write lock each raise their own Retold error from the
-    hooks, never the driver's."""
+    """A read-only store and a held write lock each leave the session as it was instead of
+    raising into the host; a session whose end was refused stays open for the idle sweep."""
     open_store(store_target, clock=clock).close()
     read_only = open_store(store_target, clock=clock, read_only=True)
-    with pytest.raises(StoreReadOnlyError):
-        SessionHooks(read_only, scheduler, IDLE, clock).on_session_start(P)
+    SessionHooks(read_only, scheduler, IDLE, clock).on_session_start(P)
+    assert read_only.get_session("s1") is None
     read_only.close()
     busy = open_store(store_target, clock=clock, busy_timeout_seconds=0.1)
-    with write_lock_held(store_target), pytest.raises(StoreLockedError):
+    SessionHooks(busy, scheduler, IDLE, clock).on_session_start(P)
+    with write_lock_held(store_target):
         SessionHooks(busy, scheduler, IDLE, clock).on_session_end(P)
+    session = busy.get_session("s1")
+    assert session is not None and session.ended_at is None
     busy.close()
