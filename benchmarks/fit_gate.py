@@ -68,6 +68,7 @@ from retold.config import GateConfig, PerTrigger, SignalWeights  # noqa: E402
 from retold.ingest.equivalence import ExactJudge  # noqa: E402
 from retold.ingest.ingestor import WriteRequest  # noqa: E402
 from retold.models import EntityMention, Principal, Scope, SearchRequest  # noqa: E402
+from retold.retrieve.fusion import Scale, scaled  # noqa: E402
 from retold.retrieve.replay import logged_signals, replay  # noqa: E402
 from retold.retrieve.signals import SIGNAL_NAMES  # noqa: E402
 from retold.util import to_plain  # noqa: E402
@@ -297,6 +298,53 @@ def fusion_comparison(groups: dict[str, Sequence[Search]]) -> list[dict[str, Any
     return rows
 
 
+def _max_share(scores: Sequence[float], depth: int) -> list[float]:
+    """Each score as a share of the channel's best (no floor at the channel's worst)."""
+    high = max(scores, default=0.0)
+    return [max(0.0, s / high) if high > 1e-12 else 1.0 for s in scores]
+
+
+def _three_sigma(scores: Sequence[float], depth: int) -> list[float]:
+    """Each score placed between the list's mean minus and plus three deviations."""
+    if not scores:
+        return []
+    mean, spread = float(np.mean(scores)), float(np.std(scores))
+    if spread <= 1e-12:
+        return [1.0] * len(scores)
+    return [min(1.0, max(0.0, (s - mean + 3 * spread) / (6 * spread))) for s in scores]
+
+
+def _rank_share(scores: Sequence[float], depth: int) -> list[float]:
+    """Each score by its rank alone: 1 for the best, falling evenly to the channel's depth."""
+    order = sorted(range(len(scores)), key=lambda i: -scores[i])
+    shares = [0.0] * len(scores)
+    for rank, i in enumerate(order):
+        shares[i] = 1.0 - rank / max(depth, len(scores))
+    return shares
+
+
+# The within-search scalings the shipped one (min-max) was chosen against.
+SCALES: dict[str, Scale] = {"min-max (shipped)": scaled, "share of best": _max_share,
+                            "mean +- 3 sd": _three_sigma, "rank only": _rank_share}
+
+
+def scaling_comparison(groups: dict[str, Sequence[Search]]) -> list[dict[str, Any]]:
+    """Recall at 1, 5 and 10 with every gate step off under each scaling of the channels'
+    scores, beside RRF over the same logged channels."""
+    open_gate = GateConfig(answer_at=PerTrigger(0.0, 0.0), tail_fraction=PerTrigger(0.0, 0.0))
+    rows = []
+    for name, searches in groups.items():
+        answerable = [s for s in searches if s.answerable]
+        orders = {label: [replay(s.row, open_gate, scale=scale).kept for s in answerable]
+                  for label, scale in SCALES.items()}
+        orders["RRF"] = [_rrf_order(s.row) for s in answerable]
+        for label, ranked in orders.items():
+            pairs = list(zip(answerable, ranked, strict=True))
+            rows.append({"set": name, "scaling": label, "n": len(answerable), **{
+                f"at_{k}": round(float(np.mean([s.hits(o, k) for s, o in pairs])), 4) for k in (1, 5, 10)}})
+    return rows
+
+
 def tradeoff(gate: GateConfig, unseen: Sequence[Search], lme: Sequence[Search]) -> list[dict[str, Any]]:
     """What other tool thresholds would cost: LongMemEval empties, unseen-wordings recall
     and abstention, each threshold with the fitted score."""
@@ -370,6 +418,9 @@ def _table(report: dict[str, Any]) -> list[list[str]]:
         rows.append([f"tool threshold {t['tool_threshold']:.2f}{mark}", "",
                      f"LongMemEval: {t['lme_answered_empty']:.3f} / {t['lme_any_at_5']:.3f} / -",
                      f"unseen: R@5 {t['unseen_recall_at_5']:.3f}, abstained {t['unseen_abstained']:.3f}"])
+    for v in report["scaling"]:
+        rows.append([f"scaling: {v['set']}, {v['scaling']}", str(v["n"]),
+                     f"R@1 / R@5 / R@10: {v['at_1']:.3f} / {v['at_5']:.3f} / {v['at_10']:.3f}", ""])
     for f in report["fusion"]:
         rows.append([f"fusion: {f['set']}", str(f["n"]),
                      f"weighted R@5 / R@10: {f['weighted_at_5']:.3f} / {f['weighted_at_10']:.3f}",
@@ -415,6 +466,8 @@ def main() -> None:
               "checks_shipped": {name: check(group, config.retrieval.gate, host_k)
                                  for name, group in sets.items()},
               "tradeoff": tradeoff(gate, sets["unseen wordings"], sets["LongMemEval dev (fits)"]),
+              "scaling": scaling_comparison({"LongMemEval dev": sets["LongMemEval dev (fits)"],
+                                             "unseen wordings": sets["unseen wordings"]}),
               "fusion": fusion_comparison({
                   "LongMemEval dev": sets["LongMemEval dev (fits)"],
                   "unseen wordings": sets["unseen wordings"],

@@ -16,13 +16,17 @@ comparison with reciprocal rank fusion that chose this.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from retold.config import FusionConfig
 from retold.models import Candidate, GeneratorHit, LexicalMatch
 
-__all__ = ["LexicalHitLike", "add_links", "fuse", "scaled"]
+__all__ = ["LexicalHitLike", "Scale", "add_links", "fuse", "scaled"]
+
+Scale = Callable[[Sequence[float], int], list[float]]
+"""How one channel's scores become shares of its weight: the scores best first and the
+channel's depth in, one share per score out."""
 
 
 class LexicalHitLike(Protocol):
@@ -63,6 +67,7 @@ def fuse(
     entity: Sequence[tuple[str, str]],
     weights: FusionConfig,
     depth: int,
+    scale: Scale = scaled,
 ) -> list[Candidate]:
     """Candidates in fused order, best first, each carrying every channel's evidence.
 
@@ -73,6 +78,7 @@ def fuse(
     entity id, ``fused_score``, its 1-based ``fused_rank`` and ``score = fused_score``
     (freshness adjusts it next). Equal sums keep the order in
     which the channels first listed the records: dense, then lexical, then entity.
+    ``scale`` is :func:`scaled` in every search; the benchmarks pass others to compare.
     """
     # A record listed twice by one channel (linked to two matched entities, say) keeps its
     # first, best position: one channel is one opinion.
@@ -98,13 +104,13 @@ def fuse(
         return found
 
     for (record_id, dense_hit), share in zip(dense_hits.items(),
-                                             scaled([h.score for h in dense_hits.values()], depth),
+                                             scale([h.score for h in dense_hits.values()], depth),
                                              strict=True):
         c = of(record_id)
         c.dense, c.fused_score = dense_hit, c.fused_score + weights.dense * share
     # BM25 is lower-is-better on both backends: negated, so the best match scales to 1.
     for (record_id, (lexical_hit, match)), share in zip(
-            lexical_hits.items(), scaled([-h.score for h, _ in lexical_hits.values()], depth), strict=True):
+            lexical_hits.items(), scale([-h.score for h, _ in lexical_hits.values()], depth), strict=True):
         c = of(record_id)
         c.lexical, c.lexical_terms = lexical_hit, match
         c.fused_score += weights.lexical * share

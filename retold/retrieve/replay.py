@@ -17,7 +17,7 @@ from typing import Any
 from retold.config import FusionConfig, GateConfig
 from retold.errors import RetoldError
 from retold.models import Candidate, LexicalMatch, LexicalTerm, QueryShape
-from retold.retrieve.fusion import add_links, fuse
+from retold.retrieve.fusion import Scale, add_links, fuse, scaled
 from retold.retrieve.gate import Decision, GateResult, decide, gate
 from retold.retrieve.signals import Signals, measure
 from retold.retrieve.trace import LOG_FORMAT
@@ -73,7 +73,8 @@ def _terms(rows: list[dict[str, Any]]) -> tuple[LexicalTerm, ...]:
                  for t in rows)
 
 
-def _candidates(row: Mapping[str, Any], fusion: FusionConfig) -> tuple[list[Candidate], QueryShape]:
+def _candidates(row: Mapping[str, Any], fusion: FusionConfig,
+                scale: Scale = scaled) -> tuple[list[Candidate], QueryShape]:
     """The search's candidates fused under ``fusion``, with the logged freshness."""
     dense_rows = _col(row, "dense")
     lexical = _col(row, "lexical")
@@ -86,7 +87,7 @@ def _candidates(row: Mapping[str, Any], fusion: FusionConfig) -> tuple[list[Cand
     dense = [(d["id"], d["cosine"]) for d in dense_rows]
     entity = [(e["id"], e["entity_id"]) for e in _col(row, "entity")]
     depth = int(_col(row, "config_flags")["per_generator_k"])
-    candidates = [c for c in fuse(dense, hits, entity, fusion, depth) if c.record_id in known]
+    candidates = [c for c in fuse(dense, hits, entity, fusion, depth, scale) if c.record_id in known]
     candidates = add_links(candidates, [(f["id"], f["via"]) for f in fused_rows if f["via"]], fusion.link)
     beyond = {d["id"]: d["beyond_names"] for d in dense_rows if d.get("beyond_names") is not None}
     multipliers = {f["id"]: f["multiplier"] for f in _col(row, "freshness")}
@@ -99,13 +100,14 @@ def _candidates(row: Mapping[str, Any], fusion: FusionConfig) -> tuple[list[Cand
 
 
 def replay(row: Mapping[str, Any], gate_cfg: GateConfig, fusion: FusionConfig | None = None,
-           trigger: str | None = None) -> Replayed:
+           trigger: str | None = None, scale: Scale = scaled) -> Replayed:
     """Decide a logged search again under ``gate_cfg`` (and ``fusion``, the logged one when
-    None), as a search of ``trigger`` (the logged one when None)."""
+    None), as a search of ``trigger`` (the logged one when None), each channel's scores
+    scaled by ``scale``."""
     _check(row)
     flags = _col(row, "config_flags")
     fusion = fusion or FusionConfig(**{k: float(v) for k, v in flags["fusion"].items()})
-    candidates, shape = _candidates(row, fusion)
+    candidates, shape = _candidates(row, fusion, scale)
     trigger = trigger or str(row["trigger"])
     decision = decide(measure(candidates, shape), gate_cfg, trigger,
                       deferred=bool(_col(row, "decision").get("deferred")))
