@@ -9,21 +9,29 @@ requests get (:meth:`AnthropicStub.script`) and reads back what the SDK sent
 
 A request that arrives with nothing left in the script gets HTTP 400, which the client
 does not retry, so an unexpected extra call fails the test loudly.
+
+:class:`StandIn` answers every request instead, with a text reply saying that no model was
+called; ``python -m retold.testing.anthropic_stub`` serves it and prints the two variables
+that point the SDK at it, so an example written for the Messages API runs with no key.
 """
 
 from __future__ import annotations
 
 import re
+import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from retold.testing.loopback import Reply, ScriptedApi, credential
+from retold.testing.scripted import stand_in_reply
 
 __all__ = [
     "AnthropicStub",
     "Behaviour",
+    "StandIn",
     "error",
     "rate_limited",
     "serve_anthropic_stub",
@@ -158,3 +166,48 @@ def serve_anthropic_stub(stub: AnthropicStub | None = None) -> Iterator[Anthropi
         yield stub
     finally:
         stub.stop()
+
+
+class StandIn(AnthropicStub):
+    """A stub that answers what is not scripted with :func:`stand_in_reply` for the newest
+    user message: the text names the model asked for, so nobody mistakes it for an answer."""
+
+    def respond(self, body: dict[str, Any], headers: dict[str, str], scripted: Behaviour | None) -> Reply:
+        if scripted is None:
+            scripted = text_only(stand_in_reply(str(body.get("model", "a model")), _last_user_text(body)))
+        return super().respond(body, headers, scripted)
+
+
+def _last_user_text(body: dict[str, Any]) -> str:
+    """The text of the newest user message that has any (tool results carry none)."""
+    for message in reversed(body.get("messages") or []):
+        if message.get("role") != "user":
+            continue
+        content = message.get("content")
+        if isinstance(content, str):
+            return content
+        texts = [b.get("text", "") for b in content or [] if isinstance(b, dict) and b.get("type") == "text"]
+        if texts:
+            return " ".join(texts)
+    return ""
+
+
+def main() -> None:
+    """Serve :class:`StandIn` until interrupted, after printing how to point the SDK at it."""
+    stand_in = StandIn()
+    stand_in.start()
+    print(f"export ANTHROPIC_BASE_URL={stand_in.base_url}")
+    print("export ANTHROPIC_API_KEY=scripted-stand-in")
+    print("# a scripted stand-in for the Messages API; no model is called. Ctrl-C stops it.",
+          file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stand_in.stop()
+
+
+if __name__ == "__main__":
+    main()

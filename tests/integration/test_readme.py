@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import os
 import re
+import sqlite3
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -129,3 +131,29 @@ def test_readme_crewai_example_runs_without_a_key_or_a_trace_prompt(tmp_path: Pa
     assert turns[-1] == ("assistant", "[scripted stand-in for anthropic/claude-sonnet-4-6; no model was "
                                       "called] A real model would answer this message: The billing "
                                       "contact for Acme North is now Marcus Chen.")
+
+
+@pytest.mark.model
+def test_readme_anthropic_tool_loop_runs_against_the_stand_in_without_a_key(tmp_path: Path) -> None:
+    stand_in = subprocess.Popen([sys.executable, "-m", "retold.testing.anthropic_stub"],
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert stand_in.stdout is not None
+        exports = dict(stand_in.stdout.readline().removeprefix("export ").strip().split("=", 1)
+                       for _ in range(2))
+        result = _run_example(tmp_path, _readme_block("Anthropic Messages API and OpenAI function tools"),
+                              **exports)
+    finally:
+        stand_in.terminate()
+        stand_in.wait(timeout=10)
+    assert set(exports) == {"ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY"}
+    assert result.returncode == 0, result.stderr
+    (session_id,) = _session_ids(tmp_path)
+    assert _stored_turns(tmp_path, session_id)[-1] == (
+        "assistant", "[scripted stand-in for claude-sonnet-4-5; no model was called] A real model would "
+                     "answer this message: From now on, I prefer email over phone calls.")
+
+
+def _session_ids(tmp_path: Path) -> list[str]:
+    with closing(sqlite3.connect(tmp_path / "mem.sqlite")) as conn:
+        return [sid for (sid,) in conn.execute("SELECT id FROM sessions")]
