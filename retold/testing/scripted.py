@@ -16,11 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from retold.config.env import SCRIPTED_MODEL_ENV
-
-__all__ = ["SCRIPTED_MODEL_ENV", "Exchange", "FromResult", "Step", "ToolCall", "next_step", "resolve",
-           "stand_in_reply"]
-
+__all__ = ["Exchange", "FromResult", "Step", "ToolCall", "next_step", "resolve", "stand_in_reply"]
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The PostgreSQL schema and its forward-only migrations.
 
-A new PostgreSQL store is created at schema :data:`PG_BASE` in one step (``pg_schema.sql``,
+A new PostgreSQL store is created at schema :data:`PG_BASE` in one step (``schema.sql`` here,
 which mirrors every SQLite migration up to that version), and ``schema_migrations`` records
 each of those versions as on SQLite, so ``retold migrate`` reports the same version on both
 backends. Each later schema change is a migration in :data:`PG_MIGRATIONS` with the SQLite
@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 
 # The advisory lock key schema changes take (distinct from the write lock's).
 SCHEMA_LOCK = 0x7265746F6C64_01  # "retold" + 1
-# The SQLite schema version pg_schema.sql is (it never changes: later versions migrate).
+# The SQLite schema version this package's schema.sql is (it never changes: later versions migrate).
 PG_BASE = 9
 
 
