@@ -108,3 +108,16 @@ def corrupt_page(path: str | Path, table: str | None = None) -> None:
     with open(path, "r+b") as handle:
         handle.seek((page - 1) * size + header)
         handle.write(b"\xff" * 12)
+
+
+def corrupt_fts_segments(path: str | Path, pages: int = 3) -> None:
+    """Overwrite the middle of the first ``pages`` leaf pages that hold the full-text
+    index's segments, in a closed, checkpointed store file: the b-tree stays readable,
+    the segment data inside it does not."""
+    leaves = rows(path, "SELECT pageno FROM dbstat WHERE name = 'records_fts_data' AND pagetype = 'leaf'"
+                        " ORDER BY pageno")
+    ((size,),) = rows(path, "PRAGMA page_size")
+    with open(path, "r+b") as handle:
+        for (page,) in leaves[:pages]:
+            handle.seek((page - 1) * size + 200)
+            handle.write(b"\xff" * 64)

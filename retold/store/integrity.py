@@ -224,6 +224,11 @@ def _fts_check(conn: sqlite3.Connection) -> list[Finding]:
             raise
         return [Finding("fts_index", 1, f"the full-text index disagrees with its text ({_line(exc)}); "
                         "lexical search may miss or misreport records")]
+    except MemoryError:
+        # A damaged segment can hold a garbage length that FTS5 then tries to allocate;
+        # SQLite answers that as out of memory, which here means the index is unreadable.
+        return [Finding("fts_index", 1, "the full-text index is damaged: reading it asked SQLite for "
+                        "more memory than it could have; lexical search may miss or misreport records")]
     return []
 
 

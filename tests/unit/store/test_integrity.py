@@ -18,7 +18,7 @@ from retold.store import Store
 from retold.store.integrity import IntegrityReport, check_file
 from retold.store.postgres.integrity import check_database
 from retold.testing import World, make_world
-from tests.conditions import corrupt_page
+from tests.conditions import corrupt_fts_segments, corrupt_page
 from tests.sql import dump_lines, execute, rows
 
 SQLITE_PAGES = "SQLite's page checks of a store file; PostgreSQL keeps its own pages"
@@ -107,6 +107,24 @@ def test_an_overwritten_fts_page_is_found(written: tuple[str, list[str]],
     damaged = _copy(path, "damaged.sqlite")
     corrupt_page(damaged, "records_fts_idx")
     code, out = _check(capsys, damaged)
+    assert code == EXIT_PROBLEMS
+    assert "fts_index" in out
+
+
+@pytest.mark.sqlite_only(SQLITE_PAGES)
+@pytest.mark.parametrize("quick", [False, True], ids=["full", "quick"])
+def test_damaged_full_text_segments_are_reported_not_raised(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], quick: bool,
+) -> None:
+    # Garbage inside a segment can read as a length FTS5 then tries to allocate, which
+    # SQLite answers as out of memory: the check must call that damage, not crash.
+    world = make_world(tmp_path / "w")
+    for n in range(300):
+        _write(world, f"Aditya note {n} about topic{n} and widget{n % 7}.", f"note_{n}")
+    world.rt.close()
+    damaged = _copy(world.rt.store.path, "damaged.sqlite")
+    corrupt_fts_segments(damaged)
+    code, out = _check(capsys, damaged, *(["--quick"] if quick else []))
     assert code == EXIT_PROBLEMS
     assert "fts_index" in out
 
