@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from retold.broker.identity import broker_instance
+from retold.broker.waiting import waiting_sessions
 from retold.errors import ExtractionError
 from retold.operations import TEMPORAL_REVIEWER
 from workers.app import app, purge_consumed_messages
@@ -79,8 +80,10 @@ def _send(session_id: str, stage: str) -> None:
 
 @_task("retold.recover")
 def recover() -> dict[str, Any]:
-    broker = broker_instance(str(app.conf.broker_url))
-    return {"enqueued": current_runtime().extraction.enqueue_due(_send, broker)}
+    url = str(app.conf.broker_url)
+    rt = current_runtime()
+    waiting = waiting_sessions(url, (rt.config.queue.extraction_queue,))
+    return {"enqueued": rt.extraction.enqueue_due(_send, broker_instance(url), waiting)}
 
 
 @_task("retold.end_idle_sessions")

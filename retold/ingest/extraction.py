@@ -185,11 +185,14 @@ class ExtractionRunner:
         blocked ones included), each with the stage it resumes at."""
         return self.attempts.pending()
 
-    def enqueue_due(self, send: Callable[[str, Stage], None], broker: str | None = None) -> list[str]:
+    def enqueue_due(self, send: Callable[[str, Stage], None], broker: str | None = None,
+                    waiting: frozenset[str] | None = None) -> list[str]:
         """The recover sweep: hand ``send`` the sessions due now and not already queued,
         at most ``queue.recover_batch_size``; return their ids. ``broker`` names the
-        running broker instance: a new one means what was queued may be lost, and is due."""
-        return self.attempts.enqueue_due(send, broker)
+        running broker instance: a new one means what was queued may be lost, and is due;
+        ``waiting`` the sessions whose messages wait in the queue, so a queued session
+        without one and without a claim is due too."""
+        return self.attempts.enqueue_due(send, broker, waiting)
 
     def reset(self, session_id: str) -> bool:
         """Forget a session's failed attempts and its parked or blocked state, so it is due

@@ -185,7 +185,8 @@ class Attempts:
         blocked ones included), each with the stage it resumes at."""
         return self.store.pending_sessions(self.clock.now(), self.terms)
 
-    def enqueue_due(self, send: Callable[[str, Stage], None], broker: str | None = None) -> list[str]:
+    def enqueue_due(self, send: Callable[[str, Stage], None], broker: str | None = None,
+                    waiting: frozenset[str] | None = None) -> list[str]:
         """Hand each due session (at most ``recover.batch_size``, oldest end first) to
         ``send`` with the stage it resumes at; return the ids handed over.
 
@@ -193,6 +194,12 @@ class Attempts:
         when it is not the instance the last sweep reached, the broker restarted and may
         have forgotten what it held, so every queued session is due again at once (one
         ``queue.broker_restarted`` event).
+
+        ``waiting`` holds the sessions whose messages wait in the queue now
+        (:func:`retold.broker.waiting.waiting_sessions`). A session marked queued longer
+        than a claim's lease, unclaimed and not among them was taken by a worker that died
+        before it claimed it, and is due again at once (one ``queue.orphans_requeued``
+        event); None, when the broker cannot say, leaves it to ``requeue_after``.
 
         Each is marked enqueued before it is sent, so a worker that takes it at once
         clears a mark that is already there. When ``send`` raises (the broker is down),
@@ -210,6 +217,19 @@ class Attempts:
         due = self.store.due_sessions(now, self.terms, setup=self.setup_id,
                                       enqueued_before=now - self.recover.requeue_after,
                                       limit=self.recover.batch_size)
+        if waiting is not None and len(due) < self.recover.batch_size:
+            grace = self.terms.lease or self.terms.timeout
+            chosen = {session_id for session_id, _ in due}
+            orphans = [(session_id, stage) for session_id, stage in self.store.due_sessions(
+                now, self.terms, setup=self.setup_id, enqueued_before=now - grace,
+                limit=self.recover.batch_size) if session_id not in chosen and session_id not in waiting]
+            orphans = orphans[:self.recover.batch_size - len(due)]
+            if orphans:
+                log.warning("%d queued sessions have no message in the queue and no worker's claim;"
+                            " they are handed over again", len(orphans))
+                self.store.append_event("queue.orphans_requeued", self.actor,
+                                        {"sessions": [session_id for session_id, _ in orphans]})
+                due += orphans
         ids = [session_id for session_id, _ in due]
         self.store.mark_enqueued(ids, now)
         for index, (session_id, stage) in enumerate(due):

@@ -20,8 +20,12 @@ import redis
 
 from retold import build_runtime
 from retold.broker.identity import broker_instance
+from retold.broker.waiting import waiting_sessions
+from retold.config import read_config
 from retold.models import Principal, Scope
 from retold.runtime import Runtime
+from retold.testing import T0
+from retold.util import ManualClock
 from tests.celery_support import wait_for
 from tests.conftest import IN_CI
 from tests.ports import free_port
@@ -126,3 +130,40 @@ def test_sessions_a_restarted_redis_forgot_are_queued_again_at_the_next_sweep(
 def test_a_broker_that_does_not_answer_or_is_not_redis_has_no_instance(tmp_path: Path) -> None:
     assert broker_instance(f"redis://127.0.0.1:{free_port()}/0", timeout_seconds=0.5) is None
     assert broker_instance(f"sqla+sqlite:///{tmp_path / 'broker.sqlite'}") is None
+
+
+def test_a_message_a_dead_worker_took_is_handed_over_again_after_one_lease(
+    tmp_path: Path, own_redis: RestartableRedis
+) -> None:
+    clock = ManualClock(T0)
+    config = read_config(overrides={"store": {"path": str(tmp_path / "memory.sqlite")},
+                                    "embedding": {"model": "fake"}, "queue": {"broker_url": own_redis.url}})
+    rt = build_runtime(config, clock=clock, environ={})
+    try:
+        rt.host.grant(AGENT, Scope("user", "aditya"), read=True, write=True)
+        queue = rt.config.queue.extraction_queue
+
+        def sweep() -> list[str]:  # what the recover task does, without a worker
+            return rt.extraction.enqueue_due(lambda session_id, stage: rt.scheduler.schedule(session_id),
+                                             broker_instance(own_redis.url),
+                                             waiting_sessions(own_redis.url, [queue]))
+
+        _end(rt, "s-taken")
+        _end(rt, "s-waiting")
+        assert waiting_sessions(own_redis.url, [queue]) == {"s-taken", "s-waiting"}
+        # A worker takes the oldest message off the list and dies before it acknowledges
+        # it or claims the session: the message is in no list any more.
+        assert own_redis.client.rpop(queue) is not None
+        assert waiting_sessions(own_redis.url, [queue]) == {"s-waiting"}
+        assert sweep() == []  # within the lease a worker may still be starting
+        clock.advance(seconds=config.ingestion.extraction_lease_seconds + 1)
+        assert sweep() == ["s-taken"]
+        assert sorted(_queued(own_redis.client, queue)) == ["s-taken", "s-waiting"]
+        assert sweep() == []  # once
+    finally:
+        rt.close()
+
+
+def test_a_broker_that_is_not_redis_or_does_not_answer_says_nothing_of_what_waits(tmp_path: Path) -> None:
+    assert waiting_sessions(f"redis://127.0.0.1:{free_port()}/0", ["extraction"], timeout_seconds=0.5) is None
+    assert waiting_sessions(f"sqla+sqlite:///{tmp_path / 'broker.sqlite'}", ["extraction"]) is None

@@ -237,3 +237,25 @@ def test_a_broker_that_restarted_gets_what_it_held_at_the_next_sweep_once(world:
     # Handed over twice, extracted once: the first run claims it, the second finds it done.
     assert working(world).run(held[0]).outcome == "extracted"
     assert working(world).run(held[0]).outcome != "extracted"
+
+
+def test_a_queued_session_whose_message_nobody_holds_is_handed_over_after_one_lease(world: World) -> None:
+    queue = Queue()
+    hooks = SessionHooks(world.rt.store, queue, timedelta(minutes=30), world.clock)
+    waiting_id, orphan = end(world, "s-waiting", hooks), end(world, "s-orphan", hooks)
+    lease = world.rt.config.ingestion.extraction_lease_seconds
+    # Within one lease a worker may still be starting the task: nothing is due yet.
+    world.clock.advance(seconds=lease // 2)
+    assert world.rt.extraction.enqueue_due(queue.send, waiting=frozenset()) == []
+    world.clock.advance(seconds=lease)
+    # A broker that cannot say what waits leaves both to requeue_after, as before.
+    assert world.rt.extraction.enqueue_due(queue.send) == []
+    # s-waiting's message still waits for a worker; s-orphan's was taken by one that died.
+    assert world.rt.extraction.enqueue_due(queue.send, waiting=frozenset({waiting_id})) == [orphan]
+    assert world.rt.extraction.enqueue_due(queue.send, waiting=frozenset({waiting_id, orphan})) == []
+    [event] = world.events("queue.orphans_requeued")
+    assert event["payload"] == {"sessions": [orphan]}
+    # A session a live worker has claimed is never an orphan, whatever the queue holds.
+    world.clock.advance(seconds=2 * lease)
+    assert working(world).run(orphan).outcome == "extracted"
+    assert orphan not in world.rt.extraction.enqueue_due(queue.send, waiting=frozenset())
