@@ -330,7 +330,7 @@ def run(minutes: float, kills: int, freeze_s: float, drain_s: float, latency_ms:
     stub.stop()
     own.stop()
     if lost:  # keep the logs of a run that lost sessions
-        report["kept"] = str(tmp)
+        print(f"sessions were lost; the store and the logs are kept in {tmp}", file=sys.stderr)
     else:
         shutil.rmtree(tmp, ignore_errors=True)
     return report
