@@ -14,7 +14,7 @@ import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -89,6 +89,7 @@ class RetentionResult:
     sessions_blanked: int
     search_logs_deleted: int
     event_payloads_thinned: int
+    forgotten_erased: int  # forgotten records past lifecycle.restore_days, erased for good
     wal_truncated: bool  # False: another connection kept the WAL from being truncated
 
 
@@ -170,7 +171,8 @@ class Operations:
         that ended more than ``sessions.retain_days`` ago (an unextracted session is never
         blanked: its facts are not out yet), delete ``search_log`` rows older than
         ``retention.search_log_days`` and thin the payloads of events older than
-        ``retention.event_payload_days`` to ids, outcomes and counts. Each sweep logs
+        ``retention.event_payload_days`` to ids, outcomes and counts, and erase records
+        forgotten more than ``lifecycle.restore_days`` ago. Each sweep logs
         one event when it changed anything; a re-run changes nothing."""
         now, kept = self.clock.now(), self.config.retention
         days = self.config.sessions.retain_days
@@ -183,9 +185,22 @@ class Operations:
                 now - timedelta(days=kept.search_log_days), actor, kept.search_log_days)
             events = self.store.thin_event_payloads(
                 now - timedelta(days=kept.event_payload_days), actor, kept.event_payload_days)
+            forgotten = self._erase_forgotten(now, actor)
         finally:
             self.store.set_secure_delete(False)
-        return RetentionResult(len(blanked), logs.rows, events.rows, self.store.truncate_wal())
+        return RetentionResult(len(blanked), logs.rows, events.rows, forgotten, self.store.truncate_wal())
+
+    def _erase_forgotten(self, now: datetime, actor: str) -> int:
+        """Erase every forgotten record whose restore window has closed, as ``retold
+        erase --record`` would: a forget is undoable for a while, never for ever."""
+        days = self.config.lifecycle.restore_days
+        due = self.store.forgotten_before(now - timedelta(days=days))
+        for record_id in due:
+            erasure = self.store.erase_record(record_id, actor, f"restore window of {days} days closed")
+            self.index.remove(record_id, erasure.index_version)
+        if due:
+            self.store.compact()  # as after `retold erase`: no residue of the text anywhere
+        return len(due)
 
     def review_due(self, actor: str = TEMPORAL_REVIEWER) -> int:
         """Flag one bounded batch of records whose ``review_at`` has arrived; returns how

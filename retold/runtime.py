@@ -125,8 +125,9 @@ class Runtime:
 
     @cached_property
     def reviser(self) -> Reviser:
-        """Manual supersede, confirm, expire and forget (memory_revise, memory_forget)."""
-        return Reviser(self.store, self.index, self.embedder, self.ingestor, self.lifecycle, self.clock)
+        """Manual supersede, confirm, expire, forget and restore (memory_revise, memory_forget)."""
+        return Reviser(self.store, self.index, self.embedder, self.ingestor, self.lifecycle, self.clock,
+                       restore_days=self.config.lifecycle.restore_days)
 
     @cached_property
     def extraction(self) -> ExtractionRunner:

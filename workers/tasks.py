@@ -105,7 +105,8 @@ def expire() -> dict[str, Any]:
 def retain() -> dict[str, Any]:
     result = current_runtime().operations.retain(MAINTENANCE_ACTOR)
     return {"blanked": result.sessions_blanked, "search_logs_deleted": result.search_logs_deleted,
-            "event_payloads_thinned": result.event_payloads_thinned}
+            "event_payloads_thinned": result.event_payloads_thinned,
+            "forgotten_erased": result.forgotten_erased}
 
 
 @_task("retold.reembed", bind=True)

@@ -1,4 +1,4 @@
-"""``retold migrate``, ``expire``, ``retain``, ``review-due``, ``erase``, ``reembed``,
+"""``retold migrate``, ``expire``, ``retain``, ``review-due``, ``erase``, ``restore``, ``reembed``,
 ``snapshot`` and ``extract``: the commands that change the store on an operator's behalf."""
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from retold.cli.common import (
     cli_runtime,
     positive,
 )
+from retold.ingest.revision import RevisionError
 
 __all__ = ["register"]
 
@@ -67,6 +68,8 @@ def _cmd_retain(args: argparse.Namespace) -> int:
           f" {config.retention.search_log_days} days")
     print(f"thinned the payloads of {result.event_payloads_thinned} events older than"
           f" {config.retention.event_payload_days} days to ids, outcomes and counts")
+    print(f"erased {result.forgotten_erased} records forgotten more than"
+          f" {config.lifecycle.restore_days} days ago")
     if not result.wal_truncated:
         print("warning: another connection kept the WAL from being truncated; removed text may stay"
               " in it until the next checkpoint", file=sys.stderr)
@@ -89,6 +92,23 @@ def _cmd_erase(args: argparse.Namespace) -> int:
     if not result.compacted:
         print("warning: another connection kept the WAL from being truncated; rerun when the host"
               " is stopped", file=sys.stderr)
+    return 0
+
+
+def _cmd_restore(args: argparse.Namespace) -> int:
+    with cli_runtime(args, models=False) as rt:
+        record = rt.store.get_record(args.id)
+        if record is None:
+            raise Refused(f"no record {args.id}", EXIT_REFUSED)
+        try:
+            change = rt.reviser.restore(actor(args), record, args.reason)
+        except RevisionError as err:
+            raise Refused(err.message, EXIT_REFUSED) from None
+        conflicts = rt.store.conflicts_of(record.id)
+    print(f"restored {record.id} as {change.status}; event {change.event_id}")
+    if conflicts:
+        print(f"it conflicts with {', '.join(conflicts)}, written while it was forgotten;"
+              " `retold get` shows both", file=sys.stderr)
     return 0
 
 
@@ -207,6 +227,13 @@ def register(commands: Any) -> None:
     target.add_argument("--user", help="erase every place a user's text can reach")
     erase.add_argument("--reason", required=True, help="why; recorded on the audit event")
     erase.add_argument("--yes", action="store_true", help="confirm the irreversible erase")
+
+    restore = add_command(commands, "restore", _cmd_restore, "bring back a forgotten record",
+                          "Undo a forget within lifecycle.restore_days: the record returns to the status"
+                          " it had, searchable again; one record.restored event. An erased record, or one"
+                          " past the window, cannot be restored.")
+    restore.add_argument("id", help="record id")
+    restore.add_argument("--reason", required=True, help="why; recorded on the audit event")
 
     reembed = add_command(commands, "reembed", _cmd_reembed, "re-embed every record with another model",
                           "Re-embed every record with text beside the live vectors (searches keep them;"

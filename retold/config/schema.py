@@ -62,6 +62,7 @@ __all__ = [
     "PolicyConfig",
     "QueueConfig",
     "RerankerConfig",
+    "LifecycleConfig",
     "RetentionConfig",
     "RetrievalConfig",
     "RewriteConfig",
@@ -217,6 +218,13 @@ class RetentionConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class LifecycleConfig:
+    """``lifecycle:`` - how long a forgotten record can still be restored."""
+
+    restore_days: int = 30  # past this, the daily retain sweep erases it for good
+
+
+@dataclass(frozen=True, slots=True)
 class QueueConfig:
     """``queue:`` - the Celery broker. Task messages carry ids, never memory content (SQLite
     stays the truth); with no URL an embedded file broker needs no server."""
@@ -293,6 +301,7 @@ class Config:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     sessions: SessionsConfig = field(default_factory=SessionsConfig)
     retention: RetentionConfig = field(default_factory=RetentionConfig)
+    lifecycle: LifecycleConfig = field(default_factory=LifecycleConfig)
     queue: QueueConfig = field(default_factory=QueueConfig)
     mcp: McpConfig = field(default_factory=McpConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)

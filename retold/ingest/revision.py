@@ -14,7 +14,7 @@ replaces: a higher-ranked source, or the same rank with a later event time.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Literal
 
 from retold.errors import RetoldError
@@ -26,13 +26,13 @@ from retold.models import ACTIVE_STATUSES, RECORD_STATUSES, Principal, Record
 from retold.policy.lifecycle import Lifecycle
 from retold.policy.secrets import screen
 from retold.store import Embedding, NewEvent, Store
-from retold.util import Clock, Timer, new_id
+from retold.util import Clock, Timer, from_iso, new_id, to_iso
 
 __all__ = [
     "Revision", "RevisionError", "Reviser", "StatusAction", "StatusChange", "is_history", "refuse_secrets",
 ]
 
-StatusAction = Literal["confirm", "expire", "forget"]
+StatusAction = Literal["confirm", "expire", "forget", "restore"]
 # Stages the creation event cannot time: they end after it is written.
 _PENDING = ["event_log", "transaction", "index_update", "total"]
 
@@ -94,9 +94,9 @@ class Reviser:
     """The lifecycle changes of memory_revise and memory_forget."""
 
     def __init__(self, store: Store, index: VectorIndex, embedder: Embedder, ingestor: Ingestor,
-                 lifecycle: Lifecycle, clock: Clock) -> None:
+                 lifecycle: Lifecycle, clock: Clock, *, restore_days: int = 30) -> None:
         self.store, self.index, self.embedder, self.ingestor = store, index, embedder, ingestor
-        self.lifecycle, self.clock = lifecycle, clock
+        self.lifecycle, self.clock, self.restore_days = lifecycle, clock, restore_days
 
     # -- supersede ----------------------------------------------------------------------
 
@@ -190,6 +190,63 @@ class Reviser:
         return Revision(candidate.id, old.id, candidate.status, candidate.source_kind,
                         candidate.version, "; ".join(prov.notes) or None, prov.entailment,
                         event_id, timer.as_dict())
+
+    # -- restore ---------------------------------------------------------------------------
+
+    def restorable_until(self, record: Record) -> datetime | None:
+        """When a forgotten record's restore window closes; None when it cannot be
+        restored at all (not forgotten, or erased: no content is left)."""
+        forgotten = self._last_forget(record)
+        return None if forgotten is None else forgotten[0] + timedelta(days=self.restore_days)
+
+    def _last_forget(self, record: Record) -> tuple[datetime, str | None] | None:
+        if record.status != "deleted" or not record.content:
+            return None
+        events = self.store.events(record_id=record.id, kind="record.forgotten")
+        if not events:
+            return None
+        return from_iso(events[-1]["at"]), events[-1]["payload"].get("previous_status")
+
+    def restore(self, actor: str, record: Record, reason: str) -> StatusChange:
+        """Undo a forget inside the restore window: the record returns to the status it
+        had, searchable again by its words and its vector, with a ``record.restored``
+        event naming ``actor``.
+
+        If another live record now holds the same subject and attribute (written while
+        this one was forgotten), the two are linked as a conflict rather than one
+        silently replacing the other: nobody has compared them yet. Raises
+        RevisionError ``not_found`` past the window or after an erase (the reason says
+        which), ``invalid_input`` when the record is not forgotten.
+        """
+        refuse_secrets(reason=reason)
+        if record.status != "deleted":
+            raise RevisionError("invalid_input", f"memory {record.id} is {record.status}, not forgotten;"
+                                " only a forgotten memory can be restored")
+        forgotten = self._last_forget(record)
+        if forgotten is None:
+            raise RevisionError("not_found", f"memory {record.id} was erased and cannot be restored")
+        at, previous = forgotten
+        until = at + timedelta(days=self.restore_days)
+        if self.clock.now() > until:
+            raise RevisionError("not_found", f"memory {record.id} was forgotten on {to_iso(at)[:10]};"
+                                f" its {self.restore_days}-day restore window closed on {to_iso(until)[:10]}")
+        # A forget event thinned by retention no longer says the old status: come back
+        # unconfirmed rather than claim a confirmation nobody can show.
+        target = previous if previous in RECORD_STATUSES and previous != "deleted" else "provisional"
+        event = NewEvent("record.restored", actor, {"reason": reason, "status": target,
+                                                    "forgotten_at": to_iso(at)}, record.id)
+        with self.store.atomic():
+            change = self.store.restore(record.id, target, event)
+            if change is None:
+                raise RevisionError("not_found", f"memory {record.id} was erased and cannot be restored")
+            if target in ACTIVE_STATUSES and record.attribute and record.subject_entity_id:
+                for other in self.store.find_records(
+                        scopes=[record.scope], statuses=ACTIVE_STATUSES,
+                        subject_entity_id=record.subject_entity_id):
+                    if other.id != record.id and other.attribute == record.attribute:
+                        self.store.add_conflict(record.id, other.id)
+        assert change.event_id is not None
+        return StatusChange(record.id, "restore", "deleted", target, change.event_id)
 
     def _check_authority(self, new: Record, old: Record, notes: list[str]) -> None:
         """Authority: source rank first, then event time, then write time."""

@@ -156,6 +156,32 @@ class RecordsMixin(StoreBase):
             event_id = self._insert_event(conn, event) if event is not None else None
             return Transition(version, event_id)
 
+    def restore(self, record_id: str, status: str, event: NewEvent) -> Transition | None:
+        """Bring a forgotten record back as ``status``: its FTS row is written again from
+        the content it kept, and its vector (which forget left in place) is live again
+        at the new ``records_version``, so every index loads it on its next refresh.
+        None, with nothing written, when the record is not forgotten or was erased (an
+        erased record has no content left to bring back)."""
+        if status == "deleted" or status not in RECORD_STATUSES:
+            raise ValueError(f"cannot restore to {status!r}")
+        with self.atomic() as conn:
+            if conn.execute("SELECT 1 FROM records WHERE id = ? AND status = 'deleted' AND content != ''",
+                            (record_id,)).fetchone() is None:
+                return None
+            version = self.bump_version(conn)
+            self._set_status(conn, [record_id], status, version)
+            self._write_fts(conn, [record_id])
+            return Transition(version, self._insert_event(conn, event))
+
+    def forgotten_before(self, before: datetime) -> list[str]:
+        """Forgotten records, not yet erased, whose latest forget is older than
+        ``before``: the ones past their restore window."""
+        with self._lock:
+            return [row[0] for row in self._conn.execute(
+                "SELECT r.id FROM records r WHERE r.status = 'deleted' AND r.content != ''"
+                " AND (SELECT max(e.at) FROM events e WHERE e.record_id = r.id"
+                " AND e.kind = 'record.forgotten') < ? ORDER BY r.seq", (to_iso(before),))]
+
     def update_lifecycle(self, record: Record) -> int:
         """Persist a reinforcement: confidence, counts, expiry, provenance, status (a
         reinforcement may confirm a provisional record). Returns the index_version."""

@@ -62,8 +62,9 @@ _STORE_CONDITIONS: dict[type[StoreError], str] = {
     StoreCorruptError: "memory storage is damaged and needs an administrator",
 }
 _UNAVAILABLE: tuple[type[Exception], ...] = (*_STORE_CONDITIONS, ModelError)
-_FORGET_NOTE = ("forgotten: no tool returns this memory any more; its content stays in the store "
-                "until an administrator erases it (retold erase --record <id>)")
+_FORGET_NOTE = ("forgotten: no tool returns this memory any more; memory_revise action restore brings"
+                " it back until <until>, then it is erased for good (an administrator can erase it"
+                " now: retold erase --record <id>)")
 
 
 def _ts(moment: datetime | None) -> str | None:
@@ -304,6 +305,7 @@ class ToolHandlers:
             "content": None, "evidence": None, "source_ref": None,
             "created_at": to_iso(record.created_at), "event_at": to_iso(record.event_at),
             "supersedes_id": self._readable_id(record.supersedes_id, access),
+            "restorable_until": _ts(self.parts.reviser.restorable_until(record)),
             "events": self._events(record.id),
         }
 
@@ -368,6 +370,8 @@ class ToolHandlers:
         record = self._writable_record(payload["id"], access)
         action, reason = payload["action"], payload["reason"]
         try:
+            if action == "restore":
+                return self._restore(principal, record, reason)
             if is_history(record, self.parts.clock.now()):
                 raise RevisionError("invalid_input", f"memory {record.id} is history and cannot be revised")
             if action == "supersede":
@@ -390,6 +394,16 @@ class ToolHandlers:
             raise ToolError(err.code, err.message, **err.details) from None
         return {"id": record.id, "action": action, "status": change.status,
                 "previous_status": change.previous_status, "event_id": change.event_id}
+
+    def _restore(self, principal: Principal, record: Record, reason: str) -> ToolResult:
+        change = self.parts.reviser.restore(principal.agent_id, record, reason)
+        conflicts = self.parts.store.conflicts_of(record.id)
+        out: ToolResult = {"id": record.id, "action": "restore", "status": change.status,
+                           "previous_status": change.previous_status, "event_id": change.event_id}
+        if conflicts:
+            out["note"] = (f"restored beside {len(conflicts)} live memory(ies) about the same thing,"
+                           " linked as conflicts: memory_get shows both")
+        return out
 
     def _writable_record(self, raw_id: str, access: _Access) -> Record:
         # Readability first (not_found for both cases), then writability.
@@ -438,6 +452,8 @@ class ToolHandlers:
             change = self.parts.reviser.change_status(principal, record, "forget", payload["reason"])
         except RevisionError as err:
             raise ToolError(err.code, err.message, **err.details) from None
+        until = self.parts.reviser.restorable_until(self.parts.store.get_record(record.id) or record)
         return {"id": record.id, "status": change.status, "tombstone": True,
                 "previous_status": change.previous_status, "event_id": change.event_id,
-                "note": _FORGET_NOTE.replace("<id>", record.id)}
+                "restorable_until": _ts(until),
+                "note": _FORGET_NOTE.replace("<id>", record.id).replace("<until>", _ts(until) or "-")}

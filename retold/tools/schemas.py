@@ -43,7 +43,7 @@ TOOL_NAMES: tuple[str, ...] = (
 # The model may claim only these; the host owns system and the extractor
 # owns session_summary, so the input enum excludes them.
 EVIDENCE_SOURCE_KINDS: tuple[str, ...] = ("user_statement", "tool_result", "agent_inference")
-REVISE_ACTIONS: tuple[str, ...] = ("confirm", "supersede", "expire")
+REVISE_ACTIONS: tuple[str, ...] = ("confirm", "supersede", "expire", "restore")
 REVISE_RECORD_FIELDS: tuple[str, ...] = (
     "id", "action", "reason", "content", "source_kind", "evidence", "evidence_turn",
 )
@@ -180,8 +180,9 @@ _REVISE: ToolSchema = {
         "Change a memory you already know by id: confirm a provisional record, expire one that "
         "no longer holds, or supersede it with corrected content (content, source_kind, "
         "evidence, and evidence_turn are valid only with supersede, and evidence must be a "
-        "verbatim quote from this session). Superseded, expired, and forgotten records are "
-        "history and cannot be revised. With {entity_id, merge_into, reason} instead, it "
+        "verbatim quote from this session). Superseded and expired records are history and "
+        "cannot be revised; a forgotten one can only be restored (action restore) while "
+        "memory_get shows it as restorable. With {entity_id, merge_into, reason} instead, it "
         "merges two entities of the same kind that name one person, project, or thing. Every "
         "change is audited with your reason."
     ),
@@ -226,9 +227,10 @@ _FORGET: ToolSchema = {
     "name": "memory_forget",
     "description": (
         "Remove a known memory from normal use when the user asks you to forget it. The record "
-        "becomes a tombstone that no tool returns and an audit event records your reason. This "
-        "is not erasure: the content stays in the store until an administrator erases it with "
-        "the admin command `retold erase`; tell the user so if they need it gone for good."
+        "becomes a tombstone that no tool returns and an audit event records your reason. For a "
+        "while (memory_get says until when) memory_revise with action restore brings it back; "
+        "after that it is erased for good. An administrator can erase it at once with "
+        "`retold erase`; tell the user so if they need it gone now."
     ),
     "input_schema": {
         "type": "object",

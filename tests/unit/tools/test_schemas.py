@@ -111,7 +111,7 @@ def test_write_descriptions_carry_the_rules_the_model_must_follow() -> None:
         "user_statement", "tool_result", "agent_inference"]
     assert write["input_schema"]["properties"]["content"]["maxLength"] == 1000
     forget = tool_schema("memory_forget")["description"]
-    assert "not erasure" in forget and "retold erase" in forget
+    assert "action restore" in forget and "retold erase" in forget
 
 
 def test_static_schema_offers_the_full_target_enum_and_a_list_narrows_it() -> None:
