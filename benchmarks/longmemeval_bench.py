@@ -16,7 +16,8 @@ searched once with ``k = 10`` as a tool search, and once more as a host-issued s
 (the runtime warmed first: index loaded, encoder run once).
 
 Baselines, in the same process over the same turns and the same vectors: dense cosine,
-BM25 (porter) and their RRF (``benchmarks.baselines``). Reported per question type and
+BM25 (porter) and their RRF (``benchmarks.baselines``), and that RRF list cut to the tool
+result's token budget the way Retold fills its own (``rrf_budget``). Reported per question type and
 overall: any@1/5/10 (a gold turn among the first k) and all@5/10 (every gold turn),
 the share of these answerable questions answered empty, tokens and results per search,
 and search p50/p95. For abstention each question is also asked against another question's
@@ -73,7 +74,7 @@ K = 10
 PER_TYPE = 6
 TYPES = ("single-session-user", "single-session-assistant", "single-session-preference",
          "multi-session", "knowledge-update", "temporal-reasoning")
-SYSTEMS = ("retold", "rrf", "dense", "bm25")
+SYSTEMS = ("retold", "rrf", "rrf_budget", "dense", "bm25")
 # Turns are whole chat messages, some of them pages long; the limits a tool call normally
 # has on one memory's content and evidence would refuse them.
 TURN_LIMITS = {"max_content_chars": 100_000, "max_evidence_chars": 100_000}
@@ -234,6 +235,7 @@ def run_question(q: dict[str, Any], negative: dict[str, Any] | None, folder: Pat
         record_ids = list(ids)
         vectors, _ = rt.index.rows(record_ids)
         hybrid = Hybrid(rt.embedder, record_ids, [turn_text[ids[r][0]] for r in record_ids], vectors)
+        cost = {r.id: record_tokens(r) for r in rt.store.records(record_ids)}
         for a in searches:
             if a.trigger != "tool":
                 continue
@@ -241,11 +243,28 @@ def run_question(q: dict[str, Any], negative: dict[str, Any] | None, folder: Pat
             rankings = hybrid.answer(text)
             for name, ranked in rankings.items():
                 a.returned[name] = [frozenset(ids[r]) for r in ranked[:K]]
+            budgeted = within_budget(rankings["rrf"], cost, rt.config.retrieval.token_budget)
+            a.returned["rrf_budget"] = [frozenset(ids[r]) for r in budgeted]
         rt.flush_search_log()
         rows = {row["id"]: row for row in rt.store.search_log_rows()}
         return searches, write_s, rows, ids
     finally:
         rt.close()
+
+
+def within_budget(ranked: list[str], cost: dict[str, int], budget: int) -> list[str]:
+    """The first ``K`` of a ranking that fit ``budget`` tokens, a record that does not fit
+    skipped and the next one tried, as Retold fills its tool result: the baseline given
+    the same room as Retold's answer."""
+    kept: list[str] = []
+    used = 0
+    for record_id in ranked:
+        if len(kept) == K:
+            break
+        if used + cost[record_id] <= budget:
+            kept.append(record_id)
+            used += cost[record_id]
+    return kept
 
 
 def _any(a: Asked, system: str, k: int) -> float:
@@ -307,11 +326,11 @@ def table(report: dict[str, Any]) -> list[list[str]]:
     negs = s["negatives"]
     rows.append(["cross-haystack negatives abstained (tool / host)", str(negs["tool"]["n"]),
                  f"{_fmt(negs['tool']['abstained'])} / {_fmt(negs['host']['abstained'])}",
-                 "", "", "", "", ""])
+                 "", "", "", "", "", ""])
     rows.append(["results / tokens per search", "", f"{_fmt(s['results_per_search'])} / "
-                 f"{_fmt(s['tokens_per_search'])}", "", "", "", "", ""])
+                 f"{_fmt(s['tokens_per_search'])}", "", "", "", "", "", ""])
     rows.append(["search p50 / p95 ms", "", f"{_fmt(s['search_ms']['p50'])} / {_fmt(s['search_ms']['p95'])}",
-                 "", "", "", "", ""])
+                 "", "", "", "", "", ""])
     return rows
 
 

@@ -16,6 +16,7 @@ from retold.ingest.entities import normalize_alias, normalize_canonical
 from retold.models import Entity, Scope
 from retold.store import Store
 from retold.store.members import SHARED_KINDS, Member
+from retold.store.pins import PinRefusedError
 from retold.util import Clock
 
 __all__ = ["HostError", "MemoryHost"]
@@ -44,9 +45,23 @@ def _check_shared(scope: Scope) -> None:
 class MemoryHost:
     """Grants, memberships and principal provisioning over one store."""
 
-    def __init__(self, store: Store, clock: Clock | None = None) -> None:
+    def __init__(self, store: Store, clock: Clock | None = None, *, max_pinned_per_scope: int = 50) -> None:
         self.store = store
         self.clock: Clock = clock or store.clock
+        self.max_pinned_per_scope = max_pinned_per_scope
+
+    def pin(self, record_id: str, reason: str, actor: str = "admin") -> bool:
+        """Keep a live record from ageing out (the expiry sweep skips it); False when it
+        was already pinned. HostError when it is missing, not live, or its scope holds
+        ``lifecycle.max_pinned_per_scope`` pins."""
+        try:
+            return self.store.pin(record_id, actor, reason, self.max_pinned_per_scope) is not None
+        except PinRefusedError as err:
+            raise HostError(str(err)) from None
+
+    def unpin(self, record_id: str, reason: str, actor: str = "admin") -> bool:
+        """Remove a pin; False when the record was not pinned."""
+        return self.store.unpin(record_id, actor, reason) is not None
 
     def grant(
         self, agent_id: str, scope: Scope, read: bool = True, write: bool = False, actor: str = "admin"

@@ -77,7 +77,7 @@ class Runtime:
         self.clock = clock
         self.index = VectorIndex(embedder.name, embedder.version, embedder.dims)
         self.lifecycle = Lifecycle(config.policy, config.ingestion)
-        self.host = MemoryHost(store, clock)
+        self.host = MemoryHost(store, clock, max_pinned_per_scope=config.lifecycle.max_pinned_per_scope)
         # The scheduler queue.scheduler names, unless one is injected; the runtime closes
         # only one it built.
         self._built_scheduler: ExtractionScheduler | None = None

@@ -2,7 +2,7 @@
 
 Written through the tools, the host, the hooks and an extraction, as a store in use would
 be: confirmed statements, one superseded by a newer value, one erased, a conflict, a
-shared project record, a search, an ended and extracted session with its stages and
+shared project record, a pin, a search, an ended and extracted session with its stages and
 summary, a profile block and a re-embed half staged. Every table but ``migration_issues``
 (only a legacy store has rows there) ends up holding rows.
 """
@@ -81,6 +81,7 @@ def build_mixed_store(tmp_path: Path) -> MixedStore:
                      "Atlas deploys go through the staging cluster first.", "deploy_process",
                      write_target="current_project")
     rt.tools.call("memory_search", p, {"queries": ["which editor does Aditya use?"]})
+    assert rt.host.pin(current, "the user asked to keep it")
     rt.profiles.for_session(p)
     rt.operations.erase_record(erased, "asked to forget", "ops")
     rt.store.stage_vectors([(current, np.ones(8, dtype=np.float32) / np.sqrt(8))],

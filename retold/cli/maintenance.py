@@ -1,5 +1,6 @@
-"""``retold migrate``, ``expire``, ``retain``, ``review-due``, ``erase``, ``restore``, ``reembed``,
-``snapshot`` and ``extract``: the commands that change the store on an operator's behalf."""
+"""``retold migrate``, ``expire``, ``retain``, ``review-due``, ``erase``, ``restore``, ``pin``,
+``unpin``, ``reembed``, ``snapshot`` and ``extract``: the commands that change the store on an
+operator's behalf."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from retold.cli.common import (
     cli_runtime,
     positive,
 )
+from retold.host import HostError
 from retold.ingest.revision import RevisionError
 
 __all__ = ["register"]
@@ -109,6 +111,18 @@ def _cmd_restore(args: argparse.Namespace) -> int:
     if conflicts:
         print(f"it conflicts with {', '.join(conflicts)}, written while it was forgotten;"
               " `retold get` shows both", file=sys.stderr)
+    return 0
+
+
+def _cmd_pin(args: argparse.Namespace) -> int:
+    with cli_runtime(args, models=False) as rt:
+        try:
+            change = rt.host.pin if args.command == "pin" else rt.host.unpin
+            changed = change(args.id, args.reason, actor(args))
+        except HostError as err:
+            raise Refused(str(err), EXIT_REFUSED) from None
+    state = "pinned" if args.command == "pin" else "unpinned"
+    print(f"{state} {args.id}" if changed else f"{args.id} was already {state}; nothing changed")
     return 0
 
 
@@ -234,6 +248,12 @@ def register(commands: Any) -> None:
                           " past the window, cannot be restored.")
     restore.add_argument("id", help="record id")
     restore.add_argument("--reason", required=True, help="why; recorded on the audit event")
+
+    for name, does in (("pin", "keep a live record from ageing out (the expiry sweep skips it)"),
+                       ("unpin", "remove a record's pin")):
+        pin = add_command(commands, name, _cmd_pin, does, does[0].upper() + does[1:] + "; one event.")
+        pin.add_argument("id", help="record id")
+        pin.add_argument("--reason", required=True, help="why; recorded on the audit event")
 
     reembed = add_command(commands, "reembed", _cmd_reembed, "re-embed every record with another model",
                           "Re-embed every record with text beside the live vectors (searches keep them;"

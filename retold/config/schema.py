@@ -219,9 +219,10 @@ class RetentionConfig:
 
 @dataclass(frozen=True, slots=True)
 class LifecycleConfig:
-    """``lifecycle:`` - how long a forgotten record can still be restored."""
+    """``lifecycle:`` - how long a forgotten record can still be restored, how many pins."""
 
     restore_days: int = 30  # past this, the daily retain sweep erases it for good
+    max_pinned_per_scope: int = 50  # pinned records one scope may hold
 
 
 @dataclass(frozen=True, slots=True)

@@ -147,6 +147,7 @@ class ErasureMixin(StoreBase):
             # A vector staged by an unfinished re-embed is as much the record's as its live one.
             counts["embeddings"] += conn.execute(
                 f"DELETE FROM reembed_vectors WHERE record_id IN ({marks(chunk)})", chunk).rowcount
+            conn.execute(f"DELETE FROM record_pins WHERE record_id IN ({marks(chunk)})", chunk)
             counts["entity_links"] += conn.execute(
                 f"DELETE FROM record_entities WHERE record_id IN ({marks(chunk)})", chunk).rowcount
             # Erasure is the one exception to append-only events: payloads quote text.

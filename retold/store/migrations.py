@@ -309,6 +309,13 @@ def _host_trigger(conn: sqlite3.Connection) -> str | None:
     return None
 
 
+def _record_pins(conn: sqlite3.Connection) -> None:
+    """Pinned records: kept from ageing out. A table of its own rather than a column, so a
+    pin carries who set it and when, and the sweeps skip pinned rows by one lookup."""
+    conn.execute("CREATE TABLE record_pins (record_id TEXT PRIMARY KEY REFERENCES records(id),"
+                 " pinned_at TEXT NOT NULL, actor TEXT NOT NULL)")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _initial_schema),
     Migration(2, "extraction stages", _extraction_stages),
@@ -321,6 +328,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(9, "source reference index", _source_ref_index),
     Migration(10, "search decision column", _search_decision),
     Migration(11, "host trigger name", _host_trigger),
+    Migration(12, "record pins", _record_pins),
 )
 LATEST = MIGRATIONS[-1].version
 

@@ -189,7 +189,8 @@ class RecordsMixin(StoreBase):
             version = self.bump_version(conn)
             row = conn.execute(
                 "UPDATE records SET status = ?, confidence = ?, reinforcements = ?,"
-                " last_reinforced_at = ?, expires_at = ?, source_kind = ?, source_ref = ?,"
+                " last_reinforced_at = ?, expires_at = CASE WHEN EXISTS (SELECT 1 FROM record_pins"
+                " WHERE record_id = records.id) THEN NULL ELSE ? END, source_kind = ?, source_ref = ?,"
                 " evidence = ?, review_flagged_at = ?, index_version = ? WHERE id = ? RETURNING seq",
                 (
                     record.status, record.confidence, record.reinforcements,

@@ -15,6 +15,7 @@ from retold.store.erasure import ErasureMixin
 from retold.store.event_log import EventLogMixin
 from retold.store.grants import GrantsMixin
 from retold.store.members import MembersMixin
+from retold.store.pins import PinsMixin
 from retold.store.profiles import ProfilesMixin
 from retold.store.records import RecordsMixin
 from retold.store.retention import RetentionMixin
@@ -36,6 +37,7 @@ class Store(
     ClaimsMixin,
     GrantsMixin,
     MembersMixin,
+    PinsMixin,
     SearchMixin,
     SweepsMixin,
     RetentionMixin,

@@ -54,7 +54,8 @@ class SweepsMixin(StoreBase):
         with self.atomic() as conn:
             due = conn.execute(
                 f"SELECT id, status, expires_at FROM records WHERE status IN {_ACTIVE_SQL}"
-                " AND expires_at IS NOT NULL AND expires_at < ? ORDER BY seq",
+                " AND expires_at IS NOT NULL AND expires_at < ?"
+                " AND id NOT IN (SELECT record_id FROM record_pins) ORDER BY seq",
                 (to_iso(now),),
             ).fetchall()
             if not due:

@@ -38,6 +38,7 @@ from retold.retrieve.explain import explanation_plain, short_id
 from retold.retrieve.retriever import Retriever
 from retold.store import Store
 from retold.store.entities import EntityMergeError
+from retold.store.pins import PinRefusedError
 from retold.tools.export import anthropic_tools, openai_tools
 from retold.tools.schemas import ToolSchema, tool_schemas
 from retold.tools.validation import ToolError, search_request, validate_payload, write_request
@@ -286,7 +287,7 @@ class ToolHandlers:
             "event_at": to_iso(record.event_at), "expires_at": _ts(record.expires_at),
             "valid_from": _ts(record.valid_from), "valid_until": _ts(record.valid_until),
             "review_at": _ts(record.review_at), "last_reinforced_at": _ts(record.last_reinforced_at),
-            "tags": list(record.tags),
+            "tags": list(record.tags), "pinned": self.parts.store.is_pinned(record.id),
             "supersedes_id": self._readable_id(record.supersedes_id, access),
             "superseded_by": next((e["id"] for e in lineage if e["relation"] == "superseded_by"), None),
             "lineage": lineage,
@@ -372,6 +373,8 @@ class ToolHandlers:
         try:
             if action == "restore":
                 return self._restore(principal, record, reason)
+            if action in ("pin", "unpin"):
+                return self._pin(principal, record, action, reason)
             if is_history(record, self.parts.clock.now()):
                 raise RevisionError("invalid_input", f"memory {record.id} is history and cannot be revised")
             if action == "supersede":
@@ -394,6 +397,22 @@ class ToolHandlers:
             raise ToolError(err.code, err.message, **err.details) from None
         return {"id": record.id, "action": action, "status": change.status,
                 "previous_status": change.previous_status, "event_id": change.event_id}
+
+    def _pin(self, principal: Principal, record: Record, action: str, reason: str) -> ToolResult:
+        refuse_secrets(reason=reason)  # the reason is kept in the event
+        store, limit = self.parts.store, self.parts.config.lifecycle.max_pinned_per_scope
+        try:
+            if action == "pin":
+                event_id = store.pin(record.id, principal.agent_id, reason, limit)
+            else:
+                event_id = store.unpin(record.id, principal.agent_id, reason)
+        except PinRefusedError as err:
+            raise ToolError("invalid_input", str(err)) from None
+        out: ToolResult = {"id": record.id, "action": action, "pinned": action == "pin",
+                           "event_id": event_id}
+        if event_id is None:
+            out["note"] = f"already {'pinned' if action == 'pin' else 'not pinned'}; nothing changed"
+        return out
 
     def _restore(self, principal: Principal, record: Record, reason: str) -> ToolResult:
         change = self.parts.reviser.restore(principal.agent_id, record, reason)

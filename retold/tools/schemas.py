@@ -43,7 +43,7 @@ TOOL_NAMES: tuple[str, ...] = (
 # The model may claim only these; the host owns system and the extractor
 # owns session_summary, so the input enum excludes them.
 EVIDENCE_SOURCE_KINDS: tuple[str, ...] = ("user_statement", "tool_result", "agent_inference")
-REVISE_ACTIONS: tuple[str, ...] = ("confirm", "supersede", "expire", "restore")
+REVISE_ACTIONS: tuple[str, ...] = ("confirm", "supersede", "expire", "restore", "pin", "unpin")
 REVISE_RECORD_FIELDS: tuple[str, ...] = (
     "id", "action", "reason", "content", "source_kind", "evidence", "evidence_turn",
 )
@@ -182,7 +182,8 @@ _REVISE: ToolSchema = {
         "evidence, and evidence_turn are valid only with supersede, and evidence must be a "
         "verbatim quote from this session). Superseded and expired records are history and "
         "cannot be revised; a forgotten one can only be restored (action restore) while "
-        "memory_get shows it as restorable. With {entity_id, merge_into, reason} instead, it "
+        "memory_get shows it as restorable. pin keeps a memory the user wants kept from "
+        "ageing out (unpin undoes it). With {entity_id, merge_into, reason} instead, it "
         "merges two entities of the same kind that name one person, project, or thing. Every "
         "change is audited with your reason."
     ),

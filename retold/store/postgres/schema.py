@@ -42,10 +42,16 @@ def _host_trigger(conn: Any) -> None:
                  " CHECK (trigger IN ('tool','host'))")
 
 
+def _record_pins(conn: Any) -> None:
+    conn.execute('CREATE TABLE record_pins (record_id TEXT COLLATE "C" PRIMARY KEY REFERENCES records(id),'
+                 ' pinned_at TEXT COLLATE "C" NOT NULL, actor TEXT COLLATE "C" NOT NULL)')
+
+
 # Migrations after the initial PostgreSQL schema: (version, name, apply).
 PG_MIGRATIONS: tuple[tuple[int, str, Callable[[Any], None]], ...] = (
     (10, "search decision column", _search_decision),
     (11, "host trigger name", _host_trigger),
+    (12, "record pins", _record_pins),
 )
 _PG_LATEST = PG_MIGRATIONS[-1][0] if PG_MIGRATIONS else PG_BASE
 
