@@ -101,7 +101,8 @@ def test_the_sweep_tasks_call_operations_on_the_process_runtime(
     assert workers.tasks.expire.run() == {"expired": 1}
     assert workers.tasks.expire.run() == {"expired": 0}  # idempotent
     assert world.record(past.id).status == "expired"
-    assert workers.tasks.retain.run() == {"blanked": 0, "search_logs_deleted": 0, "event_payloads_thinned": 0}
+    assert workers.tasks.retain.run() == {"blanked": 0, "search_logs_deleted": 0, "event_payloads_thinned": 0,
+                                           "forgotten_erased": 0}
     assert workers.tasks.temporal_review.run() == {"flagged": 0}
     # Without an extractor the task fails, naming what to set, instead of succeeding.
     world.rt.hooks.on_session_end(world.p)
