@@ -240,10 +240,12 @@ class Reviser:
             if change is None:
                 raise RevisionError("not_found", f"memory {record.id} was erased and cannot be restored")
             if target in ACTIVE_STATUSES and record.attribute and record.subject_entity_id:
-                for other in self.store.find_records(
-                        scopes=[record.scope], statuses=ACTIVE_STATUSES,
-                        subject_entity_id=record.subject_entity_id):
-                    if other.id != record.id and other.attribute == record.attribute:
+                # The write path's own notion of the current value about the same thing.
+                current = self.store.active_for_subject(
+                    record.scope, record.type, record.subject_entity_id, self.clock.now(),
+                    attribute=record.attribute)
+                for other in current:
+                    if other.id != record.id:
                         self.store.add_conflict(record.id, other.id)
         assert change.event_id is not None
         return StatusChange(record.id, "restore", "deleted", target, change.event_id)
