@@ -52,6 +52,8 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.pipeline_bench
 	$(BIN)/python -m benchmarks.encoder_bench
 	$(BIN)/python -m benchmarks.integrity_bench
+	$(BIN)/python -m benchmarks.lifecycle_bench
+	$(BIN)/python -m benchmarks.hygiene_bench
 	$(BIN)/python -m benchmarks.scale_bench
 
 clean:

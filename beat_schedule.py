@@ -14,6 +14,8 @@ only make sense with one kind of broker, ``"brokers"``. The Celery app
 - ``expire`` and ``retain`` are the lifecycle sweeps: records past their expiry, and user
   text past its age (transcripts of extracted sessions after ``sessions.retain_days``,
   search-log rows and event payload text after the ``retention:`` ages).
+- ``capacity`` archives the lowest-scoring live records of every scope over its
+  ``lifecycle.max_active_per_scope`` (nothing when no kind has a cap).
 - ``queue_maintenance`` deletes consumed messages from the embedded broker's file, which
   kombu's SQLAlchemy transport never deletes; a Redis broker needs no such sweep.
 """
@@ -36,6 +38,7 @@ SCHEDULE: dict[str, dict[str, Any]] = {
     "temporal_review": {"task": "retold.temporal_review", "seconds": 600},
     "expire": {"task": "retold.expire", "seconds": 3600},
     "retain": {"task": "retold.retain", "seconds": 86400},
+    "capacity": {"task": "retold.capacity", "seconds": 86400},
     "queue_maintenance": {"task": "retold.queue_maintenance", "seconds": 3600, "brokers": [EMBEDDED]},
 }
 

@@ -21,7 +21,7 @@ import logging
 import math
 import sqlite3
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from threading import Thread
 from typing import TYPE_CHECKING
@@ -79,6 +79,9 @@ class Metrics:
     sessions: dict[str, int]
     extraction_lag: ExtractionLag
     queue: QueueDepths | None
+    # Per scope, (duplicate share, stale provisional share) from `retold hygiene`'s measure;
+    # filled by `retold metrics`, not by the Prometheus endpoint (it compares vectors).
+    hygiene: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
 def collect_metrics(

@@ -1,9 +1,9 @@
 """Operations: the maintenance the runtime never does on its own.
 
 What the ``retold`` CLI and the Celery maintenance tasks call: expiry, retention (of
-transcripts, search logs and event payloads), erasure with compaction, resumable
-re-embedding with the refusal to run under a gate fitted for another model,
-snapshots, due-review flagging, unmapped legacy rows, and the debugging reads
+transcripts, search logs and event payloads), capacity, hygiene, export and import, erasure with
+compaction, resumable re-embedding with the refusal to run under a gate fitted for
+another model, snapshots, due-review flagging, unmapped legacy rows, and the debugging reads
 ``search``, ``get`` and ``dump``. Each returns a small typed result. Nothing here imports
 torch: a model loads only when ``reembed`` or ``search`` embeds text.
 """
@@ -12,17 +12,21 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from retold.config import Config
 from retold.errors import RetoldError, StoreError, StoreLockedError
 from retold.index.embedder import Embedder, embedder_from_config
 from retold.index.vector import VectorIndex
-from retold.models import ACTIVE_STATUSES, Principal, Record, Scope, SearchRequest
+from retold.models import ACTIVE_STATUSES, SCOPE_KINDS, Principal, Record, Scope, SearchRequest
+from retold.policy.capacity import Archival, choose_archivals
+from retold.policy.hygiene import Cluster, duplicate_clusters, stale_provisional, unused
+from retold.portable.exporter import ExportResult, export_scope
+from retold.portable.importer import Importer, ImportResult
 from retold.retrieve.search_log import SearchLogWriter
 from retold.store import EmbeddingFamily, Store
 from retold.store.erasure import Erasure
@@ -36,7 +40,9 @@ if TYPE_CHECKING:
     Search = Callable[[Principal, SearchRequest], SearchOutcome]
 
 __all__ = [
+    "CapacityResult",
     "EraseResult",
+    "HygieneReport",
     "MigrateResult",
     "OperationError",
     "Operations",
@@ -91,6 +97,46 @@ class RetentionResult:
     event_payloads_thinned: int
     forgotten_erased: int  # forgotten records past lifecycle.restore_days, erased for good
     wal_truncated: bool  # False: another connection kept the WAL from being truncated
+
+
+@dataclass(frozen=True)
+class CapacityResult:
+    """One scope over its cap: how many live records it held, what was (or, without
+    apply, would be) archived, and how many stay over because they are protected."""
+
+    scope: Scope
+    live: int
+    cap: int
+    archived: list[Archival]
+    applied: bool
+
+    @property
+    def still_over(self) -> int:
+        """Records left over the cap: pins and attributes' current values are never archived."""
+        return max(0, self.live - len(self.archived) - self.cap)
+
+
+@dataclass(frozen=True)
+class HygieneReport:
+    """``retold hygiene`` on one scope: its duplicate clusters and the records reported as
+    stale (provisional, never confirmed or used) and unused."""
+
+    scope: Scope
+    live: int
+    clusters: list[Cluster]
+    stale_provisional: list[str]
+    unused: list[str]
+    applied: bool
+    merged: int = 0  # records archived into their cluster's kept record (with apply)
+
+    @property
+    def duplicate_share(self) -> float:
+        """Live records that only repeat another, as a share of the scope's live records."""
+        return sum(len(c.merge) for c in self.clusters) / self.live if self.live else 0.0
+
+    @property
+    def stale_share(self) -> float:
+        return len(self.stale_provisional) / self.live if self.live else 0.0
 
 
 @dataclass(frozen=True)
@@ -201,6 +247,94 @@ class Operations:
         if due:
             self.store.compact()  # as after `retold erase`: no residue of the text anywhere
         return len(due)
+
+    def capacity(self, actor: str = "admin", *, apply: bool = True) -> list[CapacityResult]:
+        """Bring every scope over ``lifecycle.max_active_per_scope`` back to its cap by
+        archiving its lowest-scoring live records (:mod:`retold.policy.capacity`), one
+        ``record.archived`` event each with the score's parts. Without ``apply`` it only
+        reports what it would archive. Scopes within their cap are not read."""
+        caps, now = self.config.lifecycle.max_active_per_scope, self.clock.now()
+        ranks = dataclasses.asdict(self.config.policy.source_rank)
+        used: dict[str, datetime] | None = None
+        out = []
+        for kind in SCOPE_KINDS:
+            cap = getattr(caps, kind)
+            if cap is None:
+                continue
+            for scope_id, live in sorted(self.store.live_counts(kind).items()):
+                if live <= cap:
+                    continue
+                scope = Scope(kind, scope_id)  # type: ignore[arg-type]
+                if used is None:  # read once, and only when some scope is over
+                    used = self._last_uses()
+                chosen = choose_archivals(self.store.capacity_rows(scope, used), cap, now, ranks)
+                if apply:
+                    payloads = [(a.row.record_id, {"reason": "over capacity", "scope": str(scope),
+                                                   "cap": cap, "score": a.parts.as_dict()}) for a in chosen]
+                    changed = self.store.archive(payloads, actor)
+                    for row in changed:  # as for expiry: the vector stays, for include_history
+                        self.index.acknowledge(row.record_id, row.index_version)
+                    kept = {row.record_id for row in changed}
+                    chosen = [a for a in chosen if a.row.record_id in kept]
+                out.append(CapacityResult(scope, live, cap, chosen, apply))
+        return out
+
+    def hygiene(self, scope: Scope, actor: str = "admin", *, apply: bool = False) -> HygieneReport:
+        """Find ``scope``'s duplicate clusters, stale provisional and unused records
+        (:mod:`retold.policy.hygiene`); with ``apply``, fold each cluster into its kept
+        record (:meth:`Store.merge_duplicates`). Stale and unused records are only
+        reported: the expiry sweep and capacity already retire records by age and use."""
+        return self._hygiene(scope, actor, apply, self._last_uses())
+
+    def _last_uses(self) -> dict[str, datetime]:
+        self._flush_search_log()  # a search that just returned a record counts as its use
+        return self.store.last_uses(self.clock.now() - timedelta(days=self.config.retention.search_log_days))
+
+    def _hygiene(self, scope: Scope, actor: str, apply: bool, used: dict[str, datetime]) -> HygieneReport:
+        now, life = self.clock.now(), self.config.lifecycle
+        rows = self.store.capacity_rows(scope, used)
+        texts = self.store.live_texts(scope)
+        family = self.store.embedding_family()
+        vectors = {} if family is None else self.store.live_vectors(scope, family)
+        conflicts = self.store.conflict_pairs([r.record_id for r in rows])
+        clusters = duplicate_clusters(rows, texts, vectors, conflicts, life.duplicate_cosine, now,
+                                      dataclasses.asdict(self.config.policy.source_rank))
+        merged = 0
+        if apply:
+            for cluster in clusters:
+                changed = self.store.merge_duplicates(cluster.keep, cluster.merge, actor,
+                                                      f"duplicate ({cluster.reason})")
+                for row in changed:  # the kept one reinforced, the others history: vectors stay
+                    self.index.acknowledge(row.record_id, row.index_version)
+                merged += max(0, len(changed) - 1)
+        return HygieneReport(scope, len(rows), clusters,
+                             stale_provisional(rows, now, life.stale_provisional_days),
+                             unused(rows, now, life.unused_days), apply, merged)
+
+    def hygiene_shares(self) -> dict[str, tuple[float, float]]:
+        """(duplicate share, stale share) of every scope holding live records."""
+        out, used = {}, self._last_uses()
+        for kind in SCOPE_KINDS:
+            for scope_id in sorted(self.store.live_counts(kind)):
+                report = self._hygiene(Scope(kind, scope_id), "admin", False, used)  # type: ignore[arg-type]
+                out[str(report.scope)] = (report.duplicate_share, report.stale_share)
+        return out
+
+    # -- export and import ---------------------------------------------------------------------
+
+    def export(self, scope: Scope, out: TextIO, *, include_history: bool = False,
+               include_events: bool = False) -> ExportResult:
+        """Write one scope as an export file (:mod:`retold.portable`) to ``out``."""
+        return export_scope(self.store, scope, out, self.clock, include_history=include_history,
+                            include_events=include_events)
+
+    def import_lines(self, lines: Iterable[str], principal: Principal, *, into: Scope | None = None,
+                     confirm: bool = False, actor: str = "admin",
+                     progress: Callable[[int, int], None] | None = None) -> ImportResult:
+        """Import an export file as ``principal`` would write it; see
+        :class:`retold.portable.importer.Importer`."""
+        importer = Importer(self.store, self.index, self.embedder, self.config, self.clock)
+        return importer.run(lines, principal, into=into, confirm=confirm, actor=actor, progress=progress)
 
     def review_due(self, actor: str = TEMPORAL_REVIEWER) -> int:
         """Flag one bounded batch of records whose ``review_at`` has arrived; returns how

@@ -35,7 +35,7 @@ from workers.process_runtime import current_runtime
 from workers.progress import task_progress
 
 __all__ = [
-    "end_idle_sessions", "expire", "extract_session", "queue_maintenance", "recover", "reembed",
+    "capacity", "end_idle_sessions", "expire", "extract_session", "queue_maintenance", "recover", "reembed",
     "retain", "review_session", "temporal_review",
 ]
 
@@ -107,6 +107,12 @@ def retain() -> dict[str, Any]:
     return {"blanked": result.sessions_blanked, "search_logs_deleted": result.search_logs_deleted,
             "event_payloads_thinned": result.event_payloads_thinned,
             "forgotten_erased": result.forgotten_erased}
+
+
+@_task("retold.capacity")
+def capacity() -> dict[str, Any]:
+    results = current_runtime().operations.capacity(MAINTENANCE_ACTOR)
+    return {"scopes_over": len(results), "archived": sum(len(r.archived) for r in results)}
 
 
 @_task("retold.reembed", bind=True)

@@ -23,6 +23,7 @@ from retold.cli import (
     members,
     migrate_store,
     observe,
+    portable,
     records,
     retry,
     reviews,
@@ -42,8 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="retold", description="Retold: durable, scoped, evidence-backed memory for AI agents."
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for group in (maintenance, migrate_store, retry, check, serve, records, access, members, reviews,
-                  observe):
+    for group in (maintenance, migrate_store, retry, check, serve, records, portable, access, members,
+                  reviews, observe):
         group.register(commands)
     return parser
 

@@ -1,6 +1,6 @@
-"""``retold migrate``, ``expire``, ``retain``, ``review-due``, ``erase``, ``restore``, ``pin``,
-``unpin``, ``reembed``, ``snapshot`` and ``extract``: the commands that change the store on an
-operator's behalf."""
+"""``retold migrate``, ``expire``, ``retain``, ``capacity``, ``hygiene``, ``review-due``,
+``erase``, ``restore``, ``pin``, ``unpin``, ``reembed``, ``snapshot`` and ``extract``: the
+commands that change the store on an operator's behalf."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from retold.cli.common import (
     cli_config,
     cli_runtime,
     positive,
+    scope_arg,
 )
 from retold.host import HostError
 from retold.ingest.revision import RevisionError
@@ -78,6 +79,55 @@ def _cmd_retain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_capacity(args: argparse.Namespace) -> int:
+    """Report (or, with --apply, archive) what keeps each scope over its cap."""
+    with cli_runtime(args, models=False) as rt:
+        results = rt.operations.capacity(actor(args), apply=args.apply)
+        caps = rt.config.lifecycle.max_active_per_scope
+    if all(getattr(caps, kind) is None for kind in ("user", "agent", "project", "org")):
+        print("no scope kind has a cap (lifecycle.max_active_per_scope); nothing to do")
+        return 0
+    if not results:
+        print("every scope is within its cap")
+    verb = "archived" if args.apply else "would archive"
+    for result in results:
+        print(f"{result.scope}: {result.live} live, cap {result.cap}; {verb} {len(result.archived)}"
+              + (f"; {result.still_over} stay over (pinned, or an attribute's only current value)"
+                 if result.still_over else ""))
+        for archival in result.archived[:args.show]:
+            parts = archival.parts.as_dict()
+            print(f"  {archival.row.record_id}  score {parts.pop('total'):.3f} ("
+                  + ", ".join(f"{k} {v:.2f}" for k, v in parts.items()) + ")")
+    if results and not args.apply:
+        print("nothing changed; add --apply to archive them (memory_revise restore brings one back)")
+    return 0
+
+
+def _cmd_hygiene(args: argparse.Namespace) -> int:
+    """Report a scope's duplicates, stale and unused records; merge duplicates with --apply."""
+    with cli_runtime(args, models=False) as rt:
+        texts = rt.store.live_texts(args.scope)  # before --apply archives some of them
+        report = rt.operations.hygiene(args.scope, actor(args), apply=args.apply)
+        life = rt.config.lifecycle
+    print(f"{report.scope}: {report.live} live records")
+    folded = sum(len(c.merge) for c in report.clusters)
+    print(f"duplicates: {len(report.clusters)} clusters, {folded} records that repeat another"
+          f" ({100 * report.duplicate_share:.1f}%)")
+    verb = "merged" if args.apply else "merge"
+    for cluster in report.clusters[:args.show]:
+        print(f"  keep {cluster.keep}  {texts[cluster.keep][1]}")
+        for record_id in cluster.merge:
+            print(f"    {verb} {record_id}  {texts[record_id][1]}  [{cluster.reason}]")
+    print(f"stale provisional (older than {life.stale_provisional_days} days, never confirmed or used):"
+          f" {len(report.stale_provisional)}")
+    print(f"unused (nothing used them in {life.unused_days} days): {len(report.unused)}")
+    if args.apply:
+        print(f"merged {report.merged} records into the record kept in their cluster (archived; restorable)")
+    elif report.clusters:
+        print("nothing changed; add --apply to merge each cluster into the record kept")
+    return 0
+
+
 def _cmd_erase(args: argparse.Namespace) -> int:
     kind, target = (("record", args.record) if args.record else
                     ("session", args.session) if args.session else ("user", args.user))
@@ -109,7 +159,7 @@ def _cmd_restore(args: argparse.Namespace) -> int:
         conflicts = rt.store.conflicts_of(record.id)
     print(f"restored {record.id} as {change.status}; event {change.event_id}")
     if conflicts:
-        print(f"it conflicts with {', '.join(conflicts)}, written while it was forgotten;"
+        print(f"it conflicts with {', '.join(conflicts)}, written while it was away;"
               " `retold get` shows both", file=sys.stderr)
     return 0
 
@@ -232,6 +282,25 @@ def register(commands: Any) -> None:
                 " delete search_log rows older than retention.search_log_days and cut the payloads of"
                 " events older than retention.event_payload_days to ids, outcomes and counts.")
 
+    capacity = add_command(commands, "capacity", _cmd_capacity, "archive what keeps a scope over its cap",
+                           "For each scope over lifecycle.max_active_per_scope, list the lowest-scoring"
+                           " live records (source trust, explicitness, recent use, freshness) that bring"
+                           " it back to its cap; pinned records and an attribute's only current value are"
+                           " never chosen. --apply archives them (searchable as history, restorable),"
+                           " one record.archived event each.")
+    capacity.add_argument("--apply", action="store_true", help="archive them (default: report only)")
+    capacity.add_argument("--show", type=positive, default=10, help="records listed per scope (default 10)")
+
+    hygiene = add_command(commands, "hygiene", _cmd_hygiene,
+                          "find a scope's duplicates, stale and unused records",
+                          "Report the scope's near-duplicate clusters (same subject, the same words or a"
+                          " cosine at lifecycle.duplicate_cosine), provisional records never confirmed or"
+                          " used, and records unused for lifecycle.unused_days. --apply merges each cluster"
+                          " into its strongest record (reinforced; the others archived, restorable).")
+    hygiene.add_argument("--scope", required=True, type=scope_arg, help="scope as kind:id, e.g. user:aditya")
+    hygiene.add_argument("--apply", action="store_true", help="merge the duplicates (default: report only)")
+    hygiene.add_argument("--show", type=positive, default=10, help="clusters listed (default 10)")
+
     erase = add_command(commands, "erase", _cmd_erase, "irreversibly erase a record, session or user",
                         "Irreversibly erase durable content, keep ids, kinds and timestamps,"
                         " then compact the file so no residue remains. Needs --yes.")
@@ -242,10 +311,10 @@ def register(commands: Any) -> None:
     erase.add_argument("--reason", required=True, help="why; recorded on the audit event")
     erase.add_argument("--yes", action="store_true", help="confirm the irreversible erase")
 
-    restore = add_command(commands, "restore", _cmd_restore, "bring back a forgotten record",
-                          "Undo a forget within lifecycle.restore_days: the record returns to the status"
-                          " it had, searchable again; one record.restored event. An erased record, or one"
-                          " past the window, cannot be restored.")
+    restore = add_command(commands, "restore", _cmd_restore, "bring back a forgotten or archived record",
+                          "Undo a forget within lifecycle.restore_days, or a capacity archive at any time:"
+                          " the record returns to the status it had, searchable again; one record.restored"
+                          " event. An erased record, or one past the window, cannot be restored.")
     restore.add_argument("id", help="record id")
     restore.add_argument("--reason", required=True, help="why; recorded on the audit event")
 

@@ -4,6 +4,7 @@ store (and, for queue depths, the broker) without loading a model or changing an
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import sys
@@ -115,6 +116,8 @@ def _cmd_metrics(args: argparse.Namespace) -> int:
         lease = timedelta(seconds=rt.config.ingestion.extraction_lease_seconds)
         queue = None if args.no_queue else queue_depths(rt.config)
         metrics = collect_metrics(rt.store, now, lease, since=_moment(args.since, now), queue=queue)
+        if not args.no_hygiene:
+            metrics = dataclasses.replace(metrics, hygiene=rt.operations.hygiene_shares())
         path = rt.store.path
     if args.json:
         print_json(metrics)
@@ -145,6 +148,12 @@ def _metrics_text(path: str, m: Metrics) -> list[str]:
                            f"{lag.count} sessions, p50 {lag.p50_seconds:.1f} s, p95 {lag.p95_seconds:.1f} s,"
                            f" max {lag.max_seconds:.1f} s (session end to extraction)"),
     ]
+    worst = sorted(m.hygiene.items(), key=lambda item: (-item[1][0] - item[1][1], item[0]))
+    shown = [f"{scope} {100 * dup:.0f}%/{100 * stale:.0f}%"
+             for scope, (dup, stale) in worst[:5] if dup or stale]
+    lines.append("hygiene:     " + (("duplicate/stale share, worst first: " + ", ".join(shown)
+                                     + (f" (of {len(worst)} scopes)" if len(worst) > 5 else ""))
+                                    if shown else f"no duplicates or stale records in {len(worst)} scopes"))
     queue = m.queue
     if queue is None:
         lines.append("queues:      not asked (--no-queue)")
@@ -193,8 +202,11 @@ def register(commands: Any) -> None:
         commands, "metrics", _cmd_metrics, "print write, search, extraction and queue metrics",
         "Print write outcomes, searches and their empty rate, extraction outcomes, session states,"
         " the lag from a session's end to its extraction, and the queue depths when the broker"
-        " answers within 2 s. The same values a worker exports to Prometheus (metrics.port).")
+        " answers within 2 s (the values a worker exports to Prometheus, metrics.port), and per scope"
+        " the share of duplicates and stale provisional records, as `retold hygiene` counts them.")
     metrics.add_argument("--since", type=_since, help="count only rows at or after this ISO 8601 time,"
                          " or within this age (30m, 6h, 7d); session states are always current")
     metrics.add_argument("--no-queue", action="store_true", help="do not ask the broker for queue depths")
+    metrics.add_argument("--no-hygiene", action="store_true",
+                         help="skip the per-scope duplicate and stale shares (they compare vectors)")
     metrics.add_argument("--json", action="store_true", help="print one JSON object")

@@ -70,6 +70,7 @@ __all__ = [
     "SearchLogConfig",
     "SessionsConfig",
     "SignalWeights",
+    "ScopeCaps",
     "SourceRanks",
     "StoreConfig",
     "ToolsConfig",
@@ -218,11 +219,28 @@ class RetentionConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ScopeCaps:
+    """``lifecycle.max_active_per_scope:`` - live records one scope of each kind may hold;
+    null = no cap. Over it, the daily capacity sweep archives the lowest-scoring ones."""
+
+    user: int | None = None
+    agent: int | None = None
+    project: int | None = None
+    org: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class LifecycleConfig:
-    """``lifecycle:`` - how long a forgotten record can still be restored, how many pins."""
+    """``lifecycle:`` - how long a forgotten record can still be restored, how many pins,
+    how many live records a scope keeps, and what ``retold hygiene`` reports."""
 
     restore_days: int = 30  # past this, the daily retain sweep erases it for good
     max_pinned_per_scope: int = 50  # pinned records one scope may hold
+    max_active_per_scope: ScopeCaps = field(default_factory=ScopeCaps)
+    # retold hygiene: two live records about one subject at or above this cosine are duplicates
+    duplicate_cosine: float = 0.92
+    stale_provisional_days: int = 14  # unconfirmed and unused this long (of its 30-day life): stale
+    unused_days: int = 180  # not reinforced, found by a search or restored this long: reported
 
 
 @dataclass(frozen=True, slots=True)

@@ -208,20 +208,23 @@ class Reviser:
         return from_iso(events[-1]["at"]), events[-1]["payload"].get("previous_status")
 
     def restore(self, actor: str, record: Record, reason: str) -> StatusChange:
-        """Undo a forget inside the restore window: the record returns to the status it
-        had, searchable again by its words and its vector, with a ``record.restored``
-        event naming ``actor``.
+        """Undo a forget inside the restore window, or a capacity archive at any time: the
+        record returns to the status it had, searchable again by its words and its
+        vector, with a ``record.restored`` event naming ``actor``.
 
         If another live record now holds the same subject and attribute (written while
-        this one was forgotten), the two are linked as a conflict rather than one
-        silently replacing the other: nobody has compared them yet. Raises
-        RevisionError ``not_found`` past the window or after an erase (the reason says
-        which), ``invalid_input`` when the record is not forgotten.
+        this one was away), the two are linked as a conflict rather than one silently
+        replacing the other: nobody has compared them yet. Raises RevisionError
+        ``not_found`` past the window or after an erase (the reason says which),
+        ``invalid_input`` when the record is neither forgotten nor archived.
         """
         refuse_secrets(reason=reason)
+        if record.status == "expired" and (archived := self.store.archived_from(record.id)) is not None:
+            target = archived if archived in ACTIVE_STATUSES else "provisional"
+            return self._bring_back(actor, record, reason, target, "expired", {"archived": True})
         if record.status != "deleted":
-            raise RevisionError("invalid_input", f"memory {record.id} is {record.status}, not forgotten;"
-                                " only a forgotten memory can be restored")
+            raise RevisionError("invalid_input", f"memory {record.id} is {record.status}, neither forgotten"
+                                " nor archived; only those can be restored")
         forgotten = self._last_forget(record)
         if forgotten is None:
             raise RevisionError("not_found", f"memory {record.id} was erased and cannot be restored")
@@ -233,10 +236,13 @@ class Reviser:
         # A forget event thinned by retention no longer says the old status: come back
         # unconfirmed rather than claim a confirmation nobody can show.
         target = previous if previous in RECORD_STATUSES and previous != "deleted" else "provisional"
-        event = NewEvent("record.restored", actor, {"reason": reason, "status": target,
-                                                    "forgotten_at": to_iso(at)}, record.id)
+        return self._bring_back(actor, record, reason, target, "deleted", {"forgotten_at": to_iso(at)})
+
+    def _bring_back(self, actor: str, record: Record, reason: str, target: str, from_status: str,
+                    detail: dict[str, object]) -> StatusChange:
+        event = NewEvent("record.restored", actor, {"reason": reason, "status": target, **detail}, record.id)
         with self.store.atomic():
-            change = self.store.restore(record.id, target, event)
+            change = self.store.restore(record.id, target, event, from_status=from_status)
             if change is None:
                 raise RevisionError("not_found", f"memory {record.id} was erased and cannot be restored")
             if target in ACTIVE_STATUSES and record.attribute and record.subject_entity_id:
@@ -248,7 +254,7 @@ class Reviser:
                     if other.id != record.id:
                         self.store.add_conflict(record.id, other.id)
         assert change.event_id is not None
-        return StatusChange(record.id, "restore", "deleted", target, change.event_id)
+        return StatusChange(record.id, "restore", from_status, target, change.event_id)
 
     def _check_authority(self, new: Record, old: Record, notes: list[str]) -> None:
         """Authority: source rank first, then event time, then write time."""

@@ -156,17 +156,19 @@ class RecordsMixin(StoreBase):
             event_id = self._insert_event(conn, event) if event is not None else None
             return Transition(version, event_id)
 
-    def restore(self, record_id: str, status: str, event: NewEvent) -> Transition | None:
-        """Bring a forgotten record back as ``status``: its FTS row is written again from
-        the content it kept, and its vector (which forget left in place) is live again
-        at the new ``records_version``, so every index loads it on its next refresh.
-        None, with nothing written, when the record is not forgotten or was erased (an
-        erased record has no content left to bring back)."""
-        if status == "deleted" or status not in RECORD_STATUSES:
+    def restore(self, record_id: str, status: str, event: NewEvent, *,
+                from_status: str = "deleted") -> Transition | None:
+        """Bring a forgotten (or, with ``from_status="expired"``, an archived) record back
+        as ``status``: its FTS row is written again from the content it kept, and its
+        vector (which forget left in place) is live again at the new ``records_version``,
+        so every index loads it on its next refresh. None, with nothing written, when the
+        record is no longer in ``from_status`` or was erased (an erased record has no
+        content left to bring back)."""
+        if status in ("deleted", from_status) or status not in RECORD_STATUSES:
             raise ValueError(f"cannot restore to {status!r}")
         with self.atomic() as conn:
-            if conn.execute("SELECT 1 FROM records WHERE id = ? AND status = 'deleted' AND content != ''",
-                            (record_id,)).fetchone() is None:
+            if conn.execute("SELECT 1 FROM records WHERE id = ? AND status = ? AND content != ''",
+                            (record_id, from_status)).fetchone() is None:
                 return None
             version = self.bump_version(conn)
             self._set_status(conn, [record_id], status, version)

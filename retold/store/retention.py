@@ -31,7 +31,7 @@ KEPT_EVENT_KEYS = frozenset({
     "user_id", "session_id", "session", "from", "to", "source_ref", "counted",
     # Other ids, outcomes and counts: the audit trail without anybody's words.
     "agent_id", "record_id", "entity_id", "source_id", "target_id", "by", "restates",
-    "supersedes_id", "conflict_with", "superseded_on_arrival_by", "also_superseded",
+    "supersedes_id", "conflict_with", "merged", "merged_into", "superseded_on_arrival_by", "also_superseded",
     "records", "records_rewritten", "sessions", "scope", "origin_scope", "outcome", "kind",
     "status", "previous_status", "source_kind", "requested_source_kind", "stage",
     "persisted_stages", "counts", "rejection_reasons", "turns", "manual", "manual_revision",

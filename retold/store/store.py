@@ -8,14 +8,17 @@ helpers every part shares). See docs/architecture.md, "The store".
 from __future__ import annotations
 
 from retold.store.activation import ActivationMixin
+from retold.store.capacity import CapacityMixin
 from retold.store.claims import ClaimsMixin
 from retold.store.counts import CountsMixin
 from retold.store.entities import EntitiesMixin
 from retold.store.erasure import ErasureMixin
 from retold.store.event_log import EventLogMixin
 from retold.store.grants import GrantsMixin
+from retold.store.hygiene import HygieneMixin
 from retold.store.members import MembersMixin
 from retold.store.pins import PinsMixin
+from retold.store.portable import PortableMixin
 from retold.store.profiles import ProfilesMixin
 from retold.store.records import RecordsMixin
 from retold.store.retention import RetentionMixin
@@ -38,6 +41,9 @@ class Store(
     GrantsMixin,
     MembersMixin,
     PinsMixin,
+    CapacityMixin,
+    PortableMixin,
+    HygieneMixin,
     SearchMixin,
     SweepsMixin,
     RetentionMixin,

@@ -182,9 +182,10 @@ _REVISE: ToolSchema = {
         "evidence, and evidence_turn are valid only with supersede, and evidence must be a "
         "verbatim quote from this session). Superseded and expired records are history and "
         "cannot be revised; a forgotten one can only be restored (action restore) while "
-        "memory_get shows it as restorable. pin keeps a memory the user wants kept from "
-        "ageing out (unpin undoes it). With {entity_id, merge_into, reason} instead, it "
-        "merges two entities of the same kind that name one person, project, or thing. Every "
+        "memory_get shows it as restorable, and so can one archived for space. pin keeps a "
+        "memory the user wants kept from ageing out (unpin undoes it). With {entity_id, "
+        "merge_into, reason} instead, it merges two entities of the same kind that name one "
+        "person, project, or thing. Every "
         "change is audited with your reason."
     ),
     "input_schema": {

@@ -79,11 +79,11 @@ def test_past_the_window_restore_is_not_found_and_changes_nothing(world: World) 
     assert world.record(record_id).status == "deleted"
 
 
-def test_only_a_forgotten_record_can_be_restored(world: World) -> None:
+def test_only_a_forgotten_or_archived_record_can_be_restored(world: World) -> None:
     record_id = user_fact(world)["record_id"]
     answer = _restore(world, record_id)
     assert answer["error"]["code"] == "invalid_input"
-    assert "not forgotten" in answer["error"]["message"]
+    assert "neither forgotten nor archived" in answer["error"]["message"]
 
 
 def test_a_record_restored_beside_a_newer_value_is_linked_as_a_conflict(world: World) -> None:
@@ -134,4 +134,4 @@ def test_cli_restore_brings_a_record_back_and_refuses_in_one_line(
     assert f"restored {record_id} as confirmed" in capsys.readouterr().out
     assert main(["restore", record_id, "--reason", "again", *base]) == EXIT_REFUSED
     err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and "not forgotten" in err
+    assert len(err.strip().splitlines()) == 1 and "neither forgotten nor archived" in err
