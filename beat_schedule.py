@@ -16,6 +16,8 @@ only make sense with one kind of broker, ``"brokers"``. The Celery app
   search-log rows and event payload text after the ``retention:`` ages).
 - ``capacity`` archives the lowest-scoring live records of every scope over its
   ``lifecycle.max_active_per_scope`` (nothing when no kind has a cap).
+- ``backfill`` embeds the records a write stored without their vector (the encoder failed
+  or ran past ``embedding.write_timeout_ms``), so dense search finds them within minutes.
 - ``queue_maintenance`` deletes consumed messages from the embedded broker's file, which
   kombu's SQLAlchemy transport never deletes; a Redis broker needs no such sweep.
 """
@@ -39,6 +41,7 @@ SCHEDULE: dict[str, dict[str, Any]] = {
     "expire": {"task": "retold.expire", "seconds": 3600},
     "retain": {"task": "retold.retain", "seconds": 86400},
     "capacity": {"task": "retold.capacity", "seconds": 86400},
+    "backfill": {"task": "retold.backfill", "seconds": 300},
     "queue_maintenance": {"task": "retold.queue_maintenance", "seconds": 3600, "brokers": [EMBEDDED]},
 }
 

@@ -79,6 +79,7 @@ class Metrics:
     sessions: dict[str, int]
     extraction_lag: ExtractionLag
     queue: QueueDepths | None
+    embeddings_pending: int = 0  # records stored without their vector, until the backfill
     # Per scope, (duplicate share, stale provisional share) from `retold hygiene`'s measure;
     # filled by `retold metrics`, not by the Prometheus endpoint (it compares vectors).
     hygiene: dict[str, tuple[float, float]] = field(default_factory=dict)
@@ -108,6 +109,7 @@ def collect_metrics(
         sessions={state: n for state, n in store.session_state_counts(now - claim_lease).items()},
         extraction_lag=_lag(store.extraction_lags(since)),
         queue=queue,
+        embeddings_pending=store.pending_count(),
     )
 
 
@@ -161,6 +163,9 @@ def families(m: Metrics) -> list[Metric]:
         if value is not None:
             quantiles.add_metric([name], value)
     out.append(quantiles)
+    out.append(GaugeMetricFamily("retold_embeddings_pending",
+                                 "Records stored without their vector, waiting for the backfill.",
+                                 value=m.embeddings_pending))
     if m.queue is not None:
         out.append(GaugeMetricFamily("retold_broker_up", "1 when the broker answered within 2 s.",
                                      value=int(m.queue.reachable)))

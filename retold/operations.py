@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     Search = Callable[[Principal, SearchRequest], SearchOutcome]
 
 __all__ = [
+    "BackfillResult",
     "CapacityResult",
     "EraseResult",
     "HygieneReport",
@@ -114,6 +115,16 @@ class CapacityResult:
     def still_over(self) -> int:
         """Records left over the cap: pins and attributes' current values are never archived."""
         return max(0, self.live - len(self.archived) - self.cap)
+
+
+@dataclass(frozen=True)
+class BackfillResult:
+    """One backfill run: vectors written, records still waiting, and the encoder's error
+    when it stopped the run."""
+
+    embedded: int
+    pending: int
+    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -335,6 +346,29 @@ class Operations:
         :class:`retold.portable.importer.Importer`."""
         importer = Importer(self.store, self.index, self.embedder, self.config, self.clock)
         return importer.run(lines, principal, into=into, confirm=confirm, actor=actor, progress=progress)
+
+    def backfill(self, max_batches: int = 50) -> BackfillResult:
+        """Embed records stored without their vector, ``embedding.reembed_batch_size`` at a
+        time, at most ``max_batches`` batches per call (the beat task runs every few
+        minutes). An encoder that fails stops the run; the records stay pending."""
+        size = self.config.embedding.reembed_batch_size
+        embedded, error = 0, None
+        for _ in range(max_batches):
+            batch = self.store.pending_batch(size)
+            if not batch:
+                break
+            try:
+                vectors = self.embedder.embed_documents([content for _, content in batch])
+            except Exception as exc:  # noqa: BLE001 - report it; the records wait for the next run
+                error = f"{type(exc).__name__}: {exc}"
+                break
+            rows = [(record_id, vector) for (record_id, _), vector in zip(batch, vectors, strict=True)]
+            version = self.store.fill_pending(rows, self.embedder.name, self.embedder.version)
+            if self.index.is_loaded:  # an index not loaded yet reads them on first use
+                for record_id, vector in rows:
+                    self.index.upsert(record_id, vector, version)
+            embedded += len(rows)
+        return BackfillResult(embedded, self.store.pending_count(), error)
 
     def review_due(self, actor: str = TEMPORAL_REVIEWER) -> int:
         """Flag one bounded batch of records whose ``review_at`` has arrived; returns how

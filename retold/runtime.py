@@ -121,6 +121,7 @@ class Runtime:
             self.store, self.index, self.embedder, self.judge, self.lifecycle,
             self.config.ingestion, self.clock,
             incremental_reload_max=self.config.embedding.incremental_reload_max,
+            write_timeout_ms=self.config.embedding.write_timeout_ms,
         )
 
     @cached_property

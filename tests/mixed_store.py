@@ -2,7 +2,8 @@
 
 Written through the tools, the host, the hooks and an extraction, as a store in use would
 be: confirmed statements, one superseded by a newer value, one erased, a conflict, a
-shared project record, a pin, a search, an ended and extracted session with its stages and
+shared project record, a pin, a search, a write stored without its vector (the encoder was
+down), an ended and extracted session with its stages and
 summary, a profile block and a re-embed half staged. Every table but ``migration_issues``
 (only a legacy store has rows there) ends up holding rows.
 """
@@ -58,6 +59,10 @@ def _write(world: World, principal: Principal, said: str, content: str, attribut
     return str(out["record_id"])
 
 
+def _encoder_down(texts: list[str]) -> np.ndarray:
+    raise RuntimeError("the encoder is down")
+
+
 def build_mixed_store(tmp_path: Path) -> MixedStore:
     """The mixed store at ``tmp_path / "memory.sqlite"``, closed."""
     world = make_world(tmp_path)
@@ -81,6 +86,10 @@ def build_mixed_store(tmp_path: Path) -> MixedStore:
                      "Atlas deploys go through the staging cluster first.", "deploy_process",
                      write_target="current_project")
     rt.tools.call("memory_search", p, {"queries": ["which editor does Aditya use?"]})
+    embed = rt.embedder.embed_documents
+    rt.embedder.embed_documents = _encoder_down  # type: ignore[method-assign]
+    _write(world, p, "I cycle to work on Tuesdays.", "Aditya cycles to work on Tuesdays.", "commute")
+    rt.embedder.embed_documents = embed  # type: ignore[method-assign]
     assert rt.host.pin(current, "the user asked to keep it")
     rt.profiles.for_session(p)
     rt.operations.erase_record(erased, "asked to forget", "ops")

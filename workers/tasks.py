@@ -35,8 +35,8 @@ from workers.process_runtime import current_runtime
 from workers.progress import task_progress
 
 __all__ = [
-    "capacity", "end_idle_sessions", "expire", "extract_session", "queue_maintenance", "recover", "reembed",
-    "retain", "review_session", "temporal_review",
+    "backfill", "capacity", "end_idle_sessions", "expire", "extract_session", "queue_maintenance",
+    "recover", "reembed", "retain", "review_session", "temporal_review",
 ]
 
 
@@ -107,6 +107,12 @@ def retain() -> dict[str, Any]:
     return {"blanked": result.sessions_blanked, "search_logs_deleted": result.search_logs_deleted,
             "event_payloads_thinned": result.event_payloads_thinned,
             "forgotten_erased": result.forgotten_erased}
+
+
+@_task("retold.backfill")
+def backfill() -> dict[str, Any]:
+    result = current_runtime().operations.backfill()
+    return {"embedded": result.embedded, "pending": result.pending, "error": result.error}
 
 
 @_task("retold.capacity")

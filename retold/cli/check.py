@@ -62,7 +62,8 @@ def render(report: IntegrityReport) -> str:
     """The report as lines: a headline, then one line per problem and per skipped check."""
     ran = ", ".join(report.checks)
     total = sum(report.timings_ms.values())
-    lines = [f"{report.path}: {report.summary()} ({ran}; {report.active_records} active records;"
+    waiting = f", {report.pending_vectors} waiting for their vector" if report.pending_vectors else ""
+    lines = [f"{report.path}: {report.summary()} ({ran}; {report.active_records} active records{waiting};"
              f" {total:.0f} ms)"]
     lines += [f"  {finding.problem}: {finding.detail}" for finding in report.findings]
     lines += [f"  skipped {why}" for why in report.skipped]

@@ -130,7 +130,9 @@ class EmbeddingConfig:
     max_chars: int = 2000
     query_cache_entries: int = 4096
     incremental_reload_max: int = 512
-    reembed_batch_size: int = 64
+    reembed_batch_size: int = 64  # also the backfill's batch of records stored without a vector
+    # A write waits this long for its vector, then stores the memory without it (pending)
+    write_timeout_ms: int = 2000
     # CPU threads for torch, or ONNX Runtime's intra-op pool; None leaves the library default
     torch_threads: int | None = None
 

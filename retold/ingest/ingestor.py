@@ -27,6 +27,7 @@ from retold.ingest.staleness import DECISIVE_VERDICTS, check_decision
 from retold.ingest.subject import normalize_attribute, subject_of
 from retold.ingest.summary import retire_superseded
 from retold.ingest.write_request import Provenance, Refusal, WriteError, WriteRequest, WriteResult
+from retold.ingest.write_vector import WriteVector
 from retold.models import RECORD_TYPES, Principal, Record, Resolution, Scope
 from retold.policy import grants
 from retold.policy.lifecycle import Lifecycle
@@ -68,11 +69,13 @@ class Ingestor:
         clock: Clock,
         *,
         incremental_reload_max: int = 512,
+        write_timeout_ms: int = 2000,
     ) -> None:
         self.store, self.index, self.embedder, self.judge = store, index, embedder, judge
         self.lifecycle, self.config, self.clock = lifecycle, config, clock
         self.resolver = EntityResolver(store)
         self._reload_max = incremental_reload_max
+        self._vector = WriteVector(embedder, write_timeout_ms)
 
     def write(self, principal: Principal, request: WriteRequest, *, origin: Origin = "tool") -> WriteResult:
         """Write one memory; never raises for bad input: a refusal is a WriteResult with
@@ -83,9 +86,13 @@ class Ingestor:
             timer.mark("permission")
             provenance = self.provenance(principal, request)
             timer.mark("evidence")
-            vector = self.embedder.embed_documents([request.content])[0]
+            vector, pending = self._vector(request.content)
             timer.mark("embed")
-            return self._decide_and_write(principal, request, scope, attribute, provenance, vector, timer)
+            if pending is not None:
+                provenance.notes.append(f"stored without its vector ({pending}): found by its words"
+                                        " and entities until the backfill embeds it")
+            return self._decide_and_write(principal, request, scope, attribute, provenance, vector, timer,
+                                          pending)
         except Refusal as refusal:
             timer.mark("refused")
             return WriteResult(refusal.error.code, None, None, refusal.error.message,
@@ -169,8 +176,9 @@ class Ingestor:
         scope: Scope,
         attribute: str | None,
         prov: Provenance,
-        vector: np.ndarray,
+        vector: np.ndarray | None,
         timer: Timer,
+        pending: str | None = None,
     ) -> WriteResult:
         now = self.clock.now()
         notes = list(prov.notes)
@@ -205,8 +213,10 @@ class Ingestor:
                 kind = "record.reinforced" if decision.action == "reinforce" else "record.created"
                 return NewEvent(kind, principal.agent_id, payload, record_id)
 
+            if pending is not None:
+                payload["embedding_pending"] = pending
             outcome, record_id, changes, event_id = self._apply(candidate, decision, vector, links,
-                                                                now, payload, event)
+                                                                now, payload, event, pending)
             timer.mark("event_log")
         timer.mark("transaction")
         for changed_id, version, new_vector, seq in changes:
@@ -221,7 +231,7 @@ class Ingestor:
 
     def _prepare(
         self, principal: Principal, request: WriteRequest, scope: Scope, attribute: str | None,
-        prov: Provenance, vector: np.ndarray, now: datetime, payload: dict[str, Any], timer: Timer,
+        prov: Provenance, vector: np.ndarray | None, now: datetime, payload: dict[str, Any], timer: Timer,
     ) -> tuple[Record, list[tuple[str, str]], list[dict[str, Any]], Decision, dict[str, int]]:
         """Resolve the entities, build the candidate record and decide what to do with it;
         also return every stored record the decision read, with the version it read."""
@@ -247,7 +257,7 @@ class Ingestor:
         timer.mark("supersession")
         return candidate, links, ambiguous, decision, read
 
-    def _stands(self, window: WriteWindow, candidate: Record, vector: np.ndarray, read: dict[str, int],
+    def _stands(self, window: WriteWindow, candidate: Record, vector: np.ndarray | None, read: dict[str, int],
                 payload: dict[str, Any]) -> bool:
         """Whether a decision made before the write lock survives what ``window`` shows;
         records written meanwhile that are close to the candidate are judged now."""
@@ -314,8 +324,8 @@ class Ingestor:
         return res.entity.id if res.entity else None
 
     def _decide(
-        self, candidate: Record, vector: np.ndarray, now: datetime, payload: dict[str, Any], timer: Timer,
-        read: dict[str, int],
+        self, candidate: Record, vector: np.ndarray | None, now: datetime, payload: dict[str, Any],
+        timer: Timer, read: dict[str, int],
     ) -> Decision:
         """Decide against what is stored: the same entity's records first (reinforce,
         supersede, conflict), then nearby text (episodic records skip the subject rules:
@@ -326,7 +336,8 @@ class Ingestor:
         if candidate.type != "episodic" and candidate.subject_entity_id:
             scanned = self._scan(candidate, now, payload)
         eligible = self.store.eligible_ids([candidate.scope], [candidate.type], now=now)
-        nearby_ids = [
+        # Without its vector a write is compared by subject and words only.
+        nearby_ids = [] if vector is None else [
             (rid, cos) for rid, cos in self.index.search(vector, eligible, NEARBY_K)
             if cos >= self.config.dedup_candidate_cosine
         ]
@@ -384,9 +395,9 @@ class Ingestor:
             verdicts.update({rid: v for (rid, _), v in zip(pending, judged, strict=True)})
         return verdicts
 
-    def _cosine(self, vector: np.ndarray, record_id: str) -> float:
+    def _cosine(self, vector: np.ndarray | None, record_id: str) -> float:
         other = self.index.vector_for(record_id)
-        return float(other @ vector) if other is not None else 0.0
+        return float(other @ vector) if other is not None and vector is not None else 0.0
 
     # -- persistence --------------------------------------------------------------------------
 
@@ -394,11 +405,12 @@ class Ingestor:
         self,
         candidate: Record,
         decision: Decision,
-        vector: np.ndarray,
+        vector: np.ndarray | None,
         links: list[tuple[str, str]],
         now: datetime,
         payload: dict[str, Any],
         event: Callable[[str, str], NewEvent],
+        pending: str | None = None,
     ) -> tuple[str, str, list[_IndexChange], str]:
         """Write the decision; return the outcome, the record id, the index changes and
         the event id."""
@@ -441,8 +453,11 @@ class Ingestor:
             payload["also_superseded"] = [r.id for r in decision.also_superseded]
         written = store.write_record(
             candidate, links=links,
-            embedding=Embedding(self.embedder.name, self.embedder.version, vector),
+            embedding=None if vector is None else Embedding(self.embedder.name, self.embedder.version,
+                                                            vector),
             event=lambda: event(outcome, candidate.id))
+        if pending is not None:
+            store.mark_pending(candidate.id, pending)
         changes.append((candidate.id, written.index_version, vector, written.seq))
         if decision.action == "conflict":
             assert target is not None

@@ -46,7 +46,7 @@ class Staleness:
     suspects: list[RecordChange] = field(default_factory=list)
 
 
-def check_decision(window: WriteWindow, candidate: Record, vector: np.ndarray,
+def check_decision(window: WriteWindow, candidate: Record, vector: np.ndarray | None,
                    read: Mapping[str, int], *, alias_cosine: float, dedup_cosine: float) -> Staleness:
     """How the changes in ``window`` bear on the decision about ``candidate``; ``read``
     maps each record the decision read to the ``index_version`` it read it at."""
@@ -66,7 +66,7 @@ def check_decision(window: WriteWindow, candidate: Record, vector: np.ndarray,
         same_subject = subject_rules and change.subject_entity_id == candidate.subject_entity_id
         if same_subject and change.attribute == candidate.attribute:
             return Staleness(True)
-        if change.vector is None:
+        if change.vector is None or vector is None:
             if same_subject:
                 return Staleness(True)  # closeness unknown: it may be an alias
             continue

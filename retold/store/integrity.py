@@ -52,6 +52,7 @@ _DAMAGE = (CORRUPT, NOTADB, IOERR)  # what a check reports instead of raising
 _ACTIVE = "('provisional', 'confirmed')"
 # A store migrated before this version has no recorded family to hold its vectors to.
 _FAMILY_SINCE = next(m.version for m in MIGRATIONS if m.name == "embedding family")
+_PENDING_SINCE = next(m.version for m in MIGRATIONS if m.name == "pending embeddings")
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,7 @@ class IntegrityReport:
     active_records: int
     findings: tuple[Finding, ...]
     timings_ms: dict[str, float]
+    pending_vectors: int = 0  # records a write stored without a vector, for the backfill
 
     @property
     def ok(self) -> bool:
@@ -150,7 +152,7 @@ def check_connection(
     timings: dict[str, float] = {}
     checks: list[str] = []
     skipped = [fts_skip] if fts_skip else []
-    active = 0
+    active = pending = 0
 
     def stage(name: str, run: Callable[[], list[Finding]]) -> None:
         started = time.perf_counter()
@@ -164,15 +166,17 @@ def check_connection(
         timings[name] = round((time.perf_counter() - started) * 1000, 3)
 
     def agreement() -> list[Finding]:
-        nonlocal active
-        active, found = check_agreement(conn, family_expected=schema_version >= _FAMILY_SINCE)
+        nonlocal active, pending
+        active, pending, found = check_agreement(conn, family_expected=schema_version >= _FAMILY_SINCE,
+                                                 pending_table=schema_version >= _PENDING_SINCE)
         return found
 
     stage("quick_check" if quick else "integrity_check", lambda: _sqlite_check(conn, quick))
     if fts_skip is None:
         stage("fts_index", lambda: _fts_check(conn))
     stage("agreement", agreement)
-    return IntegrityReport(path, quick, tuple(checks), tuple(skipped), active, merged(findings), timings)
+    return IntegrityReport(path, quick, tuple(checks), tuple(skipped), active, merged(findings), timings,
+                           pending)
 
 
 def merged(findings: list[Finding]) -> tuple[Finding, ...]:
@@ -232,9 +236,11 @@ def _fts_check(conn: sqlite3.Connection) -> list[Finding]:
     return []
 
 
-def check_agreement(conn: Any, *, family_expected: bool, postgres: bool = False) -> tuple[int, list[Finding]]:
+def check_agreement(conn: Any, *, family_expected: bool, postgres: bool = False,
+                    pending_table: bool = True) -> tuple[int, int, list[Finding]]:
     """Every active record has its one FTS row and one vector of the store's family, and no
-    FTS row or vector lacks its record: the number of active records and what disagrees.
+    FTS row or vector lacks its record: the number of active records, how many of them wait
+    for their vector (stored pending, which is no fault), and what disagrees.
 
     Read in one snapshot, so a concurrent write (which commits all three together) never
     shows as a problem; on PostgreSQL (``conn`` a PgConnection) that snapshot is a
@@ -243,10 +249,14 @@ def check_agreement(conn: Any, *, family_expected: bool, postgres: bool = False)
     """
     no_fts = _absent("records.seq", "records_fts", "rowid", postgres)
     no_vector = _absent("records.id", "embeddings", "record_id", postgres)
+    if pending_table:
+        no_vector += " AND " + _absent("records.id", "pending_embeddings", "record_id", postgres)
     no_record = _absent("embeddings.record_id", "records", "id", postgres)
     conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" if postgres else "BEGIN")
     try:
         active = int(conn.execute(f"SELECT count(*) FROM records WHERE status IN {_ACTIVE}").fetchone()[0])
+        pending = 0 if not pending_table else int(
+            conn.execute("SELECT count(*) FROM pending_embeddings").fetchone()[0])
         found = [
             _rows(conn, "missing_fts_row", "active record(s) without an FTS row, so lexical search "
                   "cannot find them",
@@ -274,7 +284,7 @@ def check_agreement(conn: Any, *, family_expected: bool, postgres: bool = False)
         found += _vector_rows(conn, family)
     finally:
         conn.execute("COMMIT")
-    return active, [f for f in found if f is not None]
+    return active, pending, [f for f in found if f is not None]
 
 
 def _absent(key: str, table: str, column: str, postgres: bool) -> str:

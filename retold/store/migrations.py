@@ -316,6 +316,14 @@ def _record_pins(conn: sqlite3.Connection) -> None:
                  " pinned_at TEXT NOT NULL, actor TEXT NOT NULL)")
 
 
+def _pending_embeddings(conn: sqlite3.Connection) -> None:
+    """Records stored without their vector (the embedder failed or ran out of time during
+    the write), until the backfill embeds them. A row rather than a missing vector alone,
+    so the integrity check tells a record waiting for its vector from one that lost it."""
+    conn.execute("CREATE TABLE pending_embeddings (record_id TEXT PRIMARY KEY REFERENCES records(id),"
+                 " since TEXT NOT NULL, reason TEXT NOT NULL)")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _initial_schema),
     Migration(2, "extraction stages", _extraction_stages),
@@ -329,6 +337,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(10, "search decision column", _search_decision),
     Migration(11, "host trigger name", _host_trigger),
     Migration(12, "record pins", _record_pins),
+    Migration(13, "pending embeddings", _pending_embeddings),
 )
 LATEST = MIGRATIONS[-1].version
 

@@ -17,6 +17,7 @@ from retold.store.event_log import EventLogMixin
 from retold.store.grants import GrantsMixin
 from retold.store.hygiene import HygieneMixin
 from retold.store.members import MembersMixin
+from retold.store.pending import PendingMixin
 from retold.store.pins import PinsMixin
 from retold.store.portable import PortableMixin
 from retold.store.profiles import ProfilesMixin
@@ -44,6 +45,7 @@ class Store(
     CapacityMixin,
     PortableMixin,
     HygieneMixin,
+    PendingMixin,
     SearchMixin,
     SweepsMixin,
     RetentionMixin,

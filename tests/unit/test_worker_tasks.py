@@ -26,7 +26,7 @@ from workers.app import purge_consumed_messages
 
 DEAD_BROKER = "redis://127.0.0.1:1/0"
 TASKS = ("extract_session", "review_session", "recover", "end_idle_sessions", "temporal_review",
-         "expire", "retain", "capacity", "reembed", "queue_maintenance")
+         "expire", "retain", "capacity", "backfill", "reembed", "queue_maintenance")
 RETOLD_CALLS = ("_extract(", ".extraction.", ".operations.", ".hooks.")
 
 
@@ -105,6 +105,7 @@ def test_the_sweep_tasks_call_operations_on_the_process_runtime(
                                            "forgotten_erased": 0}
     assert workers.tasks.temporal_review.run() == {"flagged": 0}
     assert workers.tasks.capacity.run() == {"scopes_over": 0, "archived": 0}  # no cap configured
+    assert workers.tasks.backfill.run() == {"embedded": 0, "pending": 0, "error": None}
     # Without an extractor the task fails, naming what to set, instead of succeeding.
     world.rt.hooks.on_session_end(world.p)
     with pytest.raises(ExtractionError, match="s1 not_configured: .*no extractor is configured"):

@@ -87,15 +87,16 @@ def _run(conn: PgConnection, where: str, quick: bool) -> IntegrityReport:
     checks.append("agreement")
     try:
         # Every PostgreSQL schema postdates the recorded embedding family.
-        active, found = check_agreement(conn, family_expected=True, postgres=True)
+        active, pending, found = check_agreement(conn, family_expected=True, postgres=True)
         findings += found
     except psycopg.Error as exc:
         if exc.sqlstate not in _DAMAGE:
             raise
-        active = 0
+        active = pending = 0
         findings.append(Finding("unreadable", 1, f"agreement could not read the database: {_line(exc)}"))
     timings["agreement"] = _ms_since(started)
-    return IntegrityReport(where, quick, tuple(checks), tuple(skipped), active, merged(findings), timings)
+    return IntegrityReport(where, quick, tuple(checks), tuple(skipped), active, merged(findings), timings,
+                           pending)
 
 
 def _amcheck_schema(conn: PgConnection) -> str | None:

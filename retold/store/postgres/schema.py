@@ -47,11 +47,18 @@ def _record_pins(conn: Any) -> None:
                  ' pinned_at TEXT COLLATE "C" NOT NULL, actor TEXT COLLATE "C" NOT NULL)')
 
 
+def _pending_embeddings(conn: Any) -> None:
+    conn.execute('CREATE TABLE pending_embeddings (record_id TEXT COLLATE "C" PRIMARY KEY'
+                 ' REFERENCES records(id), since TEXT COLLATE "C" NOT NULL,'
+                 ' reason TEXT COLLATE "C" NOT NULL)')
+
+
 # Migrations after the initial PostgreSQL schema: (version, name, apply).
 PG_MIGRATIONS: tuple[tuple[int, str, Callable[[Any], None]], ...] = (
     (10, "search decision column", _search_decision),
     (11, "host trigger name", _host_trigger),
     (12, "record pins", _record_pins),
+    (13, "pending embeddings", _pending_embeddings),
 )
 _PG_LATEST = PG_MIGRATIONS[-1][0] if PG_MIGRATIONS else PG_BASE
 
