@@ -6,6 +6,7 @@ its text in the store."""
 
 from __future__ import annotations
 
+import random
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,29 @@ def test_a_forgotten_record_comes_back_as_it_was_and_is_found_again(world: World
         assert [h["id"] for h in hits] == [record_id]
     finally:
         other.close()
+
+
+def test_forget_then_restore_gives_100_searches_the_same_ranking_as_before(world: World) -> None:
+    things = ["sailing", "pottery", "chess", "jazz", "climbing", "baking", "cycling", "knitting",
+              "rowing", "origami", "fencing", "birding"]
+    places = ["Lisbon", "Oslo", "Kyoto", "Quito", "Dakar"]
+    rng = random.Random(41)
+    contents = [f"Aditya took up {thing} lessons in {places[n % len(places)]} on weekends."
+                for n, thing in enumerate(things)]
+    ids = [user_fact(world, content, attribute=f"hobby_{thing}")["record_id"]
+           for content, thing in zip(contents, things, strict=True)]
+    queries = [" ".join(rng.sample(rng.choice(contents).rstrip(".").split(), 3)) for _ in range(100)]
+
+    def rankings() -> list[list[str]]:
+        return [_found(world, query) for query in queries]
+
+    before = rankings()
+    target = ids[3]
+    assert sum(target in ranked for ranked in before) >= 5  # the record is found by several
+    _forget(world, target)
+    assert all(target not in ranked for ranked in rankings())
+    _restore(world, target)
+    assert rankings() == before
 
 
 def test_past_the_window_restore_is_not_found_and_changes_nothing(world: World) -> None:
