@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -13,14 +14,10 @@ __all__ = ["register"]
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    with cli_runtime(args, models=False) as rt:
-        if args.out:
-            with open(args.out, "w", encoding="utf-8") as out:
-                result = rt.operations.export(args.scope, out, include_history=args.include_history,
-                                              include_events=args.include_events)
-        else:
-            result = rt.operations.export(args.scope, sys.stdout, include_history=args.include_history,
-                                          include_events=args.include_events)
+    with cli_runtime(args, models=False) as rt, \
+            (open(args.out, "w", encoding="utf-8") if args.out else nullcontext(sys.stdout)) as out:
+        result = rt.operations.export(args.scope, out, include_history=args.include_history,
+                                      include_events=args.include_events)
     print(f"exported {result.records} records ({result.vectors} with vectors), {result.entities} entities"
           f" and {result.events} events of {result.scope} in {result.seconds:.1f} s", file=sys.stderr)
     return 0

@@ -55,6 +55,8 @@ class WriteVector:
             return None, f"no vector within {self.timeout_ms} ms"
 
     def _start(self) -> None:
+        if self._started:
+            return
         with self._start_lock:
             if not self._started:
                 for n in range(self._WORKERS):

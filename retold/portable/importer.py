@@ -177,9 +177,9 @@ class _Run:
                 self.result.events_skipped += 1  # the exporting store's audit; this import writes its own
             else:
                 raise LineRefused(f"unknown line kind {kind!r}")
+        except LineRefused:
+            raise
         except (KeyError, TypeError, ValueError) as exc:
-            if isinstance(exc, LineRefused):
-                raise
             raise LineRefused(f"malformed {kind} line: {type(exc).__name__} {exc}") from None
 
     def entity(self, number: int, obj: dict[str, Any]) -> None:
@@ -197,8 +197,8 @@ class _Run:
             self.failed_entities[file_id] = number
             raise
         store = self.i.store
-        hits = {e.id for alias in aliases
-                for e in store.entities_by_alias(alias, scopes=self.readable, kinds=[kind])}
+        matches = store.entities_by_aliases(aliases, scopes=self.readable, kinds=[kind])
+        hits = {e.id for entities in matches.values() for e in entities}
         if len(hits) > 1:
             self.failed_entities[file_id] = number
             raise LineRefused(f"entity {file_id} ({canonical}) matches {len(hits)} entities here by its"

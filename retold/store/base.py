@@ -34,12 +34,14 @@ from retold.store.opening import connect, journal_mode, read_only_reason
 from retold.store.write_window import WriteWindow, read_window
 from retold.util import Clock, SystemClock, from_iso, new_id, to_iso
 
-__all__ = ["LINK_ROLES", "Embedding", "NewEvent", "StoreBase", "chunks", "dt", "marks", "scope_clause", "ts"]
+__all__ = ["ACTIVE_SQL", "LINK_ROLES", "Embedding", "NewEvent", "StoreBase", "chunks", "dt", "marks",
+           "scope_clause", "ts"]
 
 LINK_ROLES: tuple[str, ...] = ("about", "mentions")  # a record is about one entity, mentions others
 log = logging.getLogger(__name__)
 
 _CHUNK = 500  # ids per IN list: far below SQLite's bound-parameter limit
+ACTIVE_SQL = f"({', '.join(repr(s) for s in ACTIVE_STATUSES)})"  # the live statuses, as an SQL list
 _EVENT_KEYS = ("id", "at", "kind", "actor", "record_id", "entity_id", "payload")
 # The tables a memory write or an erase can touch, as counted by row_counts().
 _CONTENT_TABLES = (

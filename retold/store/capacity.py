@@ -15,15 +15,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from retold.models import ACTIVE_STATUSES, Scope
-from retold.store.base import NewEvent, StoreBase, chunks, dt, marks
+from retold.models import Scope
+from retold.store.base import ACTIVE_SQL, NewEvent, StoreBase, chunks, dt, marks
 from retold.store.sweeps import ChangedRow
 from retold.util import from_iso, to_iso
 
 __all__ = ["ARCHIVED", "CapacityMixin", "CapacityRow"]
 
 ARCHIVED = "record.archived"
-_ACTIVE_SQL = f"({', '.join(repr(s) for s in ACTIVE_STATUSES)})"
 
 
 @dataclass(frozen=True)
@@ -50,7 +49,7 @@ class CapacityMixin(StoreBase):
         """Live (provisional or confirmed) records per scope id of one scope kind."""
         with self._lock:
             return {str(scope_id): int(n) for scope_id, n in self._conn.execute(
-                f"SELECT scope_id, count(*) FROM records WHERE scope_kind = ? AND status IN {_ACTIVE_SQL}"
+                f"SELECT scope_id, count(*) FROM records WHERE scope_kind = ? AND status IN {ACTIVE_SQL}"
                 " GROUP BY scope_id", (kind,))}
 
     def last_uses(self, since: datetime) -> dict[str, datetime]:
@@ -85,7 +84,7 @@ class CapacityMixin(StoreBase):
                 " CASE WHEN r.type = 'episodic' THEN NULL ELSE r.attribute END, r.created_at, r.event_at,"
                 " r.last_reinforced_at, CASE WHEN p.record_id IS NULL THEN 0 ELSE 1 END"
                 " FROM records r LEFT JOIN record_pins p ON p.record_id = r.id"
-                f" WHERE r.scope_kind = ? AND r.scope_id = ? AND r.status IN {_ACTIVE_SQL} ORDER BY r.seq",
+                f" WHERE r.scope_kind = ? AND r.scope_id = ? AND r.status IN {ACTIVE_SQL} ORDER BY r.seq",
                 (scope.kind, scope.id)).fetchall()
         out = []
         for (record_id, seq, status, source_kind, evidence, subject, attribute, created, event,
@@ -109,7 +108,7 @@ class CapacityMixin(StoreBase):
             live: list[tuple[str, str]] = []
             for chunk in chunks(list(payloads)):
                 live += conn.execute(
-                    f"SELECT id, status FROM records WHERE id IN ({marks(chunk)}) AND status IN {_ACTIVE_SQL}"
+                    f"SELECT id, status FROM records WHERE id IN ({marks(chunk)}) AND status IN {ACTIVE_SQL}"
                     " AND id NOT IN (SELECT record_id FROM record_pins) ORDER BY seq", chunk).fetchall()
             if not live:
                 return []

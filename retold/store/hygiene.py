@@ -2,10 +2,10 @@
 the conflicts among them, and the merge of a duplicate cluster into its strongest record.
 
 A merge reinforces the record kept (its count grows by the records folded into it, with
-one ``record.merged`` event) and
-archives the others the way capacity does (status ``expired``, one ``record.archived``
-event naming the record they were merged into), so each stays searchable as history and
-restorable, and the chain from a merged record to its survivor is in the audit log.
+one ``record.merged`` event) and archives the others with capacity's own archive (status
+``expired``, one ``record.archived`` event naming the record they were merged into), so
+each stays searchable as history and restorable, and the chain from a merged record to
+its survivor is in the audit log.
 """
 
 from __future__ import annotations
@@ -14,18 +14,18 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from retold.models import ACTIVE_STATUSES, Scope
-from retold.store.base import NewEvent, StoreBase, chunks, marks
+from retold.models import Scope
+from retold.store.base import ACTIVE_SQL, NewEvent, chunks, marks
+from retold.store.capacity import CapacityMixin
 from retold.store.family import EmbeddingFamily
 from retold.store.sweeps import ChangedRow
 from retold.util import to_iso
 
 __all__ = ["HygieneMixin"]
 
-_ACTIVE_SQL = f"({', '.join(repr(s) for s in ACTIVE_STATUSES)})"
 
 
-class HygieneMixin(StoreBase):
+class HygieneMixin(CapacityMixin):
     """Duplicate detection's reads, and the merge."""
 
     def live_texts(self, scope: Scope) -> dict[str, tuple[str, str]]:
@@ -33,14 +33,14 @@ class HygieneMixin(StoreBase):
         with self._lock:
             return {str(i): (str(t), str(c)) for i, t, c in self._conn.execute(
                 f"SELECT id, type, content FROM records WHERE scope_kind = ? AND scope_id = ?"
-                f" AND status IN {_ACTIVE_SQL}", (scope.kind, scope.id))}
+                f" AND status IN {ACTIVE_SQL}", (scope.kind, scope.id))}
 
     def live_vectors(self, scope: Scope, family: EmbeddingFamily) -> dict[str, np.ndarray]:
         """The vectors (of ``family``) of the live records of ``scope`` that have one."""
         with self._lock:
             return {str(i): np.frombuffer(bytes(v), dtype=np.float32) for i, v in self._conn.execute(
                 "SELECT r.id, e.vector FROM records r JOIN embeddings e ON e.record_id = r.id"
-                f" WHERE r.scope_kind = ? AND r.scope_id = ? AND r.status IN {_ACTIVE_SQL}"
+                f" WHERE r.scope_kind = ? AND r.scope_id = ? AND r.status IN {ACTIVE_SQL}"
                 " AND e.model = ? AND e.version = ? AND e.dims = ?",
                 (scope.kind, scope.id, family.model, family.version, family.dims))}
 
@@ -56,28 +56,23 @@ class HygieneMixin(StoreBase):
         return pairs
 
     def merge_duplicates(self, keep: str, others: Sequence[str], actor: str, reason: str) -> list[ChangedRow]:
-        """Fold ``others`` into ``keep`` in one transaction: ``keep`` is reinforced once per
-        record folded in, each of those still live and unpinned is archived. Returns the
-        archived rows; nothing changes when ``keep`` is no longer live."""
-        now = to_iso(self.clock.now())
+        """Fold ``others`` into ``keep`` in one transaction: each of them still live and
+        unpinned is archived as capacity archives (naming ``keep``), and ``keep`` is
+        reinforced once per record folded in. Returns the changed rows, ``keep`` first;
+        nothing changes when ``keep`` is no longer live."""
         with self.atomic() as conn:
-            if conn.execute(f"SELECT 1 FROM records WHERE id = ? AND status IN {_ACTIVE_SQL}",
+            if conn.execute(f"SELECT 1 FROM records WHERE id = ? AND status IN {ACTIVE_SQL}",
                             (keep,)).fetchone() is None:
                 return []
-            live = conn.execute(
-                f"SELECT id, status FROM records WHERE id IN ({marks(others)}) AND status IN {_ACTIVE_SQL}"
-                " AND id NOT IN (SELECT record_id FROM record_pins) ORDER BY seq", list(others)).fetchall()
-            if not live:
+            archived = self.archive([(other, {"reason": reason, "merged_into": keep}) for other in others],
+                                    actor)
+            if not archived:
                 return []
-            version = self.bump_version(conn)
-            self._set_status(conn, [record_id for record_id, _ in live], "expired", version)
+            version, merged = archived[0].index_version, [row.record_id for row in archived]
             conn.execute("UPDATE records SET reinforcements = reinforcements + ?, last_reinforced_at = ?,"
-                         " index_version = ? WHERE id = ?", (len(live), now, version, keep))
-            merged = [record_id for record_id, _ in live]
+                         " index_version = ? WHERE id = ?",
+                         (len(merged), to_iso(self.clock.now()), version, keep))
             # Its own kind: a merge is not a write, and write counts read record.reinforced.
             self._insert_event(conn, NewEvent("record.merged", actor, {"reason": reason, "merged": merged},
                                               keep))
-            for record_id, status in live:
-                self._insert_event(conn, NewEvent("record.archived", actor, {
-                    "reason": reason, "merged_into": keep, "previous_status": status}, record_id))
-            return [ChangedRow(record_id, version) for record_id in [keep, *merged]]
+            return [ChangedRow(keep, version), *archived]

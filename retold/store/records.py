@@ -17,12 +17,22 @@ from typing import Any
 
 from retold.errors import StoreCorruptError, StoreError
 from retold.models import RECORD_STATUSES, Record, Scope
-from retold.store.base import LINK_ROLES, Embedding, NewEvent, StoreBase, chunks, dt, marks, scope_clause, ts
+from retold.store.base import (
+    ACTIVE_SQL,
+    LINK_ROLES,
+    Embedding,
+    NewEvent,
+    StoreBase,
+    chunks,
+    dt,
+    marks,
+    scope_clause,
+    ts,
+)
 from retold.util import from_iso, to_iso
 
 __all__ = ["RecordWrite", "Transition", "RecordsMixin", "record_from_row"]
 
-_ACTIVE_SQL = "('provisional', 'confirmed')"
 # A supersession chain longer than this is corrupt data; the walk stops there.
 _LINEAGE_BOUND = 1000
 
@@ -327,7 +337,7 @@ class RecordsMixin(StoreBase):
         cap keeps."""
         where = (
             "scope_kind = ? AND scope_id = ? AND subject_entity_id = ? AND type = ?"
-            f" AND status IN {_ACTIVE_SQL} AND (expires_at IS NULL OR expires_at >= ?)"
+            f" AND status IN {ACTIVE_SQL} AND (expires_at IS NULL OR expires_at >= ?)"
         )
         params: list[Any] = [scope.kind, scope.id, entity_id, type_, to_iso(now)]
         if attribute is not None:
@@ -345,7 +355,7 @@ class RecordsMixin(StoreBase):
         where, params = scope_clause(scopes)
         with self._lock:
             rows = self._conn.execute(
-                f"SELECT subject FROM records WHERE {where} AND status IN {_ACTIVE_SQL}"
+                f"SELECT subject FROM records WHERE {where} AND status IN {ACTIVE_SQL}"
                 " AND type != 'episodic' AND (expires_at IS NULL OR expires_at >= ?)"
                 " GROUP BY subject ORDER BY max(coalesce(last_reinforced_at, created_at)) DESC,"
                 " subject LIMIT ?",

@@ -42,9 +42,9 @@ class Store(
     GrantsMixin,
     MembersMixin,
     PinsMixin,
+    HygieneMixin,  # before CapacityMixin, which it extends
     CapacityMixin,
     PortableMixin,
-    HygieneMixin,
     PendingMixin,
     SearchMixin,
     SweepsMixin,

@@ -17,13 +17,12 @@ from pathlib import Path
 
 from retold.errors import StoreError
 from retold.models import ACTIVE_STATUSES
-from retold.store.base import NewEvent, StoreBase
+from retold.store.base import ACTIVE_SQL, NewEvent, StoreBase
 from retold.store.migrations import check_not_newer
 from retold.util import to_iso
 
 __all__ = ["ChangedRow", "SweepsMixin", "MigrationIssue"]
 
-_ACTIVE_SQL = "('provisional', 'confirmed')"
 
 
 @dataclass(frozen=True)
@@ -53,7 +52,7 @@ class SweepsMixin(StoreBase):
         ``record.status`` event each, in one transaction."""
         with self.atomic() as conn:
             due = conn.execute(
-                f"SELECT id, status, expires_at FROM records WHERE status IN {_ACTIVE_SQL}"
+                f"SELECT id, status, expires_at FROM records WHERE status IN {ACTIVE_SQL}"
                 " AND expires_at IS NOT NULL AND expires_at < ?"
                 " AND id NOT IN (SELECT record_id FROM record_pins) ORDER BY seq",
                 (to_iso(now),),
@@ -121,14 +120,14 @@ class SweepsMixin(StoreBase):
         with self.atomic() as conn:
             due = conn.execute(
                 "SELECT 1 FROM records WHERE review_at <= ? AND review_flagged_at IS NULL"
-                f" AND status IN {_ACTIVE_SQL} LIMIT 1", (stamp,)).fetchone()
+                f" AND status IN {ACTIVE_SQL} LIMIT 1", (stamp,)).fetchone()
             if due is None:
                 return []
             version = self.bump_version(conn)
             rows = conn.execute(
                 "UPDATE records SET review_flagged_at = ?1, index_version = ?2 WHERE id IN ("
                 "  SELECT id FROM records WHERE review_at <= ?1 AND review_flagged_at IS NULL"
-                f"  AND status IN {_ACTIVE_SQL} ORDER BY review_at, seq LIMIT ?3)"
+                f"  AND status IN {ACTIVE_SQL} ORDER BY review_at, seq LIMIT ?3)"
                 " AND review_flagged_at IS NULL RETURNING id, review_at, valid_from, valid_until",
                 (stamp, version, limit)).fetchall()
             claims = []
