@@ -18,7 +18,10 @@ the faults stop, and the run waits up to ``--drain-s`` for every ended session.
 Reported: sessions ended; lost (ended, never extracted by the end of the drain);
 duplicated (more than one ``extraction.run`` event); late (extracted more than one
 recover interval plus ``SLACK_S`` after it ended, not counting time Redis was frozen or
-down after its end) and stranded (late by more than one further recover interval);
+down after its end) and stranded (late by more than one further recover interval), the
+latter also counted from the last worker kill that hit the session (the kill before its
+last takeover), since each kill of a holder costs a lease and a sweep again; for each
+late session, what it met while it waited;
 per agent, the records its index is missing or holds beyond the store after a final
 refresh; search p50/p99 across agents.
 
@@ -60,6 +63,7 @@ from benchmarks.pipeline_bench import LatencyStub  # noqa: E402
 from retold import build_runtime, load_config  # noqa: E402
 from retold.models import Principal, Scope  # noqa: E402
 from retold.runtime import Runtime  # noqa: E402
+from retold.util import from_iso  # noqa: E402
 from tests.ports import free_port  # noqa: E402
 
 AGENTS = 4
@@ -271,10 +275,12 @@ def run(minutes: float, kills: int, freeze_s: float, drain_s: float, latency_ms:
     faults = sorted([(duration * k / (kills + 1), "kill") for k in range(1, kills + 1)]
                     + [(duration * 0.3, "freeze"), (duration * 0.6, "restart")])
     rng = random.Random(7)
+    killed_at: list[float] = []
     for at, fault in faults:
         time.sleep(max(0.0, started + at - time.time()))
         if fault == "kill":
             rng.choice(processes[:WORKERS]).kill()
+            killed_at.append(time.time())
         elif fault == "freeze":
             begin = time.time()
             own.freeze(freeze_s)
@@ -301,8 +307,16 @@ def run(minutes: float, kills: int, freeze_s: float, drain_s: float, latency_ms:
     for event in store.events(kind="extraction.run"):
         sid = str(event["payload"].get("session_id"))
         runs[sid] = runs.get(sid, 0) + 1
+    lease_s = config.ingestion.extraction_lease_seconds
+    reclaims: dict[str, list[float]] = {}
+    for event in store.events(kind="extraction.reclaimed"):
+        at = from_iso(event["at"]).timestamp()
+        reclaims.setdefault(str(event["payload"].get("session_id")), []).append(at)
+    orphaned = {str(sid) for event in store.events(kind="queue.orphans_requeued")
+                for sid in event["payload"].get("sessions", [])}
     lags: list[float] = []
-    lost = late = stranded = 0
+    lost = late = stranded = stranded_after_fault = 0
+    delayed: list[dict[str, Any]] = []
     for sid, at in ended.items():
         session = store.get_session(sid)
         if session is None or session.extracted_at is None:
@@ -313,12 +327,29 @@ def run(minutes: float, kills: int, freeze_s: float, drain_s: float, latency_ms:
         lags.append(lag)
         late += lag > RECOVER_S + SLACK_S
         stranded += lag > 2 * RECOVER_S + SLACK_S
+        # A worker killed while it held the session costs a lease and a sweep; a second
+        # kill of the next holder costs them again. Measured from the last kill at least a
+        # lease before the session's last takeover (the earliest that kill can have been,
+        # so the wait is never understated), the wait says whether recovery itself was slow.
+        taken = reclaims.get(sid, [])
+        hits = [k for k in killed_at if at <= k <= max(taken) - lease_s] if taken else []
+        since = max([at, *hits])
+        after_fault = done_at - since - _down_after(since, windows, done_at)
+        stranded_after_fault += after_fault > 2 * RECOVER_S + SLACK_S
+        if lag > RECOVER_S + SLACK_S:
+            delayed.append({
+                "ended_at_s": round(at - started, 1), "lag_s": round(lag, 1),
+                "after_last_fault_s": round(after_fault, 1), "takeovers": len(taken),
+                "kills_while_waiting": sum(at <= k <= done_at for k in killed_at),
+                "orphan_requeued": sid in orphaned,
+                "redis_down_while_waiting": any(a < done_at and b > at for a, b in windows)})
     report = {
         "machine": machine(), "minutes": minutes, "kills": kills, "freeze_s": freeze_s,
         "latency_ms": latency_ms, "recover_s": RECOVER_S, "slack_s": SLACK_S,
         "sessions_ended": len(ended), "lost": lost,
         "duplicated": sum(1 for sid in ended if runs.get(sid, 0) > 1),
-        "late": int(late), "stranded": int(stranded),
+        "late": int(late), "stranded": int(stranded), "stranded_after_last_fault": int(stranded_after_fault),
+        "delayed_sessions": delayed,
         "lag_s": _spread(lags),
         "worker_starts": [p.starts for p in processes[:WORKERS]], "beat_starts": processes[-1].starts,
         "index_gap": {a.name: _index_gap(a.rt) for a in agents},
@@ -346,6 +377,12 @@ def _table(r: dict[str, Any]) -> list[list[str]]:
             ["lost / duplicated", f"{r['lost']} / {r['duplicated']}"],
             [f"late (> {r['recover_s'] + r['slack_s']:.0f} s) / stranded (> one more recover interval)",
              f"{r['late']} / {r['stranded']}"],
+            ["stranded, counted from the last worker kill that hit the session",
+             str(r["stranded_after_last_fault"])],
+            ["late sessions: taken over after a kill / orphan re-sent / Redis down meanwhile",
+             f"{sum(d['takeovers'] > 0 for d in r['delayed_sessions'])} / "
+             f"{sum(d['orphan_requeued'] for d in r['delayed_sessions'])} / "
+             f"{sum(d['redis_down_while_waiting'] for d in r['delayed_sessions'])}"],
             ["extraction lag p50 / p99 / max s", f"{lag.get('p50', 0):.1f} / {lag.get('p99', 0):.1f} / "
                                                  f"{lag.get('max', 0):.1f}"],
             ["worker starts / beat starts", f"{r['worker_starts']} / {r['beat_starts']}"],

@@ -30,7 +30,8 @@ from retold.portable.importer import Importer, ImportResult
 from retold.retrieve.search_log import SearchLogWriter
 from retold.store import EmbeddingFamily, Store
 from retold.store.erasure import Erasure
-from retold.store.integrity import check_file
+from retold.store.integrity import IntegrityReport, check_file
+from retold.store.postgres.integrity import check_database
 from retold.store.sweeps import MigrationIssue
 from retold.util import Clock, to_plain
 
@@ -403,6 +404,19 @@ class Operations:
             raise OperationError(f"no directory {target.parent} for the snapshot")
         self.store.backup_to(target)
         return SnapshotResult(str(target), target.stat().st_size, self.store.count_records())
+
+    def check(self, *, quick: bool = True) -> IntegrityReport | None:
+        """This store's integrity check, as ``retold check`` runs it; None for an in-memory
+        store. A damaged SQLite store is marked, so every process stops writing to it
+        (:mod:`retold.store.damage`): a write need not read the damaged pages, so nothing
+        else would stop it, and each write made after the damage is lost again when the
+        store is restored."""
+        wait = self.store.busy_timeout_seconds
+        if self.config.store.url:
+            return check_database(self.config.store.url, quick=quick, busy_timeout=wait)
+        if self.store.path == ":memory:":
+            return None
+        return check_file(self.store.path, quick=quick, busy_timeout=wait)
 
     def snapshot_load(self, path: str | Path) -> SnapshotResult:
         """Replace the store's content with a snapshot that passes the full integrity

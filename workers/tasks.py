@@ -23,6 +23,7 @@ message comes back or the operator enqueues it again.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -35,7 +36,7 @@ from workers.process_runtime import current_runtime
 from workers.progress import task_progress
 
 __all__ = [
-    "backfill", "capacity", "end_idle_sessions", "expire", "extract_session", "queue_maintenance",
+    "backfill", "capacity", "check", "end_idle_sessions", "expire", "extract_session", "queue_maintenance",
     "recover", "reembed", "retain", "review_session", "temporal_review",
 ]
 
@@ -48,6 +49,8 @@ def _task(name: str, *, throws: tuple[type[Exception], ...] = (), bind: bool = F
     decorator: Callable[[Callable[..., dict[str, Any]]], Any] = app.task(name=name, throws=throws, bind=bind)
     return decorator
 
+
+log = logging.getLogger(__name__)
 
 MAINTENANCE_ACTOR = "admin"
 """The actor recorded on the sweeps' events: the operator default, as in the CLI."""
@@ -113,6 +116,17 @@ def retain() -> dict[str, Any]:
 def backfill() -> dict[str, Any]:
     result = current_runtime().operations.backfill()
     return {"embedded": result.embedded, "pending": result.pending, "error": result.error}
+
+
+@_task("retold.check")
+def check() -> dict[str, Any]:
+    report = current_runtime().operations.check(quick=True)
+    if report is None:
+        return {"checked": False}
+    if report.damaged:
+        log.error("store %s failed its periodic check: %s (`retold check --store %s` lists the problems)",
+                  report.path, report.summary(), report.path)
+    return {"checked": True, "ok": report.ok, "damaged": report.damaged, "summary": report.summary()}
 
 
 @_task("retold.capacity")

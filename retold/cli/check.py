@@ -2,7 +2,8 @@
 
 The command opens the store itself rather than through a runtime: a store too damaged for
 a runtime to open, or one whose embedding model is not installed here, can still be
-checked. It changes nothing. A SQLite file gets SQLite's page checks, the FTS index check
+checked. It changes nothing in the store; on a SQLite file it sets or clears the damage
+mark beside it (:mod:`retold.store.damage`). A SQLite file gets SQLite's page checks, the FTS index check
 and the agreement check; a PostgreSQL store gets the agreement check and amcheck's btree
 index check where the database has that extension. See docs/decisions.md, "Integrity
 checks".
@@ -16,6 +17,7 @@ from typing import Any
 
 from retold.cli.common import add_command, cli_config
 from retold.errors import StoreError, StoreMissingError
+from retold.store.damage import damage_noted
 from retold.store.integrity import IntegrityReport, check_file
 from retold.store.postgres.integrity import check_database
 
@@ -49,7 +51,9 @@ def register(commands: Any) -> None:
         " has not). On both, the agreement check: every active record has one lexical (FTS) row"
         " and one vector of the store's embedding family; no lexical row or vector without its"
         " record. Prints each problem with the records it names and exits"
-        f" {EXIT_PROBLEMS} when there is any. Changes nothing; on SQLite the full-text check"
+        f" {EXIT_PROBLEMS} when there is any. Changes nothing in the store; on SQLite, damage leaves"
+        " a -damaged mark beside the file that stops every writer, and a passing check removes"
+        " it. On SQLite the full-text check"
         " holds the write lock while it runs.")
     check.add_argument("--quick", action="store_true",
                        help="SQLite's quick_check instead of the full integrity_check (skips "
@@ -67,4 +71,8 @@ def render(report: IntegrityReport) -> str:
              f" {total:.0f} ms)"]
     lines += [f"  {finding.problem}: {finding.detail}" for finding in report.findings]
     lines += [f"  skipped {why}" for why in report.skipped]
+    if report.damaged and damage_noted(report.path) is not None:
+        lines.append("  writes to this store are refused until a check passes; restore it from a snapshot")
+    if report.mark_cleared:
+        lines.append("  the store was marked damaged; this check passed, so writes are taken again")
     return "\n".join(lines)

@@ -14,10 +14,19 @@ __all__ = ["register"]
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    with cli_runtime(args, models=False) as rt, \
-            (open(args.out, "w", encoding="utf-8") if args.out else nullcontext(sys.stdout)) as out:
-        result = rt.operations.export(args.scope, out, include_history=args.include_history,
-                                      include_events=args.include_events)
+    # A file is written beside its name and renamed when whole, so an export refused half
+    # way (a damaged store) never leaves a file that looks complete.
+    partial = Path(f"{args.out}.partial") if args.out else None
+    try:
+        with cli_runtime(args, models=False) as rt, \
+                (partial.open("w", encoding="utf-8") if partial else nullcontext(sys.stdout)) as out:
+            result = rt.operations.export(args.scope, out, include_history=args.include_history,
+                                          include_events=args.include_events)
+        if partial:
+            partial.replace(args.out)
+    finally:
+        if partial:
+            partial.unlink(missing_ok=True)
     print(f"exported {result.records} records ({result.vectors} with vectors), {result.entities} entities"
           f" and {result.events} events of {result.scope} in {result.seconds:.1f} s", file=sys.stderr)
     return 0

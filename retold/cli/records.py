@@ -53,7 +53,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
 
 
 def _cmd_get(args: argparse.Namespace) -> int:
-    with cli_runtime(args) as rt:
+    with cli_runtime(args, models=False) as rt:  # reads what is stored, embeds nothing
         detail = rt.operations.get(args.id)
     print_json({"record": _record_json(detail.record),
                 "lineage": [{"id": r.id, "version": r.version, "status": r.status,
@@ -63,7 +63,7 @@ def _cmd_get(args: argparse.Namespace) -> int:
 
 
 def _cmd_dump(args: argparse.Namespace) -> int:
-    with cli_runtime(args) as rt:
+    with cli_runtime(args, models=False) as rt:  # reads what is stored, embeds nothing
         records = rt.operations.dump(args.scope)
     for record in records:
         if args.json:

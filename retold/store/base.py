@@ -24,8 +24,15 @@ from typing import Any, Self
 
 import numpy as np
 
-from retold.errors import MigrationIssuesError, NotADatabaseError, StoreError, StoreReadOnlyError
+from retold.errors import (
+    MigrationIssuesError,
+    NotADatabaseError,
+    StoreCorruptError,
+    StoreError,
+    StoreReadOnlyError,
+)
 from retold.models import ACTIVE_STATUSES, RECORD_STATUSES, Scope
+from retold.store.damage import damage_noted, note_damage
 from retold.store.failures import StoreLock
 from retold.store.family import EmbeddingFamily, read_family, write_family
 from retold.store.fts import write_fts_rows
@@ -206,6 +213,14 @@ class StoreBase:
         """Start the outermost write transaction, holding the store's write lock."""
         self._conn.execute("BEGIN IMMEDIATE")
 
+    def _refuse_if_damaged(self) -> None:
+        """Refuse a write to a store some process has seen damaged (``retold.store.damage``)."""
+        noted = damage_noted(self.path)
+        if noted is not None:
+            raise StoreCorruptError(
+                f"store {self.path} was found damaged ({noted}); writes are refused until `retold check "
+                f"--store {self.path}` passes: restore the store from a snapshot, nothing was changed")
+
     def _begin_late(self) -> int | None:
         """Start the outermost write transaction of :meth:`atomic` with ``late_lock``;
         return the ``records_version`` it began at when the write lock is not held yet.
@@ -261,6 +276,7 @@ class StoreBase:
             depth = self._depth
             savepoint = f"retold_sp_{depth}"
             if depth == 0:
+                self._refuse_if_damaged()
                 self._late_since, self._late_locked, self._window_read = None, None, False
                 if late_lock:
                     self._late_since = self._begin_late()
@@ -301,6 +317,20 @@ class StoreBase:
                 self._depth = depth
                 if depth == 0:
                     self._late_since, self._late_locked, self._window_read = None, None, False
+
+    def _scanned_count(self, conn: Any, where: str, params: Sequence[Any]) -> int | None:
+        """How many records match ``where`` read without any index, SQLite's second
+        access path: a damaged index page can make SQLite return fewer rows without any
+        error, so a read of a whole scope counts its rows again this way, in the same
+        snapshot. (PostgreSQL keeps page checksums and answers None here.)"""
+        return int(conn.execute(f"SELECT count(*) FROM records NOT INDEXED WHERE {where}",
+                                tuple(params)).fetchone()[0])
+
+    def _index_disagrees(self, why: str) -> None:
+        """Leave the damage mark and raise for an index read that a table scan contradicts."""
+        note_damage(self.path, why)
+        raise StoreCorruptError(f"store {self.path} is damaged: {why}; nothing was changed: run `retold "
+                                f"check --store {self.path}` and restore the store from a snapshot")
 
     @contextmanager
     def _one_view(self) -> Iterator[sqlite3.Connection]:

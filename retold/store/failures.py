@@ -6,7 +6,8 @@ remedies are opposite (wait, fix permissions, free space, restore a copy), and a
 that lumps them together invites an operator to delete a healthy store that was merely
 busy. So every store access runs under :class:`StoreLock`, and a SQLite error of one of
 these kinds leaves the store as its own :class:`~retold.errors.StoreError` subclass, with
-the SQLite error kept as its cause. Other SQLite errors (a constraint, a bad statement)
+the SQLite error kept as its cause; a damaged page also leaves the damage mark
+(:mod:`retold.store.damage`), so no process writes on. Other SQLite errors (a constraint, a bad statement)
 are bugs or caller mistakes and pass through unchanged.
 """
 
@@ -24,6 +25,7 @@ from retold.errors import (
     StoreLockedError,
     StoreReadOnlyError,
 )
+from retold.store.damage import note_damage
 
 __all__ = [
     "CANTOPEN", "READONLY", "StoreLock", "condition_error", "primary_code", "translate", "translate_pg",
@@ -136,4 +138,6 @@ class StoreLock:
         else:
             return
         if translated is not None:
+            if isinstance(translated, StoreCorruptError):
+                note_damage(self.path, " ".join(str(exc).split()))
             raise translated from exc

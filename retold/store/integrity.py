@@ -17,11 +17,12 @@ import sqlite3
 import time
 from collections.abc import Callable
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from retold.errors import NotADatabaseError, StoreError
+from retold.store.damage import clear_damage, damage_noted, note_damage
 from retold.store.failures import CORRUPT, IOERR, NOTADB, StoreLock, primary_code
 from retold.store.family import EmbeddingFamily, read_family
 from retold.store.migrations import LATEST, MIGRATIONS, check_not_newer
@@ -77,6 +78,7 @@ class IntegrityReport:
     findings: tuple[Finding, ...]
     timings_ms: dict[str, float]
     pending_vectors: int = 0  # records a write stored without a vector, for the backfill
+    mark_cleared: bool = False  # this check removed the damage mark, so writes are taken again
 
     @property
     def ok(self) -> bool:
@@ -84,9 +86,9 @@ class IntegrityReport:
 
     @property
     def damaged(self) -> bool:
-        """The database itself found damage: its pages or indexes, not only Retold's rows,
-        are at fault."""
-        return any(f.problem in ("sqlite", "unreadable", "btree_index") for f in self.findings)
+        """The database itself found damage: its pages or indexes (the full-text one
+        included), not only Retold's rows, are at fault."""
+        return any(f.problem in ("sqlite", "unreadable", "btree_index", "fts_index") for f in self.findings)
 
     def summary(self) -> str:
         """``2 problems: missing_fts_row (1), orphan_embedding (3)``, or ``no problems``."""
@@ -97,7 +99,9 @@ class IntegrityReport:
 
 
 def check_file(path: str | Path, *, quick: bool = False, busy_timeout: float = 30.0) -> IntegrityReport:
-    """Check the store file at ``path`` without changing it.
+    """Check the store file at ``path`` without changing it, and set or clear its damage
+    mark (:mod:`retold.store.damage`): set when the check finds damage, cleared when a
+    check with every part run finds none.
 
     The FTS index check is a statement SQLite treats as a write, so it holds the write
     lock while it runs and is skipped where the file cannot be written. Raises
@@ -105,7 +109,15 @@ def check_file(path: str | Path, *, quick: bool = False, busy_timeout: float = 3
     code can judge, and StoreLockedError when another write keeps the lock past
     ``busy_timeout``.
     """
-    target = str(path)
+    report = _check_file(str(path), quick, busy_timeout)
+    if report.damaged:
+        note_damage(report.path, f"retold check: {report.summary()}")
+    elif not report.skipped and damage_noted(report.path) is not None:
+        return replace(report, mark_cleared=clear_damage(report.path))
+    return report
+
+
+def _check_file(target: str, quick: bool, busy_timeout: float) -> IntegrityReport:
     file = Path(target)
     if not file.is_file():
         raise StoreError(f"no store file at {target}")

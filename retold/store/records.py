@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from retold.errors import StoreCorruptError, StoreError
+from retold.errors import StoreError
 from retold.models import RECORD_STATUSES, Record, Scope
 from retold.store.base import (
     ACTIVE_SQL,
@@ -399,17 +399,9 @@ class RecordsMixin(StoreBase):
             found = self._select_in(conn, where, params)
             scanned = self._scanned_count(conn, where, params)
         if scanned is not None and scanned != len(found):
-            raise StoreCorruptError(
-                f"store {self.path} is damaged: its scope index lists {len(found)} records of {scope} where "
-                f"a scan of the table finds {scanned}; nothing was changed: run `retold check --store "
-                f"{self.path}` and restore the store from a snapshot")
+            self._index_disagrees(f"its scope index lists {len(found)} records of {scope} where a scan of"
+                                  f" the table finds {scanned}")
         return found
-
-    def _scanned_count(self, conn: Any, where: str, params: Sequence[Any]) -> int | None:
-        """How many rows match ``where`` read without any index: SQLite's second access
-        path. (PostgreSQL keeps page checksums and answers None here.)"""
-        return int(conn.execute(f"SELECT count(*) FROM records NOT INDEXED WHERE {where}",
-                                tuple(params)).fetchone()[0])
 
     def _select(
         self, where: str, params: Sequence[Any], *, order: str = "seq", limit: int | None = None

@@ -18,6 +18,7 @@ from pathlib import Path
 from retold.errors import StoreError
 from retold.models import ACTIVE_STATUSES
 from retold.store.base import ACTIVE_SQL, NewEvent, StoreBase
+from retold.store.damage import clear_damage
 from retold.store.migrations import check_not_newer
 from retold.util import to_iso
 
@@ -176,6 +177,7 @@ class SweepsMixin(StoreBase):
                 if self._depth:
                     raise StoreError("a snapshot cannot be loaded inside a transaction")
                 reader.backup(self._conn)
+                clear_damage(self.path)  # the damaged content is gone; the caller checked the snapshot
                 if self.path != ":memory:":
                     self._conn.execute("PRAGMA journal_mode = WAL")
         finally:

@@ -7,6 +7,7 @@ cannot write gets)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -125,6 +126,25 @@ def test_a_dump_through_an_index_that_lost_rows_refuses_instead_of_answering_sho
     assert code == EXIT_DAMAGED
     _one_line(lines, "is damaged", "scope index lists 200 records of user:cleo", "finds 300",
               "retold check --store")
+
+
+@pytest.mark.sqlite_only("a damaged index page of a store file")
+def test_an_export_through_an_index_that_lost_rows_refuses_and_leaves_no_file(
+    store: tuple[str, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path,
+) -> None:
+    path, config = store
+    with build_runtime(load_config(config, overrides={"store": store_keys(path)})) as rt:
+        for n in range(299):
+            rt.store.write_record(make_record(scope=Scope.parse(SCOPE), content=f"Cleo walk number {n}."))
+    whole = tmp_path / "whole.jsonl"
+    assert _run(capsys, store, "export", "--scope", SCOPE, "--out", str(whole))[0] == 0
+    assert sum(json.loads(line)["line"] == "record" for line in whole.read_text().splitlines()) == 300
+    stale_index(path, "records_scope", "rowid % 3 <> 0")
+    short = tmp_path / "short.jsonl"
+    code, lines = _run(capsys, store, "export", "--scope", SCOPE, "--out", str(short))
+    assert code == EXIT_DAMAGED
+    _one_line(lines, "is damaged", f"reading {SCOPE}", "retold check --store")
+    assert list(tmp_path.glob("short.jsonl*")) == []  # nothing that looks like an export
 
 
 @pytest.mark.sqlite_only("a damaged page of a store file")
