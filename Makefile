@@ -14,7 +14,7 @@ export TRANSFORMERS_OFFLINE := 1
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check torch==2.13.0
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[models,hosted,monitor,dev,mcp,deepagents,crewai,postgres]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[models,hosted,monitor,dev,mcp,deepagents,crewai,postgres,ui]'
 	touch $@
 
 # Export the default model to ONNX into the user cache now, so no later process needs torch

@@ -28,6 +28,7 @@ from retold.cli import (
     retry,
     reviews,
     serve,
+    ui,
 )
 from retold.cli.common import Parser, Refused
 from retold.cli_failure import EXIT_ERROR, logged_warnings, report_failure
@@ -44,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     for group in (maintenance, migrate_store, retry, check, serve, records, portable, access, members,
-                  reviews, observe):
+                  reviews, observe, ui):
         group.register(commands)
     return parser
 

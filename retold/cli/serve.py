@@ -15,7 +15,7 @@ from retold.errors import RetoldError
 from retold.models import Principal
 from retold.policy.grants import no_grant_reason, readable_scopes
 
-__all__ = ["register"]
+__all__ = ["host_port", "register"]
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -37,7 +37,7 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
         if args.agent or args.user or args.project:
             raise Refused("--agent, --user and --project are for stdio; over --http each token in"
                           " mcp.tokens names its principal", EXIT_USAGE)
-        host, port = _host_port(args.http)
+        host, port = host_port(args.http)
         if not cli_config(args).mcp.tokens:
             raise Refused("--http needs at least one token in mcp.tokens of --config; anonymous"
                           " access is never served", EXIT_USAGE)
@@ -92,11 +92,12 @@ def _print_client_config(args: argparse.Namespace) -> int:
     return 0
 
 
-def _host_port(text: str) -> tuple[str, int]:
+def host_port(text: str, flag: str = "--http") -> tuple[str, int]:
+    """``HOST:PORT`` (IPv6 hosts in brackets) as its parts; one usage line otherwise."""
     host, _, port = text.rpartition(":")
     host = host.removeprefix("[").removesuffix("]")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise Refused(f"--http expects HOST:PORT, e.g. 127.0.0.1:8765, got {text!r}", EXIT_USAGE)
+        raise Refused(f"{flag} expects HOST:PORT, e.g. 127.0.0.1:8765, got {text!r}", EXIT_USAGE)
     return host, int(port)
 
 

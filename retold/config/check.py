@@ -46,6 +46,7 @@ _RANGES: tuple[tuple[str, tuple[float, float, bool]], ...] = (
     ("tools.max_*_chars", (1.0, 100_000.0, False)),
     ("tools.max_*", (1.0, 100.0, False)),
     ("activation.profile_max_tokens", (1.0, 8000.0, False)),  # a profile is a prefix, not a document
+    ("ui.page_size", (1.0, 500.0, False)),
 )
 # Accepted Python types per scalar hint; bool is excluded from the numbers because it is
 # an int subclass and `dims: true` is a mistake, not 1. An int is fine for a float.

@@ -269,9 +269,10 @@ class Reviser:
 
     # -- confirm, expire, forget ---------------------------------------------------------------
 
-    def change_status(self, principal: Principal, record: Record, action: StatusAction,
+    def change_status(self, actor: str, record: Record, action: StatusAction,
                       reason: str) -> StatusChange:
-        """Confirm, expire or forget one record and append its event with the reason.
+        """Confirm, expire or forget one record and append its event with the reason,
+        naming ``actor`` (the calling agent, or the inspector's operator).
 
         confirm and expire need an active record (history cannot be revised); confirm
         also clears any provisional expiry. forget takes any record not already deleted,
@@ -288,7 +289,7 @@ class Reviser:
             sources, live_at = ACTIVE_STATUSES, now
         kind = {"confirm": "record.confirmed", "expire": "record.expired",
                 "forget": "record.forgotten"}[action]
-        event = NewEvent(kind, principal.agent_id,
+        event = NewEvent(kind, actor,
                          {"reason": reason, "previous_status": record.status, "manual": True}, record.id)
         with self.store.atomic():
             change = self.store.transition(record.id, target, from_statuses=sources, live_at=live_at,

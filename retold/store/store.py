@@ -8,6 +8,7 @@ helpers every part shares). See docs/architecture.md, "The store".
 from __future__ import annotations
 
 from retold.store.activation import ActivationMixin
+from retold.store.browse import BrowseMixin
 from retold.store.capacity import CapacityMixin
 from retold.store.claims import ClaimsMixin
 from retold.store.counts import CountsMixin
@@ -34,6 +35,7 @@ __all__ = ["Store"]
 
 class Store(
     ActivationMixin,  # before RecordsMixin, which it extends
+    BrowseMixin,  # the same
     RecordsMixin,
     VectorsMixin,
     EntitiesMixin,

@@ -126,6 +126,19 @@ class _Access:
         return scope in self.writable
 
 
+class _EveryScope(_Access):
+    """An operator's access in the inspector: every scope is readable."""
+
+    def __init__(self) -> None:
+        self.readable, self.writable = [], []  # nothing to look up: no grant limits an operator
+
+    def can_read(self, scope: Scope) -> bool:
+        return True
+
+    def can_write(self, scope: Scope) -> bool:
+        return True
+
+
 class ToolHandlers:
     """memory_search, memory_get, memory_write, memory_revise and memory_forget. Build it
     once per process; it keeps no per-call state."""
@@ -256,6 +269,16 @@ class ToolHandlers:
             else:
                 entries.append(self._full(record, access))
         return {"records": entries}
+
+    def describe(self, record_id: str, principal: Principal | None) -> ToolResult | None:
+        """One record as ``memory_get`` shows it: to ``principal`` exactly as the tool
+        would, or with None to an operator, who reads every scope (the inspector). None when
+        it is missing or the principal cannot read it, alike."""
+        access = _Access(self.parts.store, principal) if principal is not None else _EveryScope()
+        record = self._find(record_id, access)
+        if record is None:
+            return None
+        return self._tombstone(record, access) if record.status == "deleted" else self._full(record, access)
 
     def _find(self, raw_id: str, access: _Access) -> Record | None:
         """The record behind a full id, or the short id shown in rendered search results,
@@ -392,7 +415,8 @@ class ToolHandlers:
                         "version": rev.version, "supersedes_id": record.id, "note": rev.note,
                         "activation": activation.activation, "activation_reason": activation.reason,
                         "event_id": rev.event_id, "timings_ms": rev.timings_ms}
-            change = self.parts.reviser.change_status(principal, record, cast(StatusAction, action), reason)
+            change = self.parts.reviser.change_status(principal.agent_id, record, cast(StatusAction, action),
+                                                          reason)
         except RevisionError as err:
             raise ToolError(err.code, err.message, **err.details) from None
         return {"id": record.id, "action": action, "status": change.status,
@@ -468,7 +492,7 @@ class ToolHandlers:
     def _forget(self, principal: Principal, payload: dict[str, Any], _context: str | None) -> ToolResult:
         record = self._writable_record(payload["id"], _Access(self.parts.store, principal))
         try:
-            change = self.parts.reviser.change_status(principal, record, "forget", payload["reason"])
+            change = self.parts.reviser.change_status(principal.agent_id, record, "forget", payload["reason"])
         except RevisionError as err:
             raise ToolError(err.code, err.message, **err.details) from None
         until = self.parts.reviser.restorable_until(self.parts.store.get_record(record.id) or record)

@@ -332,3 +332,17 @@ def test_the_old_name_of_host_issued_searches_still_loads_with_a_deprecation_lin
         "config: retrieval.trigger.auto_k is deprecated: use retrieval.trigger.host_k",
         "config: retrieval.trigger.mode: auto is deprecated: use host_only",
     ]
+
+
+def test_inspector_tokens_name_a_principal_or_an_operator_never_both() -> None:
+    digest = "a" * 64
+    ok = read_config(overrides={"ui": {"tokens": [{"sha256": digest, "operator": "dana"},
+                                                  {"sha256": "b" * 64, "agent_id": "a1", "user_id": "u1"}]}})
+    assert [t.operator for t in ok.ui.tokens] == ["dana", None]
+    message = _error({"ui": {"tokens": [{"sha256": digest, "operator": "dana", "user_id": "u1"},
+                                        {"sha256": digest, "agent_id": "a1", "user_id": "u1"},
+                                        {"sha256": "the-token-itself", "agent_id": "", "user_id": "u1"}]}})
+    assert "ui.tokens[0]: an operator token names no agent_id" in message
+    assert "ui.tokens[1].sha256: the same token as ui.tokens[0]" in message
+    assert "ui.tokens[2].sha256: must be the 64-character lowercase hex SHA-256" in message
+    assert "ui.tokens[2].agent_id: must be a non-empty string" in message

@@ -111,7 +111,7 @@ def test_importing_retold_and_opening_a_session_imports_no_agent_framework(tmp_p
         "    s.tools('anthropic'), s.tools('openai')\n"
         "rt.close()\n"
         "frameworks = ('langchain', 'langchain_core', 'langgraph', 'deepagents', 'crewai', 'mcp',"
-        " 'openai', 'anthropic')\n"
+        " 'openai', 'anthropic', 'starlette', 'jinja2', 'uvicorn')\n"
         "bad = [m for m in frameworks if m in sys.modules]\n"
         "assert not bad, bad\n"
     )
@@ -255,5 +255,8 @@ def test_a_missing_model_fails_the_build_in_one_line_before_the_store_opens(
         assert not repairing.embedder.is_loaded
     yaml = tmp_path / "config.yaml"
     yaml.write_text(f"embedding:\n  model: {model}\n  backend: sentence-transformers\n")
-    assert main(["dump", "--scope", "user:x", "--store", str(store), "--config", str(yaml)]) == 1
-    assert capsys.readouterr().err == f"retold dump: embedding.model: no model folder at {model}\n"
+    assert main(["search", "plants", "--agent", "a", "--user", "x", "--store", str(store),
+                 "--config", str(yaml)]) == 1
+    assert capsys.readouterr().err == f"retold search: embedding.model: no model folder at {model}\n"
+    # A command that only reads what is stored runs without the model.
+    assert main(["dump", "--scope", "user:x", "--store", str(store), "--config", str(yaml)]) == 0

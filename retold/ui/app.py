@@ -1,0 +1,181 @@
+"""The inspector's web app: server-rendered pages over one runtime, for token holders only.
+
+Every request names its viewer (a bearer token, or the session cookie a login set) before
+any store read; a request without one is sent to the login page (a browser) or answered
+401. Every change is a POST; one that arrives with the session cookie must carry the
+session's CSRF token, and one whose ``Origin`` is another site is refused whatever it
+carries. Pages are never cached and never framed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import urlencode
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from retold.models import RECORD_STATUSES, RECORD_TYPES, Scope
+from retold.runtime import Runtime
+from retold.store.browse import BrowseFilter
+from retold.ui.access import Sessions, TokenBook, Viewer, same_token
+from retold.ui.views import ACTIONS, Inspector
+
+__all__ = ["COOKIE", "create_app"]
+
+COOKIE = "retold_ui_session"
+_HEADERS = {
+    "Cache-Control": "no-store",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "X-Content-Type-Options": "nosniff",
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; form-action 'self';"
+                               " frame-ancestors 'none'",
+}
+
+Handler = Callable[[Request, Viewer, "str | None"], Awaitable[Response]]
+
+
+def create_app(rt: Runtime) -> Starlette:
+    """The inspector over ``rt``, for the tokens in ``rt.config.ui.tokens``."""
+    tokens = TokenBook(rt.config.ui.tokens)
+    sessions = Sessions()
+    inspector = Inspector(rt, rt.config.ui.page_size)
+    templates = Environment(loader=PackageLoader("retold.ui"), autoescape=select_autoescape(default=True))
+
+    def page(name: str, status: int = 200, **context: Any) -> HTMLResponse:
+        html = templates.get_template(name).render(**context)
+        return HTMLResponse(html, status_code=status, headers=_HEADERS)
+
+    def viewer_of(request: Request) -> tuple[Viewer, str | None] | None:
+        """The request's viewer and, for a browser session, its CSRF token."""
+        header = request.headers.get("authorization", "")
+        if header:
+            scheme, _, token = header.partition(" ")
+            found = tokens.viewer(token.strip()) if scheme.lower() == "bearer" else None
+            return None if found is None else (found, None)
+        session = sessions.get(request.cookies.get(COOKIE))
+        return None if session is None else (session.viewer, session.csrf)
+
+    def guarded(handler: Handler, *, changes: bool = False) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            seen = viewer_of(request)
+            if seen is None:
+                browser = "text/html" in request.headers.get("accept", "")
+                if browser and not request.headers.get("authorization"):
+                    return RedirectResponse("/login", status_code=303, headers=_HEADERS)
+                return page("error.html", 401, viewer=None, message="a token is needed: log in at /login")
+            viewer, csrf = seen
+            if changes and not await _same_site(request, csrf):
+                return page("error.html", 403, viewer=viewer, csrf=csrf,
+                            message="refused: this change did not come from an inspector page")
+            return await handler(request, viewer, csrf)
+        return endpoint
+
+    async def login_form(request: Request) -> Response:
+        return page("login.html", viewer=None)
+
+    async def login(request: Request) -> Response:
+        if not _from_here(request):
+            return page("error.html", 403, viewer=None,
+                        message="refused: the login did not come from this site")
+        form = await request.form()
+        viewer = tokens.viewer(str(form.get("token", "")).strip())
+        if viewer is None:
+            return page("login.html", 401, viewer=None,
+                        message="that token is not one this inspector accepts")
+        session_id, _ = sessions.open(viewer)
+        response = RedirectResponse("/scopes", status_code=303, headers=_HEADERS)
+        response.set_cookie(COOKIE, session_id, httponly=True, samesite="strict",
+                            secure=request.url.scheme == "https", path="/")
+        return response
+
+    async def logout(request: Request, viewer: Viewer, csrf: str | None) -> Response:
+        sessions.close(request.cookies.get(COOKIE))
+        response = RedirectResponse("/login", status_code=303, headers=_HEADERS)
+        response.delete_cookie(COOKIE, path="/")
+        return response
+
+    async def home(request: Request, viewer: Viewer, csrf: str | None) -> Response:
+        return RedirectResponse("/scopes", status_code=303, headers=_HEADERS)
+
+    async def scopes(request: Request, viewer: Viewer, csrf: str | None) -> Response:
+        counts = await run_in_threadpool(inspector.scopes, viewer)
+        return page("scopes.html", viewer=viewer, csrf=csrf, scopes=counts)
+
+    async def records(request: Request, viewer: Viewer, csrf: str | None) -> Response:
+        query = request.query_params
+        try:
+            scope = Scope.parse(query["scope"]) if query.get("scope") else None
+            before = int(query["before"]) if query.get("before") else None
+        except ValueError as exc:
+            return page("error.html", 400, viewer=viewer, csrf=csrf, message=str(exc))
+        pinned = {"yes": True, "no": False}.get(query.get("pinned", ""))
+        kept = BrowseFilter(
+            statuses=tuple(s for s in query.getlist("status") if s in RECORD_STATUSES),
+            types=tuple(t for t in query.getlist("type") if t in RECORD_TYPES),
+            attribute=query.get("attribute") or None, entity_id=query.get("entity") or None,
+            pinned=pinned, text=query.get("q") or None)
+        found = await run_in_threadpool(inspector.records, viewer, kept, scope, before)
+        kept_query = [(k, v) for k, v in query.multi_items() if k != "before"]
+        following = None if found.next_before is None else "/records?" + urlencode(
+            [*kept_query, ("before", str(found.next_before))])
+        return page("records.html", viewer=viewer, csrf=csrf, page=found, kept=kept, scope=scope,
+                    statuses=RECORD_STATUSES, types=RECORD_TYPES, query=query, following=following)
+
+    async def record(request: Request, viewer: Viewer, csrf: str | None) -> Response:
+        view = await run_in_threadpool(inspector.record, viewer, request.path_params["record_id"])
+        if view is None:
+            return page("error.html", 404, viewer=viewer, csrf=csrf, message="no such memory")
+        return page("record.html", viewer=viewer, csrf=csrf, record=view, actions=ACTIONS,
+                    done=request.query_params.get("done"), failed=request.query_params.get("failed"))
+
+    async def act(request: Request, viewer: Viewer, csrf: str | None) -> Response:
+        record_id = request.path_params["record_id"]
+        form = await request.form()
+        outcome = await run_in_threadpool(inspector.act, viewer, record_id, str(form.get("action", "")),
+                                          str(form.get("reason", "")))
+        if outcome.code == "not_found":
+            return page("error.html", 404, viewer=viewer, csrf=csrf, message="no such memory")
+        key = "done" if outcome.ok else "failed"
+        note = outcome.message if outcome.ok else f"{outcome.code}: {outcome.message}"
+        return RedirectResponse(f"/records/{record_id}?" + urlencode({key: note}), status_code=303,
+                                headers=_HEADERS)
+
+    routes = [
+        Route("/login", login_form, methods=["GET"]),
+        Route("/login", login, methods=["POST"]),
+        Route("/logout", guarded(logout, changes=True), methods=["POST"]),
+        Route("/", guarded(home), methods=["GET"]),
+        Route("/scopes", guarded(scopes), methods=["GET"]),
+        Route("/records", guarded(records), methods=["GET"]),
+        Route("/records/{record_id}", guarded(record), methods=["GET"]),
+        Route("/records/{record_id}/act", guarded(act, changes=True), methods=["POST"]),
+    ]
+    return Starlette(routes=routes)
+
+
+def _from_here(request: Request) -> bool:
+    """False when the browser says the request started on another site (its ``Origin``,
+    or failing that its ``Sec-Fetch-Site``); a script that sends neither is taken."""
+    origin = request.headers.get("origin")
+    if origin is not None:
+        return origin == f"{request.url.scheme}://{request.url.netloc}"
+    return request.headers.get("sec-fetch-site") in (None, "same-origin", "none")
+
+
+async def _same_site(request: Request, csrf: str | None) -> bool:
+    """A change is taken from a bearer request, or from a page of ours that carried the
+    session's CSRF token."""
+    if not _from_here(request):
+        return False
+    if csrf is None:  # a bearer token: no other site can make a browser send one
+        return True
+    form = await request.form()
+    given = form.get("csrf")
+    return same_token(given if isinstance(given, str) else None, csrf)
