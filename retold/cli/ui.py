@@ -56,9 +56,10 @@ def _cmd_ui(args: argparse.Namespace) -> int:
 def register(commands: Any) -> None:
     """Add ``ui``."""
     ui = add_command(commands, "ui", _cmd_ui, "serve the memory inspector in a browser",
-                     "Serve the inspector: scopes with their counts, records with filters, and each"
-                     " record with its evidence, lineage, conflicts and events, plus forget, restore,"
-                     " pin, unpin and confirm. Only holders of a token listed (as its SHA-256) in"
+                     "Serve the inspector: scopes with their counts, records with filters, each"
+                     " record with its evidence, lineage, conflicts and events (forget, restore, pin,"
+                     " unpin, confirm), a search with every channel's vote, sessions and the review"
+                     " queue. Only holders of a token listed (as its SHA-256) in"
                      " ui.tokens get in: a principal's token shows what that principal's memory tools"
                      " show, an operator's every scope. Listens on loopback unless told otherwise."
                      " Needs the ui extra.")

@@ -20,11 +20,11 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from retold.models import RECORD_STATUSES, RECORD_TYPES, Scope
+from retold.models import RECORD_STATUSES, RECORD_TYPES, Principal, Scope
 from retold.runtime import Runtime
 from retold.store.browse import BrowseFilter
 from retold.ui.access import Sessions, TokenBook, Viewer, same_token
-from retold.ui.views import ACTIONS, Inspector
+from retold.ui.views import ACTIONS, RESOLUTIONS, Inspector
 
 __all__ = ["COOKIE", "create_app"]
 
@@ -135,6 +135,43 @@ def create_app(rt: Runtime) -> Starlette:
         return page("record.html", viewer=viewer, csrf=csrf, record=view, actions=ACTIONS,
                     done=request.query_params.get("done"), failed=request.query_params.get("failed"))
 
+    async def search(request: Request, viewer: Viewer, csrf: str | None) -> Response:
+        query = request.query_params
+        text = (query.get("q") or "").strip()
+        context: dict[str, Any] = {"viewer": viewer, "csrf": csrf, "query": query, "result": None}
+        if not text:
+            return page("search.html", **context)
+        trigger = "host" if query.get("trigger") == "host" else "tool"
+        try:
+            principal = viewer.principal or Principal(query.get("agent", ""), query.get("user", ""),
+                                                      project_id=query.get("project") or None)
+            answer_at = float(query["answer_at"]) if query.get("answer_at") else None
+            if answer_at is not None and not 0.0 <= answer_at <= 1.0:
+                raise ValueError("the threshold to decide again at is between 0 and 1")
+        except ValueError as exc:
+            return page("search.html", 400, **context, message=str(exc))
+        context["result"] = await run_in_threadpool(inspector.search, viewer, text, principal, trigger,
+                                                    answer_at)
+        return page("search.html", **context)
+
+    async def session_list(request: Request, viewer: Viewer, csrf: str | None) -> Response:
+        found = await run_in_threadpool(inspector.sessions, viewer, rt.config.ui.page_size)
+        return page("sessions.html", viewer=viewer, csrf=csrf, sessions=found)
+
+    async def review_list(request: Request, viewer: Viewer, csrf: str | None) -> Response:
+        found = await run_in_threadpool(inspector.reviews, viewer, rt.config.ui.page_size)
+        return page("reviews.html", viewer=viewer, csrf=csrf, reviews=found, resolutions=RESOLUTIONS,
+                    done=request.query_params.get("done"), failed=request.query_params.get("failed"))
+
+    async def resolve(request: Request, viewer: Viewer, csrf: str | None) -> Response:
+        form = await request.form()
+        outcome = await run_in_threadpool(inspector.resolve, viewer, request.path_params["record_id"],
+                                          str(form.get("resolution", "")), str(form.get("reason", "")))
+        if outcome.code == "not_found":
+            return page("error.html", 404, viewer=viewer, csrf=csrf, message="no such review")
+        note = outcome.message if outcome.ok else f"{outcome.code}: {outcome.message}"
+        return _back("/reviews", outcome.ok, note)
+
     async def act(request: Request, viewer: Viewer, csrf: str | None) -> Response:
         record_id = request.path_params["record_id"]
         form = await request.form()
@@ -142,10 +179,8 @@ def create_app(rt: Runtime) -> Starlette:
                                           str(form.get("reason", "")))
         if outcome.code == "not_found":
             return page("error.html", 404, viewer=viewer, csrf=csrf, message="no such memory")
-        key = "done" if outcome.ok else "failed"
         note = outcome.message if outcome.ok else f"{outcome.code}: {outcome.message}"
-        return RedirectResponse(f"/records/{record_id}?" + urlencode({key: note}), status_code=303,
-                                headers=_HEADERS)
+        return _back(f"/records/{record_id}", outcome.ok, note)
 
     routes = [
         Route("/login", login_form, methods=["GET"]),
@@ -156,8 +191,18 @@ def create_app(rt: Runtime) -> Starlette:
         Route("/records", guarded(records), methods=["GET"]),
         Route("/records/{record_id}", guarded(record), methods=["GET"]),
         Route("/records/{record_id}/act", guarded(act, changes=True), methods=["POST"]),
+        Route("/search", guarded(search), methods=["GET"]),
+        Route("/sessions", guarded(session_list), methods=["GET"]),
+        Route("/reviews", guarded(review_list), methods=["GET"]),
+        Route("/reviews/{record_id}", guarded(resolve, changes=True), methods=["POST"]),
     ]
     return Starlette(routes=routes)
+
+
+def _back(path: str, ok: bool, note: str) -> Response:
+    """After a change, back to the page it was made on, saying how it went."""
+    return RedirectResponse(f"{path}?" + urlencode({"done" if ok else "failed": note}), status_code=303,
+                            headers=_HEADERS)
 
 
 def _from_here(request: Request) -> bool:

@@ -9,20 +9,28 @@ page never tells a principal that such a record exists.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+import json
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from typing import Any, get_args
 
+from retold.config import PerTrigger
 from retold.errors import RetoldError
+from retold.ingest.activator import Resolution
 from retold.ingest.revision import RevisionError
-from retold.models import RECORD_STATUSES, RECORD_TYPES, Scope
-from retold.policy.grants import readable_scopes
+from retold.models import Principal, Record, Scope, SearchRequest
+from retold.policy.grants import readable_scopes, writable_scopes
+from retold.retrieve.replay import replay
 from retold.runtime import Runtime
+from retold.store.activation import ActivationRow
 from retold.store.browse import BrowseFilter, ScopeCounts
+from retold.store.session_states import SessionQuery, SessionStatus
 from retold.ui.access import Viewer
 
-__all__ = ["ACTIONS", "ActionOutcome", "Inspector", "RecordsPage"]
+__all__ = ["ACTIONS", "RESOLUTIONS", "ActionOutcome", "Inspector", "RecordsPage", "SearchView"]
 
 ACTIONS = ("forget", "restore", "pin", "unpin", "confirm")
+RESOLUTIONS = get_args(Resolution)
 
 
 @dataclass(frozen=True)
@@ -32,6 +40,21 @@ class RecordsPage:
     records: list[Any]
     next_before: int | None
     scopes: list[Scope]
+
+
+@dataclass(frozen=True)
+class SearchView:
+    """One search run from the search page: what the model would read, the decision to
+    answer or abstain with its signals, and every candidate with each channel's say."""
+
+    principal: Principal
+    trigger: str
+    search_id: str
+    rendered: str
+    empty_reason: str | None
+    decision: dict[str, Any]
+    candidates: list[dict[str, Any]]
+    replayed: dict[str, Any] | None = None  # the same search decided at another threshold
 
 
 @dataclass(frozen=True)
@@ -91,6 +114,62 @@ class Inspector:
         view["restorable_until"] = view.get("restorable_until")
         return view
 
+    def search(self, viewer: Viewer, query: str, principal: Principal, trigger: str,
+               answer_at: float | None = None) -> SearchView:
+        """Run ``query`` as ``principal`` (a principal viewer can only search as itself)
+        through the tools' search, then read its log row for the channels' votes; with
+        ``answer_at``, also decide the logged search again at that threshold."""
+        if viewer.principal is not None and principal != viewer.principal:
+            raise PermissionError("a principal's token searches only as that principal")
+        result = self.rt.tools.search(principal, SearchRequest(queries=[query], trigger=trigger))  # type: ignore[arg-type]
+        self.rt.flush_search_log()
+        row = self.rt.store.search_log_row(str(result["search_id"])) or {}
+        candidates = _candidates(row, {r["id"] for r in result["results"]})
+        known = {r.id: r for r in self.rt.store.records([c["id"] for c in candidates])}
+        for candidate in candidates:
+            found = known.get(candidate["id"])
+            candidate["content"] = found.content if found is not None and found.status != "deleted" else None
+        replayed = None
+        if answer_at is not None and row:
+            gate = self.rt.config.retrieval.gate
+            again = replay(row, replace(gate, answer_at=PerTrigger(answer_at, answer_at)))
+            replayed = {"answer_at": answer_at, "answered": again.decision.answered,
+                        "score": again.decision.score, "kept": len(again.result.kept)}
+        return SearchView(principal, trigger, str(result["search_id"]), str(result["rendered"]),
+                          result.get("empty_reason"), dict(result["decision"]), candidates, replayed)
+
+    def sessions(self, viewer: Viewer, limit: int) -> list[SessionStatus]:
+        """The most recently started sessions (a principal's own only), oldest first."""
+        p = viewer.principal
+        query = SessionQuery(user_id=p.user_id if p else None, agent_id=p.agent_id if p else None,
+                             limit=limit)
+        lease = timedelta(seconds=self.rt.config.ingestion.extraction_lease_seconds)
+        return self.rt.store.session_statuses(query, self.rt.clock.now() - lease)
+
+    def reviews(self, viewer: Viewer, limit: int) -> list[tuple[ActivationRow, Record]]:
+        """Records waiting for a person's activation decision, in the scopes the viewer reads."""
+        readable = self.readable(viewer)
+        queue = self.rt.store.review_queue(self.rt.clock.now(), limit=limit)
+        return [(row, record) for row, record in queue if readable is None or record.scope in readable]
+
+    def resolve(self, viewer: Viewer, record_id: str, resolution: str, reason: str) -> ActionOutcome:
+        """Close one review through the activator, as ``retold reviews resolve`` does; a
+        principal may resolve only in a scope it may write."""
+        record = self.rt.store.get_record(record_id)
+        allowed = None if viewer.principal is None else writable_scopes(self.rt.store, viewer.principal)
+        if record is None or allowed is not None and record.scope not in allowed:
+            return ActionOutcome(f"no review for {record_id}", "not_found")
+        if resolution not in RESOLUTIONS:
+            return ActionOutcome(f"resolve as one of {', '.join(RESOLUTIONS)}", "invalid_input")
+        if not reason.strip():
+            return ActionOutcome("a reason is required", "invalid_input")
+        try:
+            row = self.rt.activator.resolve(record_id, resolution, resolver=viewer.name,  # type: ignore[arg-type]
+                                            reason=reason)
+        except RetoldError as err:
+            return ActionOutcome(str(err), getattr(err, "code", "invalid_input"))
+        return ActionOutcome(f"resolved as {resolution}: activation {row.activation}")
+
     def act(self, viewer: Viewer, record_id: str, action: str, reason: str) -> ActionOutcome:
         """Run one button: a principal's through the memory tools, exactly as its agent
         would call them; an operator's through the reviser and the host API, recorded
@@ -130,4 +209,16 @@ class Inspector:
         return ActionOutcome(f"{action}: {change.previous_status} -> {change.status}")
 
 
-FILTER_CHOICES = {"status": RECORD_STATUSES, "type": RECORD_TYPES}
+def _candidates(row: dict[str, Any], returned: set[str]) -> list[dict[str, Any]]:
+    """The fused candidates of a logged search, best first, each with every channel's
+    rank and score and whether it was returned."""
+    def load(name: str) -> Any:
+        value = row.get(name)
+        return json.loads(value) if isinstance(value, str) else value
+
+    dense = {d["id"]: d for d in load("dense") or []}
+    lexical = {h["id"]: h for h in (load("lexical") or {}).get("hits", [])}
+    entity = {e["id"]: e for e in load("entity") or []}
+    return [{"id": f["id"], "rank": f["rank"], "score": f["score"], "via": f.get("via"),
+             "dense": dense.get(f["id"]), "lexical": lexical.get(f["id"]), "entity": entity.get(f["id"]),
+             "returned": f["id"] in returned} for f in load("fused") or []]

@@ -15,7 +15,7 @@ pytest.importorskip("starlette")
 from starlette.testclient import TestClient  # noqa: E402
 
 from retold import build_runtime  # noqa: E402
-from retold.models import Scope  # noqa: E402
+from retold.models import Principal, Scope  # noqa: E402
 from retold.runtime import Runtime  # noqa: E402
 from retold.testing import World, make_record, make_world  # noqa: E402
 from retold.ui.access import token_digest  # noqa: E402
@@ -163,3 +163,71 @@ def test_a_superseded_fact_links_to_what_replaced_it(rt: Runtime, world: World) 
 
 def _ids(rt: Runtime) -> list[str]:
     return [r.id for r in rt.store.find_records(scopes=[Scope("user", "aditya")])]
+
+
+def test_the_search_page_shows_the_decision_and_each_channels_vote(rt: Runtime) -> None:
+    client = _client(rt, PRINCIPAL_TOKEN)
+    page = client.get("/search", params={"q": "which plant does Aditya water on Sundays", "answer_at": "0"})
+    assert page.status_code == 200, page.text
+    assert "Decision" in page.text and "asked_coverage" in page.text and "beyond_names" in page.text
+    assert "would answer" in page.text  # decided again at threshold 0, which always answers
+    rows = re.findall(r"<tr>\s*<td>(\d+)</td>", page.text)
+    assert rows[:3] == ["1", "2", "3"]  # candidates in fused order
+    logged = rt.store.search_log_rows()[-1]
+    assert logged["agent_id"] == "research-agent" and logged["user_id"] == "aditya"
+
+
+def test_a_principal_searches_only_as_itself(rt: Runtime) -> None:
+    page = _client(rt, PRINCIPAL_TOKEN).get("/search", params={
+        "q": "where is the passport kept", "agent": "other-agent", "user": "cleo"})
+    assert page.status_code == 200
+    assert "blue drawer" not in page.text
+    assert rt.store.search_log_rows()[-1]["user_id"] == "aditya"
+
+
+def test_an_operator_searches_as_a_chosen_principal(rt: Runtime, world: World) -> None:
+    rt.host.grant("other-agent", Scope("user", "cleo"), read=True, write=True)
+    page = _client(rt, OPERATOR_TOKEN).get("/search", params={
+        "q": "where does Cleo keep her passport", "agent": "other-agent", "user": "cleo", "answer_at": "0"})
+    assert page.status_code == 200
+    assert "blue drawer" in page.text
+    refused = _client(rt, OPERATOR_TOKEN).get("/search", params={"q": "x", "agent": "a/b", "user": "u"})
+    assert refused.status_code == 400 and "must not contain" in refused.text
+
+
+def test_sessions_show_a_principal_its_own_only(rt: Runtime, world: World) -> None:
+    rt.hooks.on_turn(Principal("other-agent", "cleo", "s-cleo"), "user", "My passport is in the blue drawer.")
+    mine = _client(rt, PRINCIPAL_TOKEN).get("/sessions").text
+    assert "s1" in mine and "s-cleo" not in mine
+    assert "s-cleo" in _client(rt, OPERATOR_TOKEN).get("/sessions").text
+
+
+def _tool_write(rt: Runtime, principal: Principal, quote: str, content: str, attribute: str) -> str:
+    """A memory_write quoting a turn just said, as an agent makes it (it lands in review)."""
+    principal = rt.hooks.on_turn(principal, "user", quote)
+    written = rt.tools.call("memory_write", principal, {
+        "type": "semantic", "content": content, "attribute": attribute, "source_kind": "user_statement",
+        "evidence": quote})
+    assert written.get("activation") == "review", written
+    return str(written["record_id"])
+
+
+def test_a_review_is_resolved_from_its_page_through_the_activator(rt: Runtime, world: World) -> None:
+    mine = _tool_write(rt, world.p, "I keep my bike in the shed.", "Aditya keeps the bike in the shed.",
+                       "bike")
+    rt.host.grant("other-agent", Scope("user", "cleo"), read=True, write=True)
+    theirs = _tool_write(rt, Principal("other-agent", "cleo", "s-cleo"),
+                         "My passport is in the blue drawer.", "Cleo keeps the passport in the blue drawer.",
+                         "passport_place")
+    client = _client(rt, PRINCIPAL_TOKEN)
+    waiting = client.get("/reviews").text
+    assert mine in waiting and theirs not in waiting and "blue drawer" not in waiting
+    assert theirs in _client(rt, OPERATOR_TOKEN).get("/reviews").text
+    done = client.post(f"/reviews/{mine}", data={"resolution": "ambient", "reason": "always relevant"})
+    assert done.status_code == 303 and "resolved" in client.get(done.headers["location"]).text
+    assert rt.store.activation_of(mine).activation == "ambient"  # type: ignore[union-attr]
+    resolved = rt.store.events(record_id=mine)[-1]
+    assert resolved["kind"] == "review.resolved" and resolved["payload"]["resolver"] == "research-agent"
+    refused = client.post(f"/reviews/{theirs}", data={"resolution": "reject", "reason": "x"})
+    assert refused.status_code == 404
+    assert rt.store.activation_of(theirs).activation == "review"  # type: ignore[union-attr]
