@@ -1,5 +1,5 @@
 """The reads behind the inspector's lists: the records of some scopes a page at a time,
-newest first, and each scope's counts.
+newest first, each scope's counts, and the entities of some scopes.
 
 A page is keyed by ``seq`` (the next page starts below the last one shown) rather than
 by an offset, so the hundredth page of a large store costs what the first does. Every
@@ -106,6 +106,24 @@ class BrowseMixin(RecordsMixin):
         return [ScopeCounts(Scope.parse(f"{kind}:{scope_id}"), by_status, by_type,
                             waiting.get((kind, scope_id), 0))
                 for (kind, scope_id), (by_status, by_type) in sorted(found.items())]
+
+    def browse_entity_ids(self, scopes: Sequence[Scope] | None, limit: int,
+                          kinds: Sequence[str] = ()) -> list[str]:
+        """Ids of up to ``limit`` entities of ``scopes`` (every scope for None), any status,
+        optionally of ``kinds``, by canonical name."""
+        if scopes is not None and not scopes:
+            return []
+        where, params = scope_clause(scopes) if scopes is not None else ("1 = 1", [])
+        if kinds:
+            where += f" AND kind IN ({marks(kinds)})"
+            params = [*params, *kinds]
+        return [str(row[0]) for row in self._read_rows(
+            f"SELECT id FROM entities WHERE {where} ORDER BY canonical, id LIMIT {int(limit)}", params)]
+
+    def merged_from(self, entity_id: str) -> list[str]:
+        """Ids of the entities merged into ``entity_id``."""
+        return [str(row[0]) for row in self._read_rows(
+            "SELECT id FROM entities WHERE merged_into = ? ORDER BY id", [entity_id])]
 
     def _read_rows(self, sql: str, params: Sequence[Any]) -> list[Any]:
         with self._lock:

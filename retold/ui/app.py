@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from retold.models import RECORD_STATUSES, RECORD_TYPES, Principal, Scope
+from retold.models import ENTITY_KINDS, RECORD_STATUSES, RECORD_TYPES, Principal, Scope
 from retold.runtime import Runtime
 from retold.store.browse import BrowseFilter
 from retold.ui.access import Sessions, TokenBook, Viewer, same_token
@@ -154,6 +154,18 @@ def create_app(rt: Runtime) -> Starlette:
                                                     answer_at)
         return page("search.html", **context)
 
+    async def entity_list(request: Request, viewer: Viewer, csrf: str | None) -> Response:
+        kinds = tuple(k for k in request.query_params.getlist("kind") if k in ENTITY_KINDS)
+        found = await run_in_threadpool(inspector.entities, viewer, kinds)
+        return page("entities.html", viewer=viewer, csrf=csrf, entities=found, kinds=ENTITY_KINDS,
+                    chosen=kinds)
+
+    async def entity(request: Request, viewer: Viewer, csrf: str | None) -> Response:
+        found = await run_in_threadpool(inspector.entity, viewer, request.path_params["entity_id"])
+        if found is None:
+            return page("error.html", 404, viewer=viewer, csrf=csrf, message="no such entity")
+        return page("entity.html", viewer=viewer, csrf=csrf, entity=found[0], merged=found[1])
+
     async def session_list(request: Request, viewer: Viewer, csrf: str | None) -> Response:
         found = await run_in_threadpool(inspector.sessions, viewer, rt.config.ui.page_size)
         return page("sessions.html", viewer=viewer, csrf=csrf, sessions=found)
@@ -193,6 +205,8 @@ def create_app(rt: Runtime) -> Starlette:
         Route("/records/{record_id}/act", guarded(act, changes=True), methods=["POST"]),
         Route("/search", guarded(search), methods=["GET"]),
         Route("/sessions", guarded(session_list), methods=["GET"]),
+        Route("/entities", guarded(entity_list), methods=["GET"]),
+        Route("/entities/{entity_id}", guarded(entity), methods=["GET"]),
         Route("/reviews", guarded(review_list), methods=["GET"]),
         Route("/reviews/{record_id}", guarded(resolve, changes=True), methods=["POST"]),
     ]

@@ -18,7 +18,7 @@ from retold.config import PerTrigger
 from retold.errors import RetoldError
 from retold.ingest.activator import Resolution
 from retold.ingest.revision import RevisionError
-from retold.models import Principal, Record, Scope, SearchRequest
+from retold.models import Entity, Principal, Record, Scope, SearchRequest
 from retold.policy.grants import readable_scopes, writable_scopes
 from retold.retrieve.replay import replay
 from retold.runtime import Runtime
@@ -137,6 +137,21 @@ class Inspector:
                         "score": again.decision.score, "kept": len(again.result.kept)}
         return SearchView(principal, trigger, str(result["search_id"]), str(result["rendered"]),
                           result.get("empty_reason"), dict(result["decision"]), candidates, replayed)
+
+    def entities(self, viewer: Viewer, kinds: tuple[str, ...] = ()) -> list[Entity]:
+        """The viewer's readable entities by name, ``page_size`` at most."""
+        ids = self.rt.store.browse_entity_ids(self.readable(viewer), self.page_size, kinds)
+        return [e for e in (self.rt.store.get_entity(i) for i in ids) if e is not None]
+
+    def entity(self, viewer: Viewer, entity_id: str) -> tuple[Entity, list[Entity]] | None:
+        """One entity and those merged into it, when the viewer reads its scope."""
+        readable = self.readable(viewer)
+        entity = self.rt.store.get_entity(entity_id)
+        if entity is None or readable is not None and entity.scope not in readable:
+            return None
+        merged = [e for e in (self.rt.store.get_entity(i) for i in self.rt.store.merged_from(entity.id))
+                  if e is not None and (readable is None or e.scope in readable)]
+        return entity, merged
 
     def sessions(self, viewer: Viewer, limit: int) -> list[SessionStatus]:
         """The most recently started sessions (a principal's own only), oldest first."""

@@ -231,3 +231,20 @@ def test_a_review_is_resolved_from_its_page_through_the_activator(rt: Runtime, w
     refused = client.post(f"/reviews/{theirs}", data={"resolution": "reject", "reason": "x"})
     assert refused.status_code == 404
     assert rt.store.activation_of(theirs).activation == "review"  # type: ignore[union-attr]
+
+
+def test_entities_show_aliases_and_lead_to_their_records_within_readable_scopes(rt: Runtime) -> None:
+    cleo = rt.store.create_entity("person", "Cleo Marsh", Scope("user", "cleo"))
+    rt.store.add_alias(cleo.id, "cleo")
+    client = _client(rt, PRINCIPAL_TOKEN)
+    listed = client.get("/entities").text
+    assert "aditya" in listed and "Cleo Marsh" not in listed
+    assert client.get(f"/entities/{cleo.id}").status_code == 404
+    aditya = re.search(r'href="/entities/([^"]+)">aditya<', listed)
+    assert aditya is not None
+    page = client.get(f"/entities/{aditya.group(1)}").text
+    about = re.search(r'href="(/records\?entity=[^"]+)"', page)
+    assert about is not None and "plant number" in _all_records(client, about.group(1).replace("&amp;", "&"))
+    operator = _client(rt, OPERATOR_TOKEN)
+    assert "Cleo Marsh" in operator.get("/entities").text
+    assert "cleo" in operator.get(f"/entities/{cleo.id}").text
