@@ -1,5 +1,6 @@
 """The reads behind the inspector's lists: the records of some scopes a page at a time,
-newest first, each scope's counts, and the entities of some scopes.
+newest first, each scope's counts, the entities of some scopes, and every grant and
+membership.
 
 A page is keyed by ``seq`` (the next page starts below the last one shown) rather than
 by an offset, so the hundredth page of a large store costs what the first does. Every
@@ -14,7 +15,10 @@ from typing import Any
 
 from retold.models import Record, Scope
 from retold.store.base import marks, scope_clause
+from retold.store.grants import Grant
+from retold.store.members import Member
 from retold.store.records import RecordsMixin
+from retold.util import from_iso
 
 __all__ = ["BrowseFilter", "BrowseMixin", "ScopeCounts"]
 
@@ -124,6 +128,20 @@ class BrowseMixin(RecordsMixin):
         """Ids of the entities merged into ``entity_id``."""
         return [str(row[0]) for row in self._read_rows(
             "SELECT id FROM entities WHERE merged_into = ? ORDER BY id", [entity_id])]
+
+    def all_grants(self) -> list[Grant]:
+        """Every grant, by scope then agent."""
+        return [Grant(str(agent), Scope.parse(f"{kind}:{ident}"), bool(r), bool(w))
+                for agent, kind, ident, r, w in self._read_rows(
+                    "SELECT agent_id, scope_kind, scope_id, can_read, can_write FROM grants"
+                    " ORDER BY scope_kind, scope_id, agent_id", [])]
+
+    def all_members(self) -> list[Member]:
+        """Every membership of a shared scope, by scope then user."""
+        return [Member(Scope.parse(f"{kind}:{ident}"), str(user), from_iso(str(at)), str(by))
+                for kind, ident, user, at, by in self._read_rows(
+                    "SELECT scope_kind, scope_id, user_id, added_at, added_by FROM scope_members"
+                    " ORDER BY scope_kind, scope_id, user_id", [])]
 
     def _read_rows(self, sql: str, params: Sequence[Any]) -> list[Any]:
         with self._lock:

@@ -166,6 +166,20 @@ def create_app(rt: Runtime) -> Starlette:
             return page("error.html", 404, viewer=viewer, csrf=csrf, message="no such entity")
         return page("entity.html", viewer=viewer, csrf=csrf, entity=found[0], merged=found[1])
 
+    async def access(request: Request, viewer: Viewer, csrf: str | None) -> Response:
+        grants, members = await run_in_threadpool(inspector.access, viewer)
+        return page("access.html", viewer=viewer, csrf=csrf, grants=grants, members=members,
+                    done=request.query_params.get("done"), failed=request.query_params.get("failed"))
+
+    async def change_access(request: Request, viewer: Viewer, csrf: str | None) -> Response:
+        form = {k: str(v) for k, v in (await request.form()).items()}
+        outcome = await run_in_threadpool(inspector.change_access, viewer, request.path_params["change"],
+                                          form)
+        if outcome.code == "forbidden":
+            return page("error.html", 403, viewer=viewer, csrf=csrf, message=outcome.message)
+        note = outcome.message if outcome.ok else f"{outcome.code}: {outcome.message}"
+        return _back("/access", outcome.ok, note)
+
     async def session_list(request: Request, viewer: Viewer, csrf: str | None) -> Response:
         found = await run_in_threadpool(inspector.sessions, viewer, rt.config.ui.page_size)
         return page("sessions.html", viewer=viewer, csrf=csrf, sessions=found)
@@ -205,6 +219,8 @@ def create_app(rt: Runtime) -> Starlette:
         Route("/records/{record_id}/act", guarded(act, changes=True), methods=["POST"]),
         Route("/search", guarded(search), methods=["GET"]),
         Route("/sessions", guarded(session_list), methods=["GET"]),
+        Route("/access", guarded(access), methods=["GET"]),
+        Route("/access/{change}", guarded(change_access, changes=True), methods=["POST"]),
         Route("/entities", guarded(entity_list), methods=["GET"]),
         Route("/entities/{entity_id}", guarded(entity), methods=["GET"]),
         Route("/reviews", guarded(review_list), methods=["GET"]),

@@ -24,6 +24,8 @@ from retold.retrieve.replay import replay
 from retold.runtime import Runtime
 from retold.store.activation import ActivationRow
 from retold.store.browse import BrowseFilter, ScopeCounts
+from retold.store.grants import Grant
+from retold.store.members import Member
 from retold.store.session_states import SessionQuery, SessionStatus
 from retold.ui.access import Viewer
 
@@ -152,6 +154,40 @@ class Inspector:
         merged = [e for e in (self.rt.store.get_entity(i) for i in self.rt.store.merged_from(entity.id))
                   if e is not None and (readable is None or e.scope in readable)]
         return entity, merged
+
+    def access(self, viewer: Viewer) -> tuple[list[Grant], list[Member]]:
+        """Grants and memberships: every one for an operator; a principal's own agent's
+        grants and its user's memberships."""
+        if viewer.principal is None:
+            return self.rt.store.all_grants(), self.rt.store.all_members()
+        p = viewer.principal
+        members = [m for s in self.rt.store.member_scopes(p.user_id) for m in self.rt.store.members_of(s)
+                   if m.user_id == p.user_id]
+        return self.rt.store.grants_for(p.agent_id), members
+
+    def change_access(self, viewer: Viewer, change: str, form: dict[str, str]) -> ActionOutcome:
+        """Grant, revoke, add or remove a member through the host API, as the operator;
+        a principal's token changes no access."""
+        if viewer.principal is not None:
+            return ActionOutcome("only an operator's token changes grants and members", "forbidden")
+        try:
+            scope = Scope.parse(form.get("scope", ""))
+            host, agent, user = self.rt.host, form.get("agent", ""), form.get("user", "")
+            if change == "grant":
+                host.grant(agent, scope, read=True, write=form.get("write") == "yes", actor=viewer.name)
+                return ActionOutcome(f"granted {agent} {scope}")
+            if change == "revoke":
+                done = host.revoke(agent, scope, actor=viewer.name)
+                return ActionOutcome(f"revoked {agent} {scope}" if done else "there was no such grant")
+            if change == "add_member":
+                done = host.add_member(scope, user, actor=viewer.name)
+                return ActionOutcome(f"{user} is a member of {scope}" if done else "already a member")
+            if change == "remove_member":
+                done = host.remove_member(scope, user, actor=viewer.name)
+                return ActionOutcome(f"{user} left {scope}" if done else "was not a member")
+        except (RetoldError, ValueError) as err:
+            return ActionOutcome(str(err), "invalid_input")
+        return ActionOutcome(f"unknown change {change!r}", "invalid_input")
 
     def sessions(self, viewer: Viewer, limit: int) -> list[SessionStatus]:
         """The most recently started sessions (a principal's own only), oldest first."""

@@ -248,3 +248,22 @@ def test_entities_show_aliases_and_lead_to_their_records_within_readable_scopes(
     operator = _client(rt, OPERATOR_TOKEN)
     assert "Cleo Marsh" in operator.get("/entities").text
     assert "cleo" in operator.get(f"/entities/{cleo.id}").text
+
+
+def test_an_operator_grants_and_a_principal_then_reads_the_scope(rt: Runtime) -> None:
+    rt.store.write_record(make_record(scope=Scope("project", "apollo"), content="Apollo ships on Friday.",
+                                      attribute="ship_day"))
+    principal, operator = _client(rt, PRINCIPAL_TOKEN), _client(rt, OPERATOR_TOKEN)
+    refused = principal.post("/access/grant", data={"agent": "research-agent", "scope": "project:apollo"})
+    assert refused.status_code == 403 and "project:apollo" not in principal.get("/access").text
+    assert operator.post("/access/grant", data={"agent": "research-agent", "scope": "project:apollo",
+                                                "write": "no"}).status_code == 303
+    added = operator.post("/access/add_member", data={"user": "aditya", "scope": "project:apollo"})
+    assert added.status_code == 303
+    assert rt.store.events(kind="grant.changed")[-1]["actor"] == "operator:dana"
+    assert "project:apollo" in principal.get("/access").text
+    assert "ships on Friday" in _all_records(principal)  # the same grant the tools honour
+    operator.post("/access/remove_member", data={"user": "aditya", "scope": "project:apollo"})
+    assert "ships on Friday" not in _all_records(principal)
+    bad = operator.post("/access/grant", data={"agent": "a/b", "scope": "project:apollo"})
+    assert "invalid_input" in operator.get(bad.headers["location"]).text
