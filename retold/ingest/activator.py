@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from retold.errors import RetoldError
 from retold.ingest.entities import normalize_alias
-from retold.ingest.evidence import session_of
+from retold.ingest.evidence import turn_of
 from retold.models import ACTIVE_STATUSES, Activation, Principal, Record, Scope
 from retold.policy.activation import ActivationDecision, ActivationFacts, ActivationPolicy, SourceTurn
 from retold.store import NewEvent, Store
@@ -142,15 +142,11 @@ class Activator:
         return ActivationFacts(record, user, entities, turn, bool(self.store.conflicts_of(record.id)))
 
     def _source_turn(self, record: Record) -> SourceTurn | None:
-        session_id = session_of(record.source_ref)
-        ref = record.source_ref or ""
-        if session_id is None or not ref.endswith(">") or "<turn:" not in ref:
+        where = turn_of(record.source_ref)
+        session = None if where is None else self.store.get_session(where[0])
+        if where is None or session is None:
             return None
-        number = ref.rpartition("<turn:")[2].removesuffix(">")
-        session = self.store.get_session(session_id)
-        if session is None or not number.isdigit():
-            return None
-        found = next((t for t in self.store.turns(session_id) if t.turn == int(number)), None)
+        found = next((t for t in self.store.turns(where[0]) if t.turn == where[1]), None)
         return None if found is None else SourceTurn(session.user_id, found.role, found.content)
 
     # -- a person's decisions --------------------------------------------------------------------

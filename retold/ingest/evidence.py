@@ -19,6 +19,7 @@ __all__ = [
     "normalize_ws",
     "session_of",
     "source_ref",
+    "turn_of",
     "validate_evidence",
 ]
 
@@ -58,6 +59,16 @@ def session_of(ref: str | None) -> str | None:
     body = ref.removeprefix("session:")
     head, turn, _ = body.rpartition("<turn:")
     return (head if turn else body) or None
+
+
+def turn_of(ref: str | None) -> tuple[str, int] | None:
+    """The (session, turn number) a ``session:<id><turn:n>`` reference names; None for a
+    reference to a whole session or to anything else."""
+    session_id, text = session_of(ref), ref or ""
+    number = text.rpartition("<turn:")[2].removesuffix(">")
+    if session_id is None or not text.endswith(">") or "<turn:" not in text or not number.isdigit():
+        return None
+    return session_id, int(number)
 
 
 def _rank(ranks: Mapping[str, int] | SourceRanks, kind: str) -> int:

@@ -1,6 +1,6 @@
 """The reads behind the inspector's lists: the records of some scopes a page at a time,
-newest first, each scope's counts, the entities of some scopes, and every grant and
-membership.
+newest first, each scope's counts, the entities of some scopes, the searches that returned
+a record, and every grant and membership.
 
 A page is keyed by ``seq`` (the next page starts below the last one shown) rather than
 by an offset, so the hundredth page of a large store costs what the first does. Every
@@ -9,8 +9,10 @@ read is limited to the scopes the caller may read; None is an operator's "every 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from retold.models import Record, Scope
@@ -20,7 +22,7 @@ from retold.store.members import Member
 from retold.store.records import RecordsMixin
 from retold.util import from_iso
 
-__all__ = ["BrowseFilter", "BrowseMixin", "ScopeCounts"]
+__all__ = ["BrowseFilter", "BrowseMixin", "ReturnedBy", "ScopeCounts"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,19 @@ class ScopeCounts:
     @property
     def total(self) -> int:
         return sum(self.by_status.values())
+
+
+@dataclass(frozen=True)
+class ReturnedBy:
+    """A logged search that returned a record, and the rank it gave it (1 = first)."""
+
+    search_id: str
+    at: datetime
+    agent_id: str
+    user_id: str
+    trigger: str
+    query: str
+    rank: int
 
 
 class BrowseMixin(RecordsMixin):
@@ -128,6 +143,31 @@ class BrowseMixin(RecordsMixin):
         """Ids of the entities merged into ``entity_id``."""
         return [str(row[0]) for row in self._read_rows(
             "SELECT id FROM entities WHERE merged_into = ? ORDER BY id", [entity_id])]
+
+    def searches_returning(self, record_id: str, *, principal: tuple[str, str] | None, window: int,
+                           limit: int) -> list[ReturnedBy]:
+        """The newest logged searches (by ``principal``, an (agent id, user id) pair, when
+        given) that returned ``record_id``, with the rank it had. Only the ``window``
+        newest searches are looked at, so a record page costs the same however long the
+        log is."""
+        who = ""
+        params: list[Any] = [window]
+        if principal is not None:
+            who = " WHERE agent_id = ? AND user_id = ?"
+            params = [*principal, window]
+        rows = self._read_rows(
+            "SELECT id, at, agent_id, user_id, trigger, request, returned FROM"
+            f" (SELECT * FROM search_log{who} ORDER BY at DESC LIMIT ?) AS recent"
+            " WHERE returned LIKE ? ORDER BY at DESC LIMIT ?",
+            [*params, f'%"{record_id}"%', limit])
+        out: list[ReturnedBy] = []
+        for search_id, at, agent_id, user_id, trigger, request, returned in rows:
+            ids = json.loads(returned) if isinstance(returned, str) else returned
+            queries = (json.loads(request) if isinstance(request, str) else request).get("queries") or []
+            rank = list(ids).index(record_id) + 1
+            out.append(ReturnedBy(str(search_id), from_iso(str(at)), str(agent_id), str(user_id),
+                                  str(trigger), " / ".join(map(str, queries)), rank))
+        return out
 
     def all_grants(self) -> list[Grant]:
         """Every grant, by scope then agent."""

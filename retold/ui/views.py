@@ -17,6 +17,7 @@ from typing import Any, get_args
 from retold.config import PerTrigger
 from retold.errors import RetoldError
 from retold.ingest.activator import Resolution
+from retold.ingest.evidence import turn_of
 from retold.ingest.revision import RevisionError
 from retold.models import Entity, Principal, Record, Scope, SearchRequest
 from retold.policy.grants import readable_scopes, writable_scopes
@@ -32,6 +33,9 @@ from retold.ui.access import Viewer
 __all__ = ["ACTIONS", "RESOLUTIONS", "ActionOutcome", "Inspector", "RecordsPage", "SearchView"]
 
 ACTIONS = ("forget", "restore", "pin", "unpin", "confirm")
+ACCESS_LOG_WINDOW = 20_000  # newest logged searches a record page looks through
+ACCESS_LOG_ROWS = 20
+CONTEXT_TURNS = 2  # turns shown on each side of the quoted one
 RESOLUTIONS = get_args(Resolution)
 
 
@@ -111,10 +115,28 @@ class Inspector:
         view = self.rt.tools.describe(record_id, viewer.principal)
         if view is None:
             return None
-        if viewer.is_operator:
+        p = viewer.principal
+        if p is None:
             view["events"] = self.rt.store.events(record_id=view["id"])
-        view["restorable_until"] = view.get("restorable_until")
+        view["returned_by"] = self.rt.store.searches_returning(
+            view["id"], principal=None if p is None else (p.agent_id, p.user_id), window=ACCESS_LOG_WINDOW,
+            limit=ACCESS_LOG_ROWS)
+        view["context"] = [] if view.get("tombstone") else self._context(view.get("source_ref"), p)
         return view
+
+    def _context(self, ref: str | None, principal: Principal | None) -> list[dict[str, Any]]:
+        """The turns around the one a record quotes, as retention left them, when the viewer
+        may read that session: an operator, or the agent and user who held it (a record
+        in a shared scope may quote another user's conversation)."""
+        where = turn_of(ref)
+        session = None if where is None else self.rt.store.get_session(where[0])
+        if where is None or session is None:
+            return []
+        if principal is not None and (session.agent_id, session.user_id) != (principal.agent_id,
+                                                                              principal.user_id):
+            return []
+        return [{"turn": t.turn, "role": t.role, "content": t.content, "quoted": t.turn == where[1]}
+                for t in self.rt.store.turns(where[0]) if abs(t.turn - where[1]) <= CONTEXT_TURNS]
 
     def search(self, viewer: Viewer, query: str, principal: Principal, trigger: str,
                answer_at: float | None = None) -> SearchView:

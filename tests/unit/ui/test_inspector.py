@@ -202,13 +202,14 @@ def test_sessions_show_a_principal_its_own_only(rt: Runtime, world: World) -> No
     assert "s-cleo" in _client(rt, OPERATOR_TOKEN).get("/sessions").text
 
 
-def _tool_write(rt: Runtime, principal: Principal, quote: str, content: str, attribute: str) -> str:
-    """A memory_write quoting a turn just said, as an agent makes it (it lands in review)."""
+def _tool_write(rt: Runtime, principal: Principal, quote: str, content: str, attribute: str,
+                activation: str = "review") -> str:
+    """A memory_write quoting a turn just said, as an agent makes it."""
     principal = rt.hooks.on_turn(principal, "user", quote)
     written = rt.tools.call("memory_write", principal, {
         "type": "semantic", "content": content, "attribute": attribute, "source_kind": "user_statement",
         "evidence": quote})
-    assert written.get("activation") == "review", written
+    assert written.get("activation") == activation, written
     return str(written["record_id"])
 
 
@@ -267,3 +268,29 @@ def test_an_operator_grants_and_a_principal_then_reads_the_scope(rt: Runtime) ->
     assert "ships on Friday" not in _all_records(principal)
     bad = operator.post("/access/grant", data={"agent": "a/b", "scope": "project:apollo"})
     assert "invalid_input" in operator.get(bad.headers["location"]).text
+
+
+def test_a_record_page_shows_the_turn_it_quotes_and_the_searches_that_returned_it(
+        rt: Runtime, world: World) -> None:
+    world.say("assistant", "What do you use to edit code?")
+    record_id = _tool_write(rt, world.p, "I do all my editing in vim.", "Aditya edits code in vim.", "editor",
+                            activation="ambient")
+    world.say("assistant", "Noted.")
+    found = rt.tools.call("memory_search", world.p, {"queries": ["Aditya vim editing"]})
+    assert any(r["id"] == record_id for r in found["results"]), found
+    rt.flush_search_log()
+    page = _client(rt, PRINCIPAL_TOKEN).get(f"/records/{record_id}").text
+    assert "What do you use to edit code?" in page and "Noted." in page  # the turns around it
+    assert "Aditya vim editing" in page  # the search that returned it
+    other = Principal("other-agent", "aditya", "s-other")
+    rt.host.grant("other-agent", Scope("user", "aditya"), read=True)
+    assert _tool_search_returns(rt, other, record_id)
+    rt.flush_search_log()
+    operator_page = _client(rt, OPERATOR_TOKEN).get(f"/records/{record_id}").text
+    assert operator_page.count("Aditya vim editing") == 2  # both agents' searches
+    assert page.count("Aditya vim editing") == 1  # a principal sees its own searches only
+
+
+def _tool_search_returns(rt: Runtime, principal: Principal, record_id: str) -> bool:
+    found = rt.tools.call("memory_search", principal, {"queries": ["Aditya vim editing"]})
+    return any(r["id"] == record_id for r in found.get("results", []))
