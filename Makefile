@@ -26,7 +26,13 @@ demo: $(STAMP)
 	rm -rf .demo && mkdir -p .demo
 	$(BIN)/retold demo --store .demo/memory.sqlite
 
-test: $(STAMP)
+# The inspector's browser tests drive Debian's Chromium (a browser that Playwright downloads
+# itself cannot run here); installed once where it is missing and apt can.
+CHROMIUM := /usr/bin/chromium
+$(CHROMIUM):
+	-apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
+
+test: $(STAMP) $(CHROMIUM)
 	$(BIN)/ruff check retold workers tests benchmarks beat_schedule.py
 	$(BIN)/mypy
 	$(BIN)/pytest

@@ -44,14 +44,13 @@ from benchmarks.report import machine, pin_threads, summarize, write_report
 
 pin_threads()
 
-from benchmarks.search_data import USERS, fake_vectors, generate, make_queries, populate, principal  # noqa: E402
+from benchmarks.search_data import USERS, fake_vectors, fill_search_log, generate, populate  # noqa: E402
 from retold import build_runtime, load_config  # noqa: E402
 from retold.index.embedder import FakeEmbedder  # noqa: E402
 from retold.ingest.equivalence import ExactJudge  # noqa: E402
 from retold.models import ACTIVE_STATUSES, Principal, Scope  # noqa: E402
 from retold.portable.importer import BATCH  # noqa: E402
 from retold.runtime import Runtime  # noqa: E402
-from retold.util import new_id  # noqa: E402
 
 
 def caps(n: int) -> dict[str, int]:
@@ -79,19 +78,7 @@ def build(path: Path, n: int, searches: int, log_rows: int) -> dict[str, int]:
                                                 limit=50):
                 rt.store.pin(record.id, "bench", "keep", 50)
                 pinned += 1
-        who = principal()
-        for query in make_queries(records, searches):
-            rt.tools.call("memory_search", who, {"queries": query})
-        rt.flush_search_log()
-        conn = rt.store._conn
-        logged = conn.execute("SELECT count(*) FROM search_log").fetchone()[0]
-        with rt.store.atomic():
-            while logged < log_rows:
-                copied = conn.execute("SELECT * FROM search_log LIMIT ?", (log_rows - logged,)).fetchall()
-                for row in copied:
-                    conn.execute(f"INSERT INTO search_log VALUES ({', '.join('?' * len(row))})",
-                                 (new_id(), *row[1:]))
-                logged += len(copied)
+        logged = fill_search_log(rt, records, searches, log_rows)
         return {"records": n, "pinned": pinned, "search_log_rows": logged}
     finally:
         rt.close()

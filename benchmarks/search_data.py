@@ -392,3 +392,22 @@ def principal(session_id: str = "bench-session") -> Principal:
 def reads() -> list[Scope]:
     """The scopes the searching principal reads."""
     return [Scope("user", USER), *(Scope("project", p) for p in PROJECTS)]
+
+
+def fill_search_log(rt: Runtime, records: list[dict[str, Any]], searches: int, rows: int) -> int:
+    """Run ``searches`` real searches as :func:`principal`, then copy their log rows (each
+    under a new id) until the search log holds ``rows``; returns how many it holds."""
+    who = principal()
+    for query in make_queries(records, searches):
+        rt.tools.call("memory_search", who, {"queries": query})
+    rt.flush_search_log()
+    conn = rt.store._conn
+    logged = int(conn.execute("SELECT count(*) FROM search_log").fetchone()[0])
+    with rt.store.atomic():
+        while logged < rows:
+            copied = conn.execute("SELECT * FROM search_log LIMIT ?", (rows - logged,)).fetchall()
+            for row in copied:
+                conn.execute(f"INSERT INTO search_log VALUES ({', '.join('?' * len(row))})",
+                             (new_id(), *row[1:]))
+            logged += len(copied)
+    return logged

@@ -4,6 +4,7 @@ this run's PostgreSQL database), records built with defaults, the loopback API s
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,6 +29,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "hosted: drives a real provider SDK against its loopback stub; added to every test"
         " that uses the anthropic_stub or openai_stub fixture (skipped locally when the SDKs"
         " are missing, required in CI)",
+    )
+    config.addinivalue_line(
+        "markers",
+        "browser: drives Debian's Chromium through Playwright (skipped locally when either is"
+        " missing, required in CI; `make test` installs them)",
     )
     config.addinivalue_line(
         "markers",
@@ -57,6 +63,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         missing["redis"] = "no Redis answering at 127.0.0.1:6379"
     if not (_installed("anthropic") and _installed("openai")):
         missing["hosted"] = "the provider SDKs (the `hosted` extra) are not installed"
+    if not (_installed("playwright") and (shutil.which("chromium") or os.path.exists("/usr/bin/chromium"))):
+        missing["browser"] = "Chromium (Debian's chromium package) or playwright is not installed"
     for item in items:
         for marker, why in missing.items():
             if marker in item.keywords:

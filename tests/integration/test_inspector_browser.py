@@ -1,0 +1,239 @@
+"""The inspector in a real browser: Debian's Chromium driven by Playwright against a real
+``retold ui`` process over a real store.
+
+A principal logs in through the form and sees only its own user's memory on every page,
+follows a superseded fact's lineage, runs a search and reads why a record is there,
+forgets and restores a record, and resolves a review; a page on another site that posts
+a forged form to the inspector changes nothing; a visitor without a token is sent to the
+login page. Screenshots of the main pages are written to the test's folder (set
+``RETOLD_UI_SHOTS`` to a folder to keep them, as docs/images/ was made).
+"""
+
+from __future__ import annotations
+
+import http.server
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+from retold.models import Scope  # noqa: E402
+from retold.testing import make_record, make_world  # noqa: E402
+from retold.ui.access import token_digest  # noqa: E402
+from tests.ports import free_port  # noqa: E402
+from tests.sql import rows  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+         "--no-first-run", "--disable-dev-shm-usage"]
+TOKEN, OPERATOR = "browser-principal-token-1", "browser-operator-token-1"
+FOREIGN = "Cleo keeps her passport in the blue drawer."
+WAIT = 30.0
+
+
+@dataclass
+class Served:
+    url: str
+    path: str
+    ids: dict[str, str]
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Served]:
+    world = make_world(tmp_path / "w")
+    rt = world.rt
+
+    def write(quote: str, content: str, attribute: str) -> str:
+        """What an agent does: the user says it, the agent writes it quoting them, and it
+        is confirmed (so it is live whatever the date the server runs at)."""
+        world.say("user", quote)
+        written = rt.tools.call("memory_write", world.p, {
+            "type": "semantic", "content": content, "attribute": attribute, "source_kind": "user_statement",
+            "evidence": quote})
+        rt.tools.call("memory_revise", world.p, {"id": written["record_id"], "action": "confirm",
+                                                 "reason": "the user said so"})
+        return str(written["record_id"])
+
+    old = write("Dana Reyes is my billing contact.", "Aditya's billing contact is Dana Reyes.",
+                "billing_contact")
+    world.say("user", "Marcus Chen handles billing now, not Dana.")
+    revised = rt.tools.call("memory_revise", world.p, {
+        "id": old, "action": "supersede", "reason": "handed over",
+        "content": "Aditya's billing contact is Marcus Chen.", "source_kind": "user_statement",
+        "evidence": "Marcus Chen handles billing now, not Dana."})
+    assert "error" not in revised, revised
+    plain = write("I do all my editing in vim.", "Aditya edits code in vim.", "editor")
+    ferns = write("I water the ferns every Sunday.", "Aditya waters the ferns every Sunday.", "ferns")
+    world.say("assistant", "Noted: ferns on Sundays.")
+    rt.store.write_record(make_record(scope=Scope("user", "cleo"), content=FOREIGN, attribute="passport",
+                                      creator_agent_id="other-agent"))
+    path = rt.store.path
+    rt.close()
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        f"embedding:\n  model: fake\n  version: {world.embedder.version}\n  dims: {world.embedder.dims}\n"
+        f"ui:\n  tokens:\n    - sha256: {token_digest(TOKEN)}\n      agent_id: {world.p.agent_id}\n"
+        f"      user_id: {world.p.user_id}\n    - sha256: {token_digest(OPERATOR)}\n      operator: dana\n")
+    port = free_port()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "retold.cli", "ui", "--store", path, "--config", str(config),
+         "--listen", f"127.0.0.1:{port}"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(port, proc)
+        yield Served(f"http://127.0.0.1:{port}", path, {"old": old, "plain": plain, "ferns": ferns})
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=WAIT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=WAIT)
+
+
+def _wait_for(port: int, proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + WAIT
+    while True:
+        assert proc.poll() is None, proc.communicate()[1]
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            assert time.monotonic() < deadline, "the inspector did not start listening"
+            time.sleep(0.05)
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as driver:
+        context = driver.chromium.launch_persistent_context(
+            str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=FLAGS)
+        try:
+            yield context
+        finally:
+            context.close()
+
+
+def _shot(page: Any, tmp_path: Path, name: str) -> None:
+    folder = Path(os.environ.get("RETOLD_UI_SHOTS") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(folder / f"{name}.png"), full_page=True)
+
+
+def _log_in(page: Any, url: str, token: str) -> None:
+    page.goto(f"{url}/records")
+    assert page.url.endswith("/login")  # no token yet: the login page, not the records
+    page.fill("input[name=token]", token)
+    page.click("button:has-text('Log in')")
+    page.wait_for_url(f"{url}/scopes")
+
+
+def test_a_principal_browses_searches_and_changes_only_its_own_memory(
+        served: Served, browser: Any, tmp_path: Path) -> None:
+    page = browser.new_page()
+    _log_in(page, served.url, TOKEN)
+    _shot(page, tmp_path, "scopes")
+    seen = [page.content()]
+
+    page.goto(f"{served.url}/records")
+    seen.append(page.content())
+    _shot(page, tmp_path, "records")
+    assert "Aditya edits code in vim." in page.content()
+
+    # A superseded fact's page links to what replaced it.
+    page.goto(f"{served.url}/records/{served.ids['old']}")
+    assert "superseded by" in page.content()
+    page.click("text=superseded by >> xpath=.. >> a")
+    assert "Marcus Chen" in page.content()
+    seen.append(page.content())
+
+    # A search shows its decision and every candidate's votes.
+    page.goto(f"{served.url}/search")
+    page.fill("input[name=q]", "what does Aditya use to edit code")
+    page.click("button:has-text('Search')")
+    page.wait_for_selector("text=Decision")
+    assert "beyond_names" in page.content() and "vim" in page.content()
+    _shot(page, tmp_path, "search")
+    seen.append(page.content())
+
+    # Forget, then restore, from the record page.
+    page.goto(f"{served.url}/records/{served.ids['plain']}")
+    _shot(page, tmp_path, "record")
+    page.select_option("select[name=action]", "forget")
+    page.fill("input[name=reason]", "no longer true")
+    page.click("button:has-text('Apply')")
+    page.wait_for_selector("text=Forgotten")
+    assert _status(served, "plain") == "deleted"
+    page.select_option("select[name=action]", "restore")
+    page.fill("input[name=reason]", "it was true after all")
+    page.click("button:has-text('Apply')")
+    page.wait_for_selector("text=Aditya edits code in vim.")
+    assert _status(served, "plain") == "confirmed"
+
+    # Resolve a review.
+    page.goto(f"{served.url}/reviews")
+    seen.append(page.content())
+    assert "waters the ferns" in page.content()
+    page.fill("input[name=reason]", "always worth knowing")
+    page.select_option("select[name=resolution]", "ambient")
+    page.click("button:has-text('Resolve')")
+    page.wait_for_selector("text=resolved as ambient")
+    assert rows(served.path, "SELECT activation FROM record_activation WHERE record_id = ?",
+                served.ids["ferns"]) == [("ambient",)]
+
+    for page_html in seen + [page.content()]:
+        assert "blue drawer" not in page_html and "user:cleo" not in page_html
+
+
+def test_a_forged_form_from_another_site_changes_nothing(served: Served, browser: Any,
+                                                         tmp_path: Path) -> None:
+    page = browser.new_page()
+    _log_in(page, served.url, TOKEN)
+    target = f"{served.url}/records/{served.ids['plain']}/act"
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "index.html").write_text(
+        f'<form id="f" method="post" action="{target}"><input name="action" value="forget">'
+        '<input name="reason" value="forged"></form><script>document.getElementById("f").submit()</script>')
+    other = _serve_folder(tmp_path / "site")
+    page.goto(other)
+    page.wait_for_load_state()
+    time.sleep(0.5)
+    assert _status(served, "plain") == "confirmed"
+
+
+def test_an_operator_sees_every_scope(served: Served, browser: Any, tmp_path: Path) -> None:
+    page = browser.new_page()
+    _log_in(page, served.url, OPERATOR)
+    assert "user:cleo" in page.content()
+    page.goto(f"{served.url}/records?scope=user%3Acleo")
+    assert "blue drawer" in page.content()
+
+
+def _status(served: Served, name: str) -> str:
+    ((status,),) = rows(served.path, "SELECT status FROM records WHERE id = ?", served.ids[name])
+    return str(status)
+
+
+def _serve_folder(folder: Path) -> str:
+    """A second site on another port (another origin) serving ``folder``."""
+    port = free_port()
+    handler = lambda *a: http.server.SimpleHTTPRequestHandler(*a, directory=str(folder))  # noqa: E731
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{port}/index.html"
+
