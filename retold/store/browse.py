@@ -148,18 +148,18 @@ class BrowseMixin(RecordsMixin):
                            limit: int) -> list[ReturnedBy]:
         """The newest logged searches (by ``principal``, an (agent id, user id) pair, when
         given) that returned ``record_id``, with the rank it had. Only the ``window``
-        newest searches are looked at, so a record page costs the same however long the
-        log is."""
-        who = ""
-        params: list[Any] = [window]
+        newest searches of the whole log are looked at, so a record page costs the same
+        however long the log is."""
+        who, params = "", [window, f'%"{record_id}"%']
         if principal is not None:
-            who = " WHERE agent_id = ? AND user_id = ?"
-            params = [*principal, window]
+            who, params = " AND agent_id = ? AND user_id = ?", [*params, *principal]
+        # The newest rows come off the `at` index in order, and only the columns shown are
+        # read, so the window costs the same whoever asks.
         rows = self._read_rows(
             "SELECT id, at, agent_id, user_id, trigger, request, returned FROM"
-            f" (SELECT * FROM search_log{who} ORDER BY at DESC LIMIT ?) AS recent"
-            " WHERE returned LIKE ? ORDER BY at DESC LIMIT ?",
-            [*params, f'%"{record_id}"%', limit])
+            " (SELECT id, at, agent_id, user_id, trigger, request, returned FROM search_log"
+            f" ORDER BY at DESC LIMIT ?) AS recent WHERE returned LIKE ?{who} ORDER BY at DESC LIMIT ?",
+            [*params, limit])
         out: list[ReturnedBy] = []
         for search_id, at, agent_id, user_id, trigger, request, returned in rows:
             ids = json.loads(returned) if isinstance(returned, str) else returned
