@@ -60,6 +60,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.integrity_bench
 	$(BIN)/python -m benchmarks.lifecycle_bench
 	$(BIN)/python -m benchmarks.hygiene_bench
+	$(BIN)/python -m benchmarks.inspector_bench
 	$(BIN)/python -m benchmarks.scale_bench
 
 clean:

@@ -138,7 +138,7 @@ def _table(report: dict[str, object]) -> list[list[str]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=100_000)
-    parser.add_argument("--searches", type=int, default=500)
+    parser.add_argument("--searches", type=int, default=200)
     parser.add_argument("--log-rows", type=int, default=20_000)
     parser.add_argument("--requests", type=int, default=100)
     args = parser.parse_args()
