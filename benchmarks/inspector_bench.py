@@ -2,8 +2,8 @@
 
 The synthetic store of the search benchmarks (``benchmarks/search_data.py``, fake
 embedder) at ``--records`` (default 100K), with ``--searches`` real searches in the search
-log, copied until it holds ``--log-rows`` rows (a record page looks through the newest
-20,000 for the searches that returned it). Each page is requested in-process through
+log, copied until it holds ``--log-rows`` rows (a record page lists the searches that
+returned the record). Each page is requested in-process through
 Starlette's test client with a principal's bearer token (the searching principal of the
 search benchmarks) and with an operator's, ``--requests`` times over different records or
 questions; the time is the whole request, template included. As the baseline in the same

@@ -144,29 +144,23 @@ class BrowseMixin(RecordsMixin):
         return [str(row[0]) for row in self._read_rows(
             "SELECT id FROM entities WHERE merged_into = ? ORDER BY id", [entity_id])]
 
-    def searches_returning(self, record_id: str, *, principal: tuple[str, str] | None, window: int,
+    def searches_returning(self, record_id: str, *, principal: tuple[str, str] | None,
                            limit: int) -> list[ReturnedBy]:
         """The newest logged searches (by ``principal``, an (agent id, user id) pair, when
-        given) that returned ``record_id``, with the rank it had. Only the ``window``
-        newest searches of the whole log are looked at, so a record page costs the same
-        however long the log is."""
-        who, params = "", [window, f'%"{record_id}"%']
+        given) that returned ``record_id``, with the rank it had, through the
+        ``search_returned`` index (search ids grow with time, so their order is the log's)."""
+        who, params = "", [record_id]
         if principal is not None:
-            who, params = " AND agent_id = ? AND user_id = ?", [*params, *principal]
-        # The newest rows come off the `at` index in order, and only the columns shown are
-        # read, so the window costs the same whoever asks.
+            who, params = " AND s.agent_id = ? AND s.user_id = ?", [record_id, *principal]
         rows = self._read_rows(
-            "SELECT id, at, agent_id, user_id, trigger, request, returned FROM"
-            " (SELECT id, at, agent_id, user_id, trigger, request, returned FROM search_log"
-            f" ORDER BY at DESC LIMIT ?) AS recent WHERE returned LIKE ?{who} ORDER BY at DESC LIMIT ?",
-            [*params, limit])
+            "SELECT s.id, s.at, s.agent_id, s.user_id, s.trigger, s.request, r.rank FROM search_returned r"
+            f" JOIN search_log s ON s.id = r.search_id WHERE r.record_id = ?{who}"
+            " ORDER BY r.search_id DESC LIMIT ?", [*params, limit])
         out: list[ReturnedBy] = []
-        for search_id, at, agent_id, user_id, trigger, request, returned in rows:
-            ids = json.loads(returned) if isinstance(returned, str) else returned
+        for search_id, at, agent_id, user_id, trigger, request, rank in rows:
             queries = (json.loads(request) if isinstance(request, str) else request).get("queries") or []
-            rank = list(ids).index(record_id) + 1
             out.append(ReturnedBy(str(search_id), from_iso(str(at)), str(agent_id), str(user_id),
-                                  str(trigger), " / ".join(map(str, queries)), rank))
+                                  str(trigger), " / ".join(map(str, queries)), int(rank)))
         return out
 
     def all_grants(self) -> list[Grant]:

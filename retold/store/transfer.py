@@ -35,12 +35,14 @@ from retold.store.postgres.url import redact
 from retold.store.store import Store
 
 __all__ = [
-    "NOT_COPIED", "REBUILT", "TableCount", "TransferReport", "advance_sequences", "check_source",
+    "DERIVED", "NOT_COPIED", "REBUILT", "TableCount", "TransferReport", "advance_sequences", "check_source",
     "copied_tables", "move_store", "transfer",
 ]
 
+# Filled on each backend by a trigger as search-log rows arrive: counted, not copied.
+DERIVED = "search_returned"
 # Each backend keeps its own record of the migrations that built its schema.
-NOT_COPIED = ("schema_migrations",)
+NOT_COPIED = ("schema_migrations", DERIVED)
 # The lexical index: an FTS5 table on SQLite, a tsvector table on PostgreSQL. Its rows are
 # written again from the copied records rather than copied.
 REBUILT = "records_fts"
@@ -158,6 +160,7 @@ def _copy_all(source: Store, target: Store) -> tuple[list[TableCount], list[_Tab
         # The rows PgStore's writer would write for each record, loaded in one statement.
         indexed = _load(dst, REBUILT, (*FTS_COLUMNS, "tags"), all_fts_rows(src, with_tags=True))
         counts.append(TableCount(REBUILT, indexed, _count(dst, REBUILT), rebuilt=True))
+        counts.append(TableCount(DERIVED, _count(src, DERIVED), _count(dst, DERIVED), rebuilt=True))
         sequences = advance_sequences(dst)
         wrong = [c for c in counts if not c.ok]
         if wrong:

@@ -33,7 +33,6 @@ from retold.ui.access import Viewer
 __all__ = ["ACTIONS", "RESOLUTIONS", "ActionOutcome", "Inspector", "RecordsPage", "SearchView"]
 
 ACTIONS = ("forget", "restore", "pin", "unpin", "confirm")
-ACCESS_LOG_WINDOW = 20_000  # newest logged searches a record page looks through
 ACCESS_LOG_ROWS = 20
 CONTEXT_TURNS = 2  # turns shown on each side of the quoted one
 RESOLUTIONS = get_args(Resolution)
@@ -119,8 +118,7 @@ class Inspector:
         if p is None:
             view["events"] = self.rt.store.events(record_id=view["id"])
         view["returned_by"] = self.rt.store.searches_returning(
-            view["id"], principal=None if p is None else (p.agent_id, p.user_id), window=ACCESS_LOG_WINDOW,
-            limit=ACCESS_LOG_ROWS)
+            view["id"], principal=None if p is None else (p.agent_id, p.user_id), limit=ACCESS_LOG_ROWS)
         view["context"] = [] if view.get("tombstone") else self._context(view.get("source_ref"), p)
         return view
 

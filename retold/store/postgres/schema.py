@@ -53,12 +53,36 @@ def _pending_embeddings(conn: Any) -> None:
                  ' reason TEXT COLLATE "C" NOT NULL)')
 
 
+def _supersedes_index(conn: Any) -> None:
+    conn.execute("CREATE INDEX records_supersedes ON records(supersedes_id) WHERE supersedes_id IS NOT NULL")
+
+
+def _search_returned(conn: Any) -> None:
+    """As on SQLite (retold.store.migrations): a record's access log, filled by a trigger
+    as search-log rows arrive and emptied with them by the foreign key."""
+    conn.execute('CREATE TABLE search_returned (record_id TEXT COLLATE "C" NOT NULL,'
+                 ' search_id TEXT COLLATE "C" NOT NULL REFERENCES search_log(id) ON DELETE CASCADE,'
+                 ' rank INTEGER NOT NULL, PRIMARY KEY (record_id, search_id))')
+    conn.execute("CREATE INDEX search_returned_search ON search_returned(search_id)")
+    conn.execute("CREATE FUNCTION search_returned_fill() RETURNS trigger LANGUAGE plpgsql AS $fill$ BEGIN"
+                 " INSERT INTO search_returned(record_id, search_id, rank) SELECT e.value, NEW.id, e.n"
+                 " FROM jsonb_array_elements_text(NEW.returned::jsonb) WITH ORDINALITY AS e(value, n)"
+                 " ON CONFLICT DO NOTHING; RETURN NEW; END $fill$")
+    conn.execute("CREATE TRIGGER search_returned_fill AFTER INSERT ON search_log FOR EACH ROW"
+                 " EXECUTE FUNCTION search_returned_fill()")
+    conn.execute("INSERT INTO search_returned(record_id, search_id, rank) SELECT e.value, s.id, e.n"
+                 " FROM search_log AS s, jsonb_array_elements_text(s.returned::jsonb) WITH ORDINALITY"
+                 " AS e(value, n) ON CONFLICT DO NOTHING")
+
+
 # Migrations after the initial PostgreSQL schema: (version, name, apply).
 PG_MIGRATIONS: tuple[tuple[int, str, Callable[[Any], None]], ...] = (
     (10, "search decision column", _search_decision),
     (11, "host trigger name", _host_trigger),
     (12, "record pins", _record_pins),
     (13, "pending embeddings", _pending_embeddings),
+    (14, "supersedes index", _supersedes_index),
+    (15, "returned records", _search_returned),
 )
 _PG_LATEST = PG_MIGRATIONS[-1][0] if PG_MIGRATIONS else PG_BASE
 

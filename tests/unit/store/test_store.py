@@ -236,6 +236,21 @@ def test_eligible_ids_is_one_indexed_query(store: Store) -> None:
     assert "SCAN records" not in plan
 
 
+@pytest.mark.sqlite_only("reads SQLite's query plan")
+def test_a_lineage_walk_reads_no_whole_table(store: Store) -> None:
+    older = make_record(content="Aditya's editor is nano.", attribute="editor")
+    store.write_record(older)
+    captured: list[str] = []
+    with store.snapshot() as conn:
+        conn.set_trace_callback(captured.append)
+        store.lineage_ids(older.id)
+        conn.set_trace_callback(None)
+        (sql,) = [s for s in captured if s.startswith("WITH RECURSIVE")]
+        plan = " ".join(str(r) for r in conn.execute("EXPLAIN QUERY PLAN " + sql))
+    assert "records_supersedes" in plan  # the forward walk: what replaced a record
+    assert "SCAN r " not in plan and "SCAN records" not in plan.replace("SCAN back", "")
+
+
 def test_store_with_unresolved_migration_issues_refuses_to_open(store_path: Path) -> None:
     from retold.errors import MigrationIssuesError
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from retold.runtime import Runtime  # noqa: E402
 from retold.testing import World, make_record, make_world  # noqa: E402
 from retold.ui.access import token_digest  # noqa: E402
 from retold.ui.app import COOKIE, create_app  # noqa: E402
+from tests.sql import rows  # noqa: E402
 
 PRINCIPAL_TOKEN = "principal-token-aditya-0001"
 OPERATOR_TOKEN = "operator-token-dana-0001"
@@ -294,3 +296,16 @@ def test_a_record_page_shows_the_turn_it_quotes_and_the_searches_that_returned_i
 def _tool_search_returns(rt: Runtime, principal: Principal, record_id: str) -> bool:
     found = rt.tools.call("memory_search", principal, {"queries": ["Aditya vim editing"]})
     return any(r["id"] == record_id for r in found.get("results", []))
+
+
+def test_the_access_log_leaves_with_the_search_log_rows(rt: Runtime, world: World) -> None:
+    record_id = _ids(rt)[0]
+    found = rt.tools.call("memory_search", world.p, {"queries": ["which plant does Aditya water"]})
+    assert record_id in {r["id"] for r in found["results"]}, found
+    rt.flush_search_log()
+    assert [s.query for s in rt.store.searches_returning(record_id, principal=None, limit=5)] == [
+        "which plant does Aditya water"]
+    world.clock.advance(timedelta(days=rt.config.retention.search_log_days + 1))
+    rt.operations.retain()
+    assert rt.store.searches_returning(record_id, principal=None, limit=5) == []
+    assert rows(rt.store.path, "SELECT count(*) FROM search_returned") == [(0,)]
