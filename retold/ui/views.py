@@ -10,7 +10,7 @@ page never tells a principal that such a record exists.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, get_args
 
@@ -42,7 +42,7 @@ RESOLUTIONS = get_args(Resolution)
 class RecordsPage:
     """One page of a records list and the key of the next one (None on the last)."""
 
-    records: list[Any]
+    records: list[Record]
     next_before: int | None
     scopes: list[Scope]
 
@@ -68,7 +68,6 @@ class ActionOutcome:
 
     message: str
     code: str | None = None
-    details: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -256,7 +255,7 @@ class Inspector:
             if "error" in answer:
                 error = answer["error"]
                 return ActionOutcome(str(error["message"]), str(error["code"]))
-            return ActionOutcome(f"{action}: done", details=answer)
+            return ActionOutcome(f"{action}: done")
         return self._operator_act(viewer, record_id, action, reason)
 
     def _operator_act(self, viewer: Viewer, record_id: str, action: str, reason: str) -> ActionOutcome:
