@@ -184,6 +184,12 @@ def create_app(rt: Runtime) -> Starlette:
         found = await run_in_threadpool(inspector.sessions, viewer, rt.config.ui.page_size)
         return page("sessions.html", viewer=viewer, csrf=csrf, sessions=found)
 
+    async def session(request: Request, viewer: Viewer, csrf: str | None) -> Response:
+        found = await run_in_threadpool(inspector.session, viewer, request.path_params["session_id"])
+        if found is None:
+            return page("error.html", 404, viewer=viewer, csrf=csrf, message="no such session")
+        return page("session.html", viewer=viewer, csrf=csrf, **found)
+
     async def review_list(request: Request, viewer: Viewer, csrf: str | None) -> Response:
         found = await run_in_threadpool(inspector.reviews, viewer, rt.config.ui.page_size)
         return page("reviews.html", viewer=viewer, csrf=csrf, reviews=found, resolutions=RESOLUTIONS,
@@ -202,7 +208,7 @@ def create_app(rt: Runtime) -> Starlette:
         record_id = request.path_params["record_id"]
         form = await request.form()
         outcome = await run_in_threadpool(inspector.act, viewer, record_id, str(form.get("action", "")),
-                                          str(form.get("reason", "")))
+                                          str(form.get("reason", "")), str(form.get("content", "")))
         if outcome.code == "not_found":
             return page("error.html", 404, viewer=viewer, csrf=csrf, message="no such memory")
         note = outcome.message if outcome.ok else f"{outcome.code}: {outcome.message}"
@@ -219,6 +225,7 @@ def create_app(rt: Runtime) -> Starlette:
         Route("/records/{record_id}/act", guarded(act, changes=True), methods=["POST"]),
         Route("/search", guarded(search), methods=["GET"]),
         Route("/sessions", guarded(session_list), methods=["GET"]),
+        Route("/sessions/{session_id}", guarded(session), methods=["GET"]),
         Route("/access", guarded(access), methods=["GET"]),
         Route("/access/{change}", guarded(change_access, changes=True), methods=["POST"]),
         Route("/entities", guarded(entity_list), methods=["GET"]),

@@ -25,6 +25,7 @@ from retold.retrieve.replay import replay
 from retold.runtime import Runtime
 from retold.store.activation import ActivationRow
 from retold.store.browse import BrowseFilter, ScopeCounts
+from retold.store.event_log import EventQuery
 from retold.store.grants import Grant
 from retold.store.members import Member
 from retold.store.session_states import SessionQuery, SessionStatus
@@ -119,6 +120,10 @@ class Inspector:
         view["returned_by"] = self.rt.store.searches_returning(
             view["id"], principal=None if p is None else (p.agent_id, p.user_id), limit=ACCESS_LOG_ROWS)
         view["context"] = [] if view.get("tombstone") else self._context(view.get("source_ref"), p)
+        row = self.rt.store.activation_of(view["id"])
+        view["activation"] = None if row is None else {
+            "activation": row.activation, "category": row.category, "rule": row.rule, "reason": row.reason,
+            "decided_by": row.decided_by}
         return view
 
     def _context(self, ref: str | None, principal: Principal | None) -> list[dict[str, Any]]:
@@ -216,6 +221,21 @@ class Inspector:
         lease = timedelta(seconds=self.rt.config.ingestion.extraction_lease_seconds)
         return self.rt.store.session_statuses(query, self.rt.clock.now() - lease)
 
+    def session(self, viewer: Viewer, session_id: str) -> dict[str, Any] | None:
+        """One session: its row, its turns as retention left them, the profile block it
+        started with, and the events that name it (extraction runs, with the models, counts
+        and records they wrote, and failures). A principal sees its own sessions only."""
+        row = self.rt.store.get_session(session_id)
+        p = viewer.principal
+        if row is None or p is not None and (row.agent_id, row.user_id) != (p.agent_id, p.user_id):
+            return None
+        events = self.rt.store.find_events(EventQuery(session_id=session_id, limit=100))
+        written = [str(o.get("record_id")) for e in events if e.kind == "extraction.run"
+                   for o in e.payload.get("outcomes") or [] if isinstance(o, dict) and o.get("record_id")]
+        return {"row": row, "turns": self.rt.store.turns(session_id), "events": events,
+                "profile": self.rt.store.profile_block(session_id),
+                "written": self.rt.store.records(written)}
+
     def reviews(self, viewer: Viewer, limit: int) -> list[tuple[ActivationRow, Record]]:
         """Records waiting for a person's activation decision, in the scopes the viewer reads."""
         readable = self.readable(viewer)
@@ -240,14 +260,17 @@ class Inspector:
             return ActionOutcome(str(err), getattr(err, "code", "invalid_input"))
         return ActionOutcome(f"resolved as {resolution}: activation {row.activation}")
 
-    def act(self, viewer: Viewer, record_id: str, action: str, reason: str) -> ActionOutcome:
+    def act(self, viewer: Viewer, record_id: str, action: str, reason: str,
+            content: str = "") -> ActionOutcome:
         """Run one button: a principal's through the memory tools, exactly as its agent
         would call them; an operator's through the reviser and the host API, recorded
-        under the operator's name."""
-        if action not in ACTIONS:
+        under the operator's name. ``supersede`` replaces the content with ``content``."""
+        if action not in (*ACTIONS, "supersede"):
             return ActionOutcome(f"unknown action {action!r}", "invalid_input")
         if viewer.principal is not None:
             payload = {"id": record_id, "reason": reason}
+            if action == "supersede":
+                payload["content"] = content
             if action == "forget":
                 answer = self.rt.tools.call("memory_forget", viewer.principal, payload)
             else:
@@ -262,6 +285,12 @@ class Inspector:
         record = self.rt.store.get_record(record_id)
         if record is None:
             return ActionOutcome(f"no memory {record_id}", "not_found")
+        if action == "supersede":
+            # New content needs a source the write path can weigh (an agent's session or
+            # a user's words); an operator has neither, so a correction goes through the
+            # principal whose memory it is.
+            return ActionOutcome("an operator does not write memory: correct it with the token of the"
+                                 " agent and user it belongs to", "invalid_input")
         if not reason.strip():
             return ActionOutcome("a reason is required", "invalid_input")
         try:

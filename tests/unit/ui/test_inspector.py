@@ -309,3 +309,36 @@ def test_the_access_log_leaves_with_the_search_log_rows(rt: Runtime, world: Worl
     rt.operations.retain()
     assert rt.store.searches_returning(record_id, principal=None, limit=5) == []
     assert rows(rt.store.path, "SELECT count(*) FROM search_returned") == [(0,)]
+
+
+def test_a_principal_corrects_a_memory_and_the_page_says_how_it_is_activated(rt: Runtime) -> None:
+    client = _client(rt, PRINCIPAL_TOKEN)
+    old = _ids(rt)[0]
+    assert "activation" in client.get(f"/records/{old}").text
+    done = client.post(f"/records/{old}/act", data={"action": "supersede", "reason": "moved to Mondays",
+                                                    "content": "Aditya waters plant number 0 on Mondays."})
+    assert done.status_code == 303 and "supersede: done" in client.get(done.headers["location"]).text
+    assert rt.store.get_record(old).status == "superseded"  # type: ignore[union-attr]
+    (new,) = rt.store.find_records(supersedes_id=old)
+    assert new.content == "Aditya waters plant number 0 on Mondays."
+    assert new.creator_agent_id == "research-agent"
+    refused = _client(rt, OPERATOR_TOKEN).post(f"/records/{new.id}/act", data={
+        "action": "supersede", "reason": "x", "content": "something else"})
+    assert "invalid_input" in _client(rt, OPERATOR_TOKEN).get(refused.headers["location"]).text
+    assert rt.store.get_record(new.id).status != "superseded"  # type: ignore[union-attr]
+
+
+def test_a_session_page_shows_its_turns_what_it_wrote_and_to_whom_only(rt: Runtime, world: World) -> None:
+    world.say("user", "My ferns need water on Sundays.")
+    record_id = _ids(rt)[0]
+    # The payload shape Extraction.apply appends for a run.
+    rt.store.append_event("extraction.run", "extractor", {
+        "session_id": "s1", "outcomes": [{"record_id": record_id, "status": "confirmed"}], "counts": {}})
+    rt.hooks.on_turn(Principal("other-agent", "cleo", "s-cleo"), "user", "My passport is in the blue drawer.")
+    client = _client(rt, PRINCIPAL_TOKEN)
+    assert 'href="/sessions/s1"' in client.get("/sessions").text
+    page = client.get("/sessions/s1").text
+    assert "My ferns need water on Sundays." in page and "extraction.run" in page
+    assert f'href="/records/{record_id}"' in page  # what its extraction wrote
+    assert client.get("/sessions/s-cleo").status_code == 404
+    assert "blue drawer" in _client(rt, OPERATOR_TOKEN).get("/sessions/s-cleo").text
