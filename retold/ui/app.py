@@ -145,9 +145,9 @@ def create_app(rt: Runtime) -> Starlette:
         try:
             principal = viewer.principal or Principal(query.get("agent", ""), query.get("user", ""),
                                                       project_id=query.get("project") or None)
-            answer_at = float(query["answer_at"]) if query.get("answer_at") else None
-            if answer_at is not None and not 0.0 <= answer_at <= 1.0:
-                raise ValueError("the threshold to decide again at is between 0 and 1")
+            answer_at = tuple(float(t) for t in (query.get("answer_at") or "").replace(",", " ").split())[:5]
+            if not all(0.0 <= t <= 1.0 for t in answer_at):
+                raise ValueError("a threshold to decide again at is between 0 and 1")
         except ValueError as exc:
             return page("search.html", 400, **context, message=str(exc))
         context["result"] = await run_in_threadpool(inspector.search, viewer, text, principal, trigger,

@@ -60,7 +60,7 @@ class SearchView:
     empty_reason: str | None
     decision: dict[str, Any]
     candidates: list[dict[str, Any]]
-    replayed: dict[str, Any] | None = None  # the same search decided at another threshold
+    replayed: list[dict[str, Any]]  # the same logged search decided again at other thresholds
 
 
 @dataclass(frozen=True)
@@ -141,10 +141,10 @@ class Inspector:
                 for t in self.rt.store.turns(where[0]) if abs(t.turn - where[1]) <= CONTEXT_TURNS]
 
     def search(self, viewer: Viewer, query: str, principal: Principal, trigger: str,
-               answer_at: float | None = None) -> SearchView:
+               answer_at: tuple[float, ...] = ()) -> SearchView:
         """Run ``query`` as ``principal`` (a principal viewer can only search as itself)
-        through the tools' search, then read its log row for the channels' votes; with
-        ``answer_at``, also decide the logged search again at that threshold."""
+        through the tools' search, then read its log row for the channels' votes; for each
+        threshold in ``answer_at``, also decide the logged search again there."""
         if viewer.principal is not None and principal != viewer.principal:
             raise PermissionError("a principal's token searches only as that principal")
         result = self.rt.tools.search(principal, SearchRequest(queries=[query], trigger=trigger))  # type: ignore[arg-type]
@@ -155,12 +155,12 @@ class Inspector:
         for candidate in candidates:
             found = known.get(candidate["id"])
             candidate["content"] = found.content if found is not None and found.status != "deleted" else None
-        replayed = None
-        if answer_at is not None and row:
-            gate = self.rt.config.retrieval.gate
-            again = replay(row, replace(gate, answer_at=PerTrigger(answer_at, answer_at)))
-            replayed = {"answer_at": answer_at, "answered": again.decision.answered,
-                        "score": again.decision.score, "kept": len(again.result.kept)}
+        replayed = []
+        gate = self.rt.config.retrieval.gate
+        for threshold in answer_at if row else ():
+            again = replay(row, replace(gate, answer_at=PerTrigger(threshold, threshold)))
+            replayed.append({"answer_at": threshold, "answered": again.decision.answered,
+                             "kept": len(again.result.kept)})
         return SearchView(principal, trigger, str(result["search_id"]), str(result["rendered"]),
                           result.get("empty_reason"), dict(result["decision"]), candidates, replayed)
 

@@ -169,10 +169,13 @@ def _ids(rt: Runtime) -> list[str]:
 
 def test_the_search_page_shows_the_decision_and_each_channels_vote(rt: Runtime) -> None:
     client = _client(rt, PRINCIPAL_TOKEN)
-    page = client.get("/search", params={"q": "which plant does Aditya water on Sundays", "answer_at": "0"})
+    page = client.get("/search", params={"q": "which plant does Aditya water on Sundays",
+                                         "answer_at": "0, 1"})
     assert page.status_code == 200, page.text
     assert "Decision" in page.text and "asked_coverage" in page.text and "beyond_names" in page.text
-    assert "would answer" in page.text  # decided again at threshold 0, which always answers
+    # The same logged search decided again side by side: 0 always answers, 1 never does.
+    assert re.search(r"at 0\.0</dt><dd>would answer", page.text)
+    assert re.search(r"at 1\.0</dt><dd>would abstain", page.text)
     rows = re.findall(r"<tr>\s*<td>(\d+)</td>", page.text)
     assert rows[:3] == ["1", "2", "3"]  # candidates in fused order
     logged = rt.store.search_log_rows()[-1]
