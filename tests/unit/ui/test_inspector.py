@@ -345,3 +345,38 @@ def test_a_session_page_shows_its_turns_what_it_wrote_and_to_whom_only(rt: Runti
     assert f'href="/records/{record_id}"' in page  # what its extraction wrote
     assert client.get("/sessions/s-cleo").status_code == 404
     assert "blue drawer" in _client(rt, OPERATOR_TOKEN).get("/sessions/s-cleo").text
+
+
+def test_leak_probes_through_every_page_find_nothing_of_another_user(rt: Runtime) -> None:
+    """Each foreign record is asked for every way a page offers: its id, its words in a
+    search and in the records filter, its scope, its entity, its session."""
+    rt.host.grant("other-agent", Scope("user", "cleo"), read=True, write=True)
+    cleo = Principal("other-agent", "cleo", "s-cleo")
+    secrets_ = [f"zephyr{n}" for n in range(12)]
+    foreign = []
+    for n, word in enumerate(secrets_):
+        cleo = rt.hooks.on_turn(cleo, "user", f"My locker code word is {word}.")
+        written = rt.tools.call("memory_write", cleo, {
+            "type": "semantic", "content": f"Cleo's locker code word is {word}.", "attribute": f"locker_{n}",
+            "source_kind": "user_statement", "evidence": f"My locker code word is {word}."})
+        foreign.append(str(written["record_id"]))
+    entity = rt.store.create_entity("person", "Cleo Marsh", Scope("user", "cleo"))
+    client = _client(rt, PRINCIPAL_TOKEN)
+    urls = ["/scopes", "/records", "/entities", "/sessions", "/reviews", "/access",
+            f"/entities/{entity.id}", "/sessions/s-cleo", "/records?scope=user%3Acleo",
+            f"/records?entity={entity.id}"]
+    for record_id, word in zip(foreign, secrets_, strict=True):
+        urls += [f"/records/{record_id}", f"/records?q={word}", f"/search?q=locker+code+word+{word}",
+                 f"/search?q={word}&agent=other-agent&user=cleo"]
+    probes = 0
+    for url in urls:
+        answer = client.get(url)
+        probes += 1
+        assert answer.status_code in (200, 404), (url, answer.status_code)
+        # What a page echoes back (the words asked) is not a leak; the stored sentence is.
+        assert not any(f"word is {word}" in answer.text for word in secrets_), url
+        assert not any(record_id in answer.text for record_id in foreign), url
+        assert "s-cleo" not in answer.text and "Cleo Marsh" not in answer.text, url
+    assert probes == len(urls) == 58
+    # The same probes as the operator do find them, so the probes can see a leak.
+    assert "word is zephyr3" in _client(rt, OPERATOR_TOKEN).get(f"/records/{foreign[3]}").text
