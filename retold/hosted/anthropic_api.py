@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from retold.hosted.client import CompletionRequest, HostedError
 from retold.hosted.sdk import SdkClient, sdk_failure
+from retold.hosted.spend import note
 
 if TYPE_CHECKING:  # only for annotations: the SDK stays unimported until first use
     import anthropic
@@ -57,6 +58,8 @@ class AnthropicClient(SdkClient["anthropic.Anthropic"]):
             )
         except anthropic.APIError as exc:
             raise sdk_failure(anthropic, exc, "Anthropic API", self.model, request.timeout_ms) from exc
+        usage = getattr(response, "usage", None)
+        note(getattr(usage, "input_tokens", None), getattr(usage, "output_tokens", None))
         if response.stop_reason == "max_tokens":
             # A tool call cut at the token cap carries a partial input; never trust it.
             raise HostedError("malformed", f"{self.model} hit max_output_tokens={request.max_output_tokens}")

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from retold.config.hosted import StructuredOutput
 from retold.hosted.client import CompletionRequest, HostedError
 from retold.hosted.sdk import SdkClient, sdk_failure
+from retold.hosted.spend import note
 from retold.hosted.strict import strict_form
 
 if TYPE_CHECKING:  # only for annotations: the SDK stays unimported until first use
@@ -94,6 +95,8 @@ class OpenAIClient(SdkClient["openai.OpenAI"]):
         except openai.APIError as exc:
             api = f"OpenAI-compatible API at {self.base_url}"
             raise sdk_failure(openai, exc, api, self.model, request.timeout_ms) from exc
+        usage = getattr(response, "usage", None)
+        note(getattr(usage, "prompt_tokens", None), getattr(usage, "completion_tokens", None))
         return self._answer(response, request, as_content=strict is not None)
 
     def _answer(self, response: ChatCompletion, request: CompletionRequest, *, as_content: bool) -> object:

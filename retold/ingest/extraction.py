@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from retold.config import IngestionConfig
+from retold.hosted.spend import counting
 from retold.index.embedder import Embedder
 from retold.index.vector import VectorIndex
 from retold.ingest import extractor as schema  # the JSON form of stage outputs
@@ -231,7 +232,8 @@ class ExtractionRunner:
         principal = Principal(session.agent_id, session.user_id, session.id, session.project_id)
         turns = self.store.turns(session.id)
         timer.mark("transcript_prep")
-        output, extract_meta = self._extract(principal, turns, token)
+        with counting() as spend:  # this run's hosted answers and tokens, for its event
+            output, extract_meta = self._extract(principal, turns, token)
         timer.mark("extractor_model")
         run = _Log()
         # A session with fewer than two turns has no exchange to learn from: summary only.
@@ -245,12 +247,15 @@ class ExtractionRunner:
             except _Reject as rej:
                 run.reject(index, cand, "envelope", rej.code, rej.message, rej.details)
         timer.mark("validation")
-        decisions, review_meta = self._review(session_id, turns, items, token)
+        with counting() as review_spend:
+            decisions, review_meta = self._review(session_id, turns, items, token)
         timer.mark("candidate_review")
         final = self._apply_review(items, decisions, run)
         try:
             event_id = self._apply(session, principal, final, output.summary, run, timer,
-                                   {**extract_meta, **review_meta}, token)
+                                   {**extract_meta, **review_meta,
+                                    "hosted": {"extract": spend.as_dict(), "review": review_spend.as_dict()}},
+                                   token)
         except BaseException as exc:
             # The ingestor updated this process's index inside the rolled-back transaction,
             # so the projection may hold rows and versions that never committed.

@@ -37,6 +37,7 @@ KEPT_EVENT_KEYS = frozenset({
     "persisted_stages", "counts", "rejection_reasons", "turns", "manual", "manual_revision",
     "read", "write", "revoked", "created", "confirmed", "replayed", "model", "version", "dims",
     "embedded", "dropped", "batches", "mode", "rows", "before", "days", "stages", "retain_days",
+    "hosted",  # an extraction run's answered calls and tokens per stage
     RETAINED_MARK,
 })
 """Payload keys that carry ids, outcomes or counts, never text a user or agent wrote.

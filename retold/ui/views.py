@@ -223,8 +223,9 @@ class Inspector:
 
     def session(self, viewer: Viewer, session_id: str) -> dict[str, Any] | None:
         """One session: its row, its turns as retention left them, the profile block it
-        started with, and the events that name it (extraction runs, with the models, counts
-        and records they wrote, and failures). A principal sees its own sessions only."""
+        started with, the events that name it (extraction runs, with the models, counts,
+        records they wrote and hosted calls and tokens they spent, and failures). A
+        principal sees its own sessions only."""
         row = self.rt.store.get_session(session_id)
         p = viewer.principal
         if row is None or p is not None and (row.agent_id, row.user_id) != (p.agent_id, p.user_id):
@@ -232,9 +233,14 @@ class Inspector:
         events = self.rt.store.find_events(EventQuery(session_id=session_id, limit=100))
         written = [str(o.get("record_id")) for e in events if e.kind == "extraction.run"
                    for o in e.payload.get("outcomes") or [] if isinstance(o, dict) and o.get("record_id")]
+        spent = {"calls": 0, "input_tokens": 0, "output_tokens": 0}
+        for e in events:
+            for stage in (e.payload.get("hosted") or {}).values() if e.kind == "extraction.run" else ():
+                for key in spent:
+                    spent[key] += int(stage.get(key, 0))
         return {"row": row, "turns": self.rt.store.turns(session_id), "events": events,
                 "profile": self.rt.store.profile_block(session_id),
-                "written": self.rt.store.records(written)}
+                "written": self.rt.store.records(written), "spent": spent}
 
     def reviews(self, viewer: Viewer, limit: int) -> list[tuple[ActivationRow, Record]]:
         """Records waiting for a person's activation decision, in the scopes the viewer reads."""

@@ -174,6 +174,9 @@ def test_valid_answers_extract_with_one_extract_call_and_one_batched_review(
     assert payload["extractor"] == payload["reviewer"] == f"llm:{provider.model}"
     assert (payload["extractor_prompt_version"], payload["reviewer_prompt_version"]) == (
         "extract_v1", "review_v1")
+    # What each stage cost, from the usage the provider reported with each answer.
+    one_call = {"calls": 1, "input_tokens": 42, "output_tokens": 17}
+    assert payload["hosted"] == {"extract": one_call, "review": one_call}
 
 
 def test_anthropic_is_asked_through_one_forced_tool_per_call(

@@ -336,13 +336,16 @@ def test_a_session_page_shows_its_turns_what_it_wrote_and_to_whom_only(rt: Runti
     record_id = _ids(rt)[0]
     # The payload shape Extraction.apply appends for a run.
     rt.store.append_event("extraction.run", "extractor", {
-        "session_id": "s1", "outcomes": [{"record_id": record_id, "status": "confirmed"}], "counts": {}})
+        "session_id": "s1", "outcomes": [{"record_id": record_id, "status": "confirmed"}], "counts": {},
+        "hosted": {"extract": {"calls": 1, "input_tokens": 42, "output_tokens": 17},
+                   "review": {"calls": 2, "input_tokens": 100, "output_tokens": 3}}})
     rt.hooks.on_turn(Principal("other-agent", "cleo", "s-cleo"), "user", "My passport is in the blue drawer.")
     client = _client(rt, PRINCIPAL_TOKEN)
     assert 'href="/sessions/s1"' in client.get("/sessions").text
     page = client.get("/sessions/s1").text
     assert "My ferns need water on Sundays." in page and "extraction.run" in page
     assert f'href="/records/{record_id}"' in page  # what its extraction wrote
+    assert "3 answered, 142 input and 20 output tokens" in page
     assert client.get("/sessions/s-cleo").status_code == 404
     assert "blue drawer" in _client(rt, OPERATOR_TOKEN).get("/sessions/s-cleo").text
 
