@@ -59,4 +59,5 @@ def export_scope(store: Store, scope: Scope, out: TextIO, clock: Clock, *, inclu
             for event in store.portable_events([r.columns["id"] for r in page]):
                 out.write(dumps({"line": "event", **event}) + "\n")
                 events += 1
+    store.portable_agrees(scope, statuses, after)  # refuse what a damaged index left out
     return ExportResult(scope, records, len(entities), events, vectors, time.perf_counter() - started)

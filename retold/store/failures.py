@@ -7,8 +7,8 @@ that lumps them together invites an operator to delete a healthy store that was 
 busy. So every store access runs under :class:`StoreLock`, and a SQLite error of one of
 these kinds leaves the store as its own :class:`~retold.errors.StoreError` subclass, with
 the SQLite error kept as its cause; a damaged page also leaves the damage mark
-(:mod:`retold.store.damage`), so no process writes on. Other SQLite errors (a constraint, a bad statement)
-are bugs or caller mistakes and pass through unchanged.
+(:mod:`retold.store.damage`), so no process writes on. Other SQLite errors (a
+constraint, a bad statement) are bugs or caller mistakes and pass through unchanged.
 """
 
 from __future__ import annotations

@@ -78,8 +78,6 @@ class PortableMixin(StoreBase):
                 f"SELECT seq, {', '.join(PORTABLE_COLUMNS)} FROM records WHERE {sql}"
                 f" AND status IN ({marks(statuses)}) AND seq > ? ORDER BY seq LIMIT ?",
                 [*params, *statuses, after_seq, limit]).fetchall()
-            self._page_agrees(conn, f"{sql} AND status IN ({marks(statuses)})", [*params, *statuses],
-                              after_seq, int(rows[-1][0]) if len(rows) == limit else None, len(rows), scope)
             out = {str(row[1]): PortableRecord(int(row[0]), dict(zip(PORTABLE_COLUMNS, row[1:], strict=True)))
                    for row in rows}
             for record in out.values():
@@ -109,19 +107,22 @@ class PortableMixin(StoreBase):
                         out[record_id].vector = np.frombuffer(bytes(blob), dtype=np.float32)
         return list(out.values())
 
-    def _page_agrees(self, conn: Any, where: str, params: list[Any], after_seq: int, last_seq: int | None,
-                     read: int, scope: Scope) -> None:
-        """Count the page's seq range again without an index, in the page's snapshot, and
-        refuse on disagreement: a damaged index page drops rows without an error, and an
-        export that silently misses records is worse than none. The ranges of successive
-        pages, the last one open-ended, cover every seq once, so the scans add up to one
-        pass over the table."""
-        upper = "" if last_seq is None else " AND seq <= ?"
-        bounds = [after_seq] if last_seq is None else [after_seq, last_seq]
-        scanned = self._scanned_count(conn, f"{where} AND seq > ?{upper}", [*params, *bounds])
-        if scanned is not None and scanned != read:
-            self._index_disagrees(f"reading {scope} after seq {after_seq} found {read} records where a"
-                                  f" scan of the table finds {scanned}")
+    def portable_agrees(self, scope: Scope, statuses: Sequence[str], last_seq: int) -> None:
+        """Refuse an export whose index reads a table scan contradicts: in one snapshot,
+        count the scope's records up to the last seq exported through the index the pages
+        were read by, and again with no index. A damaged index page drops rows without an
+        error, and an export that silently misses records is worse than none. Both counts
+        come from one snapshot, so writes made during the export cannot make them differ;
+        one pass over the table, whatever the number of pages."""
+        sql, params = scope_clause([scope])
+        where = f"{sql} AND status IN ({marks(statuses)}) AND seq <= ?"
+        args = [*params, *statuses, last_seq]
+        with self._one_view() as conn:
+            indexed = int(conn.execute(f"SELECT count(*) FROM records WHERE {where}", args).fetchone()[0])
+            scanned = self._scanned_count(conn, where, args)
+        if scanned is not None and scanned != indexed:
+            self._index_disagrees(f"its scope index lists {indexed} records of {scope} where a scan of the"
+                                  f" table finds {scanned}")
 
     def portable_events(self, record_ids: Sequence[str]) -> list[dict[str, Any]]:
         """The events about these records, oldest first."""

@@ -143,7 +143,7 @@ def test_an_export_through_an_index_that_lost_rows_refuses_and_leaves_no_file(
     short = tmp_path / "short.jsonl"
     code, lines = _run(capsys, store, "export", "--scope", SCOPE, "--out", str(short))
     assert code == EXIT_DAMAGED
-    _one_line(lines, "is damaged", f"reading {SCOPE}", "retold check --store")
+    _one_line(lines, "is damaged", f"scope index lists 200 records of {SCOPE}", "retold check --store")
     assert list(tmp_path.glob("short.jsonl*")) == []  # nothing that looks like an export
 
 
