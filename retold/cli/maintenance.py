@@ -24,6 +24,7 @@ from retold.cli.common import (
     positive,
     scope_arg,
 )
+from retold.cli_failure import EXIT_ERROR
 from retold.host import HostError
 from retold.ingest.revision import RevisionError
 
@@ -164,6 +165,16 @@ def _cmd_restore(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_backfill(args: argparse.Namespace) -> int:
+    with cli_runtime(args) as rt:  # it embeds, so the configured model must be the store's
+        result = rt.operations.backfill(max_batches=args.max_batches)
+    if result.error is not None:
+        raise Refused(f"the encoder failed after {result.embedded} records ({result.error}); "
+                      f"{result.pending} still wait for their vector", EXIT_ERROR)
+    print(f"embedded {result.embedded} records; {result.pending} still wait for their vector")
+    return 0
+
+
 def _cmd_pin(args: argparse.Namespace) -> int:
     with cli_runtime(args, models=False) as rt:
         try:
@@ -290,6 +301,15 @@ def register(commands: Any) -> None:
                            " one record.archived event each.")
     capacity.add_argument("--apply", action="store_true", help="archive them (default: report only)")
     capacity.add_argument("--show", type=positive, default=10, help="records listed per scope (default 10)")
+
+    backfill = add_command(commands, "backfill", _cmd_backfill, "embed records stored without their vector",
+                           "Embed the records a write stored without their vector (the encoder failed or"
+                           " ran past embedding.write_timeout_ms), embedding.reembed_batch_size at a time,"
+                           " as beat's retold.backfill does every 5 minutes. Until then they are found by"
+                           " their words only. Exits 1, with the records still waiting, when the encoder"
+                           " fails again.")
+    backfill.add_argument("--max-batches", type=positive, default=1000,
+                          help="stop after this many batches (default 1000)")
 
     hygiene = add_command(commands, "hygiene", _cmd_hygiene,
                           "find a scope's duplicates, stale and unused records",

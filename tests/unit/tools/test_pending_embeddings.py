@@ -77,3 +77,29 @@ def test_check_and_metrics_count_it_and_call_it_no_fault(
     assert "1 waiting for their vector" in capsys.readouterr().out
     assert main(["metrics", "--no-queue", "--no-hygiene", *base]) == 0
     assert "vectors:     1 records waiting for the backfill" in capsys.readouterr().out
+
+
+def test_retold_backfill_embeds_what_waits_and_says_what_is_left(
+    world: World, pending: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    world.rt.close()
+    config = tmp_path / "cli.yaml"
+    config.write_text(config_text())
+    base = ["--store", world.target, "--config", str(config)]
+    assert main(["backfill", *base]) == 0
+    assert capsys.readouterr().out.strip() == "embedded 1 records; 0 still wait for their vector"
+    assert main(["check", *base]) == 0
+    assert "waiting for their vector" not in capsys.readouterr().out
+
+
+def test_retold_backfill_with_the_encoder_still_down_is_one_line_and_keeps_them_waiting(
+    world: World, pending: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    world.rt.close()
+    config = tmp_path / "cli.yaml"
+    config.write_text(config_text())
+    monkeypatch.setattr(type(world.embedder), "embed_documents", lambda self, texts: _down(texts))
+    assert main(["backfill", "--store", world.target, "--config", str(config)]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "the encoder failed after 0 records" in line and "1 still wait for their vector" in line
