@@ -77,6 +77,12 @@ class Ingestor:
         self._reload_max = incremental_reload_max
         self._vector = WriteVector(embedder, write_timeout_ms)
 
+    def vector_for(self, content: str) -> tuple[np.ndarray | None, str | None]:
+        """The content's vector within ``embedding.write_timeout_ms``, or None with why it is
+        late (:class:`~retold.ingest.write_vector.WriteVector`): every write path keeps the
+        memory and lets the backfill embed it rather than refusing it."""
+        return self._vector(content)
+
     def write(self, principal: Principal, request: WriteRequest, *, origin: Origin = "tool") -> WriteResult:
         """Write one memory; never raises for bad input: a refusal is a WriteResult with
         an error, and nothing is written."""
@@ -86,7 +92,7 @@ class Ingestor:
             timer.mark("permission")
             provenance = self.provenance(principal, request)
             timer.mark("evidence")
-            vector, pending = self._vector(request.content)
+            vector, pending = self.vector_for(request.content)
             timer.mark("embed")
             if pending is not None:
                 provenance.notes.append(f"stored without its vector ({pending}): found by its words"

@@ -145,7 +145,7 @@ class Reviser:
         )
         self._check_authority(candidate, old, prov.notes)
         timer.mark("permission")
-        vector = self.embedder.embed_documents([candidate.content])[0]
+        vector, pending = self.ingestor.vector_for(candidate.content)
         timer.mark("embed")
         store = self.store
         with store.atomic():
@@ -174,21 +174,30 @@ class Reviser:
                     "origin_scope": str(candidate.scope),
                     "timings_ms": {k: v for k, v in timer.as_dict().items() if k != "total"},
                     "timings_pending": _PENDING,
+                    **({"embedding_pending": pending} if pending is not None else {}),
                 }, candidate.id)
 
             written = store.write_record(
                 candidate, links=links,
-                embedding=Embedding(self.embedder.name, self.embedder.version, vector), event=created)
+                embedding=None if vector is None else Embedding(self.embedder.name, self.embedder.version,
+                                                                vector), event=created)
+            if pending is not None:
+                store.mark_pending(candidate.id, pending)
             assert written.event_id is not None
             event_id = written.event_id
             timer.mark("event_log")
         timer.mark("transaction")
         for retired_id, version in retired:
             self.index.acknowledge(retired_id, version)
-        self.index.upsert(candidate.id, vector, written.index_version, written.seq)
+        if vector is not None:
+            self.index.upsert(candidate.id, vector, written.index_version, written.seq)
+        else:  # found by its words until the backfill embeds it
+            self.index.acknowledge(candidate.id, written.index_version)
         timer.mark("index_update")
+        notes = [*prov.notes, *([f"stored without its vector ({pending}): found by its words and entities"
+                                 " until the backfill embeds it"] if pending is not None else [])]
         return Revision(candidate.id, old.id, candidate.status, candidate.source_kind,
-                        candidate.version, "; ".join(prov.notes) or None, prov.entailment,
+                        candidate.version, "; ".join(notes) or None, prov.entailment,
                         event_id, timer.as_dict())
 
     # -- restore ---------------------------------------------------------------------------

@@ -103,3 +103,26 @@ def test_retold_backfill_with_the_encoder_still_down_is_one_line_and_keeps_them_
     assert main(["backfill", "--store", world.target, "--config", str(config)]) == 1
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "the encoder failed after 0 records" in line and "1 still wait for their vector" in line
+
+
+def test_a_correction_while_the_encoder_is_down_is_kept_and_backfilled(
+    world: World, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    written = user_fact(world, CYCLES, attribute="commute")
+    said = "I cycle to work on Thursdays now."
+    world.say("user", said)
+    with monkeypatch.context() as patch:
+        patch.setattr(world.embedder, "embed_documents", _down)
+        revised = tools(world).call("memory_revise", world.p, {
+            "id": written["record_id"], "action": "supersede", "reason": "changed days",
+            "content": "Aditya cycles to work on Thursdays.", "source_kind": "user_statement",
+            "evidence": said})
+    assert "error" not in revised, revised
+    assert "stored without its vector (encoder failed: RuntimeError)" in revised["note"]
+    (successor,) = world.rt.store.find_records(supersedes_id=str(written["record_id"]))
+    assert successor.content == "Aditya cycles to work on Thursdays." and successor.status != "superseded"
+    assert world.rt.store.pending_count() == 1 and world.rt.index.vector_for(successor.id) is None
+    found = tools(world).call("memory_search", world.p, {"queries": ["cycles to work on Thursdays"]})
+    assert [h["id"] for h in found["results"]] == [successor.id]  # found by its words meanwhile
+    assert world.rt.operations.backfill().embedded == 1
+    assert world.rt.index.vector_for(successor.id) is not None
