@@ -30,8 +30,8 @@ HTML = {"accept": "text/html"}
 
 
 @pytest.fixture
-def world(tmp_path: Path) -> World:
-    world = make_world(tmp_path)
+def world(tmp_path: Path, store_target: str) -> World:
+    world = make_world(tmp_path, store=store_target)
     for n in range(5):
         assert world.write(content=f"Aditya waters plant number {n} on Sundays.", attribute=f"plant_{n}").ok
     world.rt.store.write_record(make_record(scope=Scope("user", "cleo"), content=FOREIGN,
@@ -311,7 +311,7 @@ def test_the_access_log_leaves_with_the_search_log_rows(rt: Runtime, world: Worl
     world.clock.advance(timedelta(days=rt.config.retention.search_log_days + 1))
     rt.operations.retain()
     assert rt.store.searches_returning(record_id, principal=None, limit=5) == []
-    assert rows(rt.store.path, "SELECT count(*) FROM search_returned") == [(0,)]
+    assert rows(world.target, "SELECT count(*) FROM search_returned") == [(0,)]
 
 
 def test_a_principal_corrects_a_memory_and_the_page_says_how_it_is_activated(rt: Runtime) -> None:
