@@ -31,7 +31,7 @@ from retold.retrieve.search_log import SearchLogWriter
 from retold.store import EmbeddingFamily, Store
 from retold.store.erasure import Erasure
 from retold.store.integrity import IntegrityReport, check_file
-from retold.store.postgres.integrity import check_database
+from retold.store.location import check_store_at
 from retold.store.sweeps import MigrationIssue
 from retold.util import Clock, to_plain
 
@@ -230,8 +230,6 @@ class Operations:
 
     # -- export and import ---------------------------------------------------------------------
 
-    # -- export and import ---------------------------------------------------------------------
-
     def export(self, scope: Scope, out: TextIO, *, include_history: bool = False,
                include_events: bool = False) -> ExportResult:
         """Write one scope as an export file (:mod:`retold.portable`) to ``out``."""
@@ -245,7 +243,6 @@ class Operations:
         :class:`retold.portable.importer.Importer`."""
         importer = Importer(self.store, self.index, self.embedder, self.config, self.clock)
         return importer.run(lines, principal, into=into, confirm=confirm, actor=actor, progress=progress)
-
 
     def review_due(self, actor: str = TEMPORAL_REVIEWER) -> int:
         """Flag one bounded batch of records whose ``review_at`` has arrived; returns how
@@ -406,17 +403,12 @@ class Operations:
         return SnapshotResult(str(target), target.stat().st_size, self.store.count_records())
 
     def check(self, *, quick: bool = True) -> IntegrityReport | None:
-        """This store's integrity check, as ``retold check`` runs it; None for an in-memory
-        store. A damaged SQLite store is marked, so every process stops writing to it
-        (:mod:`retold.store.damage`): a write need not read the damaged pages, so nothing
-        else would stop it, and each write made after the damage is lost again when the
-        store is restored."""
-        wait = self.store.busy_timeout_seconds
-        if self.config.store.url:
-            return check_database(self.config.store.url, quick=quick, busy_timeout=wait)
+        """This store's integrity check, as ``retold check`` runs it; None in memory. It
+        marks a damaged SQLite store, so every process stops writing to it."""
         if self.store.path == ":memory:":
             return None
-        return check_file(self.store.path, quick=quick, busy_timeout=wait)
+        wait = self.store.busy_timeout_seconds
+        return check_store_at(self.config.store.target, quick=quick, busy_timeout=wait)
 
     def snapshot_load(self, path: str | Path) -> SnapshotResult:
         """Replace the store's content with a snapshot that passes the full integrity

@@ -1,9 +1,8 @@
 """A worker checks its store before it takes a task.
 
 The main worker process runs the quick integrity check once logging is set up and before
-the pool or the consumer starts: :func:`retold.store.integrity.check_file` with
-``quick=True`` on a SQLite file, :func:`retold.store.postgres.integrity.check_database` with
-``quick=True`` on PostgreSQL (the agreement check, and amcheck's structural btree check
+the pool or the consumer starts: :func:`retold.store.location.check_store_at` with
+``quick=True`` (on PostgreSQL the agreement check, and amcheck's structural btree check
 where the database has the extension). A store the database itself finds damaged stops
 the worker with one error line and exit code 1: extracting into a damaged store would only
 spread the damage, and a restarting service manager keeps reporting it. Disagreement
@@ -24,8 +23,7 @@ from celery.signals import worker_init
 from retold.cli_failure import one_line
 from retold.config import Config
 from retold.errors import RetoldError, StoreLockedError, StoreMissingError
-from retold.store.integrity import check_file
-from retold.store.postgres.integrity import check_database
+from retold.store.location import check_store_at
 from retold.store.postgres.url import redact
 from workers.app import config_from_environment
 
@@ -44,8 +42,7 @@ def check_store(config: Config) -> None:
     if not url and (path == ":memory:" or not Path(path).exists()):
         return  # nothing stored yet: the runtime creates it
     try:
-        report = (check_database(url, quick=True, busy_timeout=wait) if url
-                  else check_file(path, quick=True, busy_timeout=wait))
+        report = check_store_at(config.store.target, quick=True, busy_timeout=wait)
     except StoreMissingError:
         return  # an empty database: the runtime creates the schema
     except StoreLockedError as exc:  # a busy store is no reason to stay down

@@ -18,8 +18,8 @@ from typing import Any
 from retold.cli.common import add_command, cli_config
 from retold.errors import StoreError, StoreMissingError
 from retold.store.damage import damage_noted
-from retold.store.integrity import IntegrityReport, check_file
-from retold.store.postgres.integrity import check_database
+from retold.store.integrity import IntegrityReport
+from retold.store.location import check_store_at
 
 __all__ = ["EXIT_PROBLEMS", "register", "render"]
 
@@ -31,15 +31,13 @@ def register(commands: Any) -> None:
     def run(args: argparse.Namespace) -> int:
         config = cli_config(args)
         wait = config.store.busy_timeout_seconds
-        if config.store.url:
-            report = check_database(config.store.url, quick=args.quick, busy_timeout=wait)
-        else:
+        if not config.store.url:
             path = config.store.path
             if path == ":memory:":
                 raise StoreError("an in-memory store has no file to check")
             if not Path(path).exists():
                 raise StoreMissingError(f"no store at {path}")
-            report = check_file(path, quick=args.quick, busy_timeout=wait)
+        report = check_store_at(config.store.target, quick=args.quick, busy_timeout=wait)
         print(render(report))
         return 0 if report.ok else EXIT_PROBLEMS
 

@@ -15,6 +15,7 @@ write path takes its scopes from here, so this one rule covers them all.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from functools import cache
 from typing import Protocol
 
@@ -23,6 +24,7 @@ from retold.store.grants import Grant
 from retold.store.members import SHARED_KINDS
 
 __all__ = [
+    "Access",
     "DEFAULT_TARGETS",
     "GrantSource",
     "can_read",
@@ -97,6 +99,29 @@ def writable_scopes(store: GrantSource, principal: Principal) -> list[Scope]:
     """The private scope first, then every honoured write grant (a shared scope only for
     its members)."""
     return _scopes(store, principal, write=True)
+
+
+@dataclass(frozen=True)
+class Access:
+    """A caller's readable and writable scopes, read once per call; None is every scope
+    (an operator in the inspector, whom no grant limits)."""
+
+    readable: list[Scope] | None
+    writable: list[Scope] | None
+
+    @classmethod
+    def of(cls, store: GrantSource, principal: Principal) -> Access:
+        return cls(readable_scopes(store, principal), writable_scopes(store, principal))
+
+    @classmethod
+    def everything(cls) -> Access:
+        return cls(None, None)
+
+    def can_read(self, scope: Scope) -> bool:
+        return self.readable is None or scope in self.readable
+
+    def can_write(self, scope: Scope) -> bool:
+        return self.writable is None or scope in self.writable
 
 
 def can_read(store: GrantSource, principal: Principal, scope: Scope) -> bool:

@@ -1,6 +1,6 @@
 """The reads behind the inspector's lists: the records of some scopes a page at a time,
-newest first, each scope's counts, the entities of some scopes, the searches that returned
-a record, and every grant and membership.
+newest first, each scope's counts, the entities of some scopes, and the searches that
+returned a record.
 
 A page is keyed by ``seq`` (the next page starts below the last one shown) rather than
 by an offset, so the hundredth page of a large store costs what the first does. Every
@@ -17,8 +17,6 @@ from typing import Any
 
 from retold.models import Record, Scope
 from retold.store.base import marks, scope_clause
-from retold.store.grants import Grant
-from retold.store.members import Member
 from retold.store.records import RecordsMixin
 from retold.util import from_iso
 
@@ -103,6 +101,11 @@ class BrowseMixin(RecordsMixin):
             params.append(before_seq)
         return self._select(" AND ".join(where) or "1 = 1", params, order="seq DESC", limit=limit)
 
+    def record_scopes(self) -> list[Scope]:
+        """Every scope that holds a record, by kind and id, read off the scope index."""
+        return [Scope.parse(f"{kind}:{ident}") for kind, ident in self._read_rows(
+            "SELECT DISTINCT scope_kind, scope_id FROM records ORDER BY scope_kind, scope_id", [])]
+
     def scope_counts(self, scopes: Sequence[Scope] | None) -> list[ScopeCounts]:
         """Counts for each of ``scopes`` that holds a record (every such scope for None),
         ordered by kind and id."""
@@ -162,20 +165,6 @@ class BrowseMixin(RecordsMixin):
             out.append(ReturnedBy(str(search_id), from_iso(str(at)), str(agent_id), str(user_id),
                                   str(trigger), " / ".join(map(str, queries)), int(rank)))
         return out
-
-    def all_grants(self) -> list[Grant]:
-        """Every grant, by scope then agent."""
-        return [Grant(str(agent), Scope.parse(f"{kind}:{ident}"), bool(r), bool(w))
-                for agent, kind, ident, r, w in self._read_rows(
-                    "SELECT agent_id, scope_kind, scope_id, can_read, can_write FROM grants"
-                    " ORDER BY scope_kind, scope_id, agent_id", [])]
-
-    def all_members(self) -> list[Member]:
-        """Every membership of a shared scope, by scope then user."""
-        return [Member(Scope.parse(f"{kind}:{ident}"), str(user), from_iso(str(at)), str(by))
-                for kind, ident, user, at, by in self._read_rows(
-                    "SELECT scope_kind, scope_id, user_id, added_at, added_by FROM scope_members"
-                    " ORDER BY scope_kind, scope_id, user_id", [])]
 
     def _read_rows(self, sql: str, params: Sequence[Any]) -> list[Any]:
         with self._lock:

@@ -28,6 +28,8 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
+from retold.config import is_database_url
+
 __all__ = ["clear_damage", "damage_noted", "mark_path", "note_damage"]
 
 log = logging.getLogger(__name__)
@@ -41,7 +43,8 @@ def mark_path(store_path: str) -> Path:
 
 
 def _marks(store_path: str) -> bool:
-    return store_path != ":memory:" and "://" not in store_path
+    """A file store keeps a mark; a database server and an in-memory store do not."""
+    return store_path != ":memory:" and not is_database_url(store_path)
 
 
 def note_damage(store_path: str, reason: str) -> None:

@@ -41,12 +41,12 @@ class GrantsMixin(StoreBase):
             )
             return cursor.rowcount > 0
 
-    def grants_for(self, agent_id: str) -> list[Grant]:
-        """Every grant row of one agent, in a stable order."""
+    def grants_for(self, agent_id: str | None) -> list[Grant]:
+        """Every grant row of one agent (of every agent for None, as an operator lists
+        them), by scope."""
+        where, params = ("", ()) if agent_id is None else (" WHERE agent_id = ?", (agent_id,))
         with self._lock:
             rows = self._conn.execute(
-                "SELECT scope_kind, scope_id, can_read, can_write FROM grants WHERE agent_id = ?"
-                " ORDER BY scope_kind, scope_id",
-                (agent_id,),
-            ).fetchall()
-        return [Grant(agent_id, Scope(kind, ident), bool(r), bool(w)) for kind, ident, r, w in rows]
+                f"SELECT agent_id, scope_kind, scope_id, can_read, can_write FROM grants{where}"
+                " ORDER BY scope_kind, scope_id, agent_id", params).fetchall()
+        return [Grant(agent, Scope(kind, ident), bool(r), bool(w)) for agent, kind, ident, r, w in rows]

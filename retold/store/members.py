@@ -51,15 +51,17 @@ class MembersMixin(StoreBase):
             )
             return cursor.rowcount > 0
 
-    def members_of(self, scope: Scope) -> list[Member]:
-        """The explicit members of one scope, by user id."""
+    def members_of(self, scope: Scope | None) -> list[Member]:
+        """The explicit members of one scope (of every shared scope for None, as an
+        operator lists them), by scope then user id."""
+        where, params = ("", ()) if scope is None else (" WHERE scope_kind = ? AND scope_id = ?",
+                                                        (scope.kind, scope.id))
         with self._lock:
             rows = self._conn.execute(
-                "SELECT user_id, added_at, added_by FROM scope_members"
-                " WHERE scope_kind = ? AND scope_id = ? ORDER BY user_id",
-                (scope.kind, scope.id),
-            ).fetchall()
-        return [Member(scope, user, from_iso(added_at), by) for user, added_at, by in rows]
+                f"SELECT scope_kind, scope_id, user_id, added_at, added_by FROM scope_members{where}"
+                " ORDER BY scope_kind, scope_id, user_id", params).fetchall()
+        return [Member(Scope(kind, ident), user, from_iso(added_at), by)
+                for kind, ident, user, added_at, by in rows]
 
     def member_scopes(self, user_id: str) -> list[Scope]:
         """Every shared scope one user explicitly belongs to, in a stable order."""

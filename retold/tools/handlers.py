@@ -34,6 +34,7 @@ from retold.ingest.ingestor import Ingestor
 from retold.ingest.revision import Reviser, RevisionError, StatusAction, is_history, refuse_secrets
 from retold.models import Entity, Principal, Record, Scope, SearchRequest, SearchResponse
 from retold.policy import grants
+from retold.policy.grants import Access
 from retold.retrieve.explain import explanation_plain, short_id
 from retold.retrieve.retriever import Retriever
 from retold.store import Store
@@ -110,33 +111,6 @@ def _unavailable(name: str, exc: Exception) -> ToolError:
 
 def _entity_not_found(raw_id: str) -> ToolError:
     return ToolError("not_found", f"no entity with id {raw_id}")
-
-
-class _Access:
-    """The caller's readable and writable scopes, read once per call."""
-
-    def __init__(self, store: Store, principal: Principal) -> None:
-        self.readable = grants.readable_scopes(store, principal)
-        self.writable = grants.writable_scopes(store, principal)
-
-    def can_read(self, scope: Scope) -> bool:
-        return scope in self.readable
-
-    def can_write(self, scope: Scope) -> bool:
-        return scope in self.writable
-
-
-class _EveryScope(_Access):
-    """An operator's access in the inspector: every scope is readable."""
-
-    def __init__(self) -> None:
-        self.readable, self.writable = [], []  # nothing to look up: no grant limits an operator
-
-    def can_read(self, scope: Scope) -> bool:
-        return True
-
-    def can_write(self, scope: Scope) -> bool:
-        return True
 
 
 class ToolHandlers:
@@ -258,7 +232,7 @@ class ToolHandlers:
     # -- memory_get -------------------------------------------------------------------------
 
     def _get(self, principal: Principal, payload: dict[str, Any], _context: str | None) -> ToolResult:
-        access = _Access(self.parts.store, principal)
+        access = Access.of(self.parts.store, principal)
         entries: list[ToolResult] = []
         for raw_id in dict.fromkeys(payload["ids"]):  # each id once, in the order asked
             record = self._find(raw_id, access)
@@ -274,13 +248,13 @@ class ToolHandlers:
         """One record as ``memory_get`` shows it: to ``principal`` exactly as the tool
         would, or with None to an operator, who reads every scope (the inspector). None when
         it is missing or the principal cannot read it, alike."""
-        access = _Access(self.parts.store, principal) if principal is not None else _EveryScope()
+        access = Access.of(self.parts.store, principal) if principal is not None else Access.everything()
         record = self._find(record_id, access)
         if record is None:
             return None
         return self._tombstone(record, access) if record.status == "deleted" else self._full(record, access)
 
-    def _find(self, raw_id: str, access: _Access) -> Record | None:
+    def _find(self, raw_id: str, access: Access) -> Record | None:
         """The record behind a full id, or the short id shown in rendered search results,
         when the caller can read it; None answers alike for missing and unreadable."""
         record = self.parts.store.get_record(raw_id)
@@ -293,7 +267,7 @@ class ToolHandlers:
             return None
         return record
 
-    def _full(self, record: Record, access: _Access) -> ToolResult:
+    def _full(self, record: Record, access: Access) -> ToolResult:
         entities = self._entities(record, access)
         subject_entity = record.subject_entity_id if record.subject_entity_id in entities else None
         lineage = self._lineage(record, access)
@@ -320,7 +294,7 @@ class ToolHandlers:
             "events": self._events(record.id),
         }
 
-    def _tombstone(self, record: Record, access: _Access) -> ToolResult:
+    def _tombstone(self, record: Record, access: Access) -> ToolResult:
         """The audit shape only: a forgotten record's content, evidence and source never
         leave the store."""
         return {
@@ -344,7 +318,7 @@ class ToolHandlers:
         return out | {"tombstone": False, "version": record.version, "source_kind": record.source_kind,
                       "content": record.content}
 
-    def _lineage(self, record: Record, access: _Access) -> list[ToolResult]:
+    def _lineage(self, record: Record, access: Access) -> list[ToolResult]:
         """The supersession chain both ways, oldest first; each direction stops at the
         first record the caller cannot read."""
         chain = self.parts.store.lineage_ids(record.id)
@@ -364,14 +338,14 @@ class ToolHandlers:
             newer.append(self._summary(found, "superseded_by"))
         return [*reversed(older), *newer]
 
-    def _records(self, ids: Sequence[str], access: _Access) -> list[Record]:
+    def _records(self, ids: Sequence[str], access: Access) -> list[Record]:
         found = (self.parts.store.get_record(i) for i in ids)
         return [r for r in found if r is not None and access.can_read(r.scope)]
 
-    def _readable_id(self, record_id: str | None, access: _Access) -> str | None:
+    def _readable_id(self, record_id: str | None, access: Access) -> str | None:
         return record_id if record_id and self._records([record_id], access) else None
 
-    def _entities(self, record: Record, access: _Access) -> dict[str, ToolResult]:
+    def _entities(self, record: Record, access: Access) -> dict[str, ToolResult]:
         """Links whose entity the caller cannot read are left out entirely."""
         out: dict[str, ToolResult] = {}
         for entity_id, role in self.parts.store.record_links(record.id):
@@ -390,7 +364,7 @@ class ToolHandlers:
     def _revise(self, principal: Principal, payload: dict[str, Any], _context: str | None) -> ToolResult:
         if "entity_id" in payload:
             return self._merge(principal, payload)
-        access = _Access(self.parts.store, principal)
+        access = Access.of(self.parts.store, principal)
         record = self._writable_record(payload["id"], access)
         action, reason = payload["action"], payload["reason"]
         try:
@@ -448,7 +422,7 @@ class ToolHandlers:
                            " linked as conflicts: memory_get shows both")
         return out
 
-    def _writable_record(self, raw_id: str, access: _Access) -> Record:
+    def _writable_record(self, raw_id: str, access: Access) -> Record:
         # Readability first (not_found for both cases), then writability.
         record = self._find(raw_id, access)
         if record is None:
@@ -460,7 +434,7 @@ class ToolHandlers:
 
     def _merge(self, principal: Principal, payload: dict[str, Any]) -> ToolResult:
         """Entity merge shape: both entities readable and writable, else one not_found."""
-        access = _Access(self.parts.store, principal)
+        access = Access.of(self.parts.store, principal)
         found: list[Entity] = []
         for raw_id in (payload["entity_id"], payload["merge_into"]):
             entity = self.parts.store.get_entity(raw_id)
@@ -490,7 +464,7 @@ class ToolHandlers:
     # -- memory_forget ----------------------------------------------------------------------
 
     def _forget(self, principal: Principal, payload: dict[str, Any], _context: str | None) -> ToolResult:
-        record = self._writable_record(payload["id"], _Access(self.parts.store, principal))
+        record = self._writable_record(payload["id"], Access.of(self.parts.store, principal))
         try:
             change = self.parts.reviser.change_status(principal.agent_id, record, "forget", payload["reason"])
         except RevisionError as err:

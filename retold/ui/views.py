@@ -106,7 +106,7 @@ class Inspector:
         more = len(found) > self.page_size
         page = found[:self.page_size]
         return RecordsPage(page, page[-1].seq if more and page else None,
-                           readable if readable is not None else [c.scope for c in self.scopes(viewer)])
+                           readable if readable is not None else self.rt.store.record_scopes())
 
     def record(self, viewer: Viewer, record_id: str) -> dict[str, Any] | None:
         """The record page's content: the tool's view of the record and, for an operator,
@@ -183,7 +183,7 @@ class Inspector:
         """Grants and memberships: every one for an operator; a principal's own agent's
         grants and its user's memberships."""
         if viewer.principal is None:
-            return self.rt.store.all_grants(), self.rt.store.all_members()
+            return self.rt.store.grants_for(None), self.rt.store.members_of(None)
         p = viewer.principal
         members = [m for s in self.rt.store.member_scopes(p.user_id) for m in self.rt.store.members_of(s)
                    if m.user_id == p.user_id]

@@ -15,7 +15,6 @@ import http.server
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -32,7 +31,7 @@ pytestmark = pytest.mark.browser
 from retold.models import Scope  # noqa: E402
 from retold.testing import make_record, make_world  # noqa: E402
 from retold.ui.access import token_digest  # noqa: E402
-from tests.ports import free_port  # noqa: E402
+from tests.ports import free_port, wait_listening  # noqa: E402
 from tests.sql import rows  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,7 +93,7 @@ def served(tmp_path: Path) -> Iterator[Served]:
          "--listen", f"127.0.0.1:{port}"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True)
     try:
-        _wait_for(port, proc)
+        wait_listening(port, proc, "the inspector", WAIT)
         yield Served(f"http://127.0.0.1:{port}", path, {"old": old, "plain": plain, "ferns": ferns})
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=WAIT)
@@ -102,18 +101,6 @@ def served(tmp_path: Path) -> Iterator[Served]:
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=WAIT)
-
-
-def _wait_for(port: int, proc: subprocess.Popen[str]) -> None:
-    deadline = time.monotonic() + WAIT
-    while True:
-        assert proc.poll() is None, proc.communicate()[1]
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            assert time.monotonic() < deadline, "the inspector did not start listening"
-            time.sleep(0.05)
 
 
 @pytest.fixture

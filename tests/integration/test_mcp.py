@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,7 +32,7 @@ from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from retold import build_runtime, load_config  # noqa: E402
 from retold.mcp_server import PROFILE_URI, token_digest  # noqa: E402
 from retold.models import Principal, Scope  # noqa: E402
-from tests.ports import free_port  # noqa: E402
+from tests.ports import free_port, wait_listening  # noqa: E402
 from tests.sql import rows  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -218,15 +217,7 @@ def http_server(store: tuple[Path, Path]) -> Iterator[str]:
          "--http", f"127.0.0.1:{port}"],
         cwd=ROOT, env={**os.environ, **ENV}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + WAIT
-        while True:
-            assert proc.poll() is None, proc.communicate()[1]
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "the MCP HTTP server did not start listening"
-                time.sleep(0.05)
+        wait_listening(port, proc, "the MCP HTTP server", WAIT)
         yield f"http://127.0.0.1:{port}/mcp"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=WAIT) == 0, proc.communicate()[1]
