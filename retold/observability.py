@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 
     from prometheus_client.core import Metric
 
+    from retold.utility.rollback import TurnStats
+
 __all__ = ["ExtractionLag", "Metrics", "MetricsEndpoint", "RetoldCollector", "SearchCounts",
            "collect_metrics", "families", "serve_metrics"]
 
@@ -83,6 +85,9 @@ class Metrics:
     # Per scope, (duplicate share, stale provisional share) from `retold hygiene`'s measure;
     # filled by `retold metrics`, not by the Prometheus endpoint (it compares vectors).
     hygiene: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # Per bundle, the host-issued memory decisions (retold.utility.rollback); filled by
+    # `retold metrics`.
+    turns: dict[str, TurnStats] = field(default_factory=dict)
 
 
 def collect_metrics(

@@ -1,12 +1,11 @@
 """Operations: the maintenance the runtime never does on its own.
 
 What the ``retold`` CLI and the Celery maintenance tasks call: expiry, retention (of
-transcripts, search logs and event payloads), capacity, hygiene and the backfill (in
-:mod:`retold.curation`), export and import, erasure with compaction, resumable
-re-embedding with the refusal to run under a gate fitted for another model, snapshots,
-due-review flagging, unmapped legacy rows, and the debugging reads ``search``, ``get``
-and ``dump``. Each returns a small typed result. Nothing here imports torch: a model
-loads only when ``reembed`` or ``search`` embeds text.
+transcripts, search logs, turn decisions and event payloads), capacity, hygiene and the
+backfill (in :mod:`retold.curation`), export and import, erasure with compaction, resumable
+re-embedding refused under a gate fitted for another model, snapshots, due-review flags,
+unmapped legacy rows, and the debugging reads ``search``, ``get`` and ``dump``. Each returns
+a small typed result. Nothing here imports torch: only ``reembed`` and ``search`` embed.
 """
 
 from __future__ import annotations
@@ -40,17 +39,8 @@ if TYPE_CHECKING:
 
     Search = Callable[[Principal, SearchRequest], SearchOutcome]
 
-__all__ = [
-    "EraseResult",
-    "MigrateResult",
-    "OperationError",
-    "Operations",
-    "RecordDetail",
-    "ReembedResult",
-    "RetentionResult",
-    "SearchReport",
-    "SnapshotResult",
-]
+__all__ = ["EraseResult", "MigrateResult", "OperationError", "Operations", "RecordDetail", "ReembedResult",
+           "RetentionResult", "SearchReport", "SnapshotResult"]
 
 TEMPORAL_REVIEWER = "temporal_reviewer"  # the actor of record.review_due events
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -94,6 +84,7 @@ class RetentionResult:
     sessions_blanked: int
     search_logs_deleted: int
     event_payloads_thinned: int
+    turn_decisions_deleted: int
     forgotten_erased: int  # forgotten records past lifecycle.restore_days, erased for good
     wal_truncated: bool  # False: another connection kept the WAL from being truncated
 
@@ -175,11 +166,10 @@ class Operations:
     def retain(self, actor: str = "admin") -> RetentionResult:
         """Remove user text past its age: blank the transcripts of extracted sessions
         that ended more than ``sessions.retain_days`` ago (an unextracted session is never
-        blanked: its facts are not out yet), delete ``search_log`` rows older than
-        ``retention.search_log_days`` and thin the payloads of events older than
-        ``retention.event_payload_days`` to ids, outcomes and counts, and erase records
-        forgotten more than ``lifecycle.restore_days`` ago. Each sweep logs
-        one event when it changed anything; a re-run changes nothing."""
+        blanked: its facts are not out yet), delete ``search_log`` rows and turn decisions
+        older than ``retention.search_log_days``, thin event payloads older than
+        ``retention.event_payload_days`` to ids, outcomes and counts, erase records forgotten
+        more than ``lifecycle.restore_days`` ago. A re-run changes nothing."""
         now, kept = self.clock.now(), self.config.retention
         days = self.config.sessions.retain_days
         self._flush_search_log()  # a queued row of an old search lands before the prune
@@ -189,12 +179,14 @@ class Operations:
             blanked = self.store.blank_retained_sessions(now - timedelta(days=days), actor, days)
             logs = self.store.prune_search_log(
                 now - timedelta(days=kept.search_log_days), actor, kept.search_log_days)
+            decisions = self.store.prune_turn_decisions(now - timedelta(days=kept.search_log_days))
             events = self.store.thin_event_payloads(
                 now - timedelta(days=kept.event_payload_days), actor, kept.event_payload_days)
             forgotten = self._erase_forgotten(now, actor)
         finally:
             self.store.set_secure_delete(False)
-        return RetentionResult(len(blanked), logs.rows, events.rows, forgotten, self.store.truncate_wal())
+        return RetentionResult(len(blanked), logs.rows, events.rows, decisions, forgotten,
+                               self.store.truncate_wal())
 
     def _erase_forgotten(self, now: datetime, actor: str) -> int:
         """Erase every forgotten record whose restore window has closed, as ``retold

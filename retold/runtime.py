@@ -16,6 +16,7 @@ from dataclasses import replace
 from datetime import timedelta
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 from retold.adapters.base import MemorySession, new_session_id
 from retold.broker.scheduler import CeleryScheduler, scheduler_from_config
@@ -47,6 +48,10 @@ from retold.retrieve.search_log import SearchLogWriter
 from retold.store import EmbeddingFamily, Store, open_store
 from retold.tools.handlers import ToolHandlers
 from retold.util import Clock, SystemClock
+from retold.utility.admission import ADMISSION_PROMPT_VERSION, AdmissionJudge, HostedAdmissionJudge
+from retold.utility.bundles import bundle_components
+from retold.utility.orchestrator import UtilityOrchestrator
+from retold.utility.planner import PLANNER_PROMPT_VERSION, GapPlanner, HostedGapPlanner
 
 __all__ = ["Runtime", "build_runtime"]
 
@@ -69,6 +74,8 @@ class Runtime:
         reranker: Reranker | None = None,
         extractor: Extractor | None = None,
         reviewer: CandidateReviewer | None = None,
+        planner: GapPlanner | None = None,
+        admission: AdmissionJudge | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> None:
         self.config = config
@@ -97,6 +104,7 @@ class Runtime:
         self._reranker = reranker
         self._extractor = extractor
         self._reviewer = reviewer
+        self._planner, self._admission = planner, admission
         self._environ: Mapping[str, str] = environ if environ is not None else {}
         self._closed = False
 
@@ -183,7 +191,37 @@ class Runtime:
         it records turns, searches, writes and ends the session on exit."""
         principal = Principal(agent_id, user_id, session_id or new_session_id(), project_id)
         return MemorySession(self.tools, self.hooks, self.store, self.config, principal,
-                             profiles=self.profiles)
+                             profiles=self.profiles, orchestrator=self.orchestrator)
+
+    @cached_property
+    def orchestrator(self) -> UtilityOrchestrator | None:
+        """Host-issued memory decided by need (``utility.enabled`` in ``host_only`` or
+        ``hybrid``), with the injected planner and judge, else the hosted models; None
+        when it is off. Without a key it still runs, and every turn fails closed."""
+        utility = self.config.utility
+        if not utility.enabled or self.config.retrieval.trigger.mode == "tool_only":
+            return None
+        planner, judge = self._planner, self._admission
+        if planner is None:
+            client = self.hosted_client(utility.planner_model)
+            planner = HostedGapPlanner(client, utility.max_output_tokens) if client else None
+        if judge is None:
+            client = self.hosted_client(utility.admission_model)
+            judge = HostedAdmissionJudge(client, utility.max_output_tokens) if client else None
+        return UtilityOrchestrator(self.tools, self.store, self.config, self.clock,
+                                   planner=planner, judge=judge, components=self.bundle_components())
+
+    def bundle_components(self) -> dict[str, Any]:
+        """What decides host-issued memory in this process (retold.utility.bundles): the
+        injected planner's and judge's versions, else the configured models' with the
+        prompt versions, so the hash does not depend on whether a key is set here."""
+        utility = self.config.utility
+        planner = (self._planner.version if self._planner is not None
+                   else f"{utility.planner_model}/{PLANNER_PROMPT_VERSION}")
+        judge = (self._admission.version if self._admission is not None
+                 else f"{utility.admission_model}/{ADMISSION_PROMPT_VERSION}")
+        family = f"{self.embedder.name}@{self.embedder.version}/{self.embedder.dims}"
+        return bundle_components(self.config, planner, judge, family)
 
     def hosted_client(self, model: str, *, max_retries: int | None = None) -> CompletionClient | None:
         """A hosted client for ``model``, or None when no API key is configured (the product
@@ -292,6 +330,8 @@ def build_runtime(
     reranker: Reranker | None = None,
     extractor: Extractor | None = None,
     reviewer: CandidateReviewer | None = None,
+    planner: GapPlanner | None = None,
+    admission: AdmissionJudge | None = None,
     environ: Mapping[str, str] | None = None,
     allow_migration_issues: bool = False,
     allow_embedding_mismatch: bool = False,
@@ -305,11 +345,11 @@ def build_runtime(
     where ended sessions go: a worker over the configured broker (``celery``) or this
     process (``in_process``).
 
-    ``embedder``, ``judge``, ``scheduler``, ``rewriter``, ``reranker``, ``extractor`` and
-    ``reviewer`` replace the configured ones (tests pass fakes); ``clock`` replaces the
-    wall clock. ``environ`` is where the config variables and hosted API keys are looked
-    up: the process environment by default, read here in the composition root and nowhere
-    else.
+    ``embedder``, ``judge``, ``scheduler``, ``rewriter``, ``reranker``, ``extractor``,
+    ``reviewer``, ``planner`` and ``admission`` replace the configured ones (tests pass
+    fakes); ``clock`` replaces the wall clock. ``environ`` is where the config variables
+    and hosted API keys are looked up: the process environment by default, read here in
+    the composition root and nowhere else.
 
     A configured embedder whose library or files are missing raises
     :class:`~retold.errors.ModelMissingError` before the store is opened (the weights
@@ -344,7 +384,7 @@ def build_runtime(
         raise
     return Runtime(config, store, chosen, clock, judge=judge, scheduler=scheduler,
                    rewriter=rewriter, reranker=reranker, extractor=extractor, reviewer=reviewer,
-                   environ=env)
+                   planner=planner, admission=admission, environ=env)
 
 
 def _check_gate(config: Config, embedder: Embedder) -> None:

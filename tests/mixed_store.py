@@ -20,7 +20,9 @@ from retold.ingest.extractor import FakeExtractor
 from retold.ingest.reviewer import TableReviewer
 from retold.models import ExtractionOutput, Principal, Scope, SessionSummary
 from retold.store import EmbeddingFamily
-from retold.testing import AGENT, TEST_GATE, FakeEmbedder, World, make_world
+from retold.testing import AGENT, T0, TEST_GATE, FakeEmbedder, World, make_world
+from retold.util import new_id, to_iso
+from retold.utility.decision import TurnDecision
 
 __all__ = ["EMPTY_TABLES", "MixedStore", "build_mixed_store", "config_text"]
 
@@ -92,6 +94,12 @@ def build_mixed_store(tmp_path: Path) -> MixedStore:
     rt.embedder.embed_documents = embed  # type: ignore[method-assign]
     assert rt.host.pin(current, "the user asked to keep it")
     rt.profiles.for_session(p)
+    # Host-issued memory's rows: one evaluated bundle and one decided turn.
+    rt.store.record_bundle_result("0123456789abcdef", {"planner": "scripted"}, passed=True,
+                                  evidence="the mixed store", by="tests")
+    decision = TurnDecision(new_id(), to_iso(T0), AGENT, "aditya", "s1", 3,
+                            "0123456789abcdef", "no_gap", gaps=[], timings_ms={"total": 1.5})
+    rt.store.append_turn_decision(decision)
     rt.operations.erase_record(erased, "asked to forget", "ops")
     rt.store.stage_vectors([(current, np.ones(8, dtype=np.float32) / np.sqrt(8))],
                            EmbeddingFamily("other-model", "2", 8))

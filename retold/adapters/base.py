@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal
@@ -28,20 +28,20 @@ from retold.config.retrieval import TriggerMode
 from retold.errors import StoreError
 from retold.ingest.session import SessionHooks
 from retold.models import Principal, ProfileBlock, Role, SearchRequest
-from retold.policy.prompt import MemoryPolicy, memory_policy
+from retold.policy.prompt import RECALLED_HEADER, MemoryPolicy, memory_policy
 from retold.retrieve.profile import ProfileAssembler
 from retold.store import Store
 from retold.tools.export import anthropic_tools, openai_tools, result_text
 from retold.tools.handlers import ToolHandlers
 from retold.tools.schemas import ToolSchema, tool_schemas
+from retold.utility.decision import TurnDecision
+from retold.utility.orchestrator import Served, TurnInput, UtilityOrchestrator
 
 __all__ = ["RECALLED_HEADER", "MemorySession", "Message", "new_session_id", "registered_schemas"]
 
 log = logging.getLogger(__name__)
 
 Provider = Literal["anthropic", "openai"]
-# The header of the host-issued search's block, named in the memory-use policy text.
-RECALLED_HEADER = "recalled memory"
 
 
 @dataclass(frozen=True)
@@ -56,10 +56,13 @@ class MemorySession:
     """One conversation with memory for one principal. Build it with ``rt.session(...)``."""
 
     def __init__(self, tools: ToolHandlers, hooks: SessionHooks, store: Store, config: Config,
-                 principal: Principal, *, profiles: ProfileAssembler | None = None) -> None:
+                 principal: Principal, *, profiles: ProfileAssembler | None = None,
+                 orchestrator: UtilityOrchestrator | None = None) -> None:
         self._tools, self._hooks, self._store, self._config = tools, hooks, store, config
         self._principal = principal
         self._profiles = profiles
+        self._orchestrator = orchestrator
+        self.last_decision: TurnDecision | None = None  # the newest turn's, when the orchestrator ran
         self._profile: ProfileBlock | None = None
         self._recorded: list[Message] = []
         self._recalled_upto = 0  # recorded messages whose user turns were already recalled for
@@ -161,9 +164,11 @@ class MemorySession:
         One search per new user turn, never for assistant or tool turns; a turn shorter
         than ``retrieval.trigger.host_min_query_chars`` is skipped with a
         ``trigger.skipped`` event. The search uses ``host_k`` and the host-issued gate threshold and
-        is logged with trigger ``host``; an empty result shows nothing.
+        is logged with trigger ``host``; an empty result shows nothing. With
+        ``utility.enabled`` the host's memory is decided by :meth:`respond` instead, and
+        this returns None.
         """
-        if self.mode == "tool_only":
+        if self.mode == "tool_only" or self._orchestrator is not None:
             return None
         users = [i for i, m in enumerate(self._recorded) if m.role == "user" and i >= self._recalled_upto]
         if not users:
@@ -181,6 +186,55 @@ class MemorySession:
         if not result["results"]:
             return None
         return f"{RECALLED_HEADER}\n{result['rendered']}"
+
+    def respond(self, model_call: Callable[[str | None], str]) -> str:
+        """Answer the newest user turn and record the reply as the assistant's turn.
+
+        ``model_call(recalled)`` asks the host's model for a reply, with ``recalled`` (a
+        block under :data:`RECALLED_HEADER`) appended to its input when it is not None.
+        Without the orchestrator it is called once, with :meth:`recall`'s block. With it
+        (``utility.enabled`` in ``host_only`` or ``hybrid``) the first call is the draft,
+        made without memory, and :meth:`decide` chooses what to serve.
+        """
+        if self._orchestrator is None:
+            reply = model_call(self.recall())
+        else:
+            draft = model_call(None)
+            served = self.decide(draft, model_call)
+            reply = draft if served is None else served.reply
+        self.say("assistant", reply)
+        return reply
+
+    def decide(self, draft: str, regenerate: Callable[[str], str]) -> Served | None:
+        """The orchestrator's decision for the newest user turn, given the model's
+        ``draft`` (made without recalled memory): the reply to serve and why. A second
+        model call, ``regenerate(block)``, happens only when records the draft needs were
+        admitted under a bundle with a recorded pass; any failure serves the draft. None
+        when the orchestrator is off or no user turn is recorded. Records nothing: the
+        caller records the reply it serves. The decision is also kept in
+        :attr:`last_decision` and the store."""
+        users = [i for i, m in enumerate(self._recorded) if m.role == "user"]
+        if self._orchestrator is None or not users:
+            return None
+        self._recalled_upto = len(self._recorded)
+        profile = self.profile
+        turn = TurnInput(self._principal, users[-1], self._recorded[users[-1]].content,
+                         self._context_before(users[-1]), profile.text if profile is not None else "")
+        served = self._orchestrator.respond(turn, draft, regenerate)
+        self.last_decision = served.decision
+        return served
+
+    @property
+    def decides(self) -> bool:
+        """Whether host-issued memory goes through the orchestrator (:meth:`decide`)."""
+        return self._orchestrator is not None
+
+    def _context_before(self, index: int) -> str:
+        """The two messages before ``index`` (tool results left out), newest text kept."""
+        before = [f"{m.role}: {m.content}" for m in self._recorded[:index] if m.role != "tool"][-2:]
+        text = "\n".join(before)
+        limit = self._config.retrieval.rewrite.max_context_chars
+        return text if len(text) <= limit else text[-limit:]
 
     @staticmethod
     def text(name: str, result: Mapping[str, Any]) -> str:

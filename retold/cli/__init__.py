@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from retold.cli import (
     access,
+    bundles,
     check,
     maintenance,
     members,
@@ -45,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     for group in (maintenance, migrate_store, retry, check, serve, records, portable, access, members,
-                  reviews, observe, ui):
+                  reviews, observe, bundles, ui):
         group.register(commands)
     return parser
 

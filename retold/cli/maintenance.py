@@ -68,8 +68,8 @@ def _cmd_retain(args: argparse.Namespace) -> int:
         config = rt.config
     print(f"blanked the transcripts of {result.sessions_blanked} sessions (extracted, ended more than"
           f" {config.sessions.retain_days} days ago)")
-    print(f"deleted {result.search_logs_deleted} search_log rows older than"
-          f" {config.retention.search_log_days} days")
+    print(f"deleted {result.search_logs_deleted} search_log rows and {result.turn_decisions_deleted}"
+          f" turn decisions older than {config.retention.search_log_days} days")
     print(f"thinned the payloads of {result.event_payloads_thinned} events older than"
           f" {config.retention.event_payload_days} days to ids, outcomes and counts")
     print(f"erased {result.forgotten_erased} records forgotten more than"

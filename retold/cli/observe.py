@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from retold.cli.common import add_command, cli_runtime, positive, print_json
+from retold.cli_failure import EXIT_DAMAGED
 from retold.store.event_log import EventQuery, LoggedEvent
 from retold.store.session_states import SESSION_STATES, SessionQuery, SessionStatus
 from retold.util import from_iso, to_plain
@@ -110,6 +111,7 @@ def _event_row(e: LoggedEvent) -> tuple[str, ...]:
 def _cmd_metrics(args: argparse.Namespace) -> int:
     from retold.broker.depth import queue_depths
     from retold.observability import collect_metrics
+    from retold.utility.rollback import rollback_breaches, turn_stats
 
     with cli_runtime(args, models=False) as rt:
         now = rt.clock.now()
@@ -118,13 +120,18 @@ def _cmd_metrics(args: argparse.Namespace) -> int:
         metrics = collect_metrics(rt.store, now, lease, since=_moment(args.since, now), queue=queue)
         if not args.no_hygiene:
             metrics = dataclasses.replace(metrics, hygiene=rt.operations.hygiene_shares())
+        turns = turn_stats(rt.store.decision_summaries(_moment(args.since, now), args.bundle))
+        metrics = dataclasses.replace(metrics, turns=turns)
+        breaches = rollback_breaches(turns, rt.config.utility.rollback) if args.rollback_check else []
         path = rt.store.path
     if args.json:
-        print_json(metrics)
-        return 0
-    for line in _metrics_text(path, metrics):
-        print(line)
-    return 0
+        print_json({**dataclasses.asdict(metrics), "rollback": breaches} if args.rollback_check else metrics)
+    else:
+        for line in _metrics_text(path, metrics):
+            print(line)
+    for line in breaches:
+        print(f"rollback: {line}", file=sys.stderr)
+    return EXIT_DAMAGED if breaches else 0
 
 
 def _counts(counts: dict[str, int]) -> str:
@@ -156,6 +163,13 @@ def _metrics_text(path: str, m: Metrics) -> list[str]:
     lines.append("hygiene:     " + (("duplicate/stale share, worst first: " + ", ".join(shown)
                                      + (f" (of {len(worst)} scopes)" if len(worst) > 5 else ""))
                                     if shown else f"no duplicates or stale records in {len(worst)} scopes"))
+    for bundle, t in m.turns.items():
+        lines.append(f"turns:       bundle {bundle}: {t.turns} ({_counts(t.dispositions)}), admitted"
+                     f" {100 * t.admitted_rate:.0f}%, regenerated {100 * t.regeneration_rate:.0f}%, failed"
+                     f" {100 * t.failure_rate:.0f}%, p50/p95 {t.p50_ms:.0f}/{t.p95_ms:.0f} ms,"
+                     f" {t.hosted_tokens} hosted tokens")
+    if not m.turns:
+        lines.append("turns:       no host-issued memory decisions")
     queue = m.queue
     if queue is None:
         lines.append("queues:      not asked (--no-queue)")
@@ -205,10 +219,16 @@ def register(commands: Any) -> None:
         "Print write outcomes, searches and their empty rate, extraction outcomes, session states,"
         " the lag from a session's end to its extraction, and the queue depths when the broker"
         " answers within 2 s (the values a worker exports to Prometheus, metrics.port), and per scope"
-        " the share of duplicates and stale provisional records, as `retold hygiene` counts them.")
+        " the share of duplicates and stale provisional records, as `retold hygiene` counts them, and per"
+        " bundle the host-issued memory decisions (dispositions, admission, regeneration and failure"
+        " rates, latency, hosted tokens).")
     metrics.add_argument("--since", type=_since, help="count only rows at or after this ISO 8601 time,"
                          " or within this age (30m, 6h, 7d); session states are always current")
     metrics.add_argument("--no-queue", action="store_true", help="do not ask the broker for queue depths")
     metrics.add_argument("--no-hygiene", action="store_true",
                          help="skip the per-scope duplicate and stale shares (they compare vectors)")
     metrics.add_argument("--json", action="store_true", help="print one JSON object")
+    metrics.add_argument("--bundle", help="count only the turn decisions of this bundle")
+    metrics.add_argument("--rollback-check", action="store_true",
+                         help="apply utility.rollback's thresholds to the turn decisions; exit 4 and"
+                         " name each breach when one is breached")

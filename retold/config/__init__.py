@@ -1,7 +1,7 @@
 """The configuration: its typed blocks and how a file becomes one (:mod:`.schema`), the
 lookup every process uses (:mod:`.env`: argument, ``RETOLD_CONFIG``, ``./config.yaml``,
 defaults, then the ``RETOLD_*`` overrides), the blocks kept in their own modules
-(:mod:`.retrieval`, :mod:`.hosted`, :mod:`.activation`), the validation helpers
+(:mod:`.retrieval`, :mod:`.hosted`, :mod:`.activation`, :mod:`.utility`), the validation helpers
 (:mod:`.check`) and the reference page generated from ``config.yaml`` (:mod:`.reference`).
 
 The schema's public names are re-exported here, so ``from retold.config import Config``

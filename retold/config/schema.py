@@ -48,6 +48,7 @@ from retold.config.tokens import (
     mcp_token_errors,
     ui_token_errors,
 )
+from retold.config.utility import RollbackConfig, UtilityConfig, utility_errors
 from retold.errors import ConfigError
 from retold.util import to_plain
 
@@ -84,6 +85,8 @@ __all__ = [
     "StoreConfig",
     "ToolsConfig",
     "TriggerConfig",
+    "UtilityConfig",
+    "RollbackConfig",
     "config_to_dict",
     "is_database_url",
     "read_config",
@@ -318,6 +321,7 @@ class Config:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
     activation: ActivationConfig = field(default_factory=ActivationConfig)
+    utility: UtilityConfig = field(default_factory=UtilityConfig)
 
     def replace(self, overrides: Mapping[str, object]) -> Config:
         """Return a copy with ``overrides`` (a nested mapping) deep-merged and re-validated."""
@@ -367,7 +371,8 @@ def _from_layers(layers: list[Mapping[str, Any]]) -> Config:
     if built.queue.scheduler == "celery" and built.store.path == ":memory:":
         raise ConfigError("queue.scheduler: a worker cannot open a :memory: store; set it to in_process")
     rule_errors = (hosted_errors(built.hosted, _hosted_models(built)) + mcp_token_errors(built.mcp)
-                   + ui_token_errors(built.ui) + activation_errors(built.activation))
+                   + ui_token_errors(built.ui) + activation_errors(built.activation)
+                   + utility_errors(built.utility))
     if rule_errors:
         raise ConfigError("; ".join(rule_errors))
     return built
@@ -379,6 +384,9 @@ def _hosted_models(config: Config) -> dict[str, str]:
               "ingestion.review_model": config.ingestion.review_model}
     if config.retrieval.rewrite.enabled:
         models["retrieval.rewrite.model"] = config.retrieval.rewrite.model
+    if config.utility.enabled:
+        models["utility.planner_model"] = config.utility.planner_model
+        models["utility.admission_model"] = config.utility.admission_model
     return models
 
 

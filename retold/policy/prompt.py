@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-__all__ = ["POLICY_VERSION", "MemoryPolicy", "TriggerMode", "memory_policy", "policy_text"]
+__all__ = ["POLICY_VERSION", "RECALLED_HEADER", "MemoryPolicy", "TriggerMode", "memory_policy", "policy_text"]
 
 POLICY_VERSION = "memory-policy-v1"
 
@@ -42,8 +42,11 @@ _WRITE_RULES = (
     "Write one fact per call, and only what would change a future action. Evidence must be "
     "a verbatim quote from this session. Never save secrets such as passwords, keys, or tokens."
 )
+# The header of every block of host-issued memory; the sentence below names it.
+RECALLED_HEADER = "recalled memory"
 # The sentence pair for host-issued recall: hybrid uses both, host_only only the first.
-_RECALLED = "Relevant memories may also appear automatically before you answer, marked as recalled memory."
+_RECALLED = ("Relevant memories may also appear automatically before you answer, marked as "
+             + RECALLED_HEADER + ".")
 _RECALLED_SEARCH = (
     "Treat them exactly like search results: check their status, source, and date, and use "
     "memory_search yourself for anything more specific."

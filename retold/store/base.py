@@ -54,7 +54,7 @@ _EVENT_KEYS = ("id", "at", "kind", "actor", "record_id", "entity_id", "payload")
 _CONTENT_TABLES = (
     "records", "records_fts", "embeddings", "entities", "entity_aliases", "record_entities",
     "record_conflicts", "events", "grants", "scope_members", "sessions", "session_turns", "search_log",
-    "record_activation", "profile_blocks",
+    "record_activation", "profile_blocks", "turn_decisions",
 )
 
 

@@ -94,6 +94,7 @@ class ErasureMixin(StoreBase):
             known = conn.execute(
                 "SELECT EXISTS (SELECT 1 FROM sessions WHERE user_id = ?1)"
                 " OR EXISTS (SELECT 1 FROM search_log WHERE user_id = ?1)"
+                " OR EXISTS (SELECT 1 FROM turn_decisions WHERE user_id = ?1)"
                 " OR EXISTS (SELECT 1 FROM scope_members WHERE user_id = ?1)"
                 f" OR EXISTS (SELECT 1 FROM records WHERE {_USER_SCOPES})"
                 f" OR EXISTS (SELECT 1 FROM entities WHERE {_USER_SCOPES})",
@@ -109,6 +110,8 @@ class ErasureMixin(StoreBase):
             self._erase_records(conn, list(dict.fromkeys([*owned, *sourced])), result)
             result.counts["search_logs"] += conn.execute(
                 "DELETE FROM search_log WHERE user_id = ?", (user_id,)).rowcount
+            result.counts["turn_decisions"] += conn.execute(
+                "DELETE FROM turn_decisions WHERE user_id = ?", (user_id,)).rowcount
             result.counts["events_blanked"] += conn.execute(
                 _BLANK + "json_extract(payload, '$.user_id') = ?", (user_id,)).rowcount
             # A membership names the user; a new user who later gets the id starts outside.
@@ -159,7 +162,7 @@ class ErasureMixin(StoreBase):
         """Blank the turns, search logs and event payloads of these sessions; return the
         ids of records (any scope) whose source_ref points into them."""
         counts = result.counts
-        for key in ("sessions", "turns", "search_logs", "events_blanked"):
+        for key in ("sessions", "turns", "search_logs", "turn_decisions", "events_blanked"):
             counts.setdefault(key, 0)
         if not session_ids:
             return []
@@ -174,6 +177,9 @@ class ErasureMixin(StoreBase):
                 f"UPDATE session_turns SET content = '' WHERE session_id IN {picked}").rowcount
             counts["search_logs"] += conn.execute(
                 f"DELETE FROM search_log WHERE session_id IN {picked}").rowcount
+            # Gaps and verdict reasons restate what the user asked.
+            counts["turn_decisions"] += conn.execute(
+                f"DELETE FROM turn_decisions WHERE session_id IN {picked}").rowcount
             # Persisted extraction stages quote the transcript.
             counts["extraction_stages"] = counts.get("extraction_stages", 0) + conn.execute(
                 f"DELETE FROM extraction_stages WHERE session_id IN {picked}").rowcount

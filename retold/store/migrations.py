@@ -349,6 +349,31 @@ def _search_returned(conn: sqlite3.Connection) -> None:
                  " AND j.type = 'text'")
 
 
+def _utility_tables(conn: sqlite3.Connection) -> None:
+    """Turn decisions (one row per host-decided user turn) and the bundle results that
+    decide whether a configuration may serve; see retold.store.turn_decisions and
+    retold.store.bundles. The decision's lists go in one JSON body: they are read with the
+    row, never searched."""
+    for sql in UTILITY_TABLES:
+        conn.execute(sql)
+
+
+# The same statements on both backends: every column is text or a number.
+UTILITY_TABLES = (
+    "CREATE TABLE turn_decisions (id TEXT PRIMARY KEY, at TEXT NOT NULL, agent_id TEXT NOT NULL,"
+    " user_id TEXT NOT NULL, session_id TEXT NOT NULL, turn INTEGER NOT NULL, bundle TEXT NOT NULL,"
+    " disposition TEXT NOT NULL, failed_stage TEXT, error TEXT, body TEXT NOT NULL,"
+    " total_ms REAL NOT NULL, hosted_calls INTEGER NOT NULL, hosted_tokens INTEGER NOT NULL,"
+    " admitted INTEGER NOT NULL)",
+    "CREATE INDEX turn_decisions_at ON turn_decisions(at)",
+    "CREATE INDEX turn_decisions_user ON turn_decisions(user_id)",
+    "CREATE INDEX turn_decisions_session ON turn_decisions(session_id)",
+    "CREATE TABLE bundle_results (id TEXT PRIMARY KEY, bundle TEXT NOT NULL, at TEXT NOT NULL,"
+    " passed INTEGER NOT NULL, evidence TEXT NOT NULL, recorded_by TEXT NOT NULL, components TEXT NOT NULL)",
+    "CREATE INDEX bundle_results_bundle ON bundle_results(bundle, at)",
+)
+
+
 _RETURNED_ROWS = ("INSERT OR IGNORE INTO search_returned(record_id, search_id, rank)"
                   " SELECT j.value, NEW.id, j.key + 1")
 
@@ -369,6 +394,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(13, "pending embeddings", _pending_embeddings),
     Migration(14, "supersedes index", _supersedes_index),
     Migration(15, "returned records", _search_returned),
+    Migration(16, "turn decisions and bundle results", _utility_tables),
 )
 LATEST = MIGRATIONS[-1].version
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from retold.store.activation import ActivationMixin
 from retold.store.browse import BrowseMixin
+from retold.store.bundles import BundlesMixin
 from retold.store.capacity import CapacityMixin
 from retold.store.claims import ClaimsMixin
 from retold.store.counts import CountsMixin
@@ -28,6 +29,7 @@ from retold.store.search import SearchMixin
 from retold.store.session_states import SessionStatesMixin
 from retold.store.sessions import SessionsMixin
 from retold.store.sweeps import SweepsMixin
+from retold.store.turn_decisions import TurnDecisionsMixin
 from retold.store.vectors import VectorsMixin
 
 __all__ = ["Store"]
@@ -56,7 +58,9 @@ class Store(
     EventLogMixin,
     CountsMixin,
     ProfilesMixin,
+    TurnDecisionsMixin,
+    BundlesMixin,
 ):
     """The store: records, vectors, entities, sessions and their extraction claims, grants,
-    members, search logs and sweeps, activation and profile blocks, and the operator's reads
-    of session states, events and counts."""
+    members, search logs and sweeps, activation and profile blocks, the operator's reads
+    of session states, events and counts, turn decisions and bundle results."""

@@ -30,6 +30,9 @@ from retold.models import EntityMention, Principal, Record, Scope
 from retold.retrieve.rewrite import FakeRewriter, NoRewriter
 from retold.runtime import Runtime, build_runtime
 from retold.util import ManualClock, new_id
+from retold.utility.admission import ScriptedJudge
+from retold.utility.decision import Gap
+from retold.utility.planner import ScriptedPlanner
 
 __all__ = [
     "ADITYA",
@@ -38,6 +41,9 @@ __all__ = [
     "TEST_GATE",
     "ExactJudge",
     "FakeCompletionClient",
+    "Gap",
+    "ScriptedJudge",
+    "ScriptedPlanner",
     "FakeEmbedder",
     "FakeExtractor",
     "FakeJudge",

@@ -13,6 +13,8 @@ from retold.ingest.ingestor import WriteRequest
 from retold.models import EntityMention, Principal, Scope, SearchRequest
 from retold.store import open_store
 from retold.testing import AGENT, World, make_world
+from retold.util import new_id, to_iso
+from retold.utility.decision import Gap, TurnDecision, Verdict
 from tests.sql import fts_ids, rows, stored_bytes
 
 U_CANARY = "zq-canary-7f3a"
@@ -46,6 +48,11 @@ def _plant(world: World, user: str, canary: str) -> list[str]:
         ids.append(result.record_id)
     rt.retriever.search(p, SearchRequest(queries=[f"what is the codename {canary}"]))
     rt.store.append_event("test.note", "tester", {"quote": canary}, record_id=ids[0])
+    # A host-issued memory decision: its gap and verdict restate what the user said.
+    rt.store.append_turn_decision(TurnDecision(
+        new_id(), to_iso(rt.clock.now()), AGENT, user, p.session_id or "", 1, "0123456789abcdef",
+        "shadow", gaps=[Gap(f"the codename {canary}", f"codename {canary}")],
+        verdicts=[Verdict(ids[0], "fills", f"it names {canary}")], timings_ms={"total": 2.0}))
     # A standing preference that the next session's stored profile block shows.
     preference = rt.tools.call("memory_write", p, {
         "type": "semantic", "content": f"{user} wants replies signed {canary}.",
@@ -96,6 +103,7 @@ def test_erase_user_leaves_no_canary_in_the_file_or_wal(tmp_path: Path, store_ta
     assert rows(store_target, "SELECT count(*) FROM session_turns WHERE session_id = 'sess-uzz'"
                 ) == [(1,)]  # the turn row stays, blank
     assert rows(store_target, "SELECT count(*) FROM search_log WHERE user_id = 'uzz'") == [(0,)]
+    assert rows(store_target, "SELECT count(*) FROM turn_decisions WHERE user_id = 'uzz'") == [(0,)]
     assert rows(store_target, "SELECT kind FROM events WHERE kind = 'user.erased'") == [("user.erased",)]
 
 

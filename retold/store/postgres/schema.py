@@ -17,7 +17,7 @@ from importlib import resources
 from typing import Any
 
 from retold.errors import NotADatabaseError, SchemaTooNewError
-from retold.store.migrations import MIGRATIONS, MigrationReport
+from retold.store.migrations import MIGRATIONS, UTILITY_TABLES, MigrationReport
 from retold.util import SystemClock, to_iso
 
 __all__ = ["PG_BASE", "PG_MIGRATIONS", "SCHEMA_LOCK", "check_version", "current_version", "migrate"]
@@ -75,6 +75,12 @@ def _search_returned(conn: Any) -> None:
                  " AS e(value, n) ON CONFLICT DO NOTHING")
 
 
+def _utility_tables(conn: Any) -> None:
+    """As on SQLite, with text compared byte by byte as everywhere in this schema."""
+    for sql in UTILITY_TABLES:
+        conn.execute(sql.replace(" TEXT", ' TEXT COLLATE "C"').replace(" REAL", " DOUBLE PRECISION"))
+
+
 # Migrations after the initial PostgreSQL schema: (version, name, apply).
 PG_MIGRATIONS: tuple[tuple[int, str, Callable[[Any], None]], ...] = (
     (10, "search decision column", _search_decision),
@@ -83,6 +89,7 @@ PG_MIGRATIONS: tuple[tuple[int, str, Callable[[Any], None]], ...] = (
     (13, "pending embeddings", _pending_embeddings),
     (14, "supersedes index", _supersedes_index),
     (15, "returned records", _search_returned),
+    (16, "turn decisions and bundle results", _utility_tables),
 )
 _PG_LATEST = PG_MIGRATIONS[-1][0] if PG_MIGRATIONS else PG_BASE
 

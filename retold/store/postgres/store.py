@@ -64,8 +64,8 @@ _WRITE_FTS = (
 # What an erase blanks or deletes rows of, and what the retention sweeps do.
 _ERASED_TABLES = ("records", "records_fts", "embeddings", "reembed_vectors", "events", "session_turns",
                   "search_log", "extraction_stages", "entities", "entity_aliases", "record_entities",
-                  "profile_blocks", "record_activation", "scope_members")
-_RETAINED_TABLES = ("session_turns", "extraction_stages", "search_log", "events")
+                  "profile_blocks", "record_activation", "scope_members", "turn_decisions")
+_RETAINED_TABLES = ("session_turns", "extraction_stages", "search_log", "events", "turn_decisions")
 
 
 class PgStore(PgReads):
