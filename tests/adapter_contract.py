@@ -23,9 +23,21 @@ from typing import Any
 
 from retold.adapters.base import MemorySession
 from retold.config import read_config
+from retold.hosted import HostedError
 from retold.models import Scope
+from retold.policy.prompt import RECALLED_HEADER
 from retold.runtime import Runtime, build_runtime
-from retold.testing import T0, TEST_GATE, FakeEmbedder, FakeJudge, InProcessScheduler, ManualClock
+from retold.testing import (
+    T0,
+    TEST_GATE,
+    FakeEmbedder,
+    FakeJudge,
+    Gap,
+    InProcessScheduler,
+    ManualClock,
+    ScriptedJudge,
+    ScriptedPlanner,
+)
 from retold.testing.scripted import Exchange, FromResult, ToolCall, resolve
 
 __all__ = [
@@ -33,14 +45,19 @@ __all__ = [
     "CONVERSATION",
     "EXPECTED_RECORDS",
     "USER_ID",
+    "UTILITY_SCRIPT",
+    "UTILITY_SERVED",
     "Exchange",
     "FromResult",
     "ToolCall",
     "assert_contract",
+    "assert_utility_contract",
+    "drive_utility",
     "drive_session",
     "expected_turns",
     "resolve",
     "semantic_records",
+    "utility_runtime",
 ]
 
 AGENT_ID = "research-agent"
@@ -249,3 +266,88 @@ def seed_vim(rt: Runtime) -> None:
     with rt.session(AGENT_ID, USER_ID, session_id="earlier") as s:
         s.say("user", VIM)
         s.write(VIM_FACT, attribute="editor", source_kind="user_statement", evidence=VIM)
+
+
+# -- host-issued memory decided by need (utility.enabled, hybrid) ----------------------
+
+ORDINARY = "What is the capital of France?"
+BROKEN = "Please check this broken deploy config for me."
+LOOKUP = "Look up memory abc123 and tell me what it says."
+UTILITY_SCRIPT: tuple[Exchange, ...] = (
+    # No gap: answered from the turn alone, nothing searched.
+    Exchange(ORDINARY, reply="Paris."),
+    # A gap the stored editor fills: the draft is made again with it.
+    Exchange(QUESTION, reply="Any editor will do; the script can ask.",
+             with_memory="It should configure vim, the editor Aditya uses."),
+    # The planner fails: the draft is served.
+    Exchange(BROKEN, reply="The config looks fine."),
+    # The first model step calls a tool: not an answer yet, so no decision for this turn.
+    Exchange(LOOKUP, calls=(ToolCall("call_lookup", "memory_get", {"ids": ["abc123"]}),),
+             reply="There is no such memory."),
+)
+# The reply each turn serves, in order.
+UTILITY_SERVED = ["Paris.", "It should configure vim, the editor Aditya uses.", "The config looks fine.",
+                  "There is no such memory."]
+
+
+def utility_runtime(tmp_path: Path) -> Runtime:
+    """The contract runtime in ``hybrid`` with the orchestrator on, the scripted planner
+    and judge, the user's editor stored and this bundle's pass recorded."""
+    config = read_config(overrides={
+        "store": {"path": str(tmp_path / "memory.sqlite")},
+        "embedding": {"model": "fake"},
+        "retrieval": {"gate": TEST_GATE, "trigger": {"mode": "hybrid"}},
+        "utility": {"enabled": True},
+    })
+    planner = ScriptedPlanner({
+        "editor": [Gap("which editor the user uses", QUESTION, "tools")],
+        "broken": HostedError("timeout", "the planner did not answer in time"),
+        "abc123": [Gap("the memory the user names", "abc123")],
+    })
+    rt = build_runtime(config, clock=ManualClock(T0), embedder=FakeEmbedder(), judge=FakeJudge(),
+                       scheduler=InProcessScheduler(), environ={}, planner=planner,
+                       admission=ScriptedJudge({"vim": "fills"}))
+    rt.host.grant(AGENT_ID, Scope("user", USER_ID), read=True, write=True)
+    rt.host.provision_user(USER_ID, aliases=["Aditya"])
+    seed_vim(rt)
+    orchestrator = rt.orchestrator
+    assert orchestrator is not None
+    rt.store.record_bundle_result(orchestrator.bundle, orchestrator.components, passed=True,
+                                  evidence="the adapter contract", by="tests")
+    return rt
+
+
+def drive_utility(session: MemorySession) -> list[str]:
+    """Play the utility script through a bare ``MemorySession``: ``respond`` for each
+    turn, and for the turn whose first step calls a tool, the call and then the reply."""
+    served = []
+    for exchange in UTILITY_SCRIPT:
+        session.say("user", exchange.user)
+        if exchange.calls:
+            for call in exchange.calls:
+                session.say("tool", session.text(call.name, session.call(call.name, dict(call.args))))
+            session.say("assistant", exchange.reply)
+            served.append(exchange.reply)
+            continue
+
+        def model(recalled: str | None, exchange: Exchange = exchange) -> str:
+            return exchange.with_memory if recalled and exchange.with_memory else exchange.reply
+
+        served.append(session.respond(model))
+    session.end()
+    return served
+
+
+def assert_utility_contract(rt: Runtime, session_id: str) -> None:
+    """One decision per user turn that was answered without a tool step first, with the
+    disposition the script calls for, and the served replies recorded as the turns."""
+    decisions = list(reversed(rt.store.turn_decisions(session_id)))
+    assert [(d["disposition"], d["failed_stage"]) for d in decisions] == [
+        ("no_gap", None), ("regenerated", None), ("failed", "planner")], decisions
+    regenerated = decisions[1]
+    assert regenerated["gaps"][0]["query"] == QUESTION and len(regenerated["searches"]) == 1
+    vim = [r.id for r in rt.store.find_records(scopes=[Scope("user", USER_ID)]) if r.content == VIM_FACT]
+    assert [v["record_id"] for v in regenerated["verdicts"] if v["effect"] == "fills"] == vim
+    assistant = [t.content for t in rt.store.turns(session_id) if t.role == "assistant"]
+    assert assistant == UTILITY_SERVED
+    assert all(RECALLED_HEADER not in t.content for t in rt.store.turns(session_id))

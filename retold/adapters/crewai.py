@@ -38,7 +38,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from crewai import Agent
-from crewai.agents.parser import AgentAction, AgentFinish
+from crewai.agents.parser import AgentAction, AgentFinish, OutputParserError
+from crewai.agents.parser import parse as parse_step
 from crewai.llms.base_llm import BaseLLM
 from crewai.tools import BaseTool
 from crewai.tools.tool_types import ToolResult
@@ -185,10 +186,16 @@ class MemoryLLM(BaseLLM):
     def call(self, messages: Any, tools: Any = None, callbacks: Any = None,
              available_functions: Any = None, from_task: Any = None, from_agent: Any = None,
              response_model: Any = None) -> Any:
+        first = self._memory.first_call(from_task)
         messages = self._memory.model_input(messages, from_task)
-        return self._inner.call(messages, tools=tools, callbacks=callbacks,
-                                available_functions=available_functions, from_task=from_task,
-                                from_agent=from_agent, response_model=response_model)
+
+        def ask(shown: Any) -> Any:
+            return self._inner.call(shown, tools=tools, callbacks=callbacks,
+                                    available_functions=available_functions, from_task=from_task,
+                                    from_agent=from_agent, response_model=response_model)
+
+        reply = ask(messages)
+        return self._memory.decided(messages, reply, ask) if first else reply
 
     def supports_stop_words(self) -> bool:
         return self._inner.supports_stop_words()
@@ -359,6 +366,33 @@ class CrewMemory:
             return f"{messages}\n\n{block}"
         return [*messages[:where], {"role": "user", "content": block}, *messages[where:]]
 
+    def first_call(self, task: Any) -> bool:
+        """Whether the next model call is ``task``'s first (its description not yet recorded)."""
+        key = str(getattr(task, "id", "")) if task is not None else ""
+        with self._lock:
+            return bool(key) and key not in self._tasks
+
+    def decided(self, messages: Any, reply: Any, ask: Callable[[Any], Any]) -> Any:
+        """The utility-aware path for a task's first model call: when ``reply`` is already
+        a final answer, the orchestrator decides from it whether recalled records should
+        change it, and ``ask`` is called once more with them appended only when it says
+        so. A first reply that is an action (a tool call) is not an answer and skips."""
+        draft = _finish(reply) if self.session.decides else None
+        if draft is None:
+            return reply
+
+        def regenerate(block: str) -> str:
+            again = ask(f"{messages}\n\n{block}" if isinstance(messages, str)
+                        else [*messages, {"role": "user", "content": block}])
+            if _finish(again) is None:
+                raise ValueError("the regenerated reply is not a final answer")
+            return str(again)
+
+        with self._lock:
+            served = self.session.decide(str(draft.output), regenerate)
+        # The judge read the answer alone; the framework gets the whole text it parses.
+        return served.reply if served is not None and served.regenerated else reply
+
     def _record_tool(self, shown: str) -> None:
         own, self._tool_text = self._tool_text, None
         self.session.say("tool", own if own is not None and shown.startswith(own) else shown)
@@ -368,3 +402,15 @@ class CrewMemory:
 
     def __exit__(self, *exc: object) -> None:
         self.end_session()
+
+
+def _finish(reply: Any) -> AgentFinish | None:
+    """``reply`` as a final answer, or None for an action, a native tool call or text the
+    parser cannot read."""
+    if not isinstance(reply, str):
+        return None
+    try:
+        step = parse_step(reply)
+    except OutputParserError:
+        return None
+    return step if isinstance(step, AgentFinish) else None

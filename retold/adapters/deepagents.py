@@ -111,16 +111,21 @@ class _Thread:
     def recall(self, messages: Sequence[AnyMessage]) -> None:
         """Run the host-issued search for a new user turn and keep its block."""
         block = self.session.recall()
-        if block is None:
-            return
-        anchor = next((m.id for m in reversed(messages) if isinstance(m, HumanMessage)), None)
-        if anchor is None:
-            return
+        if block is not None:
+            self.keep(messages, self.pair(block))
+
+    def pair(self, block: str) -> tuple[AIMessage, ToolMessage]:
+        """``block`` as the pseudo-tool's call and result."""
         call_id = f"{RECALL_TOOL}_{len(self.recalled) + 1}"
         call = AIMessage(content="", tool_calls=[
             {"name": RECALL_TOOL, "args": {}, "id": call_id, "type": "tool_call"}])
-        self.recalled.append((anchor, call, ToolMessage(content=block, tool_call_id=call_id,
-                                                        name=RECALL_TOOL)))
+        return call, ToolMessage(content=block, tool_call_id=call_id, name=RECALL_TOOL)
+
+    def keep(self, messages: Sequence[AnyMessage], pair: tuple[AIMessage, ToolMessage]) -> None:
+        """Show ``pair`` after the newest user message on this and every later call."""
+        anchor = next((m.id for m in reversed(messages) if isinstance(m, HumanMessage)), None)
+        if anchor is not None:
+            self.recalled.append((anchor, *pair))
 
     def model_input(self, messages: Sequence[AnyMessage]) -> list[AnyMessage]:
         """``messages`` with each recalled pair right after the user message it belongs to;
@@ -266,15 +271,24 @@ class RetoldMemoryMiddleware(AgentMiddleware[AgentState[Any], Any]):
 
     def wrap_model_call(self, request: ModelRequest[Any],
                         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]]) -> ModelResponse[Any]:
-        return handler(self._prepare(request, get_config()))
+        config = get_config()
+        prepared = self._prepare(request, config)
+        return self._decided(prepared, handler(prepared), handler, config)
 
     async def awrap_model_call(
         self, request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any]:
         # Recording and recall touch SQLite and the embedder: keep them off the event loop.
-        prepared = await asyncio.to_thread(self._prepare, request, get_config())
-        return await handler(prepared)
+        config = get_config()
+        prepared = await asyncio.to_thread(self._prepare, request, config)
+        draft = await handler(prepared)
+        loop = asyncio.get_running_loop()
+
+        def again(changed: ModelRequest[Any]) -> ModelResponse[Any]:
+            return asyncio.run_coroutine_threadsafe(handler(changed), loop).result()  # type: ignore[arg-type]
+
+        return await asyncio.to_thread(self._decided, prepared, draft, again, config)
 
     def after_agent(self, state: AgentState[Any], runtime: GraphRuntime[Any]) -> dict[str, Any] | None:
         # The final reply has no model call after it to record it.
@@ -285,6 +299,38 @@ class RetoldMemoryMiddleware(AgentMiddleware[AgentState[Any], Any]):
 
     async def aafter_agent(self, state: AgentState[Any], runtime: GraphRuntime[Any]) -> dict[str, Any] | None:
         return await asyncio.to_thread(self.after_agent, state, runtime)
+
+    def _decided(self, prepared: ModelRequest[Any], draft: ModelResponse[Any],
+                 handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+                 config: RunnableConfig) -> ModelResponse[Any]:
+        """The utility-aware path: for the model call that answers a user message, the
+        orchestrator decides from ``draft`` whether recalled records should change it, and
+        the model is called once more with them only when it says so. A draft that calls a
+        tool is not an answer yet and skips the path; so does every later call of the turn."""
+        thread = self._adapter._thread(config)
+        session = thread.session
+        reply = _reply(draft)
+        answers_user = bool(prepared.messages) and isinstance(prepared.messages[-1], HumanMessage)
+        if (not session.decides or not answers_user or reply is None or reply.tool_calls
+                or not reply.text.strip()):
+            return draft
+        made: dict[str, Any] = {}
+
+        def regenerate(block: str) -> str:
+            pair = thread.pair(block)
+            response = handler(prepared.override(messages=[*prepared.messages, *pair]))
+            again = _reply(response)
+            if again is None or again.tool_calls:
+                raise ValueError("the regenerated reply calls a tool instead of answering")
+            made.update(response=response, pair=pair)
+            return str(again.text)
+
+        with thread.lock:
+            served = session.decide(str(reply.text), regenerate)
+            if served is None or not served.regenerated:
+                return draft
+            thread.keep(prepared.messages, made["pair"])
+        return made["response"]  # type: ignore[no-any-return]
 
     def _prepare(self, request: ModelRequest[Any], config: RunnableConfig) -> ModelRequest[Any]:
         thread = self._adapter._thread(config)
@@ -298,6 +344,12 @@ class RetoldMemoryMiddleware(AgentMiddleware[AgentState[Any], Any]):
                 tools=self._adapter._current_tools(session, request.tools),
                 system_message=_with_policy(request.system_message, session.system_prompt()),
             )
+
+
+def _reply(response: Any) -> AIMessage | None:
+    """The model's message in a model call's result (a ModelResponse or a bare message)."""
+    messages = response.result if isinstance(response, ModelResponse) else [response]
+    return next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
 
 
 def _with_policy(system: SystemMessage | None, policy: str) -> SystemMessage:

@@ -15,6 +15,7 @@ from typing import Any
 
 from crewai.llms.base_llm import BaseLLM
 
+from retold.policy.prompt import RECALLED_HEADER
 from retold.testing.scripted import Exchange, next_step
 
 __all__ = ["ScriptedCrewLLM"]
@@ -41,7 +42,8 @@ class ScriptedCrewLLM(BaseLLM):
         steps = [m["content"] for m in messages if m["role"] == "assistant"]
         for call, text in zip(exchange.calls if exchange else (), steps, strict=False):
             self.results[call.id] = _observed(text)
-        step = next_step(self.script, user, self.results, self.standing_in_for)
+        recalled = any(str(m.get("content", "")).startswith(RECALLED_HEADER) for m in messages)
+        step = next_step(self.script, user, self.results, self.standing_in_for, recalled=recalled)
         if step.call is not None:
             return (f"Thought: I should use {step.call.name}.\nAction: {step.call.name}\n"
                     f"Action Input: {json.dumps(step.args)}")

@@ -16,6 +16,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field
 
+from retold.policy.prompt import RECALLED_HEADER
 from retold.testing.scripted import Exchange, next_step
 
 __all__ = ["ScriptedChatModel"]
@@ -43,7 +44,11 @@ class ScriptedChatModel(BaseChatModel):
         users = [m for m in messages if isinstance(m, HumanMessage)]
         user = users[-1].text if users else ""
         results = {m.tool_call_id: str(m.text) for m in messages if isinstance(m, ToolMessage)}
-        step = next_step(self.script, user, results, self.standing_in_for)
+        # Recalled memory for this message: a recalled block after the newest user message.
+        last = max((i for i, m in enumerate(messages) if isinstance(m, HumanMessage)), default=-1)
+        recalled = any(isinstance(m, ToolMessage) and str(m.text).startswith(RECALLED_HEADER)
+                       for m in messages[last + 1:])
+        step = next_step(self.script, user, results, self.standing_in_for, recalled=recalled)
         if step.call is None:
             reply = AIMessage(content=step.reply)
         else:

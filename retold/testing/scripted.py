@@ -45,6 +45,9 @@ class Exchange:
     user: str
     calls: tuple[ToolCall, ...] = field(default=())
     reply: str = ""
+    # The reply when recalled memory is in the model's input (a regeneration); empty: the
+    # same reply either way.
+    with_memory: str = ""
 
 
 @dataclass(frozen=True)
@@ -75,9 +78,10 @@ def stand_in_reply(standing_in_for: str, user: str) -> str:
 
 
 def next_step(script: Sequence[Exchange], user: str, results: Mapping[str, str],
-              standing_in_for: str) -> Step:
+              standing_in_for: str, *, recalled: bool = False) -> Step:
     """The next step for the newest user message ``user``, given the results of the tool
-    calls already made for it (tool-call id to result text)."""
+    calls already made for it (tool-call id to result text) and whether recalled memory
+    is in view."""
     exchange = next((e for e in script if e.user == user), None)
     if exchange is None:
         return Step(None, {}, stand_in_reply(standing_in_for, user))
@@ -85,4 +89,4 @@ def next_step(script: Sequence[Exchange], user: str, results: Mapping[str, str],
     if done < len(exchange.calls):
         call = exchange.calls[done]
         return Step(call, resolve(call.args, results), "")
-    return Step(None, {}, exchange.reply)
+    return Step(None, {}, exchange.with_memory if recalled and exchange.with_memory else exchange.reply)

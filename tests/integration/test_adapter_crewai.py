@@ -42,13 +42,17 @@ from tests.adapter_contract import (  # noqa: E402
     CONVERSATION,
     QUESTION,
     USER_ID,
+    UTILITY_SCRIPT,
+    UTILITY_SERVED,
     Exchange,
     ToolCall,
     assert_contract,
+    assert_utility_contract,
     contract_runtime,
     drive_session,
     seed_vim,
     semantic_records,
+    utility_runtime,
 )
 
 ROLE = "Research Agent"  # its agent id is research-agent, the contract's AGENT_ID
@@ -333,3 +337,20 @@ def _logged(rt: Runtime) -> list[dict[str, Any]]:
     """Every logged search, after this process's queued log rows are written."""
     assert rt.flush_search_log()
     return rt.store.search_log_rows()
+
+
+# -- host-issued memory decided by need --------------------------------------------------
+
+
+def test_the_utility_path_meets_the_shared_contract(tmp_path: Path) -> None:
+    rt = utility_runtime(tmp_path)
+    h = Harness(rt, UTILITY_SCRIPT)
+    assert h.kickoff() == UTILITY_SERVED[-1]
+    h.memory.end_session()
+    assert_utility_contract(rt, SESSION)
+    # The regeneration was the task's first call again, with the admitted record appended.
+    regenerated = [seen for seen in h.llm.seen if _recalled(seen)]
+    assert len(regenerated) == 1
+    block = regenerated[0][_recalled(regenerated[0])[0]]["content"]
+    assert "Aditya edits code in vim." in block and "fills a gap" in block
+    rt.close()

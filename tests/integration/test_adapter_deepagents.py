@@ -29,13 +29,17 @@ from tests.adapter_contract import (  # noqa: E402
     CONVERSATION,
     QUESTION,
     USER_ID,
+    UTILITY_SCRIPT,
+    UTILITY_SERVED,
     Exchange,
     ToolCall,
     assert_contract,
+    assert_utility_contract,
     contract_runtime,
     drive_session,
     seed_vim,
     semantic_records,
+    utility_runtime,
 )
 
 SYSTEM = "You are Aditya's research assistant."
@@ -306,3 +310,30 @@ def test_an_async_run_meets_the_same_contract(rt: Runtime) -> None:
     asyncio.run(converse())
     h.memory.end_session(h.config)
     assert_contract(rt, AGENT_ID, USER_ID, "thread-1")
+
+
+# -- host-issued memory decided by need --------------------------------------------------
+
+
+@pytest.mark.parametrize("run", ["sync", "async"])
+def test_the_utility_path_meets_the_shared_contract(tmp_path: Path, run: str) -> None:
+    rt = utility_runtime(tmp_path)
+    h = Harness(rt, UTILITY_SCRIPT)
+    served = []
+    for exchange in UTILITY_SCRIPT:
+        if run == "sync":
+            final = h.say(exchange.user)
+        else:
+            final = asyncio.run(h.agent.ainvoke({"messages": [{"role": "user", "content": exchange.user}]},
+                                                h.config))
+        served.append(final["messages"][-1].text)
+    h.memory.end_session(h.config)
+    assert served == UTILITY_SERVED
+    assert_utility_contract(rt, "thread-1")
+    # The regeneration saw the admitted record in one recalled pair after the question;
+    # later calls keep it there, so the model input still only grows at its end.
+    regenerated = next(seen for seen in h.model.seen if _recalled_pairs(seen))
+    ((_, _, block),) = _recalled_pairs(regenerated)
+    assert "Aditya edits code in vim." in block.text and "fills a gap" in block.text
+    assert h.model.seen[-1][: len(regenerated)] == regenerated
+    rt.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +15,14 @@ from retold.models import Principal, Scope
 from retold.retrieve.profile import ProfileAssembler
 from retold.store import open_store
 from retold.testing import ADITYA, AGENT, World
+from tests.adapter_contract import (
+    AGENT_ID,
+    USER_ID,
+    UTILITY_SERVED,
+    assert_utility_contract,
+    drive_utility,
+    utility_runtime,
+)
 from tests.conditions import write_lock_held
 
 QUOTE = "keep every answer short and technical"
@@ -229,3 +238,11 @@ def test_a_locked_store_still_gives_the_session_its_profile(world: World) -> Non
     assert block is not None and "Aditya edits code in vim." in block.text
     assert world.rt.store.profile_block("s2") is None  # shown, but not stored: untraced
     impatient.close()
+
+
+def test_respond_meets_the_utility_contract(tmp_path: Path) -> None:
+    rt = utility_runtime(tmp_path)
+    served = drive_utility(rt.session(AGENT_ID, USER_ID, session_id="bare"))
+    assert served == UTILITY_SERVED
+    assert_utility_contract(rt, "bare")
+    rt.close()
