@@ -228,6 +228,10 @@ class SearchRequest:
     k: int | None = None  # None: retrieval.default_k
     include_history: bool = False  # superseded and expired become eligible
     trigger: Literal["tool", "host"] = "tool"
+    # The results go to a model that judges them before anyone sees them (the gap searches
+    # of host-issued memory): the list is read as a tool search reads it, recall first,
+    # whoever issued it.
+    judged: bool = False
 
 
 @dataclass

@@ -102,13 +102,14 @@ def _candidates(row: Mapping[str, Any], fusion: FusionConfig,
 def replay(row: Mapping[str, Any], gate_cfg: GateConfig, fusion: FusionConfig | None = None,
            trigger: str | None = None, scale: Scale = scaled) -> Replayed:
     """Decide a logged search again under ``gate_cfg`` (and ``fusion``, the logged one when
-    None), as a search of ``trigger`` (the logged one when None), each channel's scores
+    None), as a search of ``trigger`` (the logged one when None; a judged search reads as a
+    tool search), each channel's scores
     scaled by ``scale``."""
     _check(row)
     flags = _col(row, "config_flags")
     fusion = fusion or FusionConfig(**{k: float(v) for k, v in flags["fusion"].items()})
     candidates, shape = _candidates(row, fusion, scale)
-    trigger = trigger or str(row["trigger"])
+    trigger = trigger or ("tool" if _col(row, "request").get("judged") else str(row["trigger"]))
     decision = decide(measure(candidates, shape), gate_cfg, trigger,
                       deferred=bool(_col(row, "decision").get("deferred")))
     kinds = {f["id"]: f["source_kind"] for f in _col(row, "fused")}

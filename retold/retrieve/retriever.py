@@ -116,9 +116,9 @@ class Retriever:
         timer.mark("rewrite")
         candidates, eligible, scopes = self._ranked(trace, queries, timer)
         cross_only = self.config.reranker.enabled and self.config.reranker.mode == "cross_encoder_only"
-        trace.decision = decide(measure(candidates, trace.shape), cfg.gate, request.trigger,
-                                deferred=cross_only)
-        tail = cfg.gate.tail_fraction.host if request.trigger == "host" else cfg.gate.tail_fraction.tool
+        reads_as = "tool" if request.judged else request.trigger
+        trace.decision = decide(measure(candidates, trace.shape), cfg.gate, reads_as, deferred=cross_only)
+        tail = cfg.gate.tail_fraction.host if reads_as == "host" else cfg.gate.tail_fraction.tool
         kinds = {rid: m.source_kind for rid, m in trace.meta.items()}
         trace.gated = gated = gate(candidates, trace.decision, kinds, tail)
         timer.mark("gate")

@@ -80,6 +80,8 @@ class SearchTrace:
         asked = {"queries": list(request.queries), "types": _copy(request.types),
                  "entities": _copy(request.entities), "since": request.since,
                  "until": request.until, "k": request.k, "include_history": request.include_history}
+        if request.judged:
+            asked["judged"] = True
         beyond = {c.record_id: c.beyond_names for c in self.fused if c.beyond_names is not None}
         fused = [(c.record_id, c.fused_rank, c.fused_score, c.via) for c in self.fused]
         meta, rerank, gated, decision = self.meta, self.rerank, self.gated, self.decision

@@ -197,12 +197,16 @@ class UtilityOrchestrator:
         return result
 
     def _search(self, turn: TurnInput, decision: TurnDecision) -> dict[str, str]:
-        """One host-issued search per gap; the candidates (id to content) in first-found order."""
+        """One host-issued search per gap; the candidates (id to content) in first-found order.
+        The judge reads them before the model does, so each search reads its list recall
+        first, as a tool search does: the host-issued threshold is fitted for memory shown
+        unasked, and under it most gap searches on the labelled turns that need memory came
+        back empty (benchmarks/results/utility.md)."""
         found: dict[str, str] = {}
         for gap in decision.gaps:
             result = self._tools.search(turn.principal, SearchRequest(
                 queries=[gap.query], context=turn.context or None, k=self._config.utility.per_gap_k,
-                trigger="host"))
+                trigger="host", judged=True))
             if result.get("search_id"):
                 decision.searches.append(result["search_id"])
             for hit in result["results"]:

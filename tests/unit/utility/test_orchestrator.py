@@ -7,6 +7,7 @@ was asked.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -16,7 +17,9 @@ import pytest
 
 from retold.hosted import HostedError
 from retold.ingest.session import InProcessScheduler
+from retold.models import SearchRequest
 from retold.policy.prompt import RECALLED_HEADER
+from retold.retrieve.replay import replay
 from retold.runtime import Runtime, build_runtime
 from retold.testing import AGENT, Gap, ScriptedJudge, ScriptedPlanner, World
 
@@ -51,9 +54,10 @@ def runtimes(world: World) -> Iterator[list[Runtime]]:
 
 
 def utility_runtime(world: World, runtimes: list[Runtime], planner: ScriptedPlanner | None,
-                    judge: ScriptedJudge | None, mode: str = "hybrid", **utility: Any) -> Runtime:
+                    judge: ScriptedJudge | None, mode: str = "hybrid", gate: dict[str, Any] | None = None,
+                    **utility: Any) -> Runtime:
     """A runtime over the world's store with the orchestrator on."""
-    config = world.rt.config.replace({"retrieval": {"trigger": {"mode": mode}},
+    config = world.rt.config.replace({"retrieval": {"trigger": {"mode": mode}, "gate": gate or {}},
                                       "utility": {"enabled": True, **utility}})
     rt = build_runtime(config, clock=world.clock, embedder=world.embedder, judge=world.judge,
                        scheduler=InProcessScheduler(), environ={}, planner=planner, admission=judge)
@@ -120,6 +124,26 @@ def test_admitted_records_are_shadowed_until_the_bundle_has_a_recorded_pass(worl
     model = HostModel()
     ask(rt, model)
     assert model.asked == [None]
+
+
+def test_gap_searches_read_their_list_recall_first_and_are_logged_as_host(
+        world: World, runtimes: list[Runtime]) -> None:
+    world.write(content=VIM, attribute="editor")
+    # A host-issued threshold nothing reaches: shown unasked, nothing would be.
+    strict = {"answer_at": {"host": 1.0, "tool": 0.5}}
+    rt = utility_runtime(world, runtimes, ScriptedPlanner(EDITOR_GAP), ScriptedJudge({"vim": "fills"}),
+                         gate=strict)
+    p = rt.session(AGENT, "aditya", session_id="probe").principal
+    unasked = rt.tools.search(p, SearchRequest(queries=["editor vim code"], trigger="host"))
+    assert unasked["results"] == []
+    _, s = ask(rt, HostModel())
+    assert s.last_decision.disposition == "shadow" and s.last_decision.candidates
+    rt.flush_search_log()
+    row = rt.store.search_log_row(s.last_decision.searches[0])
+    assert row is not None and row["trigger"] == "host" and json.loads(row["request"])["judged"] is True
+    assert json.loads(row["decision"])["threshold"] == 0.5
+    # Replayed, it reads as it was read: recall first.
+    assert replay(row, rt.config.retrieval.gate).decision.threshold == 0.5
 
 
 def test_a_candidate_the_draft_does_not_need_is_not_admitted(world: World, runtimes: list[Runtime]) -> None:
