@@ -55,6 +55,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.ops_bench
 	$(BIN)/python -m benchmarks.extraction_bench
 	$(BIN)/python -m benchmarks.activation_bench
+	$(BIN)/python -m benchmarks.utility_bench
 	$(BIN)/python -m benchmarks.pipeline_bench
 	$(BIN)/python -m benchmarks.encoder_bench
 	$(BIN)/python -m benchmarks.integrity_bench
