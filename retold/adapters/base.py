@@ -216,7 +216,6 @@ class MemorySession:
         users = [i for i, m in enumerate(self._recorded) if m.role == "user"]
         if self._orchestrator is None or not users:
             return None
-        self._recalled_upto = len(self._recorded)
         profile = self.profile
         turn = TurnInput(self._principal, users[-1], self._recorded[users[-1]].content,
                          self._context_before(users[-1]), profile.text if profile is not None else "")

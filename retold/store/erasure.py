@@ -64,7 +64,8 @@ class ErasureMixin(StoreBase):
 
     def erase_session(self, session_id: str, actor: str, reason: str) -> Erasure:
         """Blank a session's turns (rows kept), the evidence quotes of records sourced from
-        it, its search logs and the payloads of events about it; one ``session.erased``."""
+        it, its search logs and turn decisions and the payloads of events about it; one
+        ``session.erased``."""
         with self.atomic() as conn:
             self._exclude_search_log(conn)
             if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
@@ -87,8 +88,9 @@ class ErasureMixin(StoreBase):
     def erase_user(self, user_id: str, actor: str, reason: str) -> Erasure:
         """Erase every place a user's text can reach: their sessions, the records
         of ``user:<U>`` and every ``agent:*/<U>`` scope, records in any scope sourced from
-        their sessions, their search logs, their scope memberships, the payloads of events
-        about all of these, and the entities and aliases of their scopes. One ``user.erased`` event."""
+        their sessions, their search logs and turn decisions, their scope memberships, the
+        payloads of events about all of these, and the entities and aliases of their scopes.
+        One ``user.erased`` event."""
         with self.atomic() as conn:
             self._exclude_search_log(conn)
             known = conn.execute(
