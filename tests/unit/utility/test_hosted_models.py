@@ -85,3 +85,21 @@ def test_a_bad_or_late_planner_answer_serves_the_draft(world: World, tmp_path: P
     assert ("malformed" if answer == "malformed" else "timeout") in (decision.error or "")
     assert decision.timings_ms["total"] < 1500
     rt.close()
+
+
+def test_a_decided_turn_counts_its_hosted_calls_and_tokens(world: World,
+                                                           anthropic_stub: AnthropicStub) -> None:
+    config = world.rt.config.replace({"retrieval": {"trigger": {"mode": "hybrid"}},
+                                      "utility": {"enabled": True}})
+    client = _client(anthropic_stub)
+    rt = build_runtime(config, clock=world.clock, embedder=world.embedder, judge=world.judge,
+                       scheduler=InProcessScheduler(), environ={},
+                       planner=HostedGapPlanner(client, 512), admission=HostedAdmissionJudge(client, 512))
+    anthropic_stub.script(tool_use({"gaps": []}))
+    with rt.session(AGENT, "aditya", session_id="chat") as s:
+        s.say("user", TURN)
+        s.respond(lambda recalled: "the draft")
+    (stored,) = rt.store.turn_decisions("chat")
+    # The stub reports 42 input and 17 output tokens an answer.
+    assert (stored["disposition"], stored["hosted_calls"], stored["hosted_tokens"]) == ("no_gap", 1, 59)
+    rt.close()
