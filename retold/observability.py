@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from retold.utility.rollback import TurnStats
 
 __all__ = ["ExtractionLag", "Metrics", "MetricsEndpoint", "RetoldCollector", "SearchCounts",
-           "collect_metrics", "families", "serve_metrics"]
+           "collect_metrics", "families", "nearest_rank", "serve_metrics"]
 
 log = logging.getLogger(__name__)
 
@@ -126,11 +126,11 @@ def _lag(seconds: list[float]) -> ExtractionLag:
     if not seconds:
         return ExtractionLag(0, 0.0, None, None, None)
     ordered = sorted(seconds)
-    return ExtractionLag(len(ordered), round(sum(ordered), 3), _rank(ordered, 0.50),
-                         _rank(ordered, 0.95), round(ordered[-1], 3))
+    return ExtractionLag(len(ordered), round(sum(ordered), 3), nearest_rank(ordered, 0.50),
+                         nearest_rank(ordered, 0.95), round(ordered[-1], 3))
 
 
-def _rank(ordered: list[float], quantile: float) -> float:
+def nearest_rank(ordered: list[float], quantile: float) -> float:
     """The nearest-rank percentile: a value some session actually waited."""
     return round(ordered[max(0, math.ceil(quantile * len(ordered)) - 1)], 3)
 

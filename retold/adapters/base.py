@@ -106,10 +106,7 @@ class MemorySession:
         last_user = max((i for i, m in enumerate(self._recorded) if m.role == "user"), default=None)
         if last_user is None:
             return ""
-        parts = [f"{m.role}: {m.content}" for m in self._recorded[last_user:] if m.role != "tool"][:2]
-        text = "\n".join(parts)
-        limit = self._config.retrieval.rewrite.max_context_chars
-        return text if len(text) <= limit else text[-limit:]
+        return self._shown([m for m in self._recorded[last_user:] if m.role != "tool"][:2])
 
     # -- tools ------------------------------------------------------------------------
 
@@ -229,9 +226,13 @@ class MemorySession:
         return self._orchestrator is not None
 
     def _context_before(self, index: int) -> str:
-        """The two messages before ``index`` (tool results left out), newest text kept."""
-        before = [f"{m.role}: {m.content}" for m in self._recorded[:index] if m.role != "tool"][-2:]
-        text = "\n".join(before)
+        """The two messages before ``index`` (tool results left out), as :meth:`context` cuts."""
+        return self._shown([m for m in self._recorded[:index] if m.role != "tool"][-2:])
+
+    def _shown(self, messages: Sequence[Message]) -> str:
+        """``messages`` as ``role: text`` lines, cut to ``retrieval.rewrite.max_context_chars``
+        with the newest text kept."""
+        text = "\n".join(f"{m.role}: {m.content}" for m in messages)
         limit = self._config.retrieval.rewrite.max_context_chars
         return text if len(text) <= limit else text[-limit:]
 

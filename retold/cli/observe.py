@@ -117,10 +117,11 @@ def _cmd_metrics(args: argparse.Namespace) -> int:
         now = rt.clock.now()
         lease = timedelta(seconds=rt.config.ingestion.extraction_lease_seconds)
         queue = None if args.no_queue else queue_depths(rt.config)
-        metrics = collect_metrics(rt.store, now, lease, since=_moment(args.since, now), queue=queue)
+        since = _moment(args.since, now)
+        metrics = collect_metrics(rt.store, now, lease, since=since, queue=queue)
         if not args.no_hygiene:
             metrics = dataclasses.replace(metrics, hygiene=rt.operations.hygiene_shares())
-        turns = turn_stats(rt.store.decision_summaries(_moment(args.since, now), args.bundle))
+        turns = turn_stats(rt.store.decision_summaries(since, args.bundle))
         metrics = dataclasses.replace(metrics, turns=turns)
         breaches = rollback_breaches(turns, rt.config.utility.rollback) if args.rollback_check else []
         path = rt.store.path

@@ -1,7 +1,8 @@
-"""Age-based retention of the two logs that quote user text: ``search_log`` rows go, and
-old audit events keep their row but lose every payload key that could hold text.
+"""Age-based retention of the logs that quote user text: ``search_log`` rows and the turn
+decisions that restate the same questions go, and old audit events keep their row but lose
+every payload key that could hold text.
 
-Both sweeps work in bounded batches, each its own short write transaction, so agents
+The sweeps work in bounded batches, each its own short write transaction, so agents
 writing at the same time wait for one batch at most. The caller turns on
 ``secure_delete`` and truncates the WAL afterwards, so the removed text does not linger
 in freed pages (docs/decisions.md, "Retention of search logs and event payloads").
@@ -83,24 +84,33 @@ def kept_payload(payload: dict[str, Any], days: int) -> dict[str, Any]:
 
 
 class RetentionMixin(StoreBase):
-    """The retention sweeps over ``search_log`` and ``events``."""
+    """The retention sweeps over ``search_log``, ``turn_decisions`` and ``events``."""
 
     def prune_search_log(self, before: datetime, actor: str, days: int) -> Swept:
         """Delete every ``search_log`` row of a search that began before ``before``, in
         batches; one ``search_log.pruned`` event when any went."""
+        deleted = self._delete_before("search_log", before)
+        if not deleted:
+            return Swept(0, None)
+        return Swept(deleted, self.append_event(
+            "search_log.pruned", actor, {"rows": deleted, "before": to_iso(before), "days": days}))
+
+    def prune_turn_decisions(self, before: datetime) -> int:
+        """Delete every turn decision made before ``before``, in batches; how many went."""
+        return self._delete_before("turn_decisions", before)
+
+    def _delete_before(self, table: str, before: datetime) -> int:
+        """Delete ``table``'s rows stamped (``at``) before ``before``, a batch per
+        transaction so no writer waits behind one long delete."""
         cutoff, deleted = to_iso(before), 0
         while True:
             with self.atomic() as conn:
                 gone = conn.execute(
-                    "DELETE FROM search_log WHERE id IN (SELECT id FROM search_log WHERE at < ?"
+                    f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE at < ?"
                     " ORDER BY at LIMIT ?)", (cutoff, BATCH_ROWS)).rowcount
             deleted += gone
             if gone < BATCH_ROWS:
-                break
-        if not deleted:
-            return Swept(0, None)
-        return Swept(deleted, self.append_event(
-            "search_log.pruned", actor, {"rows": deleted, "before": cutoff, "days": days}))
+                return deleted
 
     def thin_event_payloads(self, before: datetime, actor: str, days: int) -> Swept:
         """Reduce the payload of every event stamped before ``before`` to

@@ -37,7 +37,7 @@ class DecisionSummary:
 
 
 class TurnDecisionsMixin(StoreBase):
-    """Keep, read, age out turn decisions."""
+    """Keep and read turn decisions (retention ages them out with the search log)."""
 
     def append_turn_decision(self, decision: Any) -> None:
         """Store one :class:`~retold.utility.decision.TurnDecision`."""
@@ -76,8 +76,3 @@ class TurnDecisionsMixin(StoreBase):
         with self._lock:
             rows = self._conn.execute(sql, params).fetchall()
         return [DecisionSummary(str(b), str(d), s, float(t), int(h), int(a)) for b, d, s, t, h, a in rows]
-
-    def prune_turn_decisions(self, before: datetime) -> int:
-        """Delete every decision made before ``before``; how many went."""
-        with self.atomic() as conn:
-            return int(conn.execute("DELETE FROM turn_decisions WHERE at < ?", (to_iso(before),)).rowcount)

@@ -7,12 +7,12 @@ script or a cron job can take a configuration back without reading the numbers i
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from retold.config.utility import RollbackConfig
+from retold.observability import nearest_rank
 from retold.store.turn_decisions import DecisionSummary
 
 __all__ = ["TurnStats", "rollback_breaches", "turn_stats"]
@@ -48,7 +48,7 @@ def turn_stats(summaries: Sequence[DecisionSummary]) -> dict[str, TurnStats]:
             admitted_rate=round(sum(1 for r in rows if r.admitted) / n, 4),
             regeneration_rate=round(kinds["regenerated"] / n, 4),
             failure_rate=round(kinds["failed"] / n, 4),
-            p50_ms=_rank(times, 0.5), p95_ms=_rank(times, 0.95),
+            p50_ms=nearest_rank(times, 0.5), p95_ms=nearest_rank(times, 0.95),
             hosted_tokens=sum(r.hosted_tokens for r in rows))
     return out
 
@@ -68,7 +68,3 @@ def rollback_breaches(stats: dict[str, TurnStats], limits: RollbackConfig) -> li
                                 f" ({s.turns} turns)")
     return breaches
 
-
-def _rank(ordered: list[float], quantile: float) -> float:
-    """The nearest-rank percentile: a time some turn actually took."""
-    return round(ordered[max(0, math.ceil(quantile * len(ordered)) - 1)], 3)
