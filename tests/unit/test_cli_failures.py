@@ -182,9 +182,11 @@ def test_a_provider_failure_in_extract_is_one_line_with_or_without_v(
 
     quiet = extract()
     assert quiet.returncode == EXIT_ERROR and quiet.stdout == ""
-    assert quiet.stderr.strip().splitlines() == [
-        "retold extract: extraction failed: extract provider: cannot reach the Anthropic API:"
-        " Connection error."]
+    # One line naming the stage and the provider; the SDK's own reason follows, and its
+    # wording changes between SDK releases, so only its presence is checked.
+    [line] = quiet.stderr.strip().splitlines()
+    prefix = "retold extract: extraction failed: extract provider: cannot reach the Anthropic API: "
+    assert line.startswith(prefix) and len(line) > len(prefix)
     verbose = extract("-v")
     assert verbose.returncode == EXIT_ERROR
     # A provider that is down is an expected failure: its reason is the whole story, and
