@@ -84,6 +84,7 @@ TURN_LIMITS = {"max_content_chars": 100_000, "max_evidence_chars": 100_000}
 class Asked:
     """One search of the run and what each system returned (turn-id sets, best first)."""
 
+    question_id: str
     question: str
     qtype: str
     trigger: str
@@ -221,7 +222,7 @@ def run_question(q: dict[str, Any], negative: dict[str, Any] | None, folder: Pat
         searches: list[Asked] = []
         for asked_q, is_negative in asks:
             for trigger in ("tool", "host"):
-                a = Asked(asked_q["question_id"], asked_q["question_type"], trigger, is_negative,
+                a = Asked(asked_q["question_id"], asked_q["question"], asked_q["question_type"], trigger, is_negative,
                           frozenset() if is_negative else frozenset(asked_q["gold"]))
                 started = time.perf_counter()
                 outcome = rt.retriever.search(principal, SearchRequest(
@@ -274,6 +275,19 @@ def _any(a: Asked, system: str, k: int) -> float:
 def _all(a: Asked, system: str, k: int) -> float:
     found = frozenset().union(*a.returned[system][:k]) if a.returned[system] else frozenset()
     return float(a.gold <= found)
+
+
+def first_gold(a: Asked, system: str) -> int | None:
+    """The 1-based rank of the first result holding a gold turn; None when none does."""
+    return next((rank for rank, turns in enumerate(a.returned[system], 1) if turns & a.gold), None)
+
+
+def per_question(searches: list[Asked]) -> dict[str, dict[str, Any]]:
+    """Each answerable question's first gold rank by system (tool searches), so two runs can
+    be compared question by question instead of only by their means."""
+    return {a.question_id: {"type": a.qtype, **{s: first_gold(a, s) for s in SYSTEMS},
+                            "returned": len(a.returned["retold"])}
+            for a in searches if a.trigger == "tool" and not a.negative}
 
 
 def _mean(values: list[float]) -> float | None:
@@ -388,6 +402,7 @@ def main() -> None:
         "config": str(args.config or "defaults"),
         "write_s_per_question": round(statistics.median(write_times), 2) if write_times else None,
         "scores": score(searches),
+        "per_question": per_question(searches),
     }
     if args.dump is not None:
         args.dump.write_text(json.dumps(dumped))

@@ -271,12 +271,15 @@ def main() -> None:
         hosted = _hosted(lambda p, j: runtime(p, j, os.environ), os.environ)
         if hosted is not None:
             planner, judge, client = hosted
-            configurations.append(("hosted", planner, judge, _drafter(client)))
+            # The row names its models: a hosted figure means nothing without them.
+            models = load_config(None).utility
+            label = f"hosted: planner {models.planner_model}, judge {models.admission_model}"
+            configurations.append((label, planner, judge, _drafter(client)))
         with runtime(None, None, enabled=False) as rt:
             _seed(rt, facts)
             results.append(evaluate_recall(rt, turns))
         for name, planner, judge, draft in configurations:
-            rt = runtime(planner, judge, os.environ if name == "hosted" else {})
+            rt = runtime(planner, judge, os.environ if name.startswith("hosted") else {})
             results.append(evaluate(name, rt, turns, draft))
             rt.close()
     cost = overhead(args.pairs)
