@@ -222,8 +222,8 @@ def run_question(q: dict[str, Any], negative: dict[str, Any] | None, folder: Pat
         searches: list[Asked] = []
         for asked_q, is_negative in asks:
             for trigger in ("tool", "host"):
-                a = Asked(asked_q["question_id"], asked_q["question"], asked_q["question_type"], trigger, is_negative,
-                          frozenset() if is_negative else frozenset(asked_q["gold"]))
+                a = Asked(asked_q["question_id"], asked_q["question"], asked_q["question_type"], trigger,
+                          is_negative, frozenset() if is_negative else frozenset(asked_q["gold"]))
                 started = time.perf_counter()
                 outcome = rt.retriever.search(principal, SearchRequest(
                     queries=[asked_q["question"]], k=K, trigger=trigger))
