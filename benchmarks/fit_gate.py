@@ -323,9 +323,17 @@ def _rank_share(scores: Sequence[float], depth: int) -> list[float]:
     return shares
 
 
+def _listed_floor(scores: Sequence[float], depth: int) -> list[float]:
+    """Min-max above a floor: being listed by the channel at all is worth 0.3 of its weight,
+    between min-max (no floor) and RRF, which rewards two channels agreeing on a record
+    whatever its rank."""
+    return [0.3 + 0.7 * s for s in scaled(scores, depth)]
+
+
 # The within-search scalings the shipped one (min-max) was chosen against.
 SCALES: dict[str, Scale] = {"min-max (shipped)": scaled, "share of best": _max_share,
-                            "mean +- 3 sd": _three_sigma, "rank only": _rank_share}
+                            "mean +- 3 sd": _three_sigma, "rank only": _rank_share,
+                            "min-max, listed floor 0.3": _listed_floor}
 
 
 def scaling_comparison(groups: dict[str, Sequence[Search]]) -> list[dict[str, Any]]:

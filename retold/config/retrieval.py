@@ -148,7 +148,7 @@ class RetrievalConfig:
     entity_max_links: int = 5  # a query-text entity linking more records is not a match
     link_sources: int = 3  # best fused candidates whose mentioned entities' records join (0 = off)
     default_k: int = 8
-    token_budget: int = 1500
+    token_budget: int = 3000
     dedup_cosine: float = 0.92
     encode_alongside: bool = True  # encode the query on a helper thread while the store is read
     fusion: FusionConfig = field(default_factory=FusionConfig)
