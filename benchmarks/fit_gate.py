@@ -494,7 +494,7 @@ def main() -> None:
     if args.write_defaults:
         if args.config is None:
             write_yaml(ROOT / "config.yaml", gate)
-            write_dataclass(ROOT / "retold" / "config_retrieval.py", gate)
+            write_dataclass(ROOT / "retold" / "config" / "retrieval.py", gate)
         else:
             write_yaml(args.config, gate)
         print("wrote the fitted values")

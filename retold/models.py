@@ -297,8 +297,8 @@ class Candidate:
     """One record a channel found, with every channel's evidence for it.
 
     ``fused_score`` is the weighted sum of the channels' scaled scores
-    (:func:`retold.retrieve.fusion.fuse`); ``score`` is that times the record's freshness,
-    the value the list is ordered by and the tail cut reads."""
+    (:func:`retold.retrieve.fusion.fuse`); ``score`` is that times the record's freshness and
+    its confidence, the value the list is ordered by and the tail cut reads."""
 
     record_id: str
     dense: GeneratorHit | None = None

@@ -104,15 +104,16 @@ class GateConfig:
 
     One score per search, ``1 / (1 + exp(-(bias + sum(weight * signal))))``: the fitted
     chance that the store holds an answer. The search answers when the score reaches
-    ``answer_at`` for its trigger; then records whose fused score is below
-    ``tail_fraction`` of the top one are cut. Fitted by benchmarks/fit_gate.py for the
-    model ``calibrated_for`` names (docs/decisions.md, "How search decides")."""
+    ``answer_at`` for its trigger; then records whose score (fused, then times freshness
+    and confidence) is below ``tail_fraction`` of the top one are cut. Fitted by
+    benchmarks/fit_gate.py for the model ``calibrated_for`` names (docs/decisions.md, "How
+    search decides")."""
 
     weights: SignalWeights = field(default_factory=lambda: SignalWeights(
         beyond_names=6.685, asked_coverage=0.824, unknown_name=-3.267, lead=2.867))
     bias: float = -2.618
     answer_at: PerTrigger = field(default_factory=lambda: PerTrigger(tool=0.23, host=0.82))
-    tail_fraction: PerTrigger = field(default_factory=lambda: PerTrigger(tool=0.2, host=0.3))
+    tail_fraction: PerTrigger = field(default_factory=lambda: PerTrigger(tool=0.1, host=0.2))
     # The embedding model these values were fitted for; the runtime refuses to run the
     # packaged model's other precision under them.
     calibrated_for: str = "sentence-transformers/all-MiniLM-L6-v2"

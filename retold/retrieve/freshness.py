@@ -1,4 +1,5 @@
-"""Freshness: the one factor after fusion, an episodic record's score decays with its age.
+"""Freshness: a factor after fusion (confidence is the other), an episodic record's score
+decays with its age.
 
 What happened recently is likelier to be what a question about events means, but an old
 episode is still the answer when it is the only one, so the decay stops at a floor and

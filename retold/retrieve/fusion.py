@@ -9,9 +9,9 @@ depth holds every record the channel matched at all, so its scale starts from no
 cosine or BM25 score of 0) instead: in a store of two records the second is not nothing
 just because it is second. An entity match adds its weight
 whole, and so does a record the link hop reached (:func:`add_links`). A record no channel
-found gets nothing from it. Freshness then multiplies the sum
-(:mod:`retold.retrieve.freshness`). docs/decisions.md, "How search decides", has the
-comparison with reciprocal rank fusion that chose this.
+found gets nothing from it. Freshness and confidence then multiply the sum
+(:mod:`retold.retrieve.freshness`, :mod:`retold.retrieve.confidence`). docs/decisions.md,
+"How search decides", has the comparison with reciprocal rank fusion that chose this.
 """
 
 from __future__ import annotations

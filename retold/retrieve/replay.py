@@ -75,7 +75,8 @@ def _terms(rows: list[dict[str, Any]]) -> tuple[LexicalTerm, ...]:
 
 def _candidates(row: Mapping[str, Any], fusion: FusionConfig,
                 scale: Scale = scaled) -> tuple[list[Candidate], QueryShape]:
-    """The search's candidates fused under ``fusion``, with the logged freshness."""
+    """The search's candidates fused under ``fusion``, with the logged freshness and
+    confidence."""
     dense_rows = _col(row, "dense")
     lexical = _col(row, "lexical")
     hits = [_Hit(h["id"], h["rank"], h["bm25"], LexicalMatch(_terms(h["terms"]), h["total_terms"],
@@ -91,10 +92,13 @@ def _candidates(row: Mapping[str, Any], fusion: FusionConfig,
     candidates = add_links(candidates, [(f["id"], f["via"]) for f in fused_rows if f["via"]], fusion.link)
     beyond = {d["id"]: d["beyond_names"] for d in dense_rows if d.get("beyond_names") is not None}
     multipliers = {f["id"]: f["multiplier"] for f in _col(row, "freshness")}
+    # Rows logged before confidence weighed the order hold none: 1.0 ranks them as they ran.
+    confidence = {f["id"]: f.get("confidence", 1.0) for f in fused_rows}
     for c in candidates:
         c.beyond_names = beyond.get(c.record_id)
         c.freshness_multiplier = multipliers.get(c.record_id)
-        c.score = c.fused_score * (c.freshness_multiplier if c.freshness_multiplier is not None else 1.0)
+        c.score = (c.fused_score * (c.freshness_multiplier if c.freshness_multiplier is not None else 1.0)
+                   * confidence.get(c.record_id, 1.0))
     candidates.sort(key=lambda c: -c.score)
     return candidates, shape
 

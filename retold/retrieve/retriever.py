@@ -38,6 +38,7 @@ from retold.policy.grants import no_grant_reason, readable_scopes
 from retold.policy.lifecycle import Lifecycle
 from retold.retrieve.beyond_names import beyond_names
 from retold.retrieve.budget import fill_budget
+from retold.retrieve.confidence import apply_confidence
 from retold.retrieve.dedup import collapse_duplicates
 from retold.retrieve.explain import explain, render
 from retold.retrieve.freshness import apply_freshness
@@ -200,7 +201,8 @@ class Retriever:
         trace.fused = list(fused)  # the fused order, before freshness re-sorts the list
         trace.freshness = apply_freshness(fused, meta, now, cfg.freshness,
                                           time_window=request.since is not None or request.until is not None)
-        timer.mark("freshness")
+        apply_confidence(fused, meta)
+        timer.mark("freshness")  # and confidence, the other factor after fusion
         trace.flags["index_refresh"] = refresh
         return fused, eligible, scopes
 

@@ -61,7 +61,7 @@ class SearchTrace:
     lexical: list[LexicalHit] = field(default_factory=list)
     entity: list[tuple[str, str]] = field(default_factory=list)
     shape: QueryShape = field(default_factory=QueryShape)
-    fused: list[Candidate] = field(default_factory=list)  # in fused order, before freshness
+    fused: list[Candidate] = field(default_factory=list)  # in fused order, before freshness and confidence
     meta: Mapping[str, RecordMeta] = field(default_factory=dict)
     freshness: list[tuple[str, float]] = field(default_factory=list)
     decision: Decision | None = None
@@ -105,7 +105,8 @@ class SearchTrace:
             "entity": LogJson(lambda: [{"id": rid, "rank": rank, "entity_id": eid}
                                        for rank, (rid, eid) in enumerate(self.entity, 1)]),
             "fused": LogJson(lambda: [{"id": rid, "rank": rank, "score": score, "via": via,
-                                       "type": meta[rid].type, "source_kind": meta[rid].source_kind}
+                                       "type": meta[rid].type, "source_kind": meta[rid].source_kind,
+                                       "confidence": meta[rid].confidence}
                                       for rid, rank, score, via in fused if rid in meta]),
             "freshness": LogJson(lambda: [{"id": rid, "multiplier": m} for rid, m in self.freshness]),
             "decision": LogJson(lambda: decision.as_dict() if decision is not None else None),

@@ -59,13 +59,14 @@ _BM25 = "bm25(records_fts, 0.0, 1.0, 2.0, 3.0)"
 
 @dataclass(frozen=True)
 class RecordMeta:
-    """The few columns the early search stages need (freshness, gate, the log)."""
+    """The few columns the early search stages need (freshness, confidence, gate, the log)."""
 
     id: str
     type: str
     source_kind: str
     status: str
     event_at: datetime
+    confidence: float
 
 
 @dataclass(frozen=True)
@@ -138,15 +139,15 @@ class SearchMixin(StoreBase):
                            valid_until=valid_until)
 
     def record_meta(self, ids: Sequence[str]) -> dict[str, RecordMeta]:
-        """Type, source kind, status and event time of each record, by id."""
+        """Type, source kind, status, event time and confidence of each record, by id."""
         out: dict[str, RecordMeta] = {}
         with self._lock:
             for chunk in chunks(ids):
-                for rid, type_, source, status, event_at in self._conn.execute(
-                    "SELECT id, type, source_kind, status, event_at FROM records"
+                for rid, type_, source, status, event_at, confidence in self._conn.execute(
+                    "SELECT id, type, source_kind, status, event_at, confidence FROM records"
                     f" WHERE id IN ({marks(chunk)})", chunk,
                 ):
-                    out[rid] = RecordMeta(rid, type_, source, status, from_iso(event_at))
+                    out[rid] = RecordMeta(rid, type_, source, status, from_iso(event_at), float(confidence))
         return out
 
     def records_about_mentioned(

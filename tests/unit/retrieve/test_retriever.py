@@ -196,6 +196,25 @@ def test_freshness_decays_episodes_but_not_facts(world: World) -> None:
     assert windowed.response.results[0].explanation.freshness_multiplier is None
 
 
+def test_what_the_user_said_outranks_what_an_agent_inferred_when_they_match_alike(world: World) -> None:
+    said = "Our standup moved to Mondays at 9:30 now."
+    inferred = world.write(type="episodic", content="The standup moved to Mondays at 9:30.",
+                           evidence="The standup moved to Mondays at 9:30.",
+                           source_kind="agent_inference").record_id
+    world.say("user", said)
+    stated = world.write(type="episodic", content=said, evidence=said, source_kind="user_statement").record_id
+    outcome = search(world, "when is the standup")
+    first, second = outcome.response.results
+    # The channels put the agent's sentence first; the store trusts the user's more (0.95
+    # against 0.60), and the scores are closer than that ratio.
+    assert (first.record.id, second.record.id) == (stated, inferred)
+    assert first.explanation.fused_rank > second.explanation.fused_rank
+    # The log keeps each record's confidence, so the order is decided again from the row.
+    row = log(world, outcome)
+    assert {f["id"]: f["confidence"] for f in json.loads(row["fused"])} == {stated: 0.95, inferred: 0.60}
+    assert replay(row, world.rt.config.retrieval.gate).kept == [stated, inferred]
+
+
 # -- rewrite ----------------------------------------------------------------------------
 
 
