@@ -211,8 +211,10 @@ def overhead(pairs: int) -> dict[str, Any]:
             "overhead_p95_ms": round(whole_s["p95"] - bare_s["p95"], 3)}
 
 
-def _hosted(rt_factory: Callable[..., Runtime], environ: Mapping[str, str]) -> tuple[Any, Any, Any] | None:
-    """The configured planner, judge and a drafting client, when a key is set."""
+def _hosted(rt_factory: Callable[..., Runtime],
+            environ: Mapping[str, str]) -> tuple[str, Any, Any, Any] | None:
+    """The configured planner, judge and a drafting client, when a key is set, under a label
+    naming the models: a hosted figure means nothing without them."""
     config = load_config(None)
     key = environ.get(config.hosted.api_key_env, "").strip()
     if not key:
@@ -225,7 +227,9 @@ def _hosted(rt_factory: Callable[..., Runtime], environ: Mapping[str, str]) -> t
         probe.close()
     if planner_client is None or judge_client is None:
         return None
-    return (HostedGapPlanner(planner_client, 1024), HostedAdmissionJudge(judge_client, 1024), planner_client)
+    label = f"hosted: planner {config.utility.planner_model}, judge {config.utility.admission_model}"
+    return (label, HostedGapPlanner(planner_client, 1024), HostedAdmissionJudge(judge_client, 1024),
+            planner_client)
 
 
 def _drafter(client: CompletionClient) -> Callable[[str, str | None], str]:
@@ -270,10 +274,7 @@ def main() -> None:
         ]
         hosted = _hosted(lambda p, j: runtime(p, j, os.environ), os.environ)
         if hosted is not None:
-            planner, judge, client = hosted
-            # The row names its models: a hosted figure means nothing without them.
-            models = load_config(None).utility
-            label = f"hosted: planner {models.planner_model}, judge {models.admission_model}"
+            label, planner, judge, client = hosted
             configurations.append((label, planner, judge, _drafter(client)))
         with runtime(None, None, enabled=False) as rt:
             _seed(rt, facts)

@@ -2,9 +2,8 @@
 of it.
 
 Every record carries a confidence set by where it came from and raised by reinforcement
-(:mod:`retold.policy.lifecycle`): what the user said starts at 0.95, a host's system fact at
-0.90, tool output at 0.85, a session summary at 0.80 and an agent's own inference at 0.60,
-and each reinforcement adds 0.1 up to 0.99. Without it in the order, an assistant's long
+(:mod:`retold.policy.lifecycle` holds the table: what the user said starts highest, at 0.95,
+an agent's own inference lowest, at 0.60). Without it in the order, an assistant's long
 restatement of a topic outranks the user's one sentence about it, though the store trusts
 the sentence more. Multiplying keeps every order among records the store is equally sure of
 (one factor for all changes neither the order nor the tail cut, which reads shares of the

@@ -17,6 +17,7 @@ from typing import Any
 from retold.config import FusionConfig, GateConfig
 from retold.errors import RetoldError
 from retold.models import Candidate, LexicalMatch, LexicalTerm, QueryShape
+from retold.retrieve.confidence import apply_confidence
 from retold.retrieve.fusion import Scale, add_links, fuse, scaled
 from retold.retrieve.gate import Decision, GateResult, decide, gate
 from retold.retrieve.signals import Signals, measure
@@ -35,6 +36,11 @@ class _Hit:
     rank: int
     bm25: float
     match: LexicalMatch
+
+
+@dataclass(frozen=True)
+class _Logged:
+    confidence: float
 
 
 @dataclass
@@ -92,14 +98,13 @@ def _candidates(row: Mapping[str, Any], fusion: FusionConfig,
     candidates = add_links(candidates, [(f["id"], f["via"]) for f in fused_rows if f["via"]], fusion.link)
     beyond = {d["id"]: d["beyond_names"] for d in dense_rows if d.get("beyond_names") is not None}
     multipliers = {f["id"]: f["multiplier"] for f in _col(row, "freshness")}
-    # Rows logged before confidence weighed the order hold none: 1.0 ranks them as they ran.
-    confidence = {f["id"]: f.get("confidence", 1.0) for f in fused_rows}
     for c in candidates:
         c.beyond_names = beyond.get(c.record_id)
         c.freshness_multiplier = multipliers.get(c.record_id)
-        c.score = (c.fused_score * (c.freshness_multiplier if c.freshness_multiplier is not None else 1.0)
-                   * confidence.get(c.record_id, 1.0))
-    candidates.sort(key=lambda c: -c.score)
+        c.score = c.fused_score * (c.freshness_multiplier if c.freshness_multiplier is not None else 1.0)
+    # The search's own factor on the logged values. Rows logged before confidence weighed
+    # the order hold none, and a record without one keeps its score: they rank as they ran.
+    apply_confidence(candidates, {f["id"]: _Logged(f["confidence"]) for f in fused_rows if "confidence" in f})
     return candidates, shape
 
 
