@@ -28,9 +28,13 @@ The steps, each with the reason it is the way it is:
    least ``AUTO_MIN_ABSTAIN`` of the unanswerable questions of each fit set: nobody asked
    for such a search, and memory injected into an ordinary turn costs more than a miss.
 4. **Tail fractions.** Each logged search decided again with the fitted score
-   (:func:`retold.retrieve.replay.replay`) and each fraction of ``TAIL_GRID``; the largest
-   that costs answerable recall at k (10 for tool searches, ``trigger.host_k`` for
-   host-issued ones) at most ``TAIL_MAX_LOSS`` on the fit sets.
+   (:func:`retold.retrieve.replay.replay`) under each fraction of ``TAIL_GRID``.
+   Tool searches, recall first: the largest fraction that costs answerable recall at 10
+   at most ``TAIL_MAX_LOSS`` on each fit set. Host-issued searches, precision first: the
+   fraction with the best F1 at ``trigger.host_k`` (what the injection holds that answers,
+   against what it misses), averaged over the fit sets. Every record a host-issued search
+   injects lands in a prompt nobody asked it for, so one that answers nothing costs as
+   much as one missed; recall alone would keep every record down to the tenth of the top.
 
 Run: ``.venv/bin/python -m benchmarks.fit_gate [--own-dump F] [--lme-dump F] [--config FILE]
 [--write-defaults]``. The dumps are what ``retrieval_bench --dump`` and
@@ -77,12 +81,15 @@ HAND = ROOT / "benchmarks" / "data" / "calibration.json"
 RIDGE = 1.0
 TOOL_MAX_EMPTY = 0.02
 AUTO_MIN_ABSTAIN = 0.90
-TAIL_GRID = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
+TAIL_GRID = tuple(round(0.05 * i, 2) for i in range(20))  # 0 to 0.95
 TAIL_MAX_LOSS = 0.005
 TOOL_K = 10
 # Tool thresholds the report shows the trade-off at: empties on LongMemEval against
 # abstention on the unseen wordings.
 TRADEOFF_GRID = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
+# Host-issued tail fractions the report shows the trade-off at: what is injected, and how
+# much of it answers, against what is missed.
+HOST_TAIL_TRADEOFF = (0.2, 0.5, 0.7, 0.95)
 
 
 @dataclass
@@ -214,14 +221,17 @@ def _recall(searches: Sequence[Search], gate: GateConfig, trigger: str, k: int) 
     return float(np.mean(found)) if found else 0.0
 
 
-def tail_fraction(fit: Sequence[Sequence[Search]], gate: GateConfig, trigger: str, k: int) -> float:
+def _with_tail(gate: GateConfig, trigger: str, t: float) -> GateConfig:
+    return replace(gate, tail_fraction=replace(gate.tail_fraction, **{trigger: t}))
+
+
+def tool_tail_fraction(fit: Sequence[Sequence[Search]], gate: GateConfig, k: int) -> float:
     """The largest TAIL_GRID fraction costing recall@k at most TAIL_MAX_LOSS per fit set."""
-    def with_tail(t: float) -> GateConfig:
-        return replace(gate, tail_fraction=replace(gate.tail_fraction, **{trigger: t}))
-    base = [_recall(g, with_tail(0.0), trigger, k) for g in fit]
+    base = [_recall(g, _with_tail(gate, "tool", 0.0), "tool", k) for g in fit]
     chosen = 0.0
     for t in TAIL_GRID[1:]:
-        losses = [b - _recall(g, with_tail(t), trigger, k) for g, b in zip(fit, base, strict=True)]
+        tailed = _with_tail(gate, "tool", t)
+        losses = [b - _recall(g, tailed, "tool", k) for g, b in zip(fit, base, strict=True)]
         if max(losses) <= TAIL_MAX_LOSS:
             chosen = t
         else:
@@ -229,9 +239,41 @@ def tail_fraction(fit: Sequence[Sequence[Search]], gate: GateConfig, trigger: st
     return chosen
 
 
+def injected(searches: Sequence[Search], gate: GateConfig, k: int) -> dict[str, float | None]:
+    """What host-issued searches of the answerable questions inject where they answer:
+    records per search, the share of them that answer (precision), the share of the
+    expected records among them (recall) and the two's F1, all at ``k``."""
+    records, precision, recall = [], [], []
+    for s in searches:
+        if not s.answerable:
+            continue
+        replayed = replay(s.row, gate, trigger="host")
+        if not replayed.decision.answered:
+            continue
+        kept = replayed.kept[:k]
+        records.append(len(kept))
+        precision.append(float(np.mean([bool(s.keys.get(r, frozenset()) & s.expected) for r in kept]))
+                         if kept else 0.0)
+        recall.append(s.hits(kept, k))
+    if not records:
+        return {"records": None, "precision": None, "recall": None, "f1": None}
+    p, r = float(np.mean(precision)), float(np.mean(recall))
+    return {"records": round(float(np.mean(records)), 4), "precision": round(p, 4), "recall": round(r, 4),
+            "f1": round(2 * p * r / (p + r), 4) if p + r else 0.0}
+
+
+def host_tail_fraction(fit: Sequence[Sequence[Search]], gate: GateConfig, k: int) -> float:
+    """The TAIL_GRID fraction with the best F1 at k, averaged over the fit sets (the
+    smaller fraction where two tie)."""
+    def mean_f1(t: float) -> float:
+        return float(np.mean([injected(g, _with_tail(gate, "host", t), k)["f1"] or 0.0 for g in fit]))
+    return max(TAIL_GRID, key=lambda t: (round(mean_f1(t), 4), -t))
+
+
 def check(searches: Sequence[Search], gate: GateConfig, host_k: int) -> dict[str, Any]:
     """What the gate does on one set: tool empties and abstention, host-issued abstention,
-    how often a host-issued search answers an answerable question, and right at 1 then."""
+    how often a host-issued search answers an answerable question, right at 1 then and
+    what it injects (:func:`injected`)."""
     def ratio(values: list[float]) -> float | None:
         return round(float(np.mean(values)), 4) if values else None
     answerable = [s for s in searches if s.answerable]
@@ -247,7 +289,7 @@ def check(searches: Sequence[Search], gate: GateConfig, host_k: int) -> dict[str
         "host_abstained": ratio([float(not host[id(s)].decision.answered) for s in unanswerable]),
         "host_answered": ratio([float(host[id(s)].decision.answered) for s in answerable]),
         "host_right_at_1": ratio([s.hits(host[id(s)].kept, 1) for s in answered]),
-        "host_recall_at_k": ratio([s.hits(host[id(s)].kept, host_k) for s in answered]),
+        **{f"host_{name}": value for name, value in injected(searches, gate, host_k).items()},
     }
 
 
@@ -264,8 +306,7 @@ def fit(own: list[Search], lme: list[Search], start: GateConfig, host_k: int,
     say(f"weights {gate.weights}, bias {gate.bias}")
     gate = replace(gate, answer_at=PerTrigger(tool_threshold(groups, gate), host_threshold(groups, gate)))
     say(f"answer at {gate.answer_at}")
-    tails = PerTrigger(tail_fraction(groups, gate, "tool", TOOL_K),
-                       tail_fraction(groups, gate, "host", host_k))
+    tails = PerTrigger(tool_tail_fraction(groups, gate, TOOL_K), host_tail_fraction(groups, gate, host_k))
     say(f"tail fractions {tails}")
     return replace(gate, tail_fraction=tails)
 
@@ -366,6 +407,15 @@ def tradeoff(gate: GateConfig, unseen: Sequence[Search], lme: Sequence[Search]) 
     return rows
 
 
+def host_tail_tradeoff(gate: GateConfig, unseen: Sequence[Search], lme: Sequence[Search],
+                       host_k: int) -> list[dict[str, Any]]:
+    """What other host-issued tail fractions would inject, on the unseen wordings and on
+    LongMemEval, each with the fitted score (:func:`injected`)."""
+    return [{"host_tail": t, "unseen": injected(unseen, _with_tail(gate, "host", t), host_k),
+             "lme": injected(lme, _with_tail(gate, "host", t), host_k)}
+            for t in sorted({*HOST_TAIL_TRADEOFF, gate.tail_fraction.host})]
+
+
 # -- writing the defaults ---------------------------------------------------------------
 
 def _yaml_values(gate: GateConfig) -> list[tuple[str, str]]:
@@ -373,7 +423,7 @@ def _yaml_values(gate: GateConfig) -> list[tuple[str, str]]:
     out = [(f"weights.{n}", f"{getattr(gate.weights, n)}") for n in SIGNAL_NAMES]
     out.append(("bias", f"{gate.bias}"))
     out += [(f"answer_at.{t}", f"{getattr(gate.answer_at, t):.2f}") for t in ("tool", "host")]
-    out += [(f"tail_fraction.{t}", f"{getattr(gate.tail_fraction, t):.1f}") for t in ("tool", "host")]
+    out += [(f"tail_fraction.{t}", f"{getattr(gate.tail_fraction, t):.2f}") for t in ("tool", "host")]
     return out
 
 
@@ -413,19 +463,26 @@ def write_dataclass(path: Path, gate: GateConfig) -> None:
 
 def _table(report: dict[str, Any]) -> list[list[str]]:
     rows = [["set", "answerable / unanswerable", "tool: answered empty / R@5 / abstained",
-             "host: abstained / answered / right@1"]]
+             "host: abstained / answered / right@1 / records / precision"]]
     for name, figs in report["checks"].items():
         def f(v: Any) -> str:
             return "-" if v is None else f"{v:.3f}"
         rows.append([name, f"{figs['answerable']} / {figs['unanswerable']}",
                      " / ".join(f(figs[k]) for k in ("tool_answered_empty", "tool_recall_at_5",
                                                       "tool_abstained")),
-                     " / ".join(f(figs[k]) for k in ("host_abstained", "host_answered", "host_right_at_1"))])
+                     " / ".join(f(figs[k]) for k in ("host_abstained", "host_answered", "host_right_at_1",
+                                                      "host_records", "host_precision"))])
     for t in report["tradeoff"]:
         mark = " (fitted)" if t["tool_threshold"] == report["fitted"]["answer_at"]["tool"] else ""
         rows.append([f"tool threshold {t['tool_threshold']:.2f}{mark}", "",
                      f"LongMemEval: {t['lme_answered_empty']:.3f} / {t['lme_any_at_5']:.3f} / -",
                      f"unseen: R@5 {t['unseen_recall_at_5']:.3f}, abstained {t['unseen_abstained']:.3f}"])
+    for t in report["host_tail_tradeoff"]:
+        mark = " (fitted)" if t["host_tail"] == report["fitted"]["tail_fraction"]["host"] else ""
+        u, m = t["unseen"], t["lme"]
+        rows.append([f"host tail {t['host_tail']:.2f}{mark}", "", "records / precision / recall at host_k",
+                     f"unseen: {u['records']:.2f} / {u['precision']:.3f} / {u['recall']:.3f}; "
+                     f"LongMemEval: {m['records']:.2f} / {m['precision']:.3f} / {m['recall']:.3f}"])
     for v in report["scaling"]:
         rows.append([f"scaling: {v['set']}, {v['scaling']}", str(v["n"]),
                      f"R@1 / R@5 / R@10: {v['at_1']:.3f} / {v['at_5']:.3f} / {v['at_10']:.3f}", ""])
@@ -474,6 +531,8 @@ def main() -> None:
               "checks_shipped": {name: check(group, config.retrieval.gate, host_k)
                                  for name, group in sets.items()},
               "tradeoff": tradeoff(gate, sets["unseen wordings"], sets["LongMemEval dev (fits)"]),
+              "host_tail_tradeoff": host_tail_tradeoff(gate, sets["unseen wordings"],
+                                                       sets["LongMemEval dev (fits)"], host_k),
               "scaling": scaling_comparison({"LongMemEval dev": sets["LongMemEval dev (fits)"],
                                              "unseen wordings": sets["unseen wordings"]}),
               "fusion": fusion_comparison({

@@ -113,7 +113,7 @@ class GateConfig:
         beyond_names=6.685, asked_coverage=0.824, unknown_name=-3.267, lead=2.867))
     bias: float = -2.618
     answer_at: PerTrigger = field(default_factory=lambda: PerTrigger(tool=0.23, host=0.82))
-    tail_fraction: PerTrigger = field(default_factory=lambda: PerTrigger(tool=0.1, host=0.2))
+    tail_fraction: PerTrigger = field(default_factory=lambda: PerTrigger(tool=0.15, host=0.85))
     # The embedding model these values were fitted for; the runtime refuses to run the
     # packaged model's other precision under them.
     calibrated_for: str = "sentence-transformers/all-MiniLM-L6-v2"
