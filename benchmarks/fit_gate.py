@@ -34,7 +34,7 @@ The steps, each with the reason it is the way it is:
    fraction with the best F1 at ``trigger.host_k`` (what the injection holds that answers,
    against what it misses), averaged over the fit sets. Every record a host-issued search
    injects lands in a prompt nobody asked it for, so one that answers nothing costs as
-   much as one missed; recall alone would keep every record down to the tenth of the top.
+   much as one missed, which recall alone does not count.
 
 Run: ``.venv/bin/python -m benchmarks.fit_gate [--own-dump F] [--lme-dump F] [--config FILE]
 [--write-defaults]``. The dumps are what ``retrieval_bench --dump`` and
