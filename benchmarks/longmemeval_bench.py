@@ -20,7 +20,8 @@ BM25 (porter) and their RRF (``benchmarks.baselines``), and that RRF list cut to
 result's token budget the way Retold fills its own (``rrf_budget``). Reported per question type and
 overall: any@1/5/10 (a gold turn among the first k) and all@5/10 (every gold turn),
 the share of these answerable questions answered empty, tokens and results per search,
-and search p50/p95. For abstention each question is also asked against another question's
+what host-issued searches inject where they answer (turns, and the share holding the
+answer), and search p50/p95. For abstention each question is also asked against another question's
 haystack that holds none of its answer sessions (a cross-haystack negative): both trigger
 modes should come back empty there, host-issued searches above all.
 
@@ -316,6 +317,13 @@ def score(searches: list[Asked]) -> dict[str, Any]:
     out["results_per_search"] = _mean([float(len(a.returned["retold"])) for a in tool])
     out["tokens_per_search"] = _mean([float(a.tokens) for a in tool])
     out["search_ms"] = summarize([a.search_ms for a in tool])
+    # What a host-issued search puts in the prompt where it answers: how many turns, and
+    # the share of them that hold the answer.
+    hosted = [a for a in answerable if a.trigger == "host" and a.returned["retold"]]
+    out["host_injected"] = {
+        "records": _mean([float(len(a.returned["retold"])) for a in hosted]),
+        "answering_share": _mean([float(np.mean([bool(turns & a.gold) for turns in a.returned["retold"]]))
+                                  for a in hosted])}
     negs = [a for a in searches if a.negative]
     out["negatives"] = {trigger: {"abstained": _mean([float(not a.returned["retold"])
                                                      for a in negs if a.trigger == trigger]),
@@ -343,6 +351,9 @@ def table(report: dict[str, Any]) -> list[list[str]]:
                  "", "", "", "", "", ""])
     rows.append(["results / tokens per search", "", f"{_fmt(s['results_per_search'])} / "
                  f"{_fmt(s['tokens_per_search'])}", "", "", "", "", "", ""])
+    rows.append(["host-issued, where answered: records / share that answer", "",
+                 f"{_fmt(s['host_injected']['records'])} / {_fmt(s['host_injected']['answering_share'])}",
+                 "", "", "", "", "", ""])
     rows.append(["search p50 / p95 ms", "", f"{_fmt(s['search_ms']['p50'])} / {_fmt(s['search_ms']['p95'])}",
                  "", "", "", "", "", ""])
     return rows
