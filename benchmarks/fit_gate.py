@@ -339,13 +339,13 @@ def fusion_comparison(groups: dict[str, Sequence[Search]]) -> list[dict[str, Any
     return rows
 
 
-def _max_share(scores: Sequence[float], depth: int) -> list[float]:
+def _max_share(scores: Sequence[float], floor: float | None) -> list[float]:
     """Each score as a share of the channel's best (no floor at the channel's worst)."""
     high = max(scores, default=0.0)
     return [max(0.0, s / high) if high > 1e-12 else 1.0 for s in scores]
 
 
-def _three_sigma(scores: Sequence[float], depth: int) -> list[float]:
+def _three_sigma(scores: Sequence[float], floor: float | None) -> list[float]:
     """Each score placed between the list's mean minus and plus three deviations."""
     if not scores:
         return []
@@ -355,20 +355,20 @@ def _three_sigma(scores: Sequence[float], depth: int) -> list[float]:
     return [min(1.0, max(0.0, (s - mean + 3 * spread) / (6 * spread))) for s in scores]
 
 
-def _rank_share(scores: Sequence[float], depth: int) -> list[float]:
-    """Each score by its rank alone: 1 for the best, falling evenly to the channel's depth."""
+def _rank_share(scores: Sequence[float], floor: float | None) -> list[float]:
+    """Each score by its rank alone: 1 for the best, falling evenly to the list's end."""
     order = sorted(range(len(scores)), key=lambda i: -scores[i])
     shares = [0.0] * len(scores)
     for rank, i in enumerate(order):
-        shares[i] = 1.0 - rank / max(depth, len(scores))
+        shares[i] = 1.0 - rank / len(scores)
     return shares
 
 
-def _listed_floor(scores: Sequence[float], depth: int) -> list[float]:
+def _listed_floor(scores: Sequence[float], floor: float | None) -> list[float]:
     """Min-max above a floor: being listed by the channel at all is worth 0.3 of its weight,
     between min-max (no floor) and RRF, which rewards two channels agreeing on a record
     whatever its rank."""
-    return [0.3 + 0.7 * s for s in scaled(scores, depth)]
+    return [0.3 + 0.7 * s for s in scaled(scores, floor)]
 
 
 # The within-search scalings the shipped one (min-max) was chosen against.

@@ -70,13 +70,14 @@ class TriggerConfig:
 class FusionConfig:
     """``retrieval.fusion:`` - how the channels become one order (docs/decisions.md, "How
     search decides"). Each channel's scores are scaled to 0..1 within the search's own
-    list (best 1, worst 0), so a cosine and a BM25 score can be added; the weights say how
-    much each channel's opinion counts."""
+    list (best 1, its score at ``zero_rank`` 0), so a cosine and a BM25 score can be added;
+    the weights say how much each channel's opinion counts."""
 
     dense: float = 1.0
     lexical: float = 0.7
     entity: float = 0.3  # added whole for a record linked to an entity the question names
     link: float = 0.5  # added whole for a record about what one of the best candidates mentions
+    zero_rank: int = 30  # the rank whose score scales to 0 (retrieval.per_generator_k: the last candidate)
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,15 +3,18 @@
 Cosines and BM25 scores live on different scales, and how far apart two records are
 within one channel says something a rank does not: a record whose BM25 score is twice the
 next one's holds the question's rare words, which a rank of 1 against a rank of 2 hides.
-So each channel's scores are scaled within the search's own list (the channel's best
-record 1, its last 0) and added with the channel's weight. A list shorter than the channel's
-depth holds every record the channel matched at all, so its scale starts from no match (a
-cosine or BM25 score of 0) instead: in a store of two records the second is not nothing
-just because it is second. An entity match adds its weight
-whole, and so does a record the link hop reached (:func:`add_links`). A record no channel
-found gets nothing from it. Freshness and confidence then multiply the sum
-(:mod:`retold.retrieve.freshness`, :mod:`retold.retrieve.confidence`). docs/decisions.md,
-"How search decides", has the comparison with reciprocal rank fusion that chose this.
+So each channel's scores are scaled within the search's own list, from the channel's score
+at ``retrieval.fusion.zero_rank`` (0) to its best (1), and added with the channel's weight.
+By default the zero is the last candidate's score; set deeper, a record the channel places
+twentieth in a long history keeps most of its weight, since it is still far closer than a
+typical record (docs/decisions.md has what that trades). A channel that matched fewer
+records than the zero's rank scales from no match (a cosine or BM25 score of 0) instead:
+in a store of two records the second is not nothing just because it is second. An entity
+match adds its weight whole, and so does a record the link hop reached
+(:func:`add_links`). A record no channel found gets nothing from it. Freshness and
+confidence then multiply the sum (:mod:`retold.retrieve.freshness`,
+:mod:`retold.retrieve.confidence`). docs/decisions.md, "How search decides", has the
+comparison with reciprocal rank fusion that chose this.
 """
 
 from __future__ import annotations
@@ -22,11 +25,11 @@ from typing import Protocol
 from retold.config import FusionConfig
 from retold.models import Candidate, GeneratorHit, LexicalMatch
 
-__all__ = ["LexicalHitLike", "Scale", "add_links", "fuse", "scaled"]
+__all__ = ["LexicalHitLike", "Scale", "add_links", "floor_at", "fuse", "scaled"]
 
-Scale = Callable[[Sequence[float], int], list[float]]
+Scale = Callable[[Sequence[float], float | None], list[float]]
 """How one channel's scores become shares of its weight: the scores best first and the
-channel's depth in, one share per score out."""
+channel's zero (:func:`floor_at`) in, one share per score out."""
 
 
 class LexicalHitLike(Protocol):
@@ -48,14 +51,20 @@ class LexicalHitLike(Protocol):
     def match(self) -> LexicalMatch: ...
 
 
-def scaled(scores: Sequence[float], depth: int) -> list[float]:
-    """Each score as its place between the list's worst (0) and best (1); below ``depth``
-    entries, between no match (a score of 0) and the best. A list whose scores are all
-    equal scales to 1 throughout."""
+def floor_at(scores: Sequence[float], rank: int) -> float | None:
+    """The channel's zero: its score at ``rank`` (1-based) in a best-first list, higher
+    better; None when the channel matched fewer records, so its scale starts from no match."""
+    return float(scores[rank - 1]) if rank >= 1 and len(scores) >= rank else None
+
+
+def scaled(scores: Sequence[float], floor: float | None) -> list[float]:
+    """Each score as its place between ``floor`` (0) and the list's best (1); with no floor,
+    between no match (a score of 0) and the best. A score below the floor counts 0, and a
+    list whose scores are all equal scales to 1 throughout."""
     if not scores:
         return []
     high = max(scores)
-    low = min(scores) if len(scores) >= depth else min(0.0, high)
+    low = min(0.0, high) if floor is None else min(floor, high)
     if high - low <= 1e-12:
         return [1.0] * len(scores)
     return [max(0.0, (s - low) / (high - low)) for s in scores]
@@ -66,14 +75,15 @@ def fuse(
     lexical: Sequence[LexicalHitLike],
     entity: Sequence[tuple[str, str]],
     weights: FusionConfig,
-    depth: int,
+    floors: tuple[float | None, float | None] = (None, None),
     scale: Scale = scaled,
 ) -> list[Candidate]:
     """Candidates in fused order, best first, each carrying every channel's evidence.
 
     ``dense`` is ``(record_id, cosine)`` best first, ``lexical`` the lexical hits (BM25,
     lower is better, put in order of their ``rank``), ``entity`` ``(record_id,
-    entity_id)``; ``depth`` is how many records a channel lists at most. Each candidate
+    entity_id)``; ``floors`` the dense and lexical zeros (:func:`floor_at`, the lexical one
+of the negated BM25 scores). Each candidate
     gets a :class:`GeneratorHit` per channel that found it, its matched lexical terms and
     entity id, ``fused_score``, its 1-based ``fused_rank`` and ``score = fused_score``
     (freshness adjusts it next). Equal sums keep the order in
@@ -104,13 +114,14 @@ def fuse(
         return found
 
     for (record_id, dense_hit), share in zip(dense_hits.items(),
-                                             scale([h.score for h in dense_hits.values()], depth),
+                                             scale([h.score for h in dense_hits.values()], floors[0]),
                                              strict=True):
         c = of(record_id)
         c.dense, c.fused_score = dense_hit, c.fused_score + weights.dense * share
     # BM25 is lower-is-better on both backends: negated, so the best match scales to 1.
     for (record_id, (lexical_hit, match)), share in zip(
-            lexical_hits.items(), scale([-h.score for h, _ in lexical_hits.values()], depth), strict=True):
+            lexical_hits.items(), scale([-h.score for h, _ in lexical_hits.values()], floors[1]),
+            strict=True):
         c = of(record_id)
         c.lexical, c.lexical_terms = lexical_hit, match
         c.fused_score += weights.lexical * share

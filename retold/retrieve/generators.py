@@ -88,6 +88,8 @@ def lexical_candidates(
     eligible: EligibleSet,
     k: int,
     entity_aliases: frozenset[str] = frozenset(),
+    *,
+    match_first: int | None = None,
 ) -> list[LexicalHit]:
     """The ``k`` best eligible FTS matches for all queries, with per-query coverage.
 
@@ -97,16 +99,20 @@ def lexical_candidates(
     query, and keeps the query with the best fraction: its matched terms, flagged as
     identifiers and as entity aliases (``entity_aliases`` are alias norms), and that
     query's total term count for the gate. A query without surviving terms contributes
-    nothing; when no query has one, FTS is never touched.
+    nothing; when no query has one, FTS is never touched. Past ``match_first`` hits (all
+    when None) only the rank and BM25 score are kept: fusion reads them for the channel's
+    zero, and working out their terms would cost time for nothing.
     """
     terms = _query_terms(tuple(queries), entity_aliases)
     if not terms.per_query or k <= 0:
         return []
     match = fts_match_expression([term for query in terms.per_query for term in query])
     hits: list[LexicalHit] = []
+    matched = k if match_first is None else match_first
     for rank, row in enumerate(store.fts_candidates(match, eligible, k), start=1):
         text = (row.content, row.subject, row.aliases)
-        hits.append(LexicalHit(row.record_id, rank, row.bm25, terms.best_match(text), text))
+        found = terms.best_match(text) if rank <= matched else LexicalMatch((), 0)
+        hits.append(LexicalHit(row.record_id, rank, row.bm25, found, text))
     return hits
 
 

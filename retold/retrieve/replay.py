@@ -18,7 +18,7 @@ from retold.config import FusionConfig, GateConfig
 from retold.errors import RetoldError
 from retold.models import Candidate, LexicalMatch, LexicalTerm, QueryShape
 from retold.retrieve.confidence import apply_confidence
-from retold.retrieve.fusion import Scale, add_links, fuse, scaled
+from retold.retrieve.fusion import Scale, add_links, floor_at, fuse, scaled
 from retold.retrieve.gate import Decision, GateResult, decide, gate
 from retold.retrieve.signals import Signals, measure
 from retold.retrieve.trace import LOG_FORMAT
@@ -79,6 +79,18 @@ def _terms(rows: list[dict[str, Any]]) -> tuple[LexicalTerm, ...]:
                  for t in rows)
 
 
+def _floors(row: Mapping[str, Any], dense: list[tuple[str, float]],
+            hits: list[_Hit]) -> tuple[float | None, float | None]:
+    """The channels' zeros as the search logged them; a row logged before they were kept
+    scaled from the last of a full candidate list, which the row still holds."""
+    flags = _col(row, "config_flags")
+    if "scale_floors" in flags:
+        return flags["scale_floors"]["dense"], flags["scale_floors"]["lexical"]
+    depth = int(flags["per_generator_k"])
+    return (floor_at([cos for _, cos in dense], depth),
+            floor_at([-h.bm25 for h in sorted(hits, key=lambda h: h.rank)], depth))
+
+
 def _candidates(row: Mapping[str, Any], fusion: FusionConfig,
                 scale: Scale = scaled) -> tuple[list[Candidate], QueryShape]:
     """The search's candidates fused under ``fusion``, with the logged freshness and
@@ -93,8 +105,8 @@ def _candidates(row: Mapping[str, Any], fusion: FusionConfig,
     known = {f["id"] for f in fused_rows}  # records still there when the search read them
     dense = [(d["id"], d["cosine"]) for d in dense_rows]
     entity = [(e["id"], e["entity_id"]) for e in _col(row, "entity")]
-    depth = int(_col(row, "config_flags")["per_generator_k"])
-    candidates = [c for c in fuse(dense, hits, entity, fusion, depth, scale) if c.record_id in known]
+    candidates = [c for c in fuse(dense, hits, entity, fusion, _floors(row, dense, hits), scale)
+                  if c.record_id in known]
     candidates = add_links(candidates, [(f["id"], f["via"]) for f in fused_rows if f["via"]], fusion.link)
     beyond = {d["id"]: d["beyond_names"] for d in dense_rows if d.get("beyond_names") is not None}
     multipliers = {f["id"]: f["multiplier"] for f in _col(row, "freshness")}
@@ -116,7 +128,7 @@ def replay(row: Mapping[str, Any], gate_cfg: GateConfig, fusion: FusionConfig | 
     scaled by ``scale``."""
     _check(row)
     flags = _col(row, "config_flags")
-    fusion = fusion or FusionConfig(**{k: float(v) for k, v in flags["fusion"].items()})
+    fusion = fusion or FusionConfig(**flags["fusion"])
     candidates, shape = _candidates(row, fusion, scale)
     trigger = trigger or ("tool" if _col(row, "request").get("judged") else str(row["trigger"]))
     decision = decide(measure(candidates, shape), gate_cfg, trigger,

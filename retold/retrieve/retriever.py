@@ -42,7 +42,7 @@ from retold.retrieve.confidence import apply_confidence
 from retold.retrieve.dedup import collapse_duplicates
 from retold.retrieve.explain import explain, render
 from retold.retrieve.freshness import apply_freshness
-from retold.retrieve.fusion import add_links, fuse
+from retold.retrieve.fusion import add_links, floor_at, fuse
 from retold.retrieve.gate import Decision, decide, gate
 from retold.retrieve.generators import (
     dense_candidates,
@@ -174,8 +174,11 @@ class Retriever:
         timer.mark("index_refresh")
         aliases = resolve_entity_aliases(self.store, request.entities, queries, scopes,
                                          cfg.max_alias_tokens, broad_links=cfg.entity_max_links, now=now)
-        trace.lexical = lexical_candidates(self.store, queries, eligible, cfg.per_generator_k,
-                                           frozenset(aliases))
+        # Each channel reads down to its zero's rank; only the first per_generator_k are candidates.
+        k, zero = cfg.per_generator_k, cfg.fusion.zero_rank
+        lexical = lexical_candidates(self.store, queries, eligible, max(k, zero), frozenset(aliases),
+                                     match_first=k)
+        trace.lexical = lexical[:k]
         trace.shape = query_shape(queries, trace.lexical, frozenset(aliases))
         timer.mark("lexical")
         trace.entity = entity_candidates(self.store, aliases, eligible, cfg.per_generator_k)
@@ -185,9 +188,12 @@ class Retriever:
         # the reads above (all of it when encoding on this thread).
         timer.mark("embed_wait")
         timer.record("embed", encode_ms)
-        trace.dense = dense_candidates(self.index, qvecs, eligible, cfg.per_generator_k)
+        dense = dense_candidates(self.index, qvecs, eligible, max(k, zero))
+        trace.dense = dense[:k]
         timer.mark("dense")
-        fused = [c for c in fuse(trace.dense, trace.lexical, trace.entity, cfg.fusion, cfg.per_generator_k)
+        floors = (floor_at([cos for _, cos in dense], zero), floor_at([-h.bm25 for h in lexical], zero))
+        trace.flags["scale_floors"] = {"dense": floors[0], "lexical": floors[1]}
+        fused = [c for c in fuse(trace.dense, trace.lexical, trace.entity, cfg.fusion, floors)
                  if c.record_id in eligible]
         if cfg.link_sources > 0 and fused:
             linked = linked_candidates(self.store, [c.record_id for c in fused[:cfg.link_sources]],

@@ -8,7 +8,7 @@ import pytest
 
 from retold.config import FusionConfig
 from retold.models import Candidate, GeneratorHit, LexicalMatch, LexicalTerm
-from retold.retrieve.fusion import add_links, fuse, scaled
+from retold.retrieve.fusion import add_links, floor_at, fuse, scaled
 
 WEIGHTS = FusionConfig(dense=1.0, lexical=0.5, entity=0.25, link=0.4)
 
@@ -31,19 +31,31 @@ def order(candidates: list[Candidate]) -> list[str]:
     return [c.record_id for c in candidates]
 
 
-def test_a_full_list_scales_from_its_last_to_its_best() -> None:
-    assert scaled([0.9, 0.7, 0.5], depth=3) == pytest.approx([1.0, 0.5, 0.0])
+def test_a_list_scales_from_its_zero_to_its_best() -> None:
+    assert scaled([0.9, 0.7, 0.5], floor=0.5) == pytest.approx([1.0, 0.5, 0.0])
+    assert scaled([0.9, 0.2], floor=0.3) == pytest.approx([1.0, 0.0])  # below the zero counts nothing
+
+
+def test_the_zero_is_the_score_at_its_rank_and_none_in_a_shorter_list() -> None:
+    assert floor_at([0.9, 0.7, 0.5], 3) == 0.5
+    assert floor_at([0.9, 0.7], 3) is None
+
+
+def test_the_last_candidate_still_counts_when_the_zero_lies_further_down() -> None:
+    # The channel's 100th record sets the zero: its 30th, the last candidate, is much
+    # closer than that and keeps most of its weight.
+    assert scaled([0.6, 0.5, 0.45], floor=0.1) == pytest.approx([1.0, 0.8, 0.7])
 
 
 def test_a_short_list_scales_from_no_match_so_its_last_record_still_counts() -> None:
     # Two records in the whole store: the second is not worth nothing for being second.
-    assert scaled([0.8, 0.4], depth=30) == pytest.approx([1.0, 0.5])
-    assert scaled([5.0], depth=30) == [1.0]
-    assert scaled([], depth=30) == []
+    assert scaled([0.8, 0.4], floor=None) == pytest.approx([1.0, 0.5])
+    assert scaled([5.0], floor=None) == [1.0]
+    assert scaled([], floor=None) == []
 
 
 def test_equal_scores_scale_to_one() -> None:
-    assert scaled([0.6, 0.6, 0.6], depth=3) == [1.0, 1.0, 1.0]
+    assert scaled([0.6, 0.6, 0.6], floor=0.6) == [1.0, 1.0, 1.0]
 
 
 def test_a_standout_bm25_score_outweighs_a_second_dense_place() -> None:
@@ -52,7 +64,7 @@ def test_a_standout_bm25_score_outweighs_a_second_dense_place() -> None:
     dense = [("P", 0.62), ("R", 0.60), ("X", 0.20)]
     lexical = [Hit("R", 1, -9.0, match("rare", "words")), Hit("X", 2, -1.0, match("words")),
                Hit("P", 3, -0.5, match("words"))]
-    fused = fuse(dense, lexical, [], WEIGHTS, depth=3)
+    fused = fuse(dense, lexical, [], WEIGHTS, floors=(0.20, 0.5))
     assert order(fused) == ["R", "P", "X"]
     r = fused[0]
     assert r.fused_score == pytest.approx(1.0 * (0.40 / 0.42) + 0.5 * 1.0)
@@ -61,7 +73,7 @@ def test_a_standout_bm25_score_outweighs_a_second_dense_place() -> None:
 
 def test_every_channel_s_evidence_is_carried_on_the_candidate() -> None:
     fused = fuse([("A", 0.8), ("B", 0.5)], [Hit("B", 1, -2.0, match("x", "y"))], [("A", "ent_1")],
-                 WEIGHTS, depth=30)
+                 WEIGHTS)
     by_id = {c.record_id: c for c in fused}
     assert by_id["A"].dense == GeneratorHit(1, 0.8) and by_id["A"].entity == GeneratorHit(1, 0.0)
     assert by_id["A"].entity_id == "ent_1" and by_id["A"].lexical is None
@@ -72,27 +84,27 @@ def test_every_channel_s_evidence_is_carried_on_the_candidate() -> None:
 
 
 def test_a_record_listed_twice_by_one_channel_keeps_its_first_place() -> None:
-    fused = fuse([], [], [("A", "ent_1"), ("A", "ent_2"), ("B", "ent_2")], WEIGHTS, depth=30)
+    fused = fuse([], [], [("A", "ent_1"), ("A", "ent_2"), ("B", "ent_2")], WEIGHTS)
     assert order(fused) == ["A", "B"]
     assert fused[0].entity_id == "ent_1" and fused[0].fused_score == pytest.approx(0.25)
 
 
 def test_equal_sums_keep_the_order_the_channels_listed_them() -> None:
     fused = fuse([("A", 0.5)], [Hit("B", 1, -1.0, match("x"))], [],
-                 FusionConfig(dense=1.0, lexical=1.0, entity=0.0, link=0.0), depth=30)
+                 FusionConfig(dense=1.0, lexical=1.0, entity=0.0, link=0.0))
     assert order(fused) == ["A", "B"]
 
 
 def test_a_channel_weighted_zero_has_no_say() -> None:
     dense = [("A", 0.9), ("B", 0.1)]
     lexical = [Hit("B", 1, -5.0, match("x")), Hit("A", 2, -0.1, match("x"))]
-    only_dense = fuse(dense, lexical, [], FusionConfig(1.0, 0.0, 0.0, 0.0), depth=2)
-    only_lexical = fuse(dense, lexical, [], FusionConfig(0.0, 1.0, 0.0, 0.0), depth=2)
+    only_dense = fuse(dense, lexical, [], FusionConfig(1.0, 0.0, 0.0, 0.0), floors=(0.1, 0.1))
+    only_lexical = fuse(dense, lexical, [], FusionConfig(0.0, 1.0, 0.0, 0.0), floors=(0.1, 0.1))
     assert order(only_dense) == ["A", "B"] and order(only_lexical) == ["B", "A"]
 
 
 def test_the_link_channel_adds_its_weight_and_ranks_again() -> None:
-    fused = fuse([("A", 0.9), ("B", 0.5), ("C", 0.45)], [], [], WEIGHTS, depth=3)
+    fused = fuse([("A", 0.9), ("B", 0.5), ("C", 0.45)], [], [], WEIGHTS, floors=(0.45, None))
     assert order(fused) == ["A", "B", "C"]
     linked = add_links(fused, [("C", "A"), ("D", "A")], WEIGHTS.link)
     assert order(linked) == ["A", "C", "D", "B"]
@@ -103,5 +115,5 @@ def test_the_link_channel_adds_its_weight_and_ranks_again() -> None:
 
 
 def test_no_link_changes_nothing() -> None:
-    fused = fuse([("A", 0.9)], [], [], WEIGHTS, depth=3)
+    fused = fuse([("A", 0.9)], [], [], WEIGHTS)
     assert add_links(fused, [], WEIGHTS.link) is fused

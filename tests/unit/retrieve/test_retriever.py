@@ -334,6 +334,24 @@ def test_replaying_a_logged_search_reproduces_its_decision_and_list(world: World
     assert replay(row, gate, trigger="host").decision.threshold == gate.answer_at.host
 
 
+def test_a_deeper_zero_is_read_past_the_candidates_logged_and_replayed(world: World) -> None:
+    for i, text in enumerate(["Aditya reviews pull requests before lunch.",
+                              "Aditya edits code in vim.", "Aditya runs on Sundays.",
+                              "Aditya drinks green tea.", "Aditya lives in Pune."]):
+        fact(world, text, f"habit_{i}")
+    cfg = world.rt.config
+    world.rt.retriever.config = replace(cfg, retrieval=replace(
+        cfg.retrieval, per_generator_k=2, fusion=replace(cfg.retrieval.fusion, zero_rank=4)))
+    outcome = search(world, "Aditya code review habits")
+    row = log(world, outcome)
+    dense, floors = json.loads(row["dense"]), json.loads(row["config_flags"])["scale_floors"]
+    # Two candidates per channel, scaled from the fourth record's score, which the row keeps.
+    assert len(dense) == 2 and len(json.loads(row["lexical"])["hits"]) == 2
+    assert floors["dense"] is not None and floors["dense"] <= dense[-1]["cosine"]
+    assert floors["lexical"] is not None
+    assert replay(row, cfg.retrieval.gate).kept == ids(outcome)
+
+
 def test_a_row_logged_before_searches_recorded_their_decision_is_not_replayed(world: World) -> None:
     fact(world, CONCISE, "explanation_style")
     row = dict(log(world, search(world, "concise technical explanations")), decision=None)
