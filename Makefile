@@ -52,8 +52,6 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.longmemeval_bench --all --config config.int8.yaml --stores .bench/longmemeval-int8 --dump .bench/longmemeval-int8.json
 	$(BIN)/python -m benchmarks.retrieval_bench --config config.int8.yaml --dump .bench/conversations-int8.json
 	$(BIN)/python -m benchmarks.fit_gate --config config.int8.yaml --lme-dump .bench/longmemeval-int8.json --own-dump .bench/conversations-int8.json
-	$(BIN)/python -m benchmarks.longmemeval_bench --all --config config.deep-zero.yaml --stores .bench/longmemeval
-	$(BIN)/python -m benchmarks.retrieval_bench --config config.deep-zero.yaml
 	$(BIN)/python -m benchmarks.ops_bench
 	$(BIN)/python -m benchmarks.extraction_bench
 	$(BIN)/python -m benchmarks.activation_bench

@@ -68,7 +68,7 @@ import numpy as np  # noqa: E402
 
 from benchmarks import longmemeval_bench, retrieval_bench  # noqa: E402
 from retold import build_runtime, load_config  # noqa: E402
-from retold.config import GateConfig, PerTrigger, SignalWeights  # noqa: E402
+from retold.config import GateConfig, PerTrigger, RetrievalConfig, SignalWeights  # noqa: E402
 from retold.ingest.equivalence import ExactJudge  # noqa: E402
 from retold.ingest.ingestor import WriteRequest  # noqa: E402
 from retold.models import EntityMention, Principal, Scope, SearchRequest  # noqa: E402
@@ -371,8 +371,17 @@ def _listed_floor(scores: Sequence[float], floor: float | None) -> list[float]:
     return [0.3 + 0.7 * s for s in scaled(scores, floor)]
 
 
+def _from_last_candidate(scores: Sequence[float], floor: float | None) -> list[float]:
+    """Min-max from the channel's last candidate where it listed a full page, the zero
+    before ``retrieval.fusion.zero_rank`` moved it further down."""
+    full = len(scores) >= RetrievalConfig().per_generator_k
+    return scaled(scores, min(scores) if full else None)
+
+
 # The within-search scalings the shipped one (min-max) was chosen against.
-SCALES: dict[str, Scale] = {"min-max (shipped)": scaled, "share of best": _max_share,
+SCALES: dict[str, Scale] = {"min-max (shipped)": scaled,
+                            "min-max from the last candidate": _from_last_candidate,
+                            "share of best": _max_share,
                             "mean +- 3 sd": _three_sigma, "rank only": _rank_share,
                             "min-max, listed floor 0.3": _listed_floor}
 

@@ -76,8 +76,8 @@ class FusionConfig:
     dense: float = 1.0
     lexical: float = 0.7
     entity: float = 0.3  # added whole for a record linked to an entity the question names
-    link: float = 0.5  # added whole for a record about what one of the best candidates mentions
-    zero_rank: int = 30  # the rank whose score scales to 0 (retrieval.per_generator_k: the last candidate)
+    link: float = 1.0  # added for a record one of the best candidates mentions, up to that candidate's score
+    zero_rank: int = 100  # the rank whose score scales to 0: far below the candidates
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +114,7 @@ class GateConfig:
         beyond_names=6.685, asked_coverage=0.824, unknown_name=-3.267, lead=2.867))
     bias: float = -2.618
     answer_at: PerTrigger = field(default_factory=lambda: PerTrigger(tool=0.23, host=0.82))
-    tail_fraction: PerTrigger = field(default_factory=lambda: PerTrigger(tool=0.15, host=0.85))
+    tail_fraction: PerTrigger = field(default_factory=lambda: PerTrigger(tool=0.2, host=0.85))
     # The embedding model these values were fitted for; the runtime refuses to run the
     # packaged model's other precision under them.
     calibrated_for: str = "sentence-transformers/all-MiniLM-L6-v2"

@@ -5,9 +5,10 @@ within one channel says something a rank does not: a record whose BM25 score is 
 next one's holds the question's rare words, which a rank of 1 against a rank of 2 hides.
 So each channel's scores are scaled within the search's own list, from the channel's score
 at ``retrieval.fusion.zero_rank`` (0) to its best (1), and added with the channel's weight.
-By default the zero is the last candidate's score; set deeper, a record the channel places
-twentieth in a long history keeps most of its weight, since it is still far closer than a
-typical record (docs/decisions.md has what that trades). A channel that matched fewer
+The zero lies far below the records that become candidates: one the channel places
+twentieth in a long history is still much closer than a typical record, and a zero at the
+candidates' own end would count it as nothing (docs/decisions.md has what that trades). A
+channel that matched fewer
 records than the zero's rank scales from no match (a cosine or BM25 score of 0) instead:
 in a store of two records the second is not nothing just because it is second. An entity
 match adds its weight whole, and so does a record the link hop reached
@@ -83,12 +84,11 @@ def fuse(
     ``dense`` is ``(record_id, cosine)`` best first, ``lexical`` the lexical hits (BM25,
     lower is better, put in order of their ``rank``), ``entity`` ``(record_id,
     entity_id)``; ``floors`` the dense and lexical zeros (:func:`floor_at`, the lexical one
-of the negated BM25 scores). Each candidate
-    gets a :class:`GeneratorHit` per channel that found it, its matched lexical terms and
-    entity id, ``fused_score``, its 1-based ``fused_rank`` and ``score = fused_score``
-    (freshness adjusts it next). Equal sums keep the order in
-    which the channels first listed the records: dense, then lexical, then entity.
-    ``scale`` is :func:`scaled` in every search; the benchmarks pass others to compare.
+    of the negated BM25 scores). Each candidate gets a :class:`GeneratorHit` per channel
+    that found it, its matched lexical terms and entity id, ``fused_score``, its 1-based
+    ``fused_rank`` and ``score = fused_score`` (freshness adjusts it next). Equal sums keep
+    the order in which the channels first listed the records: dense, then lexical, then
+    entity. ``scale`` is :func:`scaled` in every search; the benchmarks pass others to compare.
     """
     # A record listed twice by one channel (linked to two matched entities, say) keeps its
     # first, best position: one channel is one opinion.
@@ -141,16 +141,21 @@ def add_links(candidates: list[Candidate], linked: Sequence[tuple[str, str]],
     (joining the list if no other channel had it), then the list is ranked again.
 
     The hop starts from the best records the other channels fused, so it runs after them.
+    It lifts a record up to the record it was reached from, never past it: what is known
+    only through another record is no stronger evidence than that record. A record that
+    already stood higher on its own keeps its score.
     """
     if not linked:
         return candidates
     by_id = {c.record_id: c for c in candidates}
+    source = {c.record_id: c.fused_score for c in candidates}  # before this hop adds anything
     for record_id, via in linked:
         c = by_id.get(record_id)
         if c is None:
             c = by_id[record_id] = Candidate(record_id)
             candidates.append(c)
-        c.via, c.fused_score = via, c.fused_score + weight
+        lifted = min(c.fused_score + weight, source.get(via, c.fused_score + weight))
+        c.via, c.fused_score = via, max(c.fused_score, lifted)
     ordered = sorted(candidates, key=lambda c: -c.fused_score)
     for rank, c in enumerate(ordered, start=1):
         c.fused_rank, c.score = rank, c.fused_score

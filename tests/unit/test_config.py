@@ -47,7 +47,7 @@ def test_defaults_follow_the_lld_and_design() -> None:
     assert cfg.embedding.torch_threads is None
     assert cfg.reranker.enabled is False and cfg.reranker.floor is None
     assert cfg.retrieval.trigger.mode == "tool_only"
-    assert cfg.retrieval.fusion == FusionConfig(dense=1.0, lexical=0.7, entity=0.3, link=0.5, zero_rank=30)
+    assert cfg.retrieval.fusion == FusionConfig(dense=1.0, lexical=0.7, entity=0.3, link=1.0, zero_rank=100)
     assert cfg.retrieval.gate.calibrated_for == cfg.embedding.model
     assert cfg.ingestion.equivalence.entail_floor == 0.70
     assert cfg.ingestion.attribute_alias_cosine == 0.75

@@ -114,6 +114,17 @@ def test_the_link_channel_adds_its_weight_and_ranks_again() -> None:
     assert [c.fused_rank for c in linked] == [1, 2, 3, 4]
 
 
+def test_the_hop_lifts_a_record_up_to_its_source_never_past_it() -> None:
+    # B (0.5 of A's dense share) reaches D; D rises to B's score, not above it, while a
+    # record that already stood higher (A, reached from B too) keeps its own score.
+    fused = fuse([("A", 0.9), ("B", 0.5), ("C", 0.1)], [], [], WEIGHTS, floors=(0.1, None))
+    linked = add_links(fused, [("D", "B"), ("A", "B")], weight=2.0)
+    by_id = {c.record_id: c for c in linked}
+    assert order(linked) == ["A", "B", "D", "C"]
+    assert by_id["D"].fused_score == pytest.approx(by_id["B"].fused_score) == pytest.approx(0.5)
+    assert by_id["A"].fused_score == pytest.approx(1.0)
+
+
 def test_no_link_changes_nothing() -> None:
     fused = fuse([("A", 0.9)], [], [], WEIGHTS)
     assert add_links(fused, [], WEIGHTS.link) is fused
