@@ -1,21 +1,20 @@
 """Fusion: the dense, lexical and entity channels become one ranked list.
 
-Cosines and BM25 scores live on different scales, and how far apart two records are
-within one channel says something a rank does not: a record whose BM25 score is twice the
-next one's holds the question's rare words, which a rank of 1 against a rank of 2 hides.
-So each channel's scores are scaled within the search's own list, from the channel's score
-at ``retrieval.fusion.zero_rank`` (0) to its best (1), and added with the channel's weight.
+Cosines and BM25 scores live on different scales, and how far apart two records are within
+one channel says something a rank does not: a record whose BM25 score is twice the next
+one's holds the question's rare words, which a rank of 1 against a rank of 2 hides. So each
+channel's scores are scaled within the search's own list, from the channel's score at
+``retrieval.fusion.zero_rank`` (0) to its best (1), and added with the channel's weight.
 The zero lies far below the records that become candidates: one the channel places
 twentieth in a long history is still much closer than a typical record, and a zero at the
 candidates' own end would count it as nothing (docs/decisions.md has what that trades). A
-channel that matched fewer
-records than the zero's rank scales from no match (a cosine or BM25 score of 0) instead:
-in a store of two records the second is not nothing just because it is second. An entity
-match adds its weight whole, and so does a record the link hop reached
-(:func:`add_links`). A record no channel found gets nothing from it. Freshness and
-confidence then multiply the sum (:mod:`retold.retrieve.freshness`,
-:mod:`retold.retrieve.confidence`). docs/decisions.md, "How search decides", has the
-comparison with reciprocal rank fusion that chose this.
+channel that matched fewer records than the zero's rank scales from no match (a cosine or
+BM25 score of 0) instead: in a store of two records the second is not nothing just because
+it is second. An entity match adds its weight whole, and so does a record the link hop
+reached, up to the record it came from (:func:`add_links`). A record no channel found gets
+nothing from it. Freshness and confidence then multiply the sum
+(:mod:`retold.retrieve.freshness`, :mod:`retold.retrieve.confidence`). docs/decisions.md,
+"How search decides", has the comparison with reciprocal rank fusion that chose this.
 """
 
 from __future__ import annotations
