@@ -30,6 +30,7 @@ _RANGES: tuple[tuple[str, tuple[float, float, bool]], ...] = (
     ("retrieval.gate.answer_at.*", _UNIT),  # 0 = always answer
     ("retrieval.gate.weights.*", _ANY),  # fitted: a signal may count against answering
     ("retrieval.gate.bias", _ANY),
+    ("retrieval.fusion.beyond_names", _UNIT),  # a share: 0 = the plain cosine alone
     ("retrieval.fusion.*", _NON_NEGATIVE),  # 0 = the channel has no say in the order
     ("store.busy_timeout_seconds", _NON_NEGATIVE),  # 0 = fail at once on a held lock
     ("embedding.query_cache_entries", _NON_NEGATIVE),  # 0 = every query is encoded afresh

@@ -78,6 +78,8 @@ class FusionConfig:
     entity: float = 0.3  # added whole for a record linked to an entity the question names
     link: float = 1.0  # added for a record one of the best candidates mentions, up to that candidate's score
     zero_rank: int = 100  # the rank whose score scales to 0: far below the candidates
+    # The dense score's share taken beyond the question's names (retrieve/beyond_names.py).
+    beyond_names: float = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,8 +113,8 @@ class GateConfig:
     search decides")."""
 
     weights: SignalWeights = field(default_factory=lambda: SignalWeights(
-        beyond_names=6.685, asked_coverage=0.824, unknown_name=-3.267, lead=2.867))
-    bias: float = -2.618
+        beyond_names=6.726, asked_coverage=0.82, unknown_name=-3.267, lead=2.882))
+    bias: float = -2.638
     answer_at: PerTrigger = field(default_factory=lambda: PerTrigger(tool=0.23, host=0.82))
     tail_fraction: PerTrigger = field(default_factory=lambda: PerTrigger(tool=0.2, host=0.85))
     # The embedding model these values were fitted for; the runtime refuses to run the

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from itertools import repeat
 from typing import TYPE_CHECKING, Literal
 
@@ -254,14 +254,17 @@ class VectorIndex:
     # -- reads -----------------------------------------------------------------------------
 
     def search(
-        self, qvec: np.ndarray, eligible_ids: Collection[str], k: int
+        self, qvec: np.ndarray, eligible_ids: Collection[str], k: int,
+        score: Callable[[np.ndarray], np.ndarray] | None = None,
     ) -> list[tuple[str, float]]:
         """Top ``k`` eligible live records by cosine, best first.
 
         ``qvec`` is one query vector or a (q, dims) matrix; with several queries each
-        record keeps its best cosine (the union of the queries' hits). The eligible positions
-        are built from ``eligible_ids`` (cost grows with that set, not the index) and the
-        product runs under the same lock hold.
+        record keeps its best cosine (the union of the queries' hits). ``score``, when
+        given, turns each record's row of products with the matrix into its one score
+        instead (the dense channel's cosine beyond a question's names). The eligible
+        positions are built from ``eligible_ids`` (cost grows with that set, not the index)
+        and the product runs under the same lock hold.
         """
         queries = np.asarray(qvec, dtype=np.float32)
         if queries.ndim == 1:
@@ -277,7 +280,10 @@ class VectorIndex:
                 scores = rows @ queries.T
             else:
                 scores = (self._matrix[:n] @ queries.T)[positions]
-            best = scores.max(axis=1) if scores.shape[1] > 1 else scores[:, 0]
+            if score is not None:
+                best = score(scores)
+            else:
+                best = scores.max(axis=1) if scores.shape[1] > 1 else scores[:, 0]
             if best.size > k:
                 top = np.argpartition(-best, k - 1)[:k]
             else:

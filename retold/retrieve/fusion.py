@@ -80,14 +80,15 @@ def fuse(
 ) -> list[Candidate]:
     """Candidates in fused order, best first, each carrying every channel's evidence.
 
-    ``dense`` is ``(record_id, cosine)`` best first, ``lexical`` the lexical hits (BM25,
-    lower is better, put in order of their ``rank``), ``entity`` ``(record_id,
-    entity_id)``; ``floors`` the dense and lexical zeros (:func:`floor_at`, the lexical one
-    of the negated BM25 scores). Each candidate gets a :class:`GeneratorHit` per channel
-    that found it, its matched lexical terms and entity id, ``fused_score``, its 1-based
-    ``fused_rank`` and ``score = fused_score`` (freshness adjusts it next). Equal sums keep
-    the order in which the channels first listed the records: dense, then lexical, then
-    entity. ``scale`` is :func:`scaled` in every search; the benchmarks pass others to compare.
+    ``dense`` is ``(record_id, score)`` best first (the cosine, or its mix with the cosine
+    beyond the question's names), ``lexical`` the lexical hits (BM25, lower is better, put
+    in order of their ``rank``), ``entity`` ``(record_id, entity_id)``; ``floors`` the dense
+    and lexical zeros (:func:`floor_at`, the lexical one of the negated BM25 scores). Each
+    candidate gets a :class:`GeneratorHit` per channel that found it, its matched lexical
+    terms and entity id, ``fused_score``, its 1-based ``fused_rank`` and ``score =
+    fused_score`` (freshness adjusts it next). Equal sums keep the order in which the
+    channels first listed the records: dense, then lexical, then entity. ``scale`` is
+    :func:`scaled` in every search; the benchmarks pass others to compare.
     """
     # A record listed twice by one channel (linked to two matched entities, say) keeps its
     # first, best position: one channel is one opinion.

@@ -103,7 +103,9 @@ def _candidates(row: Mapping[str, Any], fusion: FusionConfig,
                        tuple(tuple(g) for g in lexical["name_groups"]))
     fused_rows = _col(row, "fused")
     known = {f["id"] for f in fused_rows}  # records still there when the search read them
-    dense = [(d["id"], d["cosine"]) for d in dense_rows]
+    # The dense channel's score; rows logged before it mixed in the cosine beyond the
+    # question's names called it the cosine.
+    dense = [(d["id"], d["score"] if "score" in d else d["cosine"]) for d in dense_rows]
     entity = [(e["id"], e["entity_id"]) for e in _col(row, "entity")]
     candidates = [c for c in fuse(dense, hits, entity, fusion, _floors(row, dense, hits), scale)
                   if c.record_id in known]

@@ -36,7 +36,7 @@ from retold.models import (
 )
 from retold.policy.grants import no_grant_reason, readable_scopes
 from retold.policy.lifecycle import Lifecycle
-from retold.retrieve.beyond_names import beyond_names
+from retold.retrieve.beyond_names import beyond_names, dense_beyond_names
 from retold.retrieve.budget import fill_budget
 from retold.retrieve.confidence import apply_confidence
 from retold.retrieve.dedup import collapse_duplicates
@@ -188,7 +188,12 @@ class Retriever:
         # the reads above (all of it when encoding on this thread).
         timer.mark("embed_wait")
         timer.record("embed", encode_ms)
-        dense = dense_candidates(self.index, qvecs, eligible, max(k, zero))
+        names = self._names(trace.shape, timer)
+        if names is not None:
+            dense = dense_beyond_names(self.index, qvecs, names, eligible, max(k, zero),
+                                       cfg.fusion.beyond_names)
+        else:
+            dense = dense_candidates(self.index, qvecs, eligible, max(k, zero))
         trace.dense = dense[:k]
         timer.mark("dense")
         floors = (floor_at([cos for _, cos in dense], zero), floor_at([-h.bm25 for h in lexical], zero))
@@ -200,7 +205,11 @@ class Retriever:
                                        eligible, cfg.per_generator_k)
             fused = add_links(fused, linked, cfg.fusion.link)
         timer.mark("fuse")
-        self._beyond_names(fused, qvecs, trace.shape, timer)
+        if names is not None:
+            beyond = beyond_names(self.index, [c.record_id for c in fused if c.dense is not None],
+                                  qvecs, names)
+            for c in fused:
+                c.beyond_names = beyond.get(c.record_id) if c.dense is not None else None
         timer.mark("beyond_names")
         trace.meta = meta = self._record_meta([c.record_id for c in fused], version)
         fused = [c for c in fused if c.record_id in meta]  # deleted since the eligible set was read
@@ -212,21 +221,17 @@ class Retriever:
         trace.flags["index_refresh"] = refresh
         return fused, eligible, scopes
 
-    def _beyond_names(self, candidates: list[Candidate], qvecs: Matrix, shape: QueryShape,
-                      timer: Timer) -> None:
-        """Set each dense candidate's cosine beyond the question's names, when the question
-        names something a record carries and asks something about it (a question that is
-        only a name has nothing left once the name is out). Encoding the names is a stage of
-        its own (``embed_names``, a cache hit for a name seen before) and counts as encoder
-        time (``embed``) too."""
-        dense = [c for c in candidates if c.dense is not None]
-        if not (shape.asks and shape.name_groups) or shape.unknown_names or not dense:
-            return
+    def _names(self, shape: QueryShape, timer: Timer) -> Matrix | None:
+        """The vectors of the question's names, when it names something a record carries
+        and asks something about it (a question that is only a name has nothing left once
+        the name is out); None otherwise. Encoding them is a stage of its own
+        (``embed_names``, a cache hit for a name seen before) and counts as encoder time
+        (``embed``) too."""
+        if not (shape.asks and shape.name_groups) or shape.unknown_names:
+            return None
         names = self.embedder.embed_queries([" ".join(group) for group in shape.name_groups])
         timer.record("embed", timer.mark("embed_names"))
-        beyond = beyond_names(self.index, [c.record_id for c in dense], qvecs, names)
-        for c in dense:
-            c.beyond_names = beyond.get(c.record_id)
+        return names
 
     def _eligible(self, scopes: list[Scope], request: SearchRequest, now: datetime,
                   version: int) -> EligibleSet:

@@ -1,8 +1,8 @@
 """The signals a search reads to decide whether the store holds an answer.
 
 Four measurements of the fused candidates, each with a plain meaning, so a user can see
-why a search answered or came back empty (the plain best cosine, ``dense``, is reported
-beside them but does not count: a shared name lifts it whatever is asked):
+why a search answered or came back empty (the dense channel's best score, ``dense``, is
+reported beside them but does not count: a shared name lifts it whatever is asked):
 
 * ``beyond_names``: the best cosine between the question and a readable record once the
   question's names are taken out of both sides (:mod:`retold.retrieve.beyond_names`). A
@@ -37,7 +37,7 @@ SIGNAL_NAMES = ("beyond_names", "asked_coverage", "unknown_name", "lead")
 @dataclass(frozen=True)
 class Signals:
     """One search's signals (module docstring); ``unknown_name`` is 1.0 or 0.0, ``dense``
-    the plain best cosine, reported only."""
+    the dense channel's best score, reported only."""
 
     dense: float = 0.0
     beyond_names: float = 0.0
@@ -50,7 +50,8 @@ class Signals:
 
     def describe(self) -> str:
         """The signals as a user reads them."""
-        text = (f"best cosine {self.dense:.2f}, {self.beyond_names:.2f} beyond the question's names, "
+        text = (f"best dense score {self.dense:.2f}, "
+                f"cosine {self.beyond_names:.2f} beyond the question's names, "
                 f"leading the next record by {self.lead:.2f}, "
                 f"{self.asked_coverage:.0%} of the asked words held by one record")
         return text + ("; the question names something no readable record carries"

@@ -93,9 +93,9 @@ class SearchTrace:
             "rewrite_status": self.rewrite_status,
             "rewritten_queries": log_json(self.rewritten) if self.rewritten is not None else None,
             "readable_scopes": LogJson(lambda: self.scopes),
-            "dense": LogJson(lambda: [{"id": rid, "rank": rank, "cosine": round(cos, 6),
+            "dense": LogJson(lambda: [{"id": rid, "rank": rank, "score": round(score, 6),
                                        "beyond_names": beyond.get(rid)}
-                                      for rank, (rid, cos) in enumerate(self.dense, 1)]),
+                                      for rank, (rid, score) in enumerate(self.dense, 1)]),
             "lexical": LogJson(lambda: {
                 "hits": [{"id": h.record_id, "rank": h.rank, "bm25": h.bm25,
                           "terms": logged_terms(h.match.terms), "total_terms": h.match.total_terms,

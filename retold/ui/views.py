@@ -321,7 +321,9 @@ def _candidates(row: dict[str, Any], returned: set[str]) -> list[dict[str, Any]]
         value = row.get(name)
         return json.loads(value) if isinstance(value, str) else value
 
-    dense = {d["id"]: d for d in load("dense") or []}
+    # Rows logged before the dense channel mixed in the cosine beyond the names call its
+    # score the cosine.
+    dense = {d["id"]: {**d, "score": d.get("score", d.get("cosine"))} for d in load("dense") or []}
     lexical = {h["id"]: h for h in (load("lexical") or {}).get("hits", [])}
     entity = {e["id"]: e for e in load("entity") or []}
     return [{"id": f["id"], "rank": f["rank"], "score": f["score"], "via": f.get("via"),

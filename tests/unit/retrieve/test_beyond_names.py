@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import pytest
 
-from retold.retrieve.beyond_names import beyond_names
+from retold.index.vector import VectorIndex
+from retold.retrieve.beyond_names import beyond_names, dense_beyond_names
 
 
 def unit(v: np.ndarray) -> np.ndarray:
@@ -58,3 +60,26 @@ def test_nothing_to_compute_without_names_or_records() -> None:
     index = Rows({"r": unit(NAME + ASKED)})
     assert beyond_names(index, ["r"], unit(ASKED)[None, :], np.zeros((0, 16))) == {}
     assert beyond_names(index, [], unit(ASKED)[None, :], NAME[None, :]) == {}
+
+
+def test_the_dense_channel_lists_what_is_asked_above_the_named_person_s_other_records() -> None:
+    # "What did Oskar paint?" where Priya did the painting: on the plain cosine every record
+    # about Oskar outranks hers; with half the score taken beyond the name hers comes first.
+    question = unit(2 * NAME + ASKED)
+    vectors = {"oskar_hike": unit(2 * NAME + OTHER), "oskar_job": unit(2 * NAME + MORE),
+               "priya_paint": unit(ASKED + MORE), "unrelated": unit(OTHER + MORE)}
+    index = VectorIndex("m", "1", 16)
+    for rid, v in vectors.items():
+        index.upsert(rid, v)
+    eligible = set(vectors)
+    plain = dense_beyond_names(index, question[None, :], NAME[None, :], eligible, 4, share=0.0)
+    assert {rid for rid, _ in plain[:2]} == {"oskar_hike", "oskar_job"}  # tied on the name
+    mixed = dense_beyond_names(index, question[None, :], NAME[None, :], eligible, 4, share=0.5)
+    assert mixed[0][0] == "priya_paint"
+    # The one product with the index gives the same remainder as the record-by-record one.
+    beyond = beyond_names(Rows(vectors), list(vectors), question[None, :], NAME[None, :])
+    for rid, score in mixed:
+        assert score == pytest.approx(0.5 * float(question @ vectors[rid]) + 0.5 * beyond[rid], abs=1e-5)
+    # Only eligible records are listed.
+    assert {rid for rid, _ in dense_beyond_names(index, question[None, :], NAME[None, :],
+                                                 {"unrelated"}, 4, share=0.5)} == {"unrelated"}

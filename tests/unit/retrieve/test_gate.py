@@ -55,7 +55,8 @@ def test_an_abstaining_search_keeps_nothing_and_says_why() -> None:
     result = gate(candidates(1.0, 0.9), decision, KINDS, GATE.tail_fraction.tool)
     assert result.kept == [] and result.empty_reason == decision.reason()
     reason = decision.reason()
-    assert reason.startswith("nothing stored answers this: score 0.05 < 0.30 (tool search); best cosine 0.30")
+    assert reason.startswith("nothing stored answers this: score 0.05 < 0.30 (tool search); "
+                             "best dense score 0.30")
     assert "0.20 beyond the question's names" in reason and "0% of the asked words" in reason
     unknown = decide(Signals(unknown_name=1.0), GATE, "tool").reason()
     assert unknown.endswith("the question names something no readable record carries")

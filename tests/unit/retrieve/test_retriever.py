@@ -145,7 +145,7 @@ def test_a_search_the_store_cannot_answer_comes_back_empty_saying_why(world: Wor
     assert outcome.response.results == []
     reason = outcome.response.empty_reason or ""
     assert reason.startswith("nothing stored answers this: score ")
-    assert "< 0.50 (tool search); best cosine" in reason
+    assert "< 0.50 (tool search); best dense score" in reason
     decision = outcome.response.decision
     assert decision["answered"] is False and decision["threshold"] == 0.5
     assert set(decision["signals"]) == {"dense", "beyond_names", "asked_coverage", "unknown_name", "lead"}
@@ -285,7 +285,7 @@ def test_explanations_match_the_logged_generator_ranks_and_scores(world: World) 
     fact(world, "Aditya reads release notes every Friday.", "reading_habit")
     outcome = search(world, "concise explanations", "release notes Friday")
     row = log(world, outcome)
-    dense = {d["id"]: (d["rank"], d["cosine"]) for d in json.loads(row["dense"])}
+    dense = {d["id"]: (d["rank"], d["score"]) for d in json.loads(row["dense"])}
     lexical = {h["id"]: (h["rank"], h["bm25"]) for h in json.loads(row["lexical"])["hits"]}
     assert outcome.response.results
     for result in outcome.response.results:
@@ -347,7 +347,7 @@ def test_a_deeper_zero_is_read_past_the_candidates_logged_and_replayed(world: Wo
     dense, floors = json.loads(row["dense"]), json.loads(row["config_flags"])["scale_floors"]
     # Two candidates per channel, scaled from the fourth record's score, which the row keeps.
     assert len(dense) == 2 and len(json.loads(row["lexical"])["hits"]) == 2
-    assert floors["dense"] is not None and floors["dense"] <= dense[-1]["cosine"]
+    assert floors["dense"] is not None and floors["dense"] <= dense[-1]["score"]
     assert floors["lexical"] is not None
     assert replay(row, cfg.retrieval.gate).kept == ids(outcome)
 
@@ -463,7 +463,8 @@ def test_a_record_close_beyond_the_question_s_name_answers_and_an_unstored_attri
     assert ids(outcome)[0] == deploy
     signals = outcome.response.decision["signals"]
     assert signals["beyond_names"] == pytest.approx(0.48, abs=1e-3)
-    assert signals["dense"] == pytest.approx(0.584, abs=1e-3)
+    # The dense channel's score: the plain cosine (0.584) and the rest beyond the name, half each.
+    assert signals["dense"] == pytest.approx((0.584 + 0.48) / 2, abs=1e-3)
     logged = {d["id"]: d for d in json.loads(log(world, outcome)["dense"])}
     assert logged[deploy]["beyond_names"] == pytest.approx(0.48, abs=1e-3)
     missing = search(world, unstored)
