@@ -95,7 +95,6 @@ def dense_beyond_names(index: Searchable, query_vectors: np.ndarray, name_vector
     rest = queries - (queries @ basis.T) @ basis
     lengths = np.linalg.norm(rest, axis=1)
     n = len(queries)
-
     inverse = np.divide(1.0, lengths, out=np.zeros_like(lengths), where=lengths > 1e-6).astype(np.float32)
 
     def score(products: np.ndarray) -> np.ndarray:

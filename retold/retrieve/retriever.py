@@ -209,7 +209,7 @@ class Retriever:
             beyond = beyond_names(self.index, [c.record_id for c in fused if c.dense is not None],
                                   qvecs, names)
             for c in fused:
-                c.beyond_names = beyond.get(c.record_id) if c.dense is not None else None
+                c.beyond_names = beyond.get(c.record_id)
         timer.mark("beyond_names")
         trace.meta = meta = self._record_meta([c.record_id for c in fused], version)
         fused = [c for c in fused if c.record_id in meta]  # deleted since the eligible set was read
