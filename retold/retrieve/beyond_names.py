@@ -100,9 +100,8 @@ def dense_beyond_names(index: Searchable, query_vectors: np.ndarray, name_vector
     def score(products: np.ndarray) -> np.ndarray:
         along = products[:, 2 * n:]
         left = np.sqrt(np.clip(1.0 - np.einsum("ij,ij->i", along, along), 0.0, None))
-        beyond = (products[:, n:2 * n] * inverse).max(axis=1)
-        np.divide(beyond, left, out=beyond, where=left > 1e-3)
-        beyond[left <= 1e-3] = 0.0
+        along_rest = (products[:, n:2 * n] * inverse).max(axis=1)
+        beyond = np.where(left > 1e-3, along_rest / np.maximum(left, 1e-3), 0.0)
         mixed: np.ndarray = (1.0 - share) * products[:, :n].max(axis=1) + share * beyond
         return mixed
 

@@ -21,7 +21,7 @@ from retold.retrieve.confidence import apply_confidence
 from retold.retrieve.fusion import Scale, add_links, floor_at, fuse, scaled
 from retold.retrieve.gate import Decision, GateResult, decide, gate
 from retold.retrieve.signals import Signals, measure
-from retold.retrieve.trace import LOG_FORMAT
+from retold.retrieve.trace import LOG_FORMAT, logged_dense_score
 
 __all__ = ["NotReplayable", "Replayed", "logged_signals", "replay"]
 
@@ -103,9 +103,7 @@ def _candidates(row: Mapping[str, Any], fusion: FusionConfig,
                        tuple(tuple(g) for g in lexical["name_groups"]))
     fused_rows = _col(row, "fused")
     known = {f["id"] for f in fused_rows}  # records still there when the search read them
-    # The dense channel's score; rows logged before it mixed in the cosine beyond the
-    # question's names called it the cosine.
-    dense = [(d["id"], d["score"] if "score" in d else d["cosine"]) for d in dense_rows]
+    dense = [(d["id"], logged_dense_score(d)) for d in dense_rows]
     entity = [(e["id"], e["entity_id"]) for e in _col(row, "entity")]
     candidates = [c for c in fuse(dense, hits, entity, fusion, _floors(row, dense, hits), scale)
                   if c.record_id in known]

@@ -22,7 +22,7 @@ from retold.retrieve.search_log import LogJson, log_json
 from retold.store.search import RecordMeta
 from retold.util import to_iso
 
-__all__ = ["LOG_FORMAT", "RerankLog", "SearchTrace", "logged_terms"]
+__all__ = ["LOG_FORMAT", "RerankLog", "SearchTrace", "logged_dense_score", "logged_terms"]
 
 # The shape of the JSON columns: 2 = named objects and a decision. Rows without it hold the
 # positional lists of an older gate and are not replayed.
@@ -33,6 +33,12 @@ def logged_terms(terms: Sequence[LexicalTerm]) -> list[dict[str, Any]]:
     """Matched terms as the log holds them (``replay`` reads them back)."""
     return [{"value": t.value, "identifier": t.is_identifier, "alias": t.is_entity_alias,
              "proper": t.is_proper} for t in terms]
+
+
+def logged_dense_score(entry: Mapping[str, Any]) -> float:
+    """A logged dense hit's channel score; rows logged before the channel mixed in the
+    cosine beyond the question's names called it the cosine."""
+    return float(entry["score"] if "score" in entry else entry["cosine"])
 
 
 @dataclass

@@ -22,6 +22,7 @@ from retold.ingest.revision import RevisionError
 from retold.models import Entity, Principal, Record, Scope, SearchRequest
 from retold.policy.grants import readable_scopes, writable_scopes
 from retold.retrieve.replay import replay
+from retold.retrieve.trace import logged_dense_score
 from retold.runtime import Runtime
 from retold.store.activation import ActivationRow
 from retold.store.browse import BrowseFilter, ScopeCounts
@@ -321,9 +322,7 @@ def _candidates(row: dict[str, Any], returned: set[str]) -> list[dict[str, Any]]
         value = row.get(name)
         return json.loads(value) if isinstance(value, str) else value
 
-    # Rows logged before the dense channel mixed in the cosine beyond the names call its
-    # score the cosine.
-    dense = {d["id"]: {**d, "score": d.get("score", d.get("cosine"))} for d in load("dense") or []}
+    dense = {d["id"]: {**d, "score": logged_dense_score(d)} for d in load("dense") or []}
     lexical = {h["id"]: h for h in (load("lexical") or {}).get("hits", [])}
     entity = {e["id"]: e for e in load("entity") or []}
     return [{"id": f["id"], "rank": f["rank"], "score": f["score"], "via": f.get("via"),
