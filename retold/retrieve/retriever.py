@@ -38,7 +38,7 @@ from retold.policy.grants import no_grant_reason, readable_scopes
 from retold.policy.lifecycle import Lifecycle
 from retold.retrieve.beyond_names import beyond_names, dense_beyond_names
 from retold.retrieve.budget import fill_budget
-from retold.retrieve.confidence import apply_confidence
+from retold.retrieve.confidence import apply_confidence, weighs
 from retold.retrieve.dedup import collapse_duplicates
 from retold.retrieve.explain import explain, render
 from retold.retrieve.freshness import apply_freshness
@@ -216,7 +216,9 @@ class Retriever:
         trace.fused = list(fused)  # the fused order, before freshness re-sorts the list
         trace.freshness = apply_freshness(fused, meta, now, cfg.freshness,
                                           time_window=request.since is not None or request.until is not None)
-        apply_confidence(fused, meta)
+        trace.flags["confidence"] = weighs(queries)
+        if trace.flags["confidence"]:
+            apply_confidence(fused, meta)
         timer.mark("freshness")  # and confidence, the other factor after fusion
         trace.flags["index_refresh"] = refresh
         return fused, eligible, scopes

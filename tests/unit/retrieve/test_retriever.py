@@ -196,13 +196,21 @@ def test_freshness_decays_episodes_but_not_facts(world: World) -> None:
     assert windowed.response.results[0].explanation.freshness_multiplier is None
 
 
-def test_what_the_user_said_outranks_what_an_agent_inferred_when_they_match_alike(world: World) -> None:
+def inferred_and_stated(world: World) -> tuple[str, str]:
+    """An agent's inference and the user's statement of the same thing; the channels rate
+    the agent's sentence a little higher."""
     said = "Our standup moved to Mondays at 9:30 now."
     inferred = world.write(type="episodic", content="The standup moved to Mondays at 9:30.",
                            evidence="The standup moved to Mondays at 9:30.",
                            source_kind="agent_inference").record_id
     world.say("user", said)
     stated = world.write(type="episodic", content=said, evidence=said, source_kind="user_statement").record_id
+    assert inferred is not None and stated is not None
+    return inferred, stated
+
+
+def test_what_the_user_said_outranks_what_an_agent_inferred_when_they_match_alike(world: World) -> None:
+    inferred, stated = inferred_and_stated(world)
     outcome = search(world, "when is the standup")
     first, second = outcome.response.results
     # The channels put the agent's sentence first; the store trusts the user's more (0.95
@@ -213,6 +221,17 @@ def test_what_the_user_said_outranks_what_an_agent_inferred_when_they_match_alik
     row = log(world, outcome)
     assert {f["id"]: f["confidence"] for f in json.loads(row["fused"])} == {stated: 0.95, inferred: 0.60}
     assert replay(row, world.rt.config.retrieval.gate).kept == [stated, inferred]
+
+
+def test_a_question_recalling_what_the_agent_said_is_ordered_by_the_channels_alone(world: World) -> None:
+    inferred, stated = inferred_and_stated(world)
+    # Asked for what the agent said, its own sentence is the answer: trust in the user's
+    # does not put it second.
+    outcome = search(world, "when is the standup you mentioned")
+    assert ids(outcome) == [inferred, stated]
+    row = log(world, outcome)
+    assert json.loads(row["config_flags"])["confidence"] is False
+    assert replay(row, world.rt.config.retrieval.gate).kept == [inferred, stated]
 
 
 # -- rewrite ----------------------------------------------------------------------------
