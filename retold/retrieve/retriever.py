@@ -216,8 +216,8 @@ class Retriever:
         trace.fused = list(fused)  # the fused order, before freshness re-sorts the list
         trace.freshness = apply_freshness(fused, meta, now, cfg.freshness,
                                           time_window=request.since is not None or request.until is not None)
-        trace.flags["confidence"] = weighs(queries)
-        if trace.flags["confidence"]:
+        trace.flags["confidence"] = weighed = weighs(queries)
+        if weighed:
             apply_confidence(fused, meta)
         timer.mark("freshness")  # and confidence, the other factor after fusion
         trace.flags["index_refresh"] = refresh
