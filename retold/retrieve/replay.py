@@ -114,14 +114,12 @@ def _candidates(row: Mapping[str, Any], fusion: FusionConfig,
         c.beyond_names = beyond.get(c.record_id)
         c.freshness_multiplier = multipliers.get(c.record_id)
         c.score = c.fused_score * (c.freshness_multiplier if c.freshness_multiplier is not None else 1.0)
-    # The search's own factor on the logged values, where it weighed. Rows logged before
-    # confidence weighed the order hold none, and a record without one keeps its score: they
-    # rank as they ran.
-    if _col(row, "config_flags").get("confidence", True):
-        apply_confidence(candidates, {f["id"]: _Logged(f["confidence"])
-                                      for f in fused_rows if "confidence" in f})
-    else:
-        candidates.sort(key=lambda c: -c.score)
+    # The search's own factor on the logged values, where it weighed (an empty table only
+    # sorts). Rows logged before confidence weighed the order hold none, and a record without
+    # one keeps its score: they rank as they ran.
+    weighed = _col(row, "config_flags").get("confidence", True)
+    apply_confidence(candidates, {f["id"]: _Logged(f["confidence"])
+                                  for f in fused_rows if weighed and "confidence" in f})
     return candidates, shape
 
 
