@@ -1,7 +1,7 @@
 """Source authority and record lifecycle: ranks, initial status and expiry, reinforcement.
 
-``confidence`` is kept for audit and lifecycle only; retrieval does not rank by it until
-an evaluation shows that it helps.
+The initial ``confidence`` of each source kind is set here; search weighs it as one factor
+after fusion (:mod:`retold.retrieve.confidence`).
 """
 
 from __future__ import annotations
