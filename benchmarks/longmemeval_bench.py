@@ -384,7 +384,7 @@ def run_all(questions: list[dict[str, Any]], stores: Path | None, config_file: P
             if write_s is not None:
                 write_times.append(write_s)
             dumped += [{"question": a.question, "type": a.qtype, "trigger": a.trigger,
-                        "negative": a.negative, "gold": sorted(a.gold),
+                        "haystack": q["question_id"], "negative": a.negative, "gold": sorted(a.gold),
                         "returned": [sorted(t) for t in a.returned["retold"]],
                         "row": rows.get(a.search_id or ""),
                         "turns_of": _turns_of(rows.get(a.search_id or ""), ids)} for a in asked]

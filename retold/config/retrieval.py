@@ -115,8 +115,8 @@ class GateConfig:
     weights: SignalWeights = field(default_factory=lambda: SignalWeights(
         beyond_names=6.726, asked_coverage=0.82, unknown_name=-3.267, lead=2.882))
     bias: float = -2.638
-    answer_at: PerTrigger = field(default_factory=lambda: PerTrigger(tool=0.23, host=0.82))
-    tail_fraction: PerTrigger = field(default_factory=lambda: PerTrigger(tool=0.2, host=0.85))
+    answer_at: PerTrigger = field(default_factory=lambda: PerTrigger(tool=0.23, host=0.85))
+    tail_fraction: PerTrigger = field(default_factory=lambda: PerTrigger(tool=0.3, host=0.85))
     # The embedding model these values were fitted for; the runtime refuses to run the
     # packaged model's other precision under them.
     calibrated_for: str = "sentence-transformers/all-MiniLM-L6-v2"
