@@ -134,6 +134,9 @@ def own_searches(logged: dict[str, Any]) -> list[Search]:
 def lme_searches(dumped: list[dict[str, Any]]) -> list[Search]:
     """The dumped searches; haystacks alternate between the two halves in file order, which
     holds each type's questions together, so each half has half of every type."""
+    if any("haystack" not in d for d in dumped):
+        raise SystemExit("the LongMemEval dump predates the haystack field: write it again with "
+                         "`longmemeval_bench --all --dump`")
     order = {h: i for i, h in enumerate(dict.fromkeys(d["haystack"] for d in dumped))}
     return [Search("L", d["trigger"], d["row"], frozenset(d["gold"]),
                    {rid: frozenset(turns) for rid, turns in d["turns_of"].items()}, d["type"],
