@@ -23,9 +23,9 @@ The steps, each with the reason it is the way it is:
 2. **Tool threshold, recall first.** The highest threshold under which at most
    ``TOOL_MAX_EMPTY`` of the answerable questions of each fit set come back empty: a model
    that asked judges what it reads, so a search abstains only when the score says the
-   store holds nothing on the question. The share is half the most a user should see
-   empty, since a threshold read off a hundred-odd questions moves with the sample (the
-   split check below measures by how much).
+   store holds nothing on the question. The share is a third of the most a user should
+   see empty (3%), since a threshold read off a hundred-odd questions moves with the
+   sample (the split check below measures by how much).
 3. **Host-issued threshold, precision first.** The lowest threshold that abstains on at
    least ``AUTO_MIN_ABSTAIN`` of the unanswerable questions of each fit set: nobody asked
    for such a search, and memory injected into an ordinary turn costs more than a miss.
@@ -526,11 +526,11 @@ def _table(report: dict[str, Any]) -> list[list[str]]:
         rows.append([f"host tail {t['host_tail']:.2f}{mark}", "", "records / precision / recall at host_k",
                      f"unseen: {u['records']:.2f} / {u['precision']:.3f} / {u['recall']:.3f}; "
                      f"LongMemEval: {m['records']:.2f} / {m['precision']:.3f} / {m['recall']:.3f}"])
+    def split(figs: dict[str, Any]) -> str:
+        return (f"empty {figs['tool_answered_empty']:.3f}, R@5 {figs['tool_recall_at_5']:.3f}, "
+                f"R@10 {figs['tool_recall_at_10']:.3f}, "
+                f"negatives abstained (host) {figs['host_abstained']:.3f}")
     for v in report["split"]:
-        def split(figs: dict[str, Any]) -> str:
-            return (f"empty {figs['tool_answered_empty']:.3f}, R@5 {figs['tool_recall_at_5']:.3f}, "
-                    f"R@10 {figs['tool_recall_at_10']:.3f}, "
-                    f"negatives abstained (host) {figs['host_abstained']:.3f}")
         rows.append([f"LongMemEval half {1 - v['fitted_on']}, fitted on half {v['fitted_on']} "
                      f"(tool at {v['answer_at']['tool']:.2f}, tail {v['tail_fraction']['tool']:.2f})",
                      str(v["held_out"]["answerable"]), f"held out: {split(v['held_out'])}",
