@@ -22,7 +22,7 @@ from retold.adapters.base import MemorySession, new_session_id
 from retold.broker.scheduler import CeleryScheduler, scheduler_from_config
 from retold.config import Config, config_to_dict, is_database_url
 from retold.config.env import SCRIPTED_MODEL_ENV, load_config_from_environment
-from retold.errors import ConfigError, EmbeddingMismatchError
+from retold.errors import ConfigError, EmbeddingMismatchError, StoreMissingError
 from retold.host import MemoryHost
 from retold.hosted import CompletionClient, HostedError, client_from_config
 from retold.index.embedder import Embedder, check_model_files, embedder_from_config, packaged_model
@@ -46,6 +46,9 @@ from retold.retrieve.retriever import Retriever
 from retold.retrieve.rewrite import NoRewriter, QueryRewriter, rewriter_from_config
 from retold.retrieve.search_log import SearchLogWriter
 from retold.store import EmbeddingFamily, Store, open_store
+from retold.store.location import tenant_exists
+from retold.store.postgres.url import redact as redact_target
+from retold.tenant import check_tenant
 from retold.tools.handlers import ToolHandlers
 from retold.util import Clock, SystemClock
 from retold.utility.admission import ADMISSION_PROMPT_VERSION, AdmissionJudge, HostedAdmissionJudge
@@ -79,6 +82,7 @@ class Runtime:
         environ: Mapping[str, str] | None = None,
     ) -> None:
         self.config = config
+        self.tenant = store.tenant  # the namespace every part below reads and writes
         self.store = store
         self.embedder = embedder
         self.clock = clock
@@ -335,6 +339,7 @@ def build_runtime(
     environ: Mapping[str, str] | None = None,
     allow_migration_issues: bool = False,
     allow_embedding_mismatch: bool = False,
+    tenant: str | None = None,
 ) -> Runtime:
     """Open (and migrate) the configured store and wire every part.
 
@@ -365,10 +370,17 @@ def build_runtime(
     if embedder is None and not allow_embedding_mismatch:
         check_model_files(config.embedding)
     clock = clock or SystemClock()
+    tenant = check_tenant(config.tenancy.tenant if tenant is None else tenant, "tenant")
+    if tenant != config.tenancy.tenant:
+        config = config.replace({"tenancy": {"tenant": tenant}})
+    if not tenant_exists(config.store.target, tenant):
+        raise StoreMissingError(f"no tenant {tenant!r} in store {redact_target(config.store.target)}; "
+                                f"add it with `retold tenant add {tenant}`")
     if not is_database_url(config.store.target) and config.store.path != ":memory:":
         Path(config.store.path).parent.mkdir(parents=True, exist_ok=True)
     store = open_store(
         config.store.target,
+        tenant=tenant,
         busy_timeout_seconds=config.store.busy_timeout_seconds,
         clock=clock,
         allow_migration_issues=allow_migration_issues,

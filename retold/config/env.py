@@ -8,8 +8,8 @@ winning:
 1. the defaults of :class:`~retold.config.Config`;
 2. the config file: the path the caller names (``retold --config``, ``load_config(path)``),
    else ``RETOLD_CONFIG``, else ``config.yaml`` in the working folder if there is one;
-3. ``RETOLD_STORE`` (``store.path``, or ``store.url`` when it is a PostgreSQL URL) and
-   ``RETOLD_BROKER_URL`` (``queue.broker_url``);
+3. ``RETOLD_STORE`` (``store.path``, or ``store.url`` when it is a PostgreSQL URL),
+   ``RETOLD_BROKER_URL`` (``queue.broker_url``) and ``RETOLD_TENANT`` (``tenancy.tenant``);
 4. the caller's own overrides (``retold --store``).
 
 ``store.url`` wins over ``store.path`` inside one layer, but a later layer that names a
@@ -35,19 +35,21 @@ from typing import Any
 from retold.config import Config, is_database_url, read_config
 
 __all__ = [
-    "BROKER_ENV", "CONFIG_ENV", "LOCAL_CONFIG", "SCRIPTED_MODEL_ENV", "STORE_ENV", "load_config",
-    "load_config_from_environment", "store_key", "store_target",
+    "BROKER_ENV", "CONFIG_ENV", "LOCAL_CONFIG", "SCRIPTED_MODEL_ENV", "STORE_ENV", "TENANT_ENV",
+    "load_config", "load_config_from_environment", "store_key", "store_target",
 ]
 
 CONFIG_ENV = "RETOLD_CONFIG"
 STORE_ENV = "RETOLD_STORE"
 BROKER_ENV = "RETOLD_BROKER_URL"
+TENANT_ENV = "RETOLD_TENANT"
 # Read by the runtime, not the config: it swaps the adapters' chat model for a scripted one.
 SCRIPTED_MODEL_ENV = "RETOLD_SCRIPTED_MODEL"
 LOCAL_CONFIG = "config.yaml"  # looked for in the working folder when nothing names a file
 
 # variable -> (block, key) it overrides
-_OVERRIDES = {STORE_ENV: ("store", "path"), BROKER_ENV: ("queue", "broker_url")}
+_OVERRIDES = {STORE_ENV: ("store", "path"), BROKER_ENV: ("queue", "broker_url"),
+              TENANT_ENV: ("tenancy", "tenant")}
 
 
 def store_key(target: str) -> str:

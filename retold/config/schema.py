@@ -50,6 +50,7 @@ from retold.config.tokens import (
 )
 from retold.config.utility import RollbackConfig, UtilityConfig, utility_errors
 from retold.errors import ConfigError
+from retold.tenant import check_tenant
 from retold.util import to_plain
 
 __all__ = [
@@ -63,30 +64,31 @@ __all__ = [
     "GateConfig",
     "HostedConfig",
     "IngestionConfig",
+    "LifecycleConfig",
     "McpConfig",
     "McpTokenConfig",
-    "UiConfig",
-    "UiTokenConfig",
     "MetricsConfig",
     "PerTrigger",
     "PolicyConfig",
     "QueueConfig",
     "RerankerConfig",
-    "LifecycleConfig",
     "RetentionConfig",
     "RetrievalConfig",
     "RewriteConfig",
+    "RollbackConfig",
     "SchedulerMode",
+    "ScopeCaps",
     "SearchLogConfig",
     "SessionsConfig",
     "SignalWeights",
-    "ScopeCaps",
     "SourceRanks",
     "StoreConfig",
+    "TenancyConfig",
     "ToolsConfig",
     "TriggerConfig",
+    "UiConfig",
+    "UiTokenConfig",
     "UtilityConfig",
-    "RollbackConfig",
     "config_to_dict",
     "is_database_url",
     "read_config",
@@ -124,6 +126,15 @@ class StoreConfig:
     def target(self) -> str:
         """What the store opens: the URL when one is set, else the SQLite path."""
         return self.url or self.path
+
+
+@dataclass(frozen=True, slots=True)
+class TenancyConfig:
+    """``tenancy:`` - the tenant a process serves unless told otherwise, and the memory
+    pack that holds each tenant's policies."""
+
+    tenant: str = "default"  # the namespace this process reads and writes (RETOLD_TENANT, --tenant)
+    pack: str | None = None  # the memory pack YAML: a default pack and per-tenant overrides
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,6 +317,7 @@ class Config:
     """The whole configuration; build it with :func:`retold.load_config`."""
 
     store: StoreConfig = field(default_factory=StoreConfig)
+    tenancy: TenancyConfig = field(default_factory=TenancyConfig)
     embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)
     reranker: RerankerConfig = field(default_factory=RerankerConfig)
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
@@ -360,6 +372,7 @@ def _from_layers(layers: list[Mapping[str, Any]]) -> Config:
         built: Config = build_block(Config, merged, "", errors)
     except Invalid:
         raise ConfigError("; ".join(errors)) from None
+    check_tenant(built.tenancy.tenant, "tenancy.tenant")
     # A null floor means "not calibrated", so an enabled reranker needs a real one.
     if built.reranker.enabled and built.reranker.floor is None:
         raise ConfigError("reranker.floor: must be set when reranker.enabled is true")

@@ -39,6 +39,7 @@ from retold.store.fts import write_fts_rows
 from retold.store.migrations import LATEST, MigrationReport, check_is_retold, check_not_newer, migrate
 from retold.store.opening import connect, journal_mode, read_only_reason
 from retold.store.write_window import WriteWindow, read_window
+from retold.tenant import DEFAULT_TENANT
 from retold.util import Clock, SystemClock, from_iso, new_id, to_iso
 
 __all__ = ["ACTIVE_SQL", "LINK_ROLES", "Embedding", "NewEvent", "StoreBase", "chunks", "dt", "marks",
@@ -133,8 +134,12 @@ class StoreBase:
         allow_migration_issues: bool = False,
         migrate_schema: bool = True,
         read_only: bool = False,
+        tenant: str = DEFAULT_TENANT,
     ) -> None:
         self.path = str(path)  # what messages name (a PostgreSQL URL without its password)
+        # The tenant this connection is bound to: on SQLite the file already is the tenant's;
+        # PostgreSQL binds the connection to it (docs/decisions.md, "A tenant is a namespace").
+        self.tenant = tenant
         self._target = str(path)  # what a second connection opens
         self.clock: Clock = clock or SystemClock()
         self.busy_timeout_seconds = busy_timeout_seconds
@@ -199,7 +204,8 @@ class StoreBase:
         if self.path == ":memory:":
             raise StoreError("an in-memory store cannot be opened twice")
         return type(self)(self._target, busy_timeout_seconds=self.busy_timeout_seconds,
-                          clock=self.clock, migrate_schema=False, read_only=self._read_only_asked)
+                          clock=self.clock, migrate_schema=False, read_only=self._read_only_asked,
+                          tenant=self.tenant)
 
     def _refuse_foreign_file(self) -> None:
         """Refuse a directory; a file that is not SQLite is refused by ``connect``, which

@@ -24,6 +24,7 @@ from retold.store.postgres.connection import PgConnection
 from retold.store.postgres.reads import PgReads
 from retold.store.postgres.schema import migrate as pg_migrate
 from retold.store.postgres.url import conninfo, redact
+from retold.tenant import DEFAULT_TENANT
 
 __all__ = ["LOG_LOCK", "WRITE_LOCK", "PgStore"]
 
@@ -82,6 +83,9 @@ class PgStore(PgReads):
     def _open(self, migrate_schema: bool) -> None:
         import psycopg
 
+        if self.tenant != DEFAULT_TENANT:
+            raise StoreError(f"store {redact(self._target)}: tenant {self.tenant!r} does not exist; "
+                             "a PostgreSQL store holds only the default tenant so far")
         self._driver_errors = (psycopg.Error,)
         self._integrity_errors = (psycopg.IntegrityError,)
         self.read_only = self._read_only_asked
