@@ -1,9 +1,13 @@
-"""One Retold runtime per worker process.
+"""One Retold runtime per tenant a worker process serves.
 
-A prefork child builds it in ``worker_process_init`` so models load once per process, not
-per task; the solo and threads pools never send that signal, so :func:`current_runtime`
-also builds it on first use. It is closed on ``worker_process_shutdown`` (prefork
-children) and ``worker_shutdown`` (the main process of the solo and threads pools).
+A prefork child builds the configured tenant's runtime in ``worker_process_init`` so
+models load once per process, not per task; the solo and threads pools never send that
+signal, so :func:`current_runtime` also builds it on first use. A task of another tenant
+builds that tenant's runtime on first use, sharing the first runtime's embedder, so the
+process holds each tenant's store and vectors only once it serves that tenant
+(docs/decisions.md, "A tenant is a namespace"). Every runtime is closed on
+``worker_process_shutdown`` (prefork children) and ``worker_shutdown`` (the main process of
+the solo and threads pools).
 
 Offline/demo mode: ``RETOLD_REPLAY_EXTRACTION=/path/recording.json`` (or a folder of
 ``<session id>.json`` recordings) makes the worker extract every session with
@@ -25,58 +29,81 @@ from typing import Any
 from celery.signals import worker_process_init, worker_process_shutdown, worker_shutdown
 
 from retold.broker import CeleryScheduler
+from retold.index.embedder import Embedder
+from retold.index.encoding import TenantQueries
 from retold.ingest.extractor import ReplayExtractor
 from retold.ingest.reviewer import TableReviewer
 from retold.quiet import silence_progress_output
 from retold.runtime import Runtime, build_runtime
+from retold.store.location import list_tenants, tenant_exists
 from workers.app import app, config_from_environment
 
-__all__ = ["close_runtime", "current_runtime", "open_runtime"]
+__all__ = ["close_runtime", "current_runtime", "open_runtime", "served_tenants"]
 
 log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
-_runtime: Runtime | None = None
+_runtimes: dict[str | None, Runtime] = {}  # None: the configured tenant's
 
 
-def open_runtime() -> Runtime:
-    """Build this process's runtime from the environment's config. Its scheduler publishes
-    through this worker's own app (the idle sweep schedules what it ends), whatever
-    ``queue.scheduler`` says: a worker exists to take sessions off the broker. Model
-    libraries' progress bars are switched off first: Celery logs stderr as warnings."""
+def open_runtime(tenant: str | None = None, *, embedder: Embedder | None = None) -> Runtime:
+    """Build this process's runtime for ``tenant`` (default: the config's) from the
+    environment's config. Its scheduler publishes through this worker's own app (the idle
+    sweep schedules what it ends), whatever ``queue.scheduler`` says: a worker exists to
+    take sessions off the broker. Model libraries' progress bars are switched off first:
+    Celery logs stderr as warnings."""
     silence_progress_output()
     config = config_from_environment()
+    if tenant is not None:
+        config = config.replace({"tenancy": {"tenant": tenant}})
     scheduler = CeleryScheduler(config, app=app)
     replay = os.environ.get("RETOLD_REPLAY_EXTRACTION")
     if replay:
         log.warning("replay mode: extracting with %s and accepting every candidate", replay)
         return build_runtime(config, scheduler=scheduler, extractor=ReplayExtractor(replay),
-                             reviewer=TableReviewer())
-    return build_runtime(config, scheduler=scheduler)
+                             reviewer=TableReviewer(), embedder=embedder)
+    return build_runtime(config, scheduler=scheduler, embedder=embedder)
 
 
-def current_runtime() -> Runtime:
-    """This process's runtime, built on first use."""
-    global _runtime
+def current_runtime(tenant: str | None = None) -> Runtime:
+    """This process's runtime for ``tenant`` (default: the configured tenant), built on
+    first use. A tenant dropped since its runtime was built is refused, and its runtime
+    closed, rather than written into a file that no longer belongs to the store."""
     with _lock:
-        if _runtime is None:
-            _runtime = open_runtime()
-        return _runtime
+        home = _runtimes.get(None)
+        if home is None:
+            home = _runtimes[None] = open_runtime()
+        if tenant is None or tenant == home.tenant:
+            return home
+        runtime = _runtimes.get(tenant)
+        if runtime is not None and not tenant_exists(home.config.store.target, tenant):
+            del _runtimes[tenant]
+            runtime.close()
+            runtime = None
+        if runtime is None:
+            shared = home.embedder.shared if isinstance(home.embedder, TenantQueries) else home.embedder
+            queries = TenantQueries(shared, home.config.embedding.query_cache_entries)
+            runtime = _runtimes[tenant] = open_runtime(tenant, embedder=queries)
+        return runtime
+
+
+def served_tenants() -> list[str]:
+    """Every tenant of the store this worker serves: what a periodic sweep goes through."""
+    return list_tenants(current_runtime().config.store.target)
 
 
 def close_runtime() -> None:
-    """Close this process's runtime, if built; safe to call twice."""
-    global _runtime
+    """Close every runtime this process built; safe to call twice."""
     with _lock:
-        runtime, _runtime = _runtime, None
-    if runtime is not None:
+        runtimes = list(_runtimes.values())
+        _runtimes.clear()
+    for runtime in runtimes:
         runtime.close()
 
 
 def _on_process_init(**_: Any) -> None:
-    global _runtime
     with _lock:
-        _runtime = None  # never share a runtime (an open SQLite file) across a fork
+        _runtimes.clear()  # never share a runtime (an open SQLite file) across a fork
     current_runtime()
 
 

@@ -1,6 +1,8 @@
 """The Celery tasks: each loads ids, calls one part the worker's runtime built
 (``rt.extraction``, ``rt.operations``, ``rt.hooks``) and returns a small JSON dict, so the logic stays
-testable without Celery. Every task is idempotent, so
+testable without Celery. A session's task names its tenant (none: the default tenant) and
+runs in that tenant's runtime; a periodic sweep runs once in every tenant of the store,
+each through its own runtime, and reports the totals. Every task is idempotent, so
 a redelivered or re-enqueued message is harmless: the session claim makes a second
 extraction of the same session a no-op, the sweeps change only rows still due, and
 ``recover`` only enqueues what is due and not already queued
@@ -25,14 +27,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from retold.broker.identity import broker_instance
+from retold.broker.scheduler import tenant_kwargs
 from retold.broker.waiting import waiting_sessions
 from retold.errors import ExtractionError
 from retold.operations import TEMPORAL_REVIEWER
+from retold.runtime import Runtime
+from retold.store.integrity import IntegrityReport
+from retold.tenant import DEFAULT_TENANT
 from workers.app import app, purge_consumed_messages
-from workers.process_runtime import current_runtime
+from workers.process_runtime import current_runtime, served_tenants
 from workers.progress import task_progress
 
 __all__ = [
@@ -51,94 +57,129 @@ def _task(name: str, *, throws: tuple[type[Exception], ...] = (), bind: bool = F
 
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MAINTENANCE_ACTOR = "admin"
 """The actor recorded on the sweeps' events: the operator default, as in the CLI."""
 
 
-def _extract(session_id: str) -> dict[str, Any]:
+def _extract(session_id: str, tenant: str) -> dict[str, Any]:
     # The runner resumes at the stage the session has persisted, so both extraction
     # tasks run the same body; their names keep the queue's view of the work honest.
-    result = current_runtime().extraction.run(session_id)
+    result = current_runtime(tenant).extraction.run(session_id)
     if result.failed:
         raise ExtractionError(f"session {session_id} {result.outcome}: {result.reason}")
     return {"session_id": session_id, "outcome": result.outcome, "counts": result.counts}
 
 
 @_task("retold.extract_session", throws=(ExtractionError,))
-def extract_session(session_id: str) -> dict[str, Any]:
-    return _extract(session_id)
+def extract_session(session_id: str, tenant: str = DEFAULT_TENANT) -> dict[str, Any]:
+    return _extract(session_id, tenant)
 
 
 @_task("retold.review_session", throws=(ExtractionError,))
-def review_session(session_id: str) -> dict[str, Any]:
-    return _extract(session_id)
+def review_session(session_id: str, tenant: str = DEFAULT_TENANT) -> dict[str, Any]:
+    return _extract(session_id, tenant)
 
 
-def _send(session_id: str, stage: str) -> None:
-    """Publish one session to the task that resumes it at ``stage``."""
-    task = review_session if stage == "review" else extract_session
-    task.apply_async(args=[session_id])
+def _sender(tenant: str) -> Callable[[str, str], None]:
+    """Publish one of ``tenant``'s sessions to the task that resumes it at ``stage``."""
+
+    def send(session_id: str, stage: str) -> None:
+        task = review_session if stage == "review" else extract_session
+        task.apply_async(args=[session_id], kwargs=tenant_kwargs(tenant))
+
+    return send
+
+
+def _each_tenant(sweep: Callable[[Runtime], T]) -> list[tuple[str, T]]:
+    """Run ``sweep`` in every tenant of the store, each through its own runtime, so a
+    sweep never reads two tenants through one connection; each tenant's result."""
+    return [(tenant, sweep(current_runtime(tenant))) for tenant in served_tenants()]
+
+
+def _totals(results: list[tuple[str, Any]], **fields: str) -> dict[str, int]:
+    """``{key: sum of each result's attribute}`` for ``key=attribute`` in ``fields``."""
+    return {key: sum(getattr(result, attr) for _tenant, result in results) for key, attr in fields.items()}
+
+
+def _waiting(rt: Runtime, url: str) -> frozenset[str] | None:
+    """The sessions of ``rt``'s tenant whose messages wait in its extraction queue."""
+    return waiting_sessions(url, (rt.config.queue.extraction_queue,), tenant=rt.tenant)
 
 
 @_task("retold.recover")
 def recover() -> dict[str, Any]:
     url = str(app.conf.broker_url)
-    rt = current_runtime()
-    waiting = waiting_sessions(url, (rt.config.queue.extraction_queue,))
-    return {"enqueued": rt.extraction.enqueue_due(_send, broker_instance(url), waiting)}
+    instance = broker_instance(url)
+    found = _each_tenant(lambda rt: rt.extraction.enqueue_due(_sender(rt.tenant), instance,
+                                                              _waiting(rt, url)))
+    return {"enqueued": [sid for _tenant, sids in found for sid in sids]}
 
 
 @_task("retold.end_idle_sessions")
 def end_idle_sessions() -> dict[str, Any]:
-    return {"ended": current_runtime().hooks.end_idle()}
+    ended = _each_tenant(lambda rt: rt.hooks.end_idle())
+    return {"ended": [sid for _tenant, sids in ended for sid in sids]}
 
 
 @_task("retold.temporal_review")
 def temporal_review() -> dict[str, Any]:
-    return {"flagged": current_runtime().operations.review_due(TEMPORAL_REVIEWER)}
+    flagged = _each_tenant(lambda rt: rt.operations.review_due(TEMPORAL_REVIEWER))
+    return {"flagged": sum(n for _tenant, n in flagged)}
 
 
 @_task("retold.expire")
 def expire() -> dict[str, Any]:
-    return {"expired": current_runtime().operations.expire(MAINTENANCE_ACTOR)}
+    expired = _each_tenant(lambda rt: rt.operations.expire(MAINTENANCE_ACTOR))
+    return {"expired": sum(n for _tenant, n in expired)}
 
 
 @_task("retold.retain")
 def retain() -> dict[str, Any]:
-    result = current_runtime().operations.retain(MAINTENANCE_ACTOR)
-    return {"blanked": result.sessions_blanked, "search_logs_deleted": result.search_logs_deleted,
-            "event_payloads_thinned": result.event_payloads_thinned,
-            "forgotten_erased": result.forgotten_erased}
+    results = _each_tenant(lambda rt: rt.operations.retain(MAINTENANCE_ACTOR))
+    return _totals(results, blanked="sessions_blanked", search_logs_deleted="search_logs_deleted",
+                   event_payloads_thinned="event_payloads_thinned", forgotten_erased="forgotten_erased")
 
 
 @_task("retold.backfill")
 def backfill() -> dict[str, Any]:
-    result = current_runtime().operations.backfill()
-    return {"embedded": result.embedded, "pending": result.pending, "error": result.error}
+    results = _each_tenant(lambda rt: rt.operations.backfill())
+    errors = [r.error if t == DEFAULT_TENANT else f"{t}: {r.error}" for t, r in results if r.error]
+    return {**_totals(results, embedded="embedded", pending="pending"), "error": "; ".join(errors) or None}
+
+
+def _check_result(reports: list[tuple[str, IntegrityReport | None]]) -> dict[str, Any]:
+    """The periodic check's result over every tenant, logging each damaged one."""
+    checked = [(tenant, report) for tenant, report in reports if report is not None]
+    if not checked:
+        return {"checked": False}
+    for tenant, report in checked:
+        if report.damaged:
+            log.error("store %s failed its periodic check: %s (`retold check --store %s --tenant %s` lists "
+                      "the problems)", report.path, report.summary(), report.path, tenant)
+    summary = "; ".join(r.summary() if t == DEFAULT_TENANT else f"{t}: {r.summary()}" for t, r in checked)
+    return {"checked": True, "ok": all(r.ok for _t, r in checked),
+            "damaged": any(r.damaged for _t, r in checked), "summary": summary}
 
 
 @_task("retold.check")
 def check() -> dict[str, Any]:
-    report = current_runtime().operations.check(quick=True)
-    if report is None:
-        return {"checked": False}
-    if report.damaged:
-        log.error("store %s failed its periodic check: %s (`retold check --store %s` lists the problems)",
-                  report.path, report.summary(), report.path)
-    return {"checked": True, "ok": report.ok, "damaged": report.damaged, "summary": report.summary()}
+    return _check_result(_each_tenant(lambda rt: rt.operations.check(quick=True)))
 
 
 @_task("retold.capacity")
 def capacity() -> dict[str, Any]:
-    results = current_runtime().operations.capacity(MAINTENANCE_ACTOR)
+    results = [r for _tenant, found in _each_tenant(lambda rt: rt.operations.capacity(MAINTENANCE_ACTOR))
+               for r in found]
     return {"scopes_over": len(results), "archived": sum(len(r.archived) for r in results)}
 
 
 @_task("retold.reembed", bind=True)
-def reembed(self: Any, model: str, version: str, dims: int | None = None) -> dict[str, Any]:
-    result = current_runtime().operations.reembed(model, version, dims=dims, actor=MAINTENANCE_ACTOR,
-                                                  progress=task_progress(self))
+def reembed(self: Any, model: str, version: str, dims: int | None = None,
+            tenant: str = DEFAULT_TENANT) -> dict[str, Any]:
+    result = current_runtime(tenant).operations.reembed(model, version, dims=dims, actor=MAINTENANCE_ACTOR,
+                                                        progress=task_progress(self))
     return {"model": result.model, "version": result.version, "embedded": result.embedded,
             "resumed": result.resumed, "dropped": result.dropped}
 

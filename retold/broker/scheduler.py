@@ -3,7 +3,8 @@
 ``celery`` (the default) publishes each ended session to the configured broker, where a
 worker built from the same config consumes it; ``in_process`` extracts it in the calling
 process (docs/decisions.md, "One configuration for agents and workers"). The message
-carries only the session id, never memory content: SQLite is the truth.
+carries only the session id and, outside the default tenant, the tenant's name, never
+memory content: the store is the truth.
 """
 
 from __future__ import annotations
@@ -14,11 +15,19 @@ from typing import TYPE_CHECKING
 
 from retold.config import Config
 from retold.ingest.session import ExtractionScheduler, InProcessScheduler
+from retold.tenant import DEFAULT_TENANT
 
 if TYPE_CHECKING:
     from celery import Celery
 
-__all__ = ["CeleryScheduler", "scheduler_from_config"]
+__all__ = ["CeleryScheduler", "scheduler_from_config", "tenant_kwargs"]
+
+
+def tenant_kwargs(tenant: str) -> dict[str, str]:
+    """The keyword arguments that name ``tenant`` in a task message: none for the default
+    tenant, so a message reads as it did before tenants existed and a worker of either age
+    takes it."""
+    return {} if tenant == DEFAULT_TENANT else {"tenant": tenant}
 
 
 class CeleryScheduler:
@@ -59,7 +68,13 @@ class CeleryScheduler:
 
     def schedule(self, session_id: str) -> None:
         """Publish one session id, once; raises the broker's error when it cannot."""
-        self.app.send_task("retold.extract_session", args=[session_id], queue=self.queue, retry=False)
+        self.app.send_task("retold.extract_session", args=[session_id], kwargs=tenant_kwargs(self.tenant),
+                           queue=self.queue, retry=False)
+
+    @property
+    def tenant(self) -> str:
+        """The tenant whose sessions this scheduler publishes."""
+        return self.config.tenancy.tenant
 
     def close(self) -> None:
         """Release the broker connections of an app this scheduler built; safe to call twice."""

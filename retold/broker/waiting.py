@@ -20,15 +20,18 @@ import json
 from collections.abc import Iterable
 
 from retold.broker.celery_app import EXTRACTION_TASKS
+from retold.tenant import DEFAULT_TENANT
 
 __all__ = ["waiting_sessions"]
 
 _REDIS = ("redis://", "rediss://")
 
 
-def waiting_sessions(url: str, queues: Iterable[str], timeout_seconds: float = 2.0) -> frozenset[str] | None:
-    """The session ids of the extraction and review messages waiting in ``queues`` of the
-    Redis ``url`` names, or None for another broker or one that does not answer."""
+def waiting_sessions(url: str, queues: Iterable[str], timeout_seconds: float = 2.0, *,
+                     tenant: str = DEFAULT_TENANT) -> frozenset[str] | None:
+    """The session ids of ``tenant``'s extraction and review messages waiting in ``queues``
+    of the Redis ``url`` names, or None for another broker or one that does not answer.
+    Tenants may use the same session ids, so a message counts only for its own tenant."""
     if not url.startswith(_REDIS):
         return None
     import redis
@@ -36,7 +39,7 @@ def waiting_sessions(url: str, queues: Iterable[str], timeout_seconds: float = 2
     client = redis.Redis.from_url(url, socket_timeout=timeout_seconds,
                                   socket_connect_timeout=timeout_seconds)
     try:
-        found = {_session_of(raw) for queue in queues for raw in client.lrange(queue, 0, -1)}
+        found = {_session_of(raw, tenant) for queue in queues for raw in client.lrange(queue, 0, -1)}
     except (redis.RedisError, OSError):
         return None
     finally:
@@ -44,8 +47,9 @@ def waiting_sessions(url: str, queues: Iterable[str], timeout_seconds: float = 2
     return frozenset(sid for sid in found if sid is not None)
 
 
-def _session_of(raw: bytes | str) -> str | None:
-    """The session id an extraction or review message carries (its first argument)."""
+def _session_of(raw: bytes | str, tenant: str) -> str | None:
+    """The session id an extraction or review message of ``tenant`` carries (its first
+    argument; a message without a tenant keyword is the default tenant's)."""
     try:
         message = json.loads(raw)
         if message.get("headers", {}).get("task") not in EXTRACTION_TASKS:
@@ -53,7 +57,9 @@ def _session_of(raw: bytes | str) -> str | None:
         body = message["body"]
         if message.get("properties", {}).get("body_encoding") == "base64":
             body = base64.b64decode(body)
-        args = json.loads(body)[0]
+        args, kwargs = json.loads(body)[:2]
+        if str(kwargs.get("tenant", DEFAULT_TENANT)) != tenant:
+            return None
         return str(args[0]) if args else None
     except (ValueError, KeyError, IndexError, TypeError):
         return None

@@ -29,6 +29,7 @@ from retold.cli import (
     retry,
     reviews,
     serve,
+    tenants,
     ui,
 )
 from retold.cli.common import Parser, Refused
@@ -46,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     for group in (maintenance, migrate_store, retry, check, serve, records, portable, access, members,
-                  reviews, observe, bundles, ui):
+                  reviews, observe, bundles, ui, tenants):
         group.register(commands)
     return parser
 

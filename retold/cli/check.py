@@ -19,7 +19,7 @@ from retold.cli.common import add_command, cli_config
 from retold.errors import StoreError, StoreMissingError
 from retold.store.damage import damage_noted
 from retold.store.integrity import IntegrityReport
-from retold.store.location import check_store_at
+from retold.store.location import check_store_at, tenant_exists, tenant_store_path
 
 __all__ = ["EXIT_PROBLEMS", "register", "render"]
 
@@ -31,13 +31,19 @@ def register(commands: Any) -> None:
     def run(args: argparse.Namespace) -> int:
         config = cli_config(args)
         wait = config.store.busy_timeout_seconds
+        target = config.store.target
         if not config.store.url:
             path = config.store.path
             if path == ":memory:":
                 raise StoreError("an in-memory store has no file to check")
             if not Path(path).exists():
                 raise StoreMissingError(f"no store at {path}")
-        report = check_store_at(config.store.target, quick=args.quick, busy_timeout=wait)
+            # On SQLite each tenant is a file of its own, and the check reads one file.
+            tenant = config.tenancy.tenant
+            if not tenant_exists(path, tenant):
+                raise StoreMissingError(f"no tenant {tenant!r} in store {path}")
+            target = str(tenant_store_path(path, tenant))
+        report = check_store_at(target, quick=args.quick, busy_timeout=wait)
         print(render(report))
         return 0 if report.ok else EXIT_PROBLEMS
 

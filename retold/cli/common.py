@@ -15,6 +15,7 @@ from retold.cli_failure import EXIT_ERROR
 from retold.config import Config
 from retold.config.env import load_config_from_environment, store_target
 from retold.models import Scope
+from retold.tenant import DEFAULT_TENANT
 from retold.util import to_plain
 
 if TYPE_CHECKING:
@@ -49,6 +50,8 @@ class Refused(Exception):
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--store", help="SQLite store file or PostgreSQL URL (default: $RETOLD_STORE, "
                         "else store.url or store.path from the config)")
+    parser.add_argument("--tenant", help="the tenant to read and write (default: $RETOLD_TENANT, else "
+                        "tenancy.tenant from the config, else default)")
     parser.add_argument("--config", help="config YAML (default: $RETOLD_CONFIG; defaults apply without "
                         "either)")
     parser.add_argument("--as", dest="actor", default=None,
@@ -77,6 +80,8 @@ def cli_config(args: argparse.Namespace) -> Config:
     overrides: dict[str, Any] = {}
     if args.store:
         overrides["store"] = store_target(args.store)
+    if getattr(args, "tenant", None):
+        overrides["tenancy"] = {"tenant": args.tenant}
     return load_config_from_environment(os.environ, args.config, overrides)
 
 
@@ -87,16 +92,18 @@ def actor(args: argparse.Namespace, default: str = "admin") -> str:
 def cli_runtime(
     args: argparse.Namespace, *, existing: bool = True, repairs: bool = False, models: bool = True
 ) -> Runtime:
-    """Build the runtime; ``existing`` refuses a store path that does not exist yet, so a
-    mistyped path never creates an empty store. ``repairs`` marks a command that fixes or
+    """Build the runtime for the tenant ``--tenant`` names (else the config's); ``existing``
+    refuses a store path that does not exist yet, so a mistyped path never creates an
+    empty store. ``repairs`` marks a command that fixes or
     replaces the store's vectors, so it may open a store of another embedding family;
     ``models=False`` marks one that never embeds (it only reads what the store recorded),
     so missing model files or another embedding family do not stop it either."""
     from retold.runtime import build_runtime
 
     config = cli_config(args)
+    # Another tenant's file is checked by build_runtime, which refuses a tenant never added.
     if (existing and not config.store.url and config.store.path != ":memory:"
-            and not Path(config.store.path).exists()):
+            and config.tenancy.tenant == DEFAULT_TENANT and not Path(config.store.path).exists()):
         raise Refused(f"no store at {config.store.path}")
     return build_runtime(config, allow_embedding_mismatch=repairs or not models)
 

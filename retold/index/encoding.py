@@ -18,7 +18,8 @@ import numpy.typing as npt
 from retold.errors import ConfigError, ModelMissingError
 
 __all__ = ["DEFAULT_MODEL", "INT8_MODEL", "INT8_SUFFIX", "CachedEmbedder", "Embedder", "Matrix",
-           "has_onnx_export", "is_int8", "mean_pool", "normalise", "packaged_model", "resolve_model_path"]
+           "TenantQueries", "has_onnx_export", "is_int8", "mean_pool", "normalise", "packaged_model",
+           "resolve_model_path"]
 
 Matrix = npt.NDArray[np.float32]
 
@@ -158,3 +159,25 @@ class CachedEmbedder:
                         while len(self._cache) > self._cache_cap:
                             self._cache.popitem(last=False)
         return np.stack([found[t] for t in texts]).astype(np.float32, copy=False)
+
+
+class TenantQueries(CachedEmbedder):
+    """One tenant's view of an embedder another tenant's runtime already loaded.
+
+    A process that serves several tenants loads the model once, but each tenant keeps a
+    query cache of its own: a cache shared across tenants would let one tenant's search
+    time show whether another asked the same question. Documents and cache misses go to
+    the shared model's uncached path.
+    """
+
+    def __init__(self, shared: Embedder, query_cache_entries: int) -> None:
+        super().__init__(shared.dims, int(getattr(shared, "max_chars", 2000)), query_cache_entries)
+        self.name, self.version = shared.name, shared.version
+        self.shared = shared
+
+    @property
+    def is_loaded(self) -> bool:
+        return self.shared.is_loaded
+
+    def _encode(self, texts: list[str]) -> Matrix:
+        return self.shared.embed_documents(texts)

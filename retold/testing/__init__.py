@@ -29,6 +29,8 @@ from retold.ingest.session import InProcessScheduler
 from retold.models import EntityMention, Principal, Record, Scope
 from retold.retrieve.rewrite import FakeRewriter, NoRewriter
 from retold.runtime import Runtime, build_runtime
+from retold.store.location import add_tenant
+from retold.tenant import DEFAULT_TENANT
 from retold.util import ManualClock, new_id
 from retold.utility.admission import ScriptedJudge
 from retold.utility.decision import Gap
@@ -165,10 +167,10 @@ class World:
 
 
 def make_world(tmp_path: Path, *, grant_personal: bool = True, store: str | None = None,
-               **ingestion: Any) -> World:
+               tenant: str = DEFAULT_TENANT, **ingestion: Any) -> World:
     """A store under ``tmp_path`` (or at ``store``, a path or a PostgreSQL URL) with
     ``research-agent`` granted ``user:aditya``, the user provisioned, and session ``s1``
-    open; ``ingestion`` overrides that config block."""
+    open, all in ``tenant`` (added when missing); ``ingestion`` overrides that config block."""
     embedder = FakeEmbedder()
     target = store or str(tmp_path / "memory.sqlite")
     # The config names the fake's own family, as the store records it, so a CLI or worker
@@ -182,8 +184,9 @@ def make_world(tmp_path: Path, *, grant_personal: bool = True, store: str | None
     clock = ManualClock(T0)
     judge = FakeJudge()
     # No hosted-model key reaches a test world, whatever the environment holds.
+    add_tenant(target, tenant)
     rt = build_runtime(config, clock=clock, embedder=embedder, judge=judge,
-                       scheduler=InProcessScheduler(), environ={})
+                       scheduler=InProcessScheduler(), environ={}, tenant=tenant)
     if grant_personal:
         rt.host.grant(AGENT, ADITYA, read=True, write=True)
     rt.host.provision_user("aditya", aliases=["Aditya"])

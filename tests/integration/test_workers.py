@@ -29,6 +29,7 @@ from retold.ingest.extractor import output_to_json
 from retold.ingest.session import InProcessScheduler
 from retold.models import CandidateRecord, ExtractionOutput, SessionSummary
 from retold.runtime import Runtime
+from retold.store.location import add_tenant
 from retold.testing import make_record
 from tests.celery_support import agent_runtime as open_runtime
 from tests.celery_support import flushed_redis as flushed
@@ -245,3 +246,31 @@ def test_beat_runs_the_maintenance_schedule(
         assert len(written_ids(rt)) == 1
     finally:
         rt.close()
+
+
+@pytest.mark.redis
+@pytest.mark.timeout(90)
+@pytest.mark.sqlite_only("a PostgreSQL store holds one tenant until row-level security binds it")
+def test_a_worker_extracts_each_session_into_its_own_tenant(
+    setup: Setup, flushed_redis: None, processes: Callable[..., subprocess.Popen[bytes]]
+) -> None:
+    """One worker, started with no tenant, serves every tenant of the store: a session ended
+    in tenant acme is extracted into acme, and the default tenant, which has a session of the
+    same id still open, gains nothing."""
+    config = setup.config(REDIS_URL)
+    add_tenant(config.store.target, "acme")
+    worker_log = setup.tmp / "tenants.log"
+    processes(worker_args("tenants"), setup.env(REDIS_URL), worker_log.name)
+    wait_for(lambda: worker_log.exists() and b"ready." in worker_log.read_bytes(), "the worker", [worker_log])
+    home = open_runtime(config, CeleryScheduler(config))
+    acme_config = config.replace({"tenancy": {"tenant": "acme"}})
+    acme = open_runtime(acme_config, CeleryScheduler(acme_config))
+    try:
+        talk(home, "s-shared")  # open, never ended
+        acme.hooks.on_session_end(talk(acme, "s-shared"))
+        wait_for(extracted(acme, "s-shared"), "the extraction in acme", [worker_log])
+        assert len(written_ids(acme)) == 1
+        assert written_ids(home) == [] and not extracted(home, "s-shared")()
+    finally:
+        home.close()
+        acme.close()

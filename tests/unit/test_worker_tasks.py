@@ -77,17 +77,23 @@ def test_sessions_ended_while_the_broker_is_unreachable_log_one_warning_and_stay
     assert [sid for sid, _stage in world.rt.extraction.pending()] == ["s0", "s1", "s2"]
 
 
+def serve_only(monkeypatch: pytest.MonkeyPatch, rt: Any) -> None:
+    """Make the tasks see one tenant, served by ``rt``."""
+    monkeypatch.setattr(workers.tasks, "current_runtime", lambda tenant=None: rt)
+    monkeypatch.setattr(workers.tasks, "served_tenants", lambda: [rt.tenant])
+
+
 def test_recover_enqueues_each_pending_session_by_stage(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     world.say("user", "Please keep every answer short.")
     world.rt.hooks.on_session_end(world.p)
     sent: list[tuple[str, list[Any]]] = []
-    monkeypatch.setattr(workers.tasks, "current_runtime", lambda: world.rt)
+    serve_only(monkeypatch, world.rt)
     monkeypatch.setattr(workers.tasks.extract_session, "apply_async",
-                        lambda args: sent.append(("extract", args)))
+                        lambda args, kwargs: sent.append(("extract", args)))
     monkeypatch.setattr(workers.tasks.review_session, "apply_async",
-                        lambda args: sent.append(("review", args)))
+                        lambda args, kwargs: sent.append(("review", args)))
     assert workers.tasks.recover.run() == {"enqueued": ["s1"]}
     assert sent == [("extract", ["s1"])]
 
@@ -95,7 +101,7 @@ def test_recover_enqueues_each_pending_session_by_stage(
 def test_the_sweep_tasks_call_operations_on_the_process_runtime(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(workers.tasks, "current_runtime", lambda: world.rt)
+    serve_only(monkeypatch, world.rt)
     past = make_record(status="provisional", expires_at=T0 - timedelta(days=1))
     world.rt.store.write_record(past)
     assert workers.tasks.expire.run() == {"expired": 1}
@@ -115,7 +121,7 @@ def test_the_sweep_tasks_call_operations_on_the_process_runtime(
 def test_the_idle_task_ends_quiet_sessions_and_schedules_them(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(workers.tasks, "current_runtime", lambda: world.rt)
+    serve_only(monkeypatch, world.rt)
     world.say("user", "Please keep every answer short.")
     world.clock.advance(minutes=world.rt.config.ingestion.session_idle_timeout_minutes - 1)
     assert workers.tasks.end_idle_sessions.run() == {"ended": []}
@@ -145,7 +151,7 @@ def test_the_worker_runtime_is_built_once_and_closed(
     monkeypatch.setenv("RETOLD_CONFIG", str(config))
     monkeypatch.delenv("RETOLD_STORE", raising=False)
     monkeypatch.delenv("RETOLD_REPLAY_EXTRACTION", raising=False)
-    monkeypatch.setattr(workers.process_runtime, "_runtime", None)
+    monkeypatch.setattr(workers.process_runtime, "_runtimes", {})
     try:
         first = workers.process_runtime.current_runtime()
         assert workers.process_runtime.current_runtime() is first
@@ -155,7 +161,7 @@ def test_the_worker_runtime_is_built_once_and_closed(
         assert isinstance(first.scheduler, CeleryScheduler) and first.scheduler.app is worker_app
     finally:
         workers.process_runtime.close_runtime()
-    assert workers.process_runtime._runtime is None
+    assert workers.process_runtime._runtimes == {}
     workers.process_runtime.close_runtime()  # safe twice
 
 
@@ -180,3 +186,40 @@ def test_replay_mode_uses_the_recording_and_an_accepting_reviewer(
         assert isinstance(rt.extractor, ReplayExtractor) and isinstance(rt.reviewer, TableReviewer)
     finally:
         rt.close()
+
+
+def test_the_sweeps_run_in_every_tenant_and_send_each_session_with_its_tenant(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from retold.store.location import add_tenant
+    from retold.testing import make_world
+
+    store = tmp_path / "w.sqlite"
+    home, acme = make_world(tmp_path, store=str(store)), make_world(tmp_path, store=str(store), tenant="acme")
+    for world in (home, acme):  # the same session id in both tenants, ended, not yet queued
+        world.say("user", "Please keep every answer short.")
+        world.rt.hooks.on_session_end(world.p)
+        world.rt.close()
+    assert add_tenant(store, "acme") is False
+    config = tmp_path / "config.yaml"
+    config.write_text(f"store:\n  path: {store}\nembedding:\n  model: fake\n")
+    monkeypatch.setenv("RETOLD_CONFIG", str(config))
+    monkeypatch.delenv("RETOLD_STORE", raising=False)
+    monkeypatch.delenv("RETOLD_TENANT", raising=False)
+    monkeypatch.setattr(workers.process_runtime, "_runtimes", {})
+    sent: list[tuple[list[Any], dict[str, str]]] = []
+    monkeypatch.setattr(workers.tasks.extract_session, "apply_async",
+                        lambda args, kwargs: sent.append((args, kwargs)))
+    try:
+        # The recover sweep goes through both tenants; each session is sent with its own.
+        assert sorted(workers.tasks.recover.run()["enqueued"]) == ["s1", "s1"]
+        assert sorted(sent, key=lambda s: len(s[1])) == [(["s1"], {}), (["s1"], {"tenant": "acme"})]
+        default_rt = workers.process_runtime.current_runtime()
+        acme_rt = workers.process_runtime.current_runtime("acme")
+        assert (default_rt.tenant, acme_rt.tenant) == ("default", "acme")
+        assert acme_rt.store.path != default_rt.store.path
+        assert workers.process_runtime.current_runtime("acme") is acme_rt
+        # The acme runtime keeps its own query cache over the home runtime's model.
+        assert acme_rt.embedder is not default_rt.embedder
+    finally:
+        workers.process_runtime.close_runtime()

@@ -1,0 +1,185 @@
+"""Tenants: one store, many customers' namespaces, none able to see another's.
+
+A canary shaped like a contact is planted in one tenant and looked for from another through
+the paths a user of the library, the command line or a worker takes; dropping a tenant
+leaves none of its bytes in the store's folder while other tenants answer as before.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from retold import build_runtime
+from retold.config import read_config
+from retold.errors import ConfigError, StoreError, StoreMissingError
+from retold.index.embedder import FakeEmbedder
+from retold.index.encoding import TenantQueries
+from retold.store.location import add_tenant, drop_tenant, list_tenants, tenant_exists, tenant_store_path
+from retold.testing import World, make_world
+
+pytestmark = pytest.mark.sqlite_only("a PostgreSQL store holds one tenant until row-level security binds it")
+
+CANARY = "Zebulon Quartzfield"
+EMAIL = "zebulon.quartzfield@canary.example"  # in no query: a result that holds it leaked
+CANARY_CONTACT = f"{CANARY}, {EMAIL}, +1 555 0199"
+
+
+def _plant(world: World) -> str:
+    written = world.write(content=f"The billing contact is {CANARY_CONTACT}.", attribute="billing_contact",
+                          entities=[("person", CANARY, "about")])
+    assert written.ok
+    assert written.record_id is not None
+    return written.record_id
+
+
+def _search(world: World, *queries: str) -> dict[str, object]:
+    found: dict[str, object] = world.rt.tools.call("memory_search", world.p, {"queries": list(queries)})
+    return found
+
+
+def _files_holding(folder: Path, needle: str) -> list[str]:
+    """Every file under ``folder`` whose bytes hold ``needle``."""
+    raw = needle.encode()
+    return [str(file) for file in folder.rglob("*") if file.is_file() and raw in file.read_bytes()]
+
+
+@pytest.fixture
+def two_tenants(tmp_path: Path, store_target: str) -> tuple[World, World]:
+    """Tenants acme and beta on one store, with the same agent, user and session ids."""
+    acme = make_world(tmp_path, store=store_target, tenant="acme")
+    beta = make_world(tmp_path, store=store_target, tenant="beta")
+    yield acme, beta
+    acme.rt.close()
+    beta.rt.close()
+
+
+def test_the_same_ids_in_two_tenants_name_two_namespaces(two_tenants: tuple[World, World]) -> None:
+    acme, beta = two_tenants
+    record_id = _plant(beta)
+    assert acme.p == beta.p  # the same agent, user and session in both
+    # Every read path of acme's runtime misses beta's record.
+    found = _search(acme, f"who is the billing contact {CANARY}", "billing contact")
+    assert found["results"] == [] and EMAIL not in json.dumps(found)
+    got = acme.rt.tools.call("memory_get", acme.p, {"ids": [record_id]})
+    assert EMAIL not in json.dumps(got)
+    assert acme.rt.store.get_record(record_id) is None
+    assert CANARY not in json.dumps(acme.rt.profiles.for_session(acme.p), default=str)
+    # acme's index holds only acme's vectors: beta's write costs it nothing.
+    acme.rt.refresh_index()
+    assert record_id not in acme.rt.index.ids
+    # beta still finds its own record.
+    found = _search(beta, "who is the billing contact")
+    assert [r["id"] for r in found["results"]] == [record_id]  # type: ignore[index]
+    assert beta.rt.tenant == "beta" and acme.rt.tenant == "acme"
+    assert beta.rt.store.path != acme.rt.store.path
+
+
+def test_a_tenant_never_added_is_refused_and_nothing_is_created(tmp_path: Path) -> None:
+    config = read_config(overrides={"store": {"path": str(tmp_path / "m.sqlite")},
+                                    "embedding": {"model": "fake"}})
+    with pytest.raises(StoreMissingError, match="no tenant 'acmee'.*retold tenant add acmee"):
+        build_runtime(config, tenant="acmee", embedder=FakeEmbedder())
+    assert not tenant_store_path(tmp_path / "m.sqlite", "acmee").exists()
+    with pytest.raises(ConfigError, match="tenant: 'Acme' is not a tenant name"):
+        build_runtime(config, tenant="Acme", embedder=FakeEmbedder())
+    with pytest.raises(ConfigError, match="tenancy.tenant: '../x' is not a tenant name"):
+        read_config(overrides={"tenancy": {"tenant": "../x"}})
+
+
+def test_a_store_written_before_tenants_is_the_default_tenant(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite"
+    world = make_world(tmp_path, store=str(path))  # no tenant named, as every store so far
+    record_id = _plant(world)
+    world.rt.close()
+    assert list_tenants(path) == ["default"]
+    again = make_world(tmp_path, store=str(path), tenant="default")
+    try:
+        assert again.rt.store.path == str(path)
+        assert [r["id"] for r in _search(again, "billing contact")["results"]] == [record_id]  # type: ignore[index]
+    finally:
+        again.rt.close()
+
+
+def test_dropping_a_tenant_leaves_none_of_its_bytes_and_others_intact(
+        tmp_path: Path, two_tenants: tuple[World, World]) -> None:
+    acme, beta = two_tenants
+    for n in range(12):
+        assert acme.write(content=f"Aditya reviews the ledger number {n} every Monday.",
+                          attribute=f"ledger_{n}").ok
+    _plant(beta)
+    beta.say("user", f"Please note {CANARY_CONTACT} handles billing now.")
+    _search(beta, f"who is {CANARY}")
+    beta.rt.flush_search_log()
+    before = [r["id"] for r in _search(acme, "which ledger does Aditya review")["results"]]  # type: ignore[index]
+    assert len(before) >= 5
+    folder = Path(acme.rt.config.store.path).parent
+    assert _files_holding(folder, EMAIL)  # the canary is on disk before the drop
+    beta.rt.close()
+    with pytest.raises(StoreError, match="default tenant is the store itself"):
+        drop_tenant(acme.rt.config.store.path, "default")
+    removed = drop_tenant(acme.rt.config.store.path, "beta")
+    assert any(item.endswith("beta.sqlite") for item in removed)
+    assert _files_holding(folder, EMAIL) == [] and _files_holding(folder, CANARY) == []
+    assert list_tenants(acme.rt.config.store.path) == ["default", "acme"]
+    assert not tenant_exists(acme.rt.config.store.path, "beta")
+    after = [r["id"] for r in _search(acme, "which ledger does Aditya review")["results"]]  # type: ignore[index]
+    assert after == before
+    with pytest.raises(StoreMissingError, match="no tenant 'beta'"):
+        drop_tenant(acme.rt.config.store.path, "beta")
+
+
+def test_tenants_keep_query_caches_of_their_own_over_one_model() -> None:
+    shared = FakeEmbedder()
+    acme, beta = TenantQueries(shared, 8), TenantQueries(shared, 8)
+    vector = acme.embed_queries(["who is the billing contact"])
+    assert (vector == shared.embed_documents(["who is the billing contact"])).all()
+    assert acme.cache_size == 1 and beta.cache_size == 0 and shared.cache_size == 0
+    assert (acme.name, acme.version, acme.dims) == (shared.name, shared.version, shared.dims)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "retold.cli", *args], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+
+
+def test_the_tenant_command_and_the_tenant_flag(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    store = tmp_path / "m.sqlite"
+    config.write_text(f"store:\n  path: {store}\nembedding:\n  model: fake\n")
+    common = ("--config", str(config))
+    assert _cli("tenant", "list", *common).stdout.split() == ["default"]
+    added = _cli("tenant", "add", "acme", *common)
+    assert added.returncode == 0 and "added tenant acme" in added.stdout
+    assert "already exists" in _cli("tenant", "add", "acme", *common).stdout
+    bad = _cli("tenant", "add", "Not/A/Name", *common)
+    assert bad.returncode == 1 and len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr
+    # A change and a read reach only the tenant the flag names.
+    assert _cli("members", "add", "project:apollo", "u1", "--tenant", "acme", *common).returncode == 0
+    assert _cli("members", "list", "project:apollo", "--tenant", "acme", *common).stdout.startswith("u1")
+    assert _cli("members", "add", "project:apollo", "u2", *common).returncode == 0  # the default tenant
+    assert _cli("members", "list", "project:apollo", *common).stdout.split()[0] == "u2"
+    assert "u2" not in _cli("members", "list", "project:apollo", "--tenant", "acme", *common).stdout
+    missing = _cli("members", "list", "project:apollo", "--tenant", "nobody", *common)
+    assert missing.returncode == 1 and "no tenant 'nobody'" in missing.stderr
+    assert not tenant_store_path(store, "nobody").exists()
+    refused = _cli("tenant", "drop", "acme", *common)
+    assert refused.returncode == 2 and "--yes" in refused.stderr
+    assert tenant_exists(store, "acme")
+    dropped = _cli("tenant", "drop", "acme", "--yes", *common)
+    assert dropped.returncode == 0 and "dropped tenant acme" in dropped.stdout
+    assert _cli("tenant", "list", *common).stdout.split() == ["default"]
+
+
+def test_add_tenant_is_idempotent_and_creates_a_migrated_empty_store(tmp_path: Path) -> None:
+    store = tmp_path / "m.sqlite"
+    assert add_tenant(store, "acme") is True
+    assert add_tenant(store, "acme") is False
+    config = read_config(overrides={"store": {"path": str(store)}, "embedding": {"model": "fake"}})
+    with build_runtime(config, tenant="acme", embedder=FakeEmbedder()) as rt:
+        assert rt.store.row_counts()["records"] == 0
