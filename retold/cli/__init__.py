@@ -24,6 +24,7 @@ from retold.cli import (
     members,
     migrate_store,
     observe,
+    pack,
     portable,
     records,
     retry,
@@ -46,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     for group in (maintenance, migrate_store, retry, check, serve, records, portable, access, members,
-                  reviews, observe, bundles, ui):
+                  reviews, observe, bundles, ui, pack):
         group.register(commands)
     return parser
 
