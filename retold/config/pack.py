@@ -182,6 +182,9 @@ class MemoryPack:
     governance: Governance = field(default_factory=Governance)
 
 
+_PROCEDURAL_ONLY = {f.name for f in dataclasses.fields(ProceduralPolicy)} - {
+    f.name for f in dataclasses.fields(ClassPolicy)}
+
 BUILTIN_PACK = MemoryPack()
 """The pack of a tenant no file speaks for: Retold's behaviour before packs existed."""
 
@@ -340,7 +343,10 @@ def _check_block(cls: type, data: object, key: str, errors: list[str]) -> dict[s
         sub = f"{key}.{name}"
         if name not in fields:
             near = difflib.get_close_matches(str(name), list(fields), n=1)
-            errors.append(f"{sub}: unknown key" + (f" (did you mean {near[0]!r}?)" if near else ""))
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            if cls is ClassPolicy and name in _PROCEDURAL_ONLY:
+                hint = " (only classes.procedural has it)"
+            errors.append(f"{sub}: unknown key{hint}")
             continue
         hint = _hints(cls)[name]
         if isinstance(hint, type) and dataclasses.is_dataclass(hint):
@@ -432,17 +438,19 @@ def _check_sensitivity(value: object, key: str, errors: list[str]) -> list[dict[
             continue
         before = len(errors)
         checked = _check_block(SensitivityClass, entry, at, errors)
-        name = checked.get("name")
-        if "name" not in entry:
-            errors.append(f"{at}.name: required")
-        elif not isinstance(name, str) or not _CLASS_NAME.fullmatch(name):
-            errors.append(f"{at}.name: must be 1-32 lower-case letters, digits or '_', starting with a "
-                          f"letter, got {entry['name']!r}")
-        elif name in seen:
-            errors.append(f"{at}.name: {name!r} is declared twice")
         if len(errors) > before:
             continue
-        assert isinstance(name, str)
+        name = checked.get("name")
+        if not isinstance(name, str):
+            errors.append(f"{at}.name: required")
+            continue
+        if not _CLASS_NAME.fullmatch(name):
+            errors.append(f"{at}.name: must be 1-32 lower-case letters, digits or '_', starting with a "
+                          f"letter, got {name!r}")
+            continue
+        if name in seen:
+            errors.append(f"{at}.name: {name!r} is declared twice")
+            continue
         seen.add(name)
         decided_by = checked.get("decided_by", "extractor_label")
         pattern = checked.get("pattern")

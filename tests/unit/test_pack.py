@@ -89,6 +89,15 @@ MALFORMED = [
      "default.governance.sensitivity_classes[1].name"),
     ("default:\n  governance: {redact_before_embedding: [phi]}\n",
      "default.governance.redact_before_embedding"),
+    ("default:\n  governance:\n    sensitivity_classes: [none, {decided_by: category}]\n",
+     "default.governance.sensitivity_classes[1].name"),
+    ("default:\n  governance:\n    sensitivity_classes: [none, 3]\n",
+     "default.governance.sensitivity_classes[1]"),
+    ("default:\n  governance:\n"
+     "    sensitivity_classes: [none, {name: phi, decided_by: category, pattern: x}]\n",
+     "default.governance.sensitivity_classes[1].pattern"),
+    ("default:\n  governance:\n    sensitivity_classes: [{name: none, decided_by: category}]\n",
+     "default.governance.sensitivity_classes[0]"),
     ("default:\n  governance: {erasure: shred}\n", "default.governance.erasure"),
     ("default:\n  governance: {audit_retention_days: 0}\n", "default.governance.audit_retention_days"),
     ("tenants:\n  Acme: {}\n", "tenants.Acme"),
@@ -122,6 +131,12 @@ def test_the_error_says_what_the_value_must_be(tmp_path: Path) -> None:
         load_pack_file(path)
     assert str(caught.value).startswith(
         "tenants.acme.classes.episodic.half_life_days: must be a positive number or null, got -3")
+
+
+def test_a_key_only_procedural_records_have_is_pointed_there(tmp_path: Path) -> None:
+    path = write(tmp_path, "default:\n  classes:\n    semantic: {promote_after_repeats: 3}\n")
+    with pytest.raises(ConfigError, match=r"promote_after_repeats: unknown key \(only classes.procedural"):
+        load_pack_file(path)
 
 
 def test_a_tenant_override_merges_over_the_default_with_sources(tmp_path: Path) -> None:
