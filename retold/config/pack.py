@@ -234,7 +234,7 @@ class PackFile:
 
 
 def load_pack_file(path: str | os.PathLike[str]) -> PackFile:
-    """Read and check the pack file at ``path``; a ConfigError names the first bad key."""
+    """Read and check the pack file at ``path``; one ConfigError line names every bad key."""
     shown = os.fspath(path)
     document = _read(shown)
     errors: list[str] = []
