@@ -22,6 +22,7 @@ from retold.adapters.base import MemorySession, new_session_id
 from retold.broker.scheduler import CeleryScheduler, scheduler_from_config
 from retold.config import Config, config_to_dict, is_database_url
 from retold.config.env import SCRIPTED_MODEL_ENV, load_config_from_environment
+from retold.config.pack import EffectivePack, effective_pack
 from retold.errors import ConfigError, EmbeddingMismatchError, StoreMissingError
 from retold.host import MemoryHost
 from retold.hosted import CompletionClient, HostedError, client_from_config
@@ -119,6 +120,14 @@ class Runtime:
         chat model they were handed, so an example runs with no key and no network and
         says in its replies that no model was called."""
         return self._environ.get(SCRIPTED_MODEL_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+    @cached_property
+    def pack(self) -> EffectivePack:
+        """This tenant's memory pack from ``tenancy.pack`` (the built-in pack when null),
+        with where each value came from. Nothing in the pipeline reads it yet: the parts
+        still take their settings from the config, and are to move onto the pack one
+        behaviour at a time. :func:`build_runtime` has already checked the file."""
+        return effective_pack(self.config.tenancy.pack, self.tenant)
 
     @cached_property
     def judge(self) -> EquivalenceJudge:
@@ -364,6 +373,9 @@ def build_runtime(
     and dense search would find nothing. ``allow_embedding_mismatch`` is for the commands
     that repair or replace the store (``migrate``, ``reembed``, ``snapshot load``); they
     skip both checks, since a repair may run where the model is not installed.
+
+    A memory pack file (``tenancy.pack``) that fails its check raises
+    :class:`~retold.errors.ConfigError` before the store is opened.
     """
     env: Mapping[str, str] = os.environ if environ is None else environ
     config = config or load_config_from_environment(env)
@@ -376,6 +388,7 @@ def build_runtime(
     if not tenant_exists(config.store.target, tenant):
         raise StoreMissingError(f"no tenant {tenant!r} in store {redact_target(config.store.target)}; "
                                 f"add it with `retold tenant add {tenant}`")
+    effective_pack(config.tenancy.pack, tenant)  # a broken pack file fails here, not mid-session
     if not is_database_url(config.store.target) and config.store.path != ":memory:":
         Path(config.store.path).parent.mkdir(parents=True, exist_ok=True)
     store = open_store(

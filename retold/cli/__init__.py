@@ -24,6 +24,7 @@ from retold.cli import (
     members,
     migrate_store,
     observe,
+    pack,
     portable,
     records,
     retry,
@@ -47,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     for group in (maintenance, migrate_store, retry, check, serve, records, portable, access, members,
-                  reviews, observe, bundles, ui, tenants):
+                  reviews, observe, bundles, ui, tenants, pack):
         group.register(commands)
     return parser
 

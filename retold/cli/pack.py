@@ -1,0 +1,78 @@
+"""``retold pack check|show``: the memory pack file that holds each tenant's policies.
+
+``check`` reads a pack file the way a runtime would and says whether it holds; ``show``
+prints the pack one tenant runs under, with where each value came from (Retold's
+built-in pack, the file's default pack, or the tenant's override). Neither opens a store.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from retold.cli.common import Refused, add_command, cli_config, print_json
+from retold.config.pack import EffectivePack, effective_pack, load_pack_file
+from retold.util import to_plain
+
+__all__ = ["register"]
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    if args.action == "check":
+        path = args.file or args.pack or cli_config(args).tenancy.pack
+        if not path:
+            raise Refused("pack check needs FILE (or tenancy.pack in the config)")
+        checked = load_pack_file(path)
+        count = len(checked.overrides)
+        print(f"ok: {count} tenant override{'' if count == 1 else 's'}")
+        return 0
+    if args.file:
+        raise Refused("pack show takes the file as --pack FILE")
+    config = cli_config(args)
+    path = args.pack or config.tenancy.pack
+    effective = effective_pack(path, args.tenant or config.tenancy.tenant)
+    if args.json:
+        print_json({"tenant": effective.tenant, "pack_file": path, "pack": effective.pack,
+                    "sources": effective.sources()})
+    else:
+        _print_table(effective, path)
+    return 0
+
+
+def _print_table(effective: EffectivePack, path: str | None) -> None:
+    print(f"tenant {effective.tenant}, pack file {path or 'none (built-in pack)'}")
+    # The value goes last: a list of sensitivity classes is long and would push the
+    # source column off the screen.
+    key_width = max(len(leaf.key) for leaf in effective.leaves)
+    source_width = max(len(leaf.source) for leaf in effective.leaves)
+    for leaf in effective.leaves:
+        print(f"{leaf.key:<{key_width}}  {leaf.source:<{source_width}}  {_text(to_plain(leaf.value))}")
+
+
+def _text(value: Any) -> str:
+    """A value as YAML writes it inline: null, true, [a, b], {name: pii, ...}."""
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    if isinstance(value, list):
+        return "[" + ", ".join(_text(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_text(v)}" for k, v in value.items() if v is not None) + "}"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def register(commands: Any) -> None:
+    """Register ``pack`` on the ``retold`` parser's subcommands."""
+    # resolve: --tenant here names the pack to show, whatever the common flags say it means.
+    parser = add_command(
+        commands, "pack", _cmd, "check a memory pack file, or show one tenant's effective pack",
+        "Memory packs hold each tenant's memory policies: a default pack plus per-tenant"
+        " overrides in one YAML file (docs/packs.md). `check FILE` validates the file and prints"
+        " how many tenants it overrides, or one line naming the first bad key; `show` prints the"
+        " pack a tenant runs under with each value's source (built-in, pack default or tenant T)."
+        " The pipeline does not act on pack values yet.",
+        conflict_handler="resolve")
+    parser.add_argument("action", choices=["check", "show"], help="check a file, or show a tenant's pack")
+    parser.add_argument("file", nargs="?", help="check: the pack file (default: tenancy.pack in the config)")
+    parser.add_argument("--tenant", help="show: the tenant (default: tenancy.tenant in the config)")
+    parser.add_argument("--pack", help="the pack file (default: tenancy.pack in the config)")
+    parser.add_argument("--json", action="store_true", help="show: one JSON object with values and sources")
