@@ -183,3 +183,29 @@ def test_add_tenant_is_idempotent_and_creates_a_migrated_empty_store(tmp_path: P
     config = read_config(overrides={"store": {"path": str(store)}, "embedding": {"model": "fake"}})
     with build_runtime(config, tenant="acme", embedder=FakeEmbedder()) as rt:
         assert rt.store.row_counts()["records"] == 0
+
+
+def test_an_operator_of_one_tenant_sees_nothing_of_another_in_the_inspector(
+        two_tenants: tuple[World, World]) -> None:
+    pytest.importorskip("starlette")
+    from starlette.testclient import TestClient
+
+    from retold.ui.access import token_digest
+    from retold.ui.app import create_app
+
+    acme, beta = two_tenants
+    record_id = _plant(beta)
+    beta.say("user", f"Please note {CANARY_CONTACT} handles billing now.")
+    token = "operator-token-acme-0001"
+    config = acme.rt.config.replace({"ui": {"tokens": [{"sha256": token_digest(token), "operator": "ops"}]}})
+    with build_runtime(config, clock=acme.clock, embedder=acme.embedder, judge=acme.judge, environ={},
+                       tenant="acme") as rt:
+        client = TestClient(create_app(rt), headers={"authorization": f"Bearer {token}"},
+                            follow_redirects=False)
+        pages = [client.get(url) for url in ("/scopes", "/records", "/entities", "/sessions", "/sessions/s1",
+                                             "/reviews")]
+        ask = {"q": "who is the billing contact", "agent": acme.p.agent_id, "user": acme.p.user_id}
+        pages.append(client.get("/search", params=ask))
+        assert [page.status_code for page in pages] == [200] * len(pages)
+        assert all(CANARY not in page.text for page in pages)
+        assert client.get(f"/records/{record_id}").status_code == 404
