@@ -12,7 +12,8 @@ reports the same numbers, and no counter lives in a worker's memory to be lost o
 each scrape reads the store afresh, a restart loses nothing, and one worker's endpoint
 describes the whole deployment. Totals are counters; session states, queue depths and lag
 percentiles are gauges. A count shrinks only when retention or erasure removes rows,
-which Prometheus reads as a counter reset.
+which Prometheus reads as a counter reset. The endpoint reads every tenant of the store,
+one runtime each, and labels each number with its tenant.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 import logging
 import math
 import sqlite3
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from threading import Thread
@@ -138,45 +139,50 @@ def nearest_rank(ordered: list[float], quantile: float) -> float:
 # -- the Prometheus form ---------------------------------------------------------------
 
 
-def families(m: Metrics) -> list[Metric]:
-    """Every metric family of one reading."""
+def families(readings: Mapping[str, Metrics]) -> list[Metric]:
+    """Every metric family of one reading per tenant: each family from the store carries a
+    ``tenant`` label, so one tenant's numbers never add into another's; the queues are the
+    deployment's, read once."""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 
-    writes = CounterMetricFamily("retold_writes", "Memory writes by outcome.", labels=["outcome"])
-    for outcome, n in m.writes.items():
-        writes.add_metric([outcome], n)
-    searches = CounterMetricFamily("retold_searches", "Logged searches by trigger.", labels=["trigger"])
-    empty = CounterMetricFamily("retold_searches_empty",
-                                "Logged searches that returned nothing, by trigger.", labels=["trigger"])
-    for trigger, counts in m.searches_by_trigger.items():
-        searches.add_metric([trigger], counts.total)
-        empty.add_metric([trigger], counts.empty)
+    by = ["tenant"]
+    writes = CounterMetricFamily("retold_writes", "Memory writes by outcome.", labels=[*by, "outcome"])
+    searches = CounterMetricFamily("retold_searches", "Logged searches by trigger.", labels=[*by, "trigger"])
+    empty = CounterMetricFamily("retold_searches_empty", "Logged searches that returned nothing, by trigger.",
+                                labels=[*by, "trigger"])
     extractions = CounterMetricFamily("retold_extractions", "Extraction runs by outcome.",
-                                      labels=["outcome"])
-    for outcome, n in m.extractions.items():
-        extractions.add_metric([outcome], n)
-    sessions = GaugeMetricFamily("retold_sessions", "Sessions by extraction state.", labels=["state"])
-    for state, n in m.sessions.items():
-        sessions.add_metric([state], n)
-    lag = m.extraction_lag
-    out: list[Metric] = [writes, searches, empty, extractions, sessions, SummaryMetricFamily(
-        "retold_extraction_lag_seconds", "Seconds from a session's end to its extraction.",
-        count_value=lag.count, sum_value=lag.total_seconds)]
+                                      labels=[*by, "outcome"])
+    sessions = GaugeMetricFamily("retold_sessions", "Sessions by extraction state.", labels=[*by, "state"])
+    lag = SummaryMetricFamily("retold_extraction_lag_seconds",
+                              "Seconds from a session's end to its extraction.", labels=by)
     quantiles = GaugeMetricFamily("retold_extraction_lag_quantile_seconds",
-                                  "Nearest-rank quantiles of the extraction lag.", labels=["quantile"])
-    for name, value in (("0.5", lag.p50_seconds), ("0.95", lag.p95_seconds), ("1", lag.max_seconds)):
-        if value is not None:
-            quantiles.add_metric([name], value)
-    out.append(quantiles)
-    out.append(GaugeMetricFamily("retold_embeddings_pending",
-                                 "Records stored without their vector, waiting for the backfill.",
-                                 value=m.embeddings_pending))
-    if m.queue is not None:
+                                  "Nearest-rank quantiles of the extraction lag.", labels=[*by, "quantile"])
+    pending = GaugeMetricFamily("retold_embeddings_pending",
+                                "Records stored without their vector, waiting for the backfill.", labels=by)
+    for tenant, m in readings.items():
+        for outcome, n in m.writes.items():
+            writes.add_metric([tenant, outcome], n)
+        for trigger, counts in m.searches_by_trigger.items():
+            searches.add_metric([tenant, trigger], counts.total)
+            empty.add_metric([tenant, trigger], counts.empty)
+        for outcome, n in m.extractions.items():
+            extractions.add_metric([tenant, outcome], n)
+        for state, n in m.sessions.items():
+            sessions.add_metric([tenant, state], n)
+        lag.add_metric([tenant], count_value=m.extraction_lag.count, sum_value=m.extraction_lag.total_seconds)
+        for name, value in (("0.5", m.extraction_lag.p50_seconds), ("0.95", m.extraction_lag.p95_seconds),
+                            ("1", m.extraction_lag.max_seconds)):
+            if value is not None:
+                quantiles.add_metric([tenant, name], value)
+        pending.add_metric([tenant], m.embeddings_pending)
+    out: list[Metric] = [writes, searches, empty, extractions, sessions, lag, quantiles, pending]
+    queue = next((m.queue for m in readings.values() if m.queue is not None), None)
+    if queue is not None:
         out.append(GaugeMetricFamily("retold_broker_up", "1 when the broker answered within 2 s.",
-                                     value=int(m.queue.reachable)))
+                                     value=int(queue.reachable)))
         depth = GaugeMetricFamily("retold_queue_depth", "Messages waiting per queue.", labels=["queue"])
-        for queue, n in m.queue.depths.items():
-            depth.add_metric([queue], n)
+        for name, n in queue.depths.items():
+            depth.add_metric([name], n)
         out.append(depth)
     return out
 
@@ -185,7 +191,7 @@ class RetoldCollector:
     """A Prometheus collector that calls ``read`` on every scrape. A store that cannot be
     read turns into ``retold_up 0`` (logged), never into a failed scrape."""
 
-    def __init__(self, read: Callable[[], Metrics]) -> None:
+    def __init__(self, read: Callable[[], Mapping[str, Metrics]]) -> None:
         self._read = read
 
     def collect(self) -> Iterable[Metric]:
@@ -216,9 +222,9 @@ class MetricsEndpoint:
         self._thread.join(5)
 
 
-def serve_metrics(read: Callable[[], Metrics], host: str, port: int) -> MetricsEndpoint:
-    """Serve ``read``'s metrics at ``http://host:port/metrics`` from a daemon thread; raises
-    OSError when the port is taken."""
+def serve_metrics(read: Callable[[], Mapping[str, Metrics]], host: str, port: int) -> MetricsEndpoint:
+    """Serve ``read``'s metrics (one reading per tenant) at ``http://host:port/metrics``
+    from a daemon thread; raises OSError when the port is taken."""
     from prometheus_client import start_http_server
     from prometheus_client.registry import CollectorRegistry
 

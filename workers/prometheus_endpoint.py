@@ -29,15 +29,21 @@ __all__ = ["read_metrics", "start_endpoint"]
 log = logging.getLogger(__name__)
 
 
-def read_metrics(config: Config) -> Metrics:
-    """One reading of the store ``config`` names and of its broker's queues."""
+def read_metrics(config: Config) -> dict[str, Metrics]:
+    """One reading of each tenant of the store ``config`` names, each through that tenant's
+    own runtime, and of the broker's queues (read once, with the first tenant's)."""
     from retold.broker.depth import queue_depths
     from retold.observability import collect_metrics
     from retold.runtime import build_runtime
+    from retold.store.location import list_tenants
 
     lease = timedelta(seconds=config.ingestion.extraction_lease_seconds)
-    with build_runtime(config, allow_embedding_mismatch=True) as rt:  # reads only; no model
-        return collect_metrics(rt.store, rt.clock.now(), lease, queue=queue_depths(config))
+    readings: dict[str, Metrics] = {}
+    for tenant in list_tenants(config.store.target):
+        queue = queue_depths(config) if not readings else None
+        with build_runtime(config, allow_embedding_mismatch=True, tenant=tenant) as rt:  # reads only
+            readings[tenant] = collect_metrics(rt.store, rt.clock.now(), lease, queue=queue)
+    return readings
 
 
 def start_endpoint(config: Config) -> MetricsEndpoint | None:

@@ -16,6 +16,7 @@ import pytest
 from retold import build_runtime, load_config
 from retold.ingest.session import InProcessScheduler
 from retold.models import Principal
+from retold.store.location import add_tenant
 from tests.celery_support import store_yaml, wait_for
 from tests.optional import need
 from tests.ports import free_port
@@ -40,6 +41,9 @@ def test_a_worker_with_a_metrics_port_serves_the_stores_numbers(tmp_path: Path, 
     loaded = load_config(config)
     with build_runtime(loaded, scheduler=InProcessScheduler()) as rt:
         rt.hooks.on_turn(Principal("agent-a", "cleo", "s-open", None), "user", "Hello there, worker.")
+    add_tenant(loaded.store.target, "acme")  # a second tenant, counted under its own label
+    with build_runtime(loaded, scheduler=InProcessScheduler(), tenant="acme") as rt:
+        rt.hooks.on_turn(Principal("agent-a", "cleo", "s-acme", None), "user", "Hello from acme.")
     log = tmp_path / "worker.log"
     env = {**os.environ, "RETOLD_CONFIG": str(config), "HF_HUB_OFFLINE": "1"}
     env.pop("RETOLD_STORE", None)
@@ -52,10 +56,13 @@ def test_a_worker_with_a_metrics_port_serves_the_stores_numbers(tmp_path: Path, 
     try:
         wait_for(lambda: _scrape(port) is not None, "the metrics endpoint", [log], timeout=60)
         first = _scrape(port) or ""
-        assert "retold_up 1.0" in first and 'retold_sessions{state="open"} 1.0' in first
+        assert "retold_up 1.0" in first and 'retold_sessions{state="open",tenant="default"} 1.0' in first
+        assert 'retold_sessions{state="open",tenant="acme"} 1.0' in first
         with build_runtime(loaded, scheduler=InProcessScheduler()) as rt:
             rt.hooks.on_session_end(Principal("agent-a", "cleo", "s-open", None))
-        assert 'retold_sessions{state="pending"} 1.0' in (_scrape(port) or "")
+        second = _scrape(port) or ""
+        assert 'retold_sessions{state="pending",tenant="default"} 1.0' in second
+        assert 'retold_sessions{state="open",tenant="acme"} 1.0' in second
         assert f"metrics at http://127.0.0.1:{port}/metrics" in log.read_text()
     finally:
         worker.terminate()

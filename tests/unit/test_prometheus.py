@@ -27,9 +27,9 @@ def _scrape(port: int) -> list[str]:
         return [line for line in response.read().decode().splitlines() if not line.startswith("#")]
 
 
-def _reading(world: World) -> Metrics:
-    return collect_metrics(world.rt.store, world.clock.now(), timedelta(minutes=30),
-                           queue=QueueDepths("redis://broker:6379/0", True, {"extraction": 4}))
+def _reading(world: World) -> dict[str, Metrics]:
+    return {"default": collect_metrics(world.rt.store, world.clock.now(), timedelta(minutes=30),
+                                       queue=QueueDepths("redis://broker:6379/0", True, {"extraction": 4}))}
 
 
 def test_a_scrape_shows_the_stores_counts_and_follows_new_rows(world: World) -> None:
@@ -39,23 +39,23 @@ def test_a_scrape_shows_the_stores_counts_and_follows_new_rows(world: World) -> 
     endpoint = serve_metrics(lambda: _reading(world), "127.0.0.1", 0)
     try:
         first = _scrape(endpoint.port)
-        assert 'retold_writes_total{outcome="created"} 1.0' in first
-        assert 'retold_sessions{state="open"} 1.0' in first
+        assert 'retold_writes_total{outcome="created",tenant="default"} 1.0' in first
+        assert 'retold_sessions{state="open",tenant="default"} 1.0' in first
         assert 'retold_queue_depth{queue="extraction"} 4.0' in first
         assert "retold_broker_up 1.0" in first and "retold_up 1.0" in first
-        assert "retold_extraction_lag_seconds_count 0.0" in first
+        assert 'retold_extraction_lag_seconds_count{tenant="default"} 0.0' in first
         assert not any(line.startswith("retold_searches_total") for line in first)
         world.rt.retriever.search(world.p, SearchRequest(["quantum chromodynamics lecture notes"]))
         world.rt.flush_search_log()
         second = _scrape(endpoint.port)
-        assert 'retold_searches_total{trigger="tool"} 1.0' in second
-        assert 'retold_searches_empty_total{trigger="tool"} 1.0' in second
+        assert 'retold_searches_total{tenant="default",trigger="tool"} 1.0' in second
+        assert 'retold_searches_empty_total{tenant="default",trigger="tool"} 1.0' in second
     finally:
         endpoint.close()
 
 
 def test_an_unreadable_store_scrapes_as_down_not_as_an_error(world: World) -> None:
-    def broken() -> Metrics:
+    def broken() -> dict[str, Metrics]:
         raise StoreError("store is damaged")
 
     endpoint = serve_metrics(broken, "127.0.0.1", 0)
@@ -77,7 +77,7 @@ def test_a_worker_serves_the_endpoint_only_when_a_port_is_configured(
     assert endpoint is not None
     try:
         lines = _scrape(port)
-        assert 'retold_sessions{state="open"} 1.0' in lines
+        assert 'retold_sessions{state="open",tenant="default"} 1.0' in lines
         assert 'retold_queue_depth{queue="extraction"} 0.0' in lines  # the embedded broker, empty
         with caplog.at_level(logging.WARNING, logger="workers.prometheus_endpoint"):
             assert start_endpoint(config) is None  # a second worker on the same port
