@@ -32,6 +32,7 @@ from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from retold import build_runtime, load_config  # noqa: E402
 from retold.mcp_server import PROFILE_URI, token_digest  # noqa: E402
 from retold.models import Principal, Scope  # noqa: E402
+from retold.store.location import add_tenant, tenant_store_path  # noqa: E402
 from tests.ports import free_port, wait_listening  # noqa: E402
 from tests.sql import rows  # noqa: E402
 
@@ -373,3 +374,36 @@ def test_an_agent_without_a_grant_is_told_so_rather_than_served_an_empty_memory(
     answer = seen["call"].structured_content
     assert answer["results"] == [] and "holds no grant" in answer["empty_reason"]
     assert "holds no grant" in _text(seen["call"])  # the text the model reads
+
+
+def test_stdio_serves_only_the_tenant_it_was_started_for(store: tuple[Path, Path]) -> None:
+    """The same agent and user in two tenants: a server started for acme never returns what
+    the default tenant holds, and writes only into acme."""
+    path, config = store
+    secret = "Cleo's billing contact is Zebulon Quartzfield, zq@canary.example."
+    with _runtime(path, config) as rt:
+        done = rt.tools.call("memory_write", Principal(AGENT, USER), {**WRITE, "content": secret,
+                                                                      "attribute": "billing"})
+        assert done["outcome"] == "created", done
+    add_tenant(path, "acme")
+    with build_runtime(load_config(config, overrides={"store": {"path": str(path)}}), tenant="acme") as rt:
+        rt.host.grant(AGENT, Scope("user", USER), read=True, write=True)
+    params = StdioServerParameters(
+        command=sys.executable, cwd=str(ROOT), env=ENV,
+        args=["-m", "retold.cli", "mcp", "--store", str(path), "--config", str(config), "--tenant", "acme",
+              "--agent", AGENT, "--user", USER])
+
+    async def drive() -> None:
+        with anyio.fail_after(WAIT * 2):
+            async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+                await session.initialize()
+                found = await session.call_tool("memory_search", {"queries": ["Cleo billing contact"]})
+                assert not found.is_error and found.structured_content["results"] == []
+                assert "canary" not in _text(found)
+                written = await session.call_tool("memory_write", WRITE)
+                assert not written.is_error, _text(written)
+
+    anyio.run(drive)
+    with _runtime(path, config) as rt:  # the default tenant gained nothing
+        assert [r.content for r in rt.store.find_records(content=WRITE["content"])] == []
+    assert rows(tenant_store_path(path, "acme"), "SELECT count(*) FROM records") == [(1,)]
