@@ -230,11 +230,13 @@ class Operations:
 
     def import_lines(self, lines: Iterable[str], principal: Principal, *, into: Scope | None = None,
                      confirm: bool = False, actor: str = "admin",
-                     progress: Callable[[int, int], None] | None = None) -> ImportResult:
+                     progress: Callable[[int, int], None] | None = None,
+                     from_tenant: str | None = None) -> ImportResult:
         """Import an export file as ``principal`` would write it; see
         :class:`retold.portable.importer.Importer`."""
         importer = Importer(self.store, self.index, self.embedder, self.config, self.clock)
-        return importer.run(lines, principal, into=into, confirm=confirm, actor=actor, progress=progress)
+        return importer.run(lines, principal, into=into, confirm=confirm, actor=actor, progress=progress,
+                            from_tenant=from_tenant)
 
     def review_due(self, actor: str = TEMPORAL_REVIEWER) -> int:
         """Flag one bounded batch of records whose ``review_at`` has arrived; returns how

@@ -51,7 +51,8 @@ def _cmd_import(args: argparse.Namespace) -> int:
     with cli_runtime(args) as rt, path.open(encoding="utf-8") as lines:
         try:
             result = rt.operations.import_lines(lines, principal, into=args.into, confirm=args.confirm,
-                                                actor=actor(args), progress=_progress)
+                                                actor=actor(args), progress=_progress,
+                                                from_tenant=args.from_tenant)
         except ImportRefused as err:
             raise Refused(str(err), EXIT_REFUSED) from None
     if sys.stderr.isatty():
@@ -93,5 +94,6 @@ def register(commands: Any) -> None:
     imp.add_argument("--user", required=True, help="the user the import writes for")
     imp.add_argument("--project", help="the principal's project, when its grants need one")
     imp.add_argument("--into", type=scope_arg, help="land every record in this scope instead of the file's")
+    imp.add_argument("--from-tenant", help="accept a file exported from this other tenant (else refused)")
     imp.add_argument("--confirm", action="store_true",
                      help="keep each record's status (the operator vouches for the file)")

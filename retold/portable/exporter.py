@@ -44,7 +44,7 @@ def export_scope(store: Store, scope: Scope, out: TextIO, clock: Clock, *, inclu
     entities = [e for e in (store.get_entity(i) for i in entity_ids) if e is not None]
     counts = {"entities": len(entities), "records": store.portable_count(scope, statuses)}
     out.write(dumps(header_line(scope, family, counts, include_history=include_history,
-                                include_events=include_events, at=clock.now())) + "\n")
+                                include_events=include_events, at=clock.now(), tenant=store.tenant)) + "\n")
     for entity in entities:
         out.write(dumps(entity_line(entity)) + "\n")
     records = vectors = events = 0

@@ -109,15 +109,22 @@ class Importer:
         self.config, self.clock = config, clock
 
     def run(self, lines: Iterable[str], principal: Principal, *, into: Scope | None = None,
-            confirm: bool = False, actor: str = "admin", progress: Progress | None = None) -> ImportResult:
+            confirm: bool = False, actor: str = "admin", progress: Progress | None = None,
+            from_tenant: str | None = None) -> ImportResult:
         """Import every line; raises ImportRefused (nothing written) when the file or the
-        target scope is refused as a whole."""
+        target scope is refused as a whole. A file exported from another tenant is refused
+        unless ``from_tenant`` names that tenant: moving one customer's memory into another's
+        namespace is a decision someone makes on purpose, never what a mistyped flag does."""
         started = time.perf_counter()
         numbered = iter(enumerate(lines, start=1))
         first = next(numbered, None)
         if first is None:
             raise ImportRefused("the file is empty; nothing was imported")
         header = read_header(first[1])
+        if header.tenant is not None and header.tenant != self.store.tenant and header.tenant != from_tenant:
+            raise ImportRefused(f"the file was exported from tenant {header.tenant}, not {self.store.tenant};"
+                                f" name it with --from-tenant {header.tenant} to import it here; nothing was"
+                                " imported")
         target = into or header.scope
         if not can_write(self.store, principal, target):
             raise ImportRefused(f"agent {principal.agent_id} for user {principal.user_id} may not write"

@@ -43,6 +43,7 @@ class ExportHeader:
     scope: Scope
     family: EmbeddingFamily | None
     counts: dict[str, int]
+    tenant: str | None = None  # the tenant it was exported from; None in files from before tenants
 
 
 def dumps(obj: dict[str, Any]) -> str:
@@ -61,8 +62,9 @@ def decode_vector(text: str, dims: int) -> np.ndarray:
 
 
 def header_line(scope: Scope, family: EmbeddingFamily | None, counts: dict[str, int], *,
-                include_history: bool, include_events: bool, at: datetime) -> dict[str, Any]:
-    return {"line": "header", "retold_export": FORMAT, "schema_version": LATEST, "scope": str(scope),
+                include_history: bool, include_events: bool, at: datetime, tenant: str) -> dict[str, Any]:
+    return {"line": "header", "retold_export": FORMAT, "schema_version": LATEST, "tenant": tenant,
+            "scope": str(scope),
             "embedding": None if family is None else {"model": family.model, "version": family.version,
                                                       "dims": family.dims},
             "include_history": include_history, "include_events": include_events, "counts": counts,
@@ -104,4 +106,6 @@ def read_header(text: str) -> ExportHeader:
     except (ValueError, KeyError, TypeError) as exc:
         raise ImportRefused(f"line 1: the header is malformed ({exc}); nothing was imported") from None
     counts = obj["counts"] if isinstance(obj.get("counts"), dict) else {}
-    return ExportHeader(fmt, schema, scope, family, {str(k): int(v) for k, v in counts.items()})
+    tenant = obj.get("tenant")
+    return ExportHeader(fmt, schema, scope, family, {str(k): int(v) for k, v in counts.items()},
+                        None if tenant is None else str(tenant))

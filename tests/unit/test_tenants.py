@@ -209,3 +209,22 @@ def test_an_operator_of_one_tenant_sees_nothing_of_another_in_the_inspector(
         assert [page.status_code for page in pages] == [200] * len(pages)
         assert all(CANARY not in page.text for page in pages)
         assert client.get(f"/records/{record_id}").status_code == 404
+
+
+def test_an_export_names_its_tenant_and_another_tenant_takes_it_only_when_told(
+        two_tenants: tuple[World, World]) -> None:
+    import io
+
+    from retold.models import Scope
+    from retold.portable.lines import ImportRefused
+
+    acme, beta = two_tenants
+    _plant(beta)
+    out = io.StringIO()
+    beta.rt.operations.export(Scope("user", "aditya"), out)
+    assert json.loads(out.getvalue().splitlines()[0])["tenant"] == "beta"
+    with pytest.raises(ImportRefused, match="exported from tenant beta, not acme; name it with --from-tenant"):
+        acme.rt.operations.import_lines(out.getvalue().splitlines(), acme.p)
+    assert _search(acme, "billing contact")["results"] == []
+    landed = acme.rt.operations.import_lines(out.getvalue().splitlines(), acme.p, from_tenant="beta")
+    assert landed.created == 1
