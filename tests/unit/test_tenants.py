@@ -70,10 +70,16 @@ def test_the_same_ids_in_two_tenants_name_two_namespaces(two_tenants: tuple[Worl
     assert EMAIL not in json.dumps(got)
     assert acme.rt.store.get_record(record_id) is None
     assert CANARY not in json.dumps(acme.rt.profiles.for_session(acme.p), default=str)
+    for tool, payload in (("memory_forget", {"id": record_id, "reason": "probe"}),
+                          ("memory_revise", {"id": record_id, "action": "confirm", "reason": "probe"})):
+        refused = acme.rt.tools.call(tool, acme.p, payload)
+        assert refused["error"]["code"] == "not_found", refused
+    with acme.rt.session(acme.p.agent_id, acme.p.user_id) as session:
+        assert EMAIL not in json.dumps(session.search("who is the billing contact"), default=str)
     # acme's index holds only acme's vectors: beta's write costs it nothing.
     acme.rt.refresh_index()
     assert record_id not in acme.rt.index.ids
-    # beta still finds its own record.
+    # beta still finds its own record, untouched by acme's refused calls.
     found = _search(beta, "who is the billing contact")
     assert [r["id"] for r in found["results"]] == [record_id]  # type: ignore[index]
     assert beta.rt.tenant == "beta" and acme.rt.tenant == "acme"
@@ -223,8 +229,41 @@ def test_an_export_names_its_tenant_and_another_tenant_takes_it_only_when_told(
     out = io.StringIO()
     beta.rt.operations.export(Scope("user", "aditya"), out)
     assert json.loads(out.getvalue().splitlines()[0])["tenant"] == "beta"
-    with pytest.raises(ImportRefused, match="exported from tenant beta, not acme; name it with --from-tenant"):
+    with pytest.raises(ImportRefused, match="from tenant beta, not acme; name it with --from-tenant beta"):
         acme.rt.operations.import_lines(out.getvalue().splitlines(), acme.p)
     assert _search(acme, "billing contact")["results"] == []
     landed = acme.rt.operations.import_lines(out.getvalue().splitlines(), acme.p, from_tenant="beta")
     assert landed.created == 1
+
+
+def test_a_hundred_tenants_on_one_store_leak_nothing_to_each_other(tmp_path: Path) -> None:
+    """Each tenant holds a canary of its own under the same agent, user and attribute; every
+    tenant then asks for its neighbours' canaries by name and by id: zero come back."""
+    store = str(tmp_path / "many.sqlite")
+    tenants = [f"t{n:03d}" for n in range(100)]
+    planted: dict[str, str] = {}
+    worlds: dict[str, World] = {}
+    try:
+        for tenant in tenants:
+            world = worlds[tenant] = make_world(tmp_path, store=store, tenant=tenant)
+            canary = f"The billing contact is Canary{tenant} at {tenant}@canary.example."
+            written = world.write(content=canary, attribute="billing_contact")
+            assert written.ok and written.record_id is not None
+            planted[tenant] = written.record_id
+        probes = leaks = 0
+        for n, tenant in enumerate(tenants):
+            world = worlds[tenant]
+            for other in (tenants[(n + step) % len(tenants)] for step in (1, 2, 50)):
+                # The response repeats the question, so only what it returns is searched.
+                asked = _search(world, f"billing contact Canary{other}", f"{other}@canary.example")
+                found = json.dumps(asked["results"])
+                got = json.dumps(world.rt.tools.call("memory_get", world.p, {"ids": [planted[other]]}))
+                probes += 2
+                leaks += (f"{other}@canary" in found) + (f"{other}@canary" in got)
+            own = _search(world, "who is the billing contact")
+            assert [r["id"] for r in own["results"]] == [planted[tenant]]  # type: ignore[index]
+        assert (probes, leaks) == (600, 0)
+        assert len(list_tenants(store)) == 101
+    finally:
+        for world in worlds.values():
+            world.rt.close()
