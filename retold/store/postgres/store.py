@@ -8,6 +8,11 @@ how ``records_version`` is bumped and a record's FTS row written; the hot reads 
 other query is the store's shared SQL, run through
 :class:`~retold.store.postgres.connection.PgConnection`. See docs/decisions.md, "PostgreSQL as a
 shared store" and "Writers decide before they take the write lock".
+
+Each connection serves one tenant: once the schema is migrated (as the login role, which
+owns the tables) it names its tenant in the ``retold.tenant`` setting and takes the role
+``retold_agent``, which row-level security holds to that tenant's rows; the write and
+search-log locks are that tenant's own. See docs/postgresql.md, "Tenants".
 """
 
 from __future__ import annotations

@@ -13,12 +13,13 @@ from typing import Any
 import pytest
 
 from retold import build_runtime, load_config
-from retold.errors import StoreMissingError
+from retold.errors import StoreLockedError, StoreMissingError
 from retold.models import Principal, Scope, SearchRequest
 from retold.store.location import add_tenant, drop_tenant, list_tenants, open_store
 from retold.store.postgres import schema
 from retold.store.postgres.connection import PgConnection
 from retold.store.postgres.schema import AGENT_ROLE
+from retold.store.postgres.store import LOG_LOCK, WRITE_LOCK, tenant_lock
 from retold.store.postgres.url import conninfo
 from retold.testing import AGENT, T0, FakeEmbedder, FakeJudge, InProcessScheduler, ManualClock, World
 from tests import postgres
@@ -136,6 +137,27 @@ def test_two_tenants_share_a_database_and_see_only_their_own_rows(url: str) -> N
     finally:
         a.rt.close()
         b.rt.close()
+
+
+def test_one_tenants_writers_do_not_wait_for_anothers(url: str) -> None:
+    add_tenant(url, "a")
+    add_tenant(url, "b")
+    a = open_store(url, tenant="a", busy_timeout_seconds=1)
+    b = open_store(url, tenant="b", busy_timeout_seconds=1)
+    holder = PgConnection(conninfo(url), connect_timeout=5)
+    try:
+        # Another process holds tenant a's write and search-log locks, as an erasure does.
+        holder.execute("BEGIN")
+        holder.execute(f"SELECT {tenant_lock(WRITE_LOCK, 'a')}, {tenant_lock(LOG_LOCK, 'a')}")
+        b.create_entity("project", "Apollo", Scope("user", "aditya"))
+        with pytest.raises(StoreLockedError):
+            a.create_entity("project", "Apollo", Scope("user", "aditya"))
+        holder.execute("ROLLBACK")
+        a.create_entity("project", "Apollo", Scope("user", "aditya"))
+    finally:
+        holder.close()
+        a.close()
+        b.close()
 
 
 def test_a_store_refuses_a_tenant_that_was_never_added(url: str) -> None:
