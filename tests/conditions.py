@@ -13,8 +13,9 @@ from typing import Any
 from retold.config import is_database_url
 from retold.store import Store
 from retold.store.postgres.connection import PgConnection
-from retold.store.postgres.store import LOG_LOCK, WRITE_LOCK
+from retold.store.postgres.store import LOG_LOCK, WRITE_LOCK, tenant_lock
 from retold.store.postgres.url import conninfo
+from retold.tenant import DEFAULT_TENANT
 from tests.sql import rows
 
 __all__ = ["FullDiskStore", "WriteLocker", "corrupt_page", "write_lock_held"]
@@ -34,10 +35,10 @@ class WriteLocker:
     def take(self) -> None:
         if self._pg:
             self._conn.execute("BEGIN")
-            # Both of the store's locks, as an erasure holds them: writers and search-log
-            # rows wait.
-            self._conn.execute("SELECT pg_advisory_xact_lock(?), pg_advisory_xact_lock(?)",
-                               (WRITE_LOCK, LOG_LOCK))
+            # Both of the default tenant's locks, as an erasure holds them: writers and
+            # search-log rows wait.
+            self._conn.execute(f"SELECT {tenant_lock(WRITE_LOCK, DEFAULT_TENANT)},"
+                               f" {tenant_lock(LOG_LOCK, DEFAULT_TENANT)}")
         else:
             self._conn.execute("BEGIN IMMEDIATE")
         self.held = True

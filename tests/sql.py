@@ -13,6 +13,7 @@ from retold.config import is_database_url
 from retold.store import Store
 from retold.store.postgres.connection import PgConnection
 from retold.store.postgres.url import conninfo
+from retold.tenant import DEFAULT_TENANT
 
 __all__ = ["disagreements", "dump_lines", "execute", "fts_ids", "rows", "stored_bytes"]
 
@@ -22,7 +23,11 @@ def _path(store: Store | str | Path) -> str:
 
 
 def _pg(target: str) -> PgConnection:
-    return PgConnection(conninfo(target), connect_timeout=5)
+    """The tests' login role, bound to the default tenant, so a row a test inserts takes
+    the tenant every store-level test writes as (reads still see every tenant)."""
+    conn = PgConnection(conninfo(target), connect_timeout=5)
+    conn.execute("SELECT set_config('retold.tenant', ?, false)", (DEFAULT_TENANT,))
+    return conn
 
 
 def rows(store: Store | str | Path, sql: str, *params: Any) -> list[tuple[Any, ...]]:

@@ -374,6 +374,11 @@ UTILITY_TABLES = (
 )
 
 
+def _tenant_key(conn: sqlite3.Connection) -> None:
+    """Nothing on SQLite, where a tenant is a file of its own; PostgreSQL adds a tenant key
+    to every table at this version, and both backends keep one version sequence."""
+
+
 _RETURNED_ROWS = ("INSERT OR IGNORE INTO search_returned(record_id, search_id, rank)"
                   " SELECT j.value, NEW.id, j.key + 1")
 
@@ -395,6 +400,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(14, "supersedes index", _supersedes_index),
     Migration(15, "returned records", _search_returned),
     Migration(16, "turn decisions and bundle results", _utility_tables),
+    Migration(17, "tenant key", _tenant_key),
 )
 LATEST = MIGRATIONS[-1].version
 

@@ -31,6 +31,8 @@ from retold.store.fts import FTS_COLUMNS, all_fts_rows
 from retold.store.location import open_store
 from retold.store.migrations import LATEST, check_is_retold, check_not_newer
 from retold.store.opening import connect
+from retold.store.postgres.schema import TENANT_REGISTRY
+from retold.store.postgres.store import PgStore
 from retold.store.postgres.url import redact
 from retold.store.store import Store
 
@@ -187,7 +189,8 @@ def copied_tables(src: Any, dst: Any) -> list[_Table]:
         columns = [str(row[1]) for row in src.execute(f"PRAGMA table_info({name})").fetchall()]
         types = dict(dst.execute(
             "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema ="
-            " current_schema() AND table_name = ? AND is_generated = 'NEVER'", (name,)).fetchall())
+            " current_schema() AND table_name = ? AND is_generated = 'NEVER' AND column_name <> 'tenant'",
+            (name,)).fetchall())
         if set(columns) != set(types):
             raise StoreError(f"table {name} has other columns in the SQLite store"
                              f" ({', '.join(sorted(columns))}) than in the PostgreSQL schema"
@@ -210,7 +213,8 @@ def _sqlite_tables(src: Any) -> list[str]:
 def _pg_tables(dst: Any) -> list[str]:
     rows = dst.execute("SELECT table_name FROM information_schema.tables WHERE table_schema ="
                        " current_schema() AND table_type = 'BASE TABLE' ORDER BY table_name").fetchall()
-    return [str(name) for (name,) in rows if name not in NOT_COPIED and name != REBUILT]
+    return [str(name) for (name,) in rows
+            if name not in NOT_COPIED and name not in (REBUILT, TENANT_REGISTRY)]
 
 
 def _parents_first(dst: Any, names: Sequence[str]) -> list[str]:
@@ -294,7 +298,6 @@ def advance_sequences(dst: Any) -> int:
 def _analyze(target: Store, tables: Sequence[str]) -> None:
     """Give the planner statistics for the loaded tables now, rather than at autovacuum's
     next pass (until then the index-version and lexical queries would be planned as scans)."""
-    with target.atomic() as conn:
-        for table in tables:
-            conn.execute(f"ANALYZE {table}")
+    if isinstance(target, PgStore):  # ANALYZE is the tables' owner's, not the agent role's
+        target.analyze(tables)
 

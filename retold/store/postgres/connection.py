@@ -4,7 +4,10 @@ The store's SQL is written once, with ``?`` placeholders, and runs on both backe
 This adapter turns a statement into PostgreSQL's form once per distinct text (the
 translation is cached): ``?`` becomes ``%s``, a numbered ``?N`` is bound by position (the
 parameter repeated where the text repeats it), a literal ``%`` is escaped, and the
-``temp.`` schema of SQLite's TEMP tables is PostgreSQL's ``pg_temp.``. Everything else that
+``temp.`` schema of SQLite's TEMP tables is PostgreSQL's ``pg_temp.``, and an ``ON
+CONFLICT (columns)`` target starts with ``tenant``, which begins every unique key of the
+PostgreSQL schema (the statements never name it: the column fills itself from the
+connection's tenant). Everything else that
 differs between the dialects is a named method of :class:`~retold.store.dialect.Dialect`,
 not a rewrite here. See docs/decisions.md, "PostgreSQL as a shared store".
 """
@@ -19,9 +22,9 @@ from typing import Any
 __all__ = ["PgConnection", "translate_sql"]
 
 # A string literal, a quoted identifier, or one of the tokens the translation rewrites.
-_TOKENS = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|\?(\d+)?|%|\btemp\.")
+_TOKENS = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|\?(\d+)?|%|\btemp\.|\bON CONFLICT ?\(")
 _TEMP = re.compile(r"\btemp\.")
-_NAMED = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|(?<!:):[A-Za-z_]\w*|%|\btemp\.")
+_NAMED = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|(?<!:):[A-Za-z_]\w*|%|\btemp\.|\bON CONFLICT ?\(")
 
 
 def _fixed(token: str) -> str | None:
@@ -32,6 +35,8 @@ def _fixed(token: str) -> str | None:
         return "%%"
     if token == "temp.":
         return "pg_temp."
+    if token.startswith("ON CONFLICT"):
+        return "ON CONFLICT (tenant, "
     return None
 
 
@@ -122,13 +127,22 @@ class PgConnection:
         One statement however many rows: a bulk load pays no round trip per row, and the
         table's foreign keys are checked at the statement's end, so a row may name one that
         comes later in the same load (a record superseding a newer one, an entity merged
-        into a later one). ``table`` and ``columns`` come from the schema, never from input."""
+        into a later one). ``table`` and ``columns`` come from the schema, never from input.
+
+        PostgreSQL refuses COPY into a table under row-level security, so the rows are
+        copied into a TEMP table of the same columns and moved with one INSERT, which the
+        table's policy checks and whose foreign keys are again checked at its end."""
+        names = ", ".join(columns)
         loaded = 0
-        with self._raw.cursor() as cursor, cursor.copy(
-                f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
-            for row in rows:
-                copy.write_row([_clean(value) for value in row])
-                loaded += 1
+        with self._raw.cursor() as cursor:
+            cursor.execute("DROP TABLE IF EXISTS pg_temp.retold_copy")
+            cursor.execute(f"CREATE TEMP TABLE retold_copy AS SELECT {names} FROM {table} WITH NO DATA")
+            with cursor.copy(f"COPY pg_temp.retold_copy ({names}) FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row([_clean(value) for value in row])
+                    loaded += 1
+            cursor.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM pg_temp.retold_copy")
+            cursor.execute("DROP TABLE pg_temp.retold_copy")
         return loaded
 
     @property

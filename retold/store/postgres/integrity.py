@@ -14,13 +14,20 @@ check. See docs/decisions.md, "Integrity checks".
 from __future__ import annotations
 
 import time
-from contextlib import closing
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 
 from retold.errors import StoreError, StoreMissingError
 from retold.store.failures import StoreLock
 from retold.store.integrity import Finding, IntegrityReport, check_agreement, merged
 from retold.store.postgres.connection import PgConnection
-from retold.store.postgres.schema import check_version, current_version
+from retold.store.postgres.schema import (
+    AGENT_ROLE,
+    TENANT_REGISTRY,
+    TENANT_VERSION,
+    check_version,
+    current_version,
+)
 from retold.store.postgres.url import conninfo, redact
 
 __all__ = ["AMCHECK_MISSING", "check_database"]
@@ -85,18 +92,50 @@ def _run(conn: PgConnection, where: str, quick: bool) -> IntegrityReport:
             skipped.append(f"btree index check: {refused}")
     started = time.perf_counter()
     checks.append("agreement")
+    active = pending = 0
     try:
-        # Every PostgreSQL schema postdates the recorded embedding family.
-        active, pending, found = check_agreement(conn, family_expected=True, postgres=True)
-        findings += found
+        for tenant in _tenants(conn):
+            # Each tenant numbers its own records, so the agreement is checked one tenant
+            # at a time, bound as an agent connection is.
+            with _bound(conn, tenant):
+                # Every PostgreSQL schema postdates the recorded embedding family.
+                counted, waiting, found = check_agreement(conn, family_expected=True, postgres=True)
+            active, pending = active + counted, pending + waiting
+            findings += found
     except psycopg.Error as exc:
         if exc.sqlstate not in _DAMAGE:
             raise
-        active = pending = 0
         findings.append(Finding("unreadable", 1, f"agreement could not read the database: {_line(exc)}"))
     timings["agreement"] = _ms_since(started)
     return IntegrityReport(where, quick, tuple(checks), tuple(skipped), active, merged(findings), timings,
                            pending)
+
+
+def _tenants(conn: PgConnection) -> list[str | None]:
+    """The tenants to check, or ``[None]`` for a store from before tenants."""
+    if current_version(conn) < TENANT_VERSION:
+        return [None]
+    return [str(name) for (name,) in conn.execute(f"SELECT name FROM {TENANT_REGISTRY} ORDER BY name")]
+
+
+@contextmanager
+def _bound(conn: PgConnection, tenant: str | None) -> Iterator[None]:
+    """The connection bound to ``tenant``, under the agent role where this role may take
+    it (a superuser would otherwise read every tenant's rows at once); a role that may not
+    is held to the tenant by the tables' policies anyway."""
+    if tenant is None:
+        yield
+        return
+    conn.execute("SELECT set_config('retold.tenant', ?, false)", (tenant,))
+    agent = bool(conn.execute("SELECT pg_has_role(current_user, ?, 'MEMBER')", (AGENT_ROLE,)).fetchone()[0])
+    if agent:
+        conn.execute(f"SET ROLE {AGENT_ROLE}")
+    try:
+        yield
+    finally:
+        if agent:
+            conn.execute("RESET ROLE")
+        conn.execute("SELECT set_config('retold.tenant', '', false)")
 
 
 def _amcheck_schema(conn: PgConnection) -> str | None:

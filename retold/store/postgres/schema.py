@@ -12,15 +12,18 @@ finds the work done. See docs/decisions.md, "PostgreSQL as a shared store".
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
 from retold.errors import NotADatabaseError, SchemaTooNewError
 from retold.store.migrations import MIGRATIONS, UTILITY_TABLES, MigrationReport
+from retold.tenant import DEFAULT_TENANT
 from retold.util import SystemClock, to_iso
 
-__all__ = ["PG_BASE", "PG_MIGRATIONS", "SCHEMA_LOCK", "check_version", "current_version", "migrate"]
+__all__ = ["AGENT_ROLE", "PG_BASE", "PG_MIGRATIONS", "SCHEMA_LOCK", "TENANT_REGISTRY", "TENANT_VERSION",
+           "check_version", "current_version", "migrate", "tenant_tables"]
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +84,150 @@ def _utility_tables(conn: Any) -> None:
         conn.execute(sql.replace(" TEXT", ' TEXT COLLATE "C"').replace(" REAL", " DOUBLE PRECISION"))
 
 
+# The role every store connection takes after migrating: it owns nothing and cannot bypass
+# row-level security, so its reads and writes see only the tenant its connection names.
+AGENT_ROLE = "retold_agent"
+# The tenants a database holds; read and written by the login role only (list, add, drop),
+# so an agent connection cannot learn which other customers share its database.
+TENANT_REGISTRY = "retold_tenants"
+# Tables that hold no tenant's data: the schema's version log and the registry itself.
+_UNTENANTED = ("schema_migrations", TENANT_REGISTRY)
+
+_TENANT_FUNCTION = """
+CREATE OR REPLACE FUNCTION retold_tenant() RETURNS text LANGUAGE plpgsql STABLE PARALLEL SAFE AS $tenant$
+DECLARE
+  bound text := current_setting('retold.tenant', true);
+BEGIN
+  IF bound IS NULL OR bound = '' THEN
+    RAISE EXCEPTION 'this connection is bound to no tenant, so it may read and write nothing'
+      USING ERRCODE = 'insufficient_privilege',
+            HINT = 'SELECT set_config(''retold.tenant'', <tenant>, false) first';
+  END IF;
+  RETURN bound;
+END
+$tenant$"""
+
+# Roles are cluster-wide and stores in other databases or schemas may create the same one
+# at the same moment: losing that race is the same as finding it there.
+_AGENT_ROLE = f"""
+DO $role$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{AGENT_ROLE}') THEN
+    BEGIN
+      CREATE ROLE {AGENT_ROLE} NOLOGIN NOBYPASSRLS;
+    EXCEPTION
+      WHEN duplicate_object OR unique_violation THEN NULL;
+      WHEN insufficient_privilege THEN
+        RAISE EXCEPTION 'role {AGENT_ROLE} does not exist and % may not create it', current_user
+          USING ERRCODE = 'insufficient_privilege',
+                HINT = 'a superuser runs: CREATE ROLE {AGENT_ROLE} NOLOGIN NOBYPASSRLS;'
+                       ' GRANT {AGENT_ROLE} TO ' || current_user;
+    END;
+  END IF;
+  IF NOT pg_has_role(current_user, '{AGENT_ROLE}', 'MEMBER') THEN
+    BEGIN
+      EXECUTE format('GRANT {AGENT_ROLE} TO %I', current_user);
+    EXCEPTION WHEN insufficient_privilege THEN
+      RAISE EXCEPTION '% is not a member of {AGENT_ROLE}, so its connections cannot take that role',
+                      current_user
+        USING ERRCODE = 'insufficient_privilege',
+              HINT = 'a superuser runs: GRANT {AGENT_ROLE} TO ' || current_user;
+    END;
+  END IF;
+  IF NOT has_database_privilege('{AGENT_ROLE}', current_database(), 'TEMPORARY') THEN
+    EXECUTE format('GRANT TEMPORARY ON DATABASE %I TO {AGENT_ROLE}', current_database());
+  END IF;
+END
+$role$"""
+
+_FOREIGN_KEY = re.compile(r"FOREIGN KEY \((?P<cols>[^)]*)\) REFERENCES (?P<parent>[^(]+)\((?P<keys>[^)]*)\)")
+
+
+def tenant_tables(conn: Any) -> list[str]:
+    """The store's tables that hold tenants' rows, by name."""
+    rows = conn.execute("SELECT c.relname FROM pg_class c WHERE c.relkind = 'r'"
+                        " AND c.relnamespace = current_schema()::regnamespace ORDER BY c.relname").fetchall()
+    return [str(name) for (name,) in rows if name not in _UNTENANTED]
+
+
+def _constraints(conn: Any, table: str, kinds: str) -> list[tuple[str, str]]:
+    return [(str(name), str(definition)) for name, definition in conn.execute(
+        "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint"
+        " WHERE conrelid = ?::regclass AND contype = ANY(?) ORDER BY conname",
+        (table, list(kinds))).fetchall()]
+
+
+def _tenant_key(conn: Any) -> None:
+    """A tenant key on every table, row-level security on it, and the role connections take.
+
+    Each row gets ``tenant``, filled from the connection's ``retold.tenant`` setting, so the
+    shared SQL never names it; the rows already there belong to the ``default`` tenant.
+    Every primary key, unique constraint and unique index starts with the tenant (two
+    tenants may hold the same session id, user id or entity name, and each numbers its own
+    records from 1), and every foreign key carries it, so no row can point into another
+    tenant. The policy on each table admits only the connection's tenant, on reads and
+    writes, and FORCE applies it to the tables' owner too; only a superuser or a role with
+    BYPASSRLS (the admin path: listing, adding and dropping tenants) sees every tenant."""
+    conn.execute(_TENANT_FUNCTION)
+    conn.execute(f'CREATE TABLE IF NOT EXISTS {TENANT_REGISTRY} (name TEXT COLLATE "C" PRIMARY KEY,'
+                 ' added_at TEXT COLLATE "C" NOT NULL)')
+    conn.execute(f"INSERT INTO {TENANT_REGISTRY}(name, added_at) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                 (DEFAULT_TENANT, to_iso(SystemClock().now())))
+    tables = [t for t in tenant_tables(conn) if not _has_column(conn, t, "tenant")]
+    # Foreign keys go first (a key they name cannot be replaced under them) and come back
+    # last, with the tenant added on both sides.
+    foreign = {table: _constraints(conn, table, "f") for table in tables}
+    for table, keys in foreign.items():
+        for name, _ in keys:
+            conn.execute(f"ALTER TABLE {table} DROP CONSTRAINT {name}")
+    for table in tables:
+        conn.execute(f"ALTER TABLE {table} ADD COLUMN tenant TEXT COLLATE \"C\" NOT NULL DEFAULT"
+                     f" '{DEFAULT_TENANT}'")
+        conn.execute(f"ALTER TABLE {table} ALTER COLUMN tenant SET DEFAULT retold_tenant()")
+        for name, definition in _constraints(conn, table, "pu"):
+            conn.execute(f"ALTER TABLE {table} DROP CONSTRAINT {name}")
+            keyed = definition.replace("(", "(tenant, ", 1)
+            conn.execute(f"ALTER TABLE {table} ADD CONSTRAINT {name} {keyed}")
+        for name, definition in conn.execute(
+                "SELECT c.relname, pg_get_indexdef(i.indexrelid) FROM pg_index i"
+                " JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = ?::regclass AND i.indisunique"
+                " AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = i.indexrelid)",
+                (table,)).fetchall():
+            conn.execute(f"DROP INDEX {name}")
+            conn.execute(re.sub(r" USING (\w+) \(", r" USING \1 (tenant, ", str(definition), count=1))
+        conn.execute(f"ALTER TABLE {table} ADD CONSTRAINT {table}_tenant_fkey FOREIGN KEY (tenant)"
+                     f" REFERENCES {TENANT_REGISTRY}(name)")
+    for table, keys in foreign.items():
+        for name, definition in keys:
+            conn.execute(f"ALTER TABLE {table} ADD CONSTRAINT {name} " + _FOREIGN_KEY.sub(
+                r"FOREIGN KEY (tenant, \g<cols>) REFERENCES \g<parent>(tenant, \g<keys>)", definition))
+    for table in tenant_tables(conn):
+        # The setting is read once per statement (an InitPlan), not once per row.
+        conn.execute(f"DROP POLICY IF EXISTS retold_tenant ON {table}")
+        conn.execute(f"CREATE POLICY retold_tenant ON {table} USING (tenant = (SELECT retold_tenant()))"
+                     " WITH CHECK (tenant = (SELECT retold_tenant()))")
+        conn.execute(f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY")
+        conn.execute(f"ALTER TABLE {table} FORCE ROW LEVEL SECURITY")
+    _grant_agent(conn)
+
+
+def _grant_agent(conn: Any) -> None:
+    """The agent role may use the schema and change rows of the tenants' tables (never
+    their definitions), read the version log, and nothing of the registry. Tables later
+    migrations create get the same grants."""
+    conn.execute(_AGENT_ROLE)
+    schema = conn.execute("SELECT quote_ident(current_schema())").fetchone()[0]
+    conn.execute(f"GRANT USAGE ON SCHEMA {schema} TO {AGENT_ROLE}")
+    tables = ", ".join(tenant_tables(conn))
+    conn.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON {tables} TO {AGENT_ROLE}")
+    conn.execute(f"GRANT SELECT ON schema_migrations TO {AGENT_ROLE}")
+    conn.execute(f"REVOKE ALL ON {TENANT_REGISTRY} FROM {AGENT_ROLE}")
+    conn.execute(f"GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA {schema} TO {AGENT_ROLE}")
+    conn.execute(f"GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {schema} TO {AGENT_ROLE}")
+    conn.execute(f"ALTER DEFAULT PRIVILEGES IN SCHEMA {schema} GRANT SELECT, INSERT, UPDATE, DELETE"
+                 f" ON TABLES TO {AGENT_ROLE}")
+
+
 # Migrations after the initial PostgreSQL schema: (version, name, apply).
 PG_MIGRATIONS: tuple[tuple[int, str, Callable[[Any], None]], ...] = (
     (10, "search decision column", _search_decision),
@@ -90,8 +237,17 @@ PG_MIGRATIONS: tuple[tuple[int, str, Callable[[Any], None]], ...] = (
     (14, "supersedes index", _supersedes_index),
     (15, "returned records", _search_returned),
     (16, "turn decisions and bundle results", _utility_tables),
+    (17, "tenant key", _tenant_key),
 )
+# The version from which every table has a tenant key under row-level security.
+TENANT_VERSION = 17
 _PG_LATEST = PG_MIGRATIONS[-1][0] if PG_MIGRATIONS else PG_BASE
+
+
+def _has_column(conn: Any, table: str, column: str) -> bool:
+    row = conn.execute("SELECT 1 FROM pg_attribute WHERE attrelid = ?::regclass AND attname = ?"
+                       " AND NOT attisdropped", (table, column)).fetchone()
+    return row is not None
 
 
 def _has_table(conn: Any, name: str) -> bool:

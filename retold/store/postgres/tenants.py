@@ -1,33 +1,155 @@
-"""The tenants of a PostgreSQL store.
+"""The tenants of a PostgreSQL store: the registry, and adding and dropping a tenant.
 
-Until row-level security binds each connection to one tenant, a PostgreSQL store holds
-only the ``default`` tenant: adding another is refused rather than letting two customers
-share rows that nothing but a predicate would keep apart.
+Every table of the store carries a tenant key under row-level security, and each agent
+connection is bound to one tenant (see :class:`~retold.store.postgres.store.PgStore`).
+What spans tenants is the admin path here: it connects as the login role, which owns the
+tables, reads and writes the registry an agent connection cannot see, and binds itself
+to the one tenant it changes, so the tables' policies hold for it too unless that role
+is a superuser. Dropping a tenant deletes its rows from every table, then vacuums those
+tables and asks for a checkpoint, so the dead row versions that still held its text are
+removed from the tables' pages rather than left to autovacuum.
 """
 
 from __future__ import annotations
 
-from retold.errors import StoreError
-from retold.store.postgres.url import redact
-from retold.tenant import DEFAULT_TENANT
+import logging
+from contextlib import closing
+from typing import Any
+
+from retold.errors import StoreError, StoreMissingError
+from retold.store.postgres.connection import PgConnection
+from retold.store.postgres.schema import TENANT_REGISTRY, TENANT_VERSION, current_version, tenant_tables
+from retold.store.postgres.url import conninfo, redact
+from retold.tenant import DEFAULT_TENANT, check_tenant
+from retold.util import SystemClock, to_iso
 
 __all__ = ["add_tenant", "drop_tenant", "list_tenants", "tenant_exists"]
 
-_NOT_YET = ("a PostgreSQL store holds only the default tenant until row-level security binds "
-            "connections to a tenant; use a SQLite store per host for more tenants")
+log = logging.getLogger(__name__)
+
+# The per-tenant rows of store_meta a new tenant starts with, as a new store's: its own
+# records_version, so its writes make only its own processes refresh.
+_NEW_TENANT_META = (("records_version", "0"),)
+
+
+def _connect(url: str) -> PgConnection:
+    import psycopg
+
+    try:
+        return PgConnection(conninfo(url), connect_timeout=30)
+    except psycopg.OperationalError as exc:
+        raise StoreError(f"cannot connect to the store {redact(url)}: {' '.join(str(exc).split())}") from exc
+
+
+def _migrated(url: str) -> None:
+    """Open the store once as its default tenant, which creates or migrates its schema."""
+    from retold.store.postgres.store import PgStore
+
+    PgStore(url).close()
+
+
+def _registered(conn: Any) -> list[str]:
+    if current_version(conn) < TENANT_VERSION:
+        return [DEFAULT_TENANT]  # a store from before tenants: its rows are the default tenant's
+    names = [str(name) for (name,) in conn.execute(f"SELECT name FROM {TENANT_REGISTRY} ORDER BY name")]
+    return [DEFAULT_TENANT, *(name for name in names if name != DEFAULT_TENANT)]
 
 
 def list_tenants(url: str) -> list[str]:
-    return [DEFAULT_TENANT]
+    """The tenants of the store at ``url``, ``default`` first."""
+    with closing(_connect(url)) as conn:
+        return _registered(conn)
 
 
 def tenant_exists(url: str, tenant: str) -> bool:
-    return tenant == DEFAULT_TENANT
+    check_tenant(tenant)
+    return tenant in list_tenants(url)
 
 
 def add_tenant(url: str, tenant: str) -> None:
-    raise StoreError(f"{redact(url)}: {_NOT_YET}")
+    """Register ``tenant`` and give it the per-tenant rows a new store starts with; the
+    schema is created or migrated first. Adding a registered tenant changes nothing."""
+    check_tenant(tenant)
+    _migrated(url)
+    with closing(_connect(url)) as conn:
+        conn.execute("BEGIN")
+        try:
+            conn.execute("SELECT set_config('retold.tenant', ?, true)", (tenant,))
+            added = conn.execute(f"INSERT INTO {TENANT_REGISTRY}(name, added_at) VALUES (?, ?)"
+                                 " ON CONFLICT DO NOTHING RETURNING name",
+                                 (tenant, to_iso(SystemClock().now()))).fetchone()
+            if added is not None:
+                conn.executemany("INSERT INTO store_meta(key, value) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                                 _NEW_TENANT_META)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
 
 
 def drop_tenant(url: str, tenant: str) -> list[str]:
-    raise StoreError(f"{redact(url)}: {_NOT_YET}")
+    """Delete every row of ``tenant`` from every table and remove it from the registry,
+    then VACUUM each table it had rows in and CHECKPOINT; what was removed, one line a
+    table ("records: 12 rows"). Processes still serving the tenant must be stopped first:
+    one that writes afterwards is refused, since its tenant is no longer registered."""
+    check_tenant(tenant)
+    if tenant == DEFAULT_TENANT:
+        raise StoreError(f"the {DEFAULT_TENANT} tenant cannot be dropped; erase its scopes with "
+                         "`retold erase`")
+    with closing(_connect(url)) as conn:
+        if tenant not in _registered(conn):
+            raise StoreMissingError(f"no tenant {tenant!r} in store {redact(url)}")
+        removed: dict[str, int] = {}
+        conn.execute("BEGIN")
+        try:
+            conn.execute("SELECT set_config('retold.tenant', ?, true)", (tenant,))
+            for table in _children_first(conn):
+                # The explicit filter is what a superuser (who bypasses the policies) needs;
+                # every other role is held to the tenant by them as well.
+                count = conn.execute(f"DELETE FROM {table} WHERE tenant = ?", (tenant,)).rowcount
+                if count:
+                    removed[table] = count
+            conn.execute(f"DELETE FROM {TENANT_REGISTRY} WHERE name = ?", (tenant,))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        for table in removed:
+            conn.execute(f"VACUUM {table}")
+        lines = [f"{table}: {count} rows" for table, count in removed.items()]
+        lines.append(_checkpoint(conn))
+    return lines
+
+
+def _children_first(conn: Any) -> list[str]:
+    """The tenant tables, each before every table its foreign keys name, so a delete never
+    leaves a row pointing at one already gone (a table naming itself is emptied of the
+    tenant by one statement, whose foreign keys are checked at its end)."""
+    tables = tenant_tables(conn)
+    parents: dict[str, set[str]] = {table: set() for table in tables}
+    for child, parent in conn.execute(
+            "SELECT c.relname, p.relname FROM pg_constraint k JOIN pg_class c ON c.oid = k.conrelid"
+            " JOIN pg_class p ON p.oid = k.confrelid WHERE k.contype = 'f'"
+            " AND c.relnamespace = current_schema()::regnamespace").fetchall():
+        if child in parents and parent in parents and child != parent:
+            parents[child].add(parent)
+    ordered: list[str] = []
+    while len(ordered) < len(tables):
+        # A table is next when no table still waiting names it.
+        ready = sorted(t for t in tables if t not in ordered
+                       and not any(t in parents[o] for o in tables if o not in ordered))
+        ordered += ready or [t for t in tables if t not in ordered]  # a cycle: one statement each
+    return ordered
+
+
+def _checkpoint(conn: Any) -> str:
+    """CHECKPOINT, so the vacuumed pages are written out; a role that may not (neither a
+    superuser nor in pg_checkpoint) leaves it to the server's next one, and says so."""
+    import psycopg
+
+    try:
+        conn.execute("CHECKPOINT")
+    except psycopg.errors.InsufficientPrivilege:
+        log.warning("this role may not CHECKPOINT; the server's next checkpoint writes the vacuumed pages")
+        return "checkpoint: left to the server (this role may not run CHECKPOINT)"
+    return "checkpoint: done"

@@ -1,0 +1,264 @@
+"""Tenants on one PostgreSQL database: a connection that names no tenant reads and writes
+nothing, each tenant sees only its own rows through the store and through raw SQL, the
+same names and ids live side by side, one tenant's writes leave the others' version
+alone, dropping a tenant leaves none of its text in any table, and a store written
+before tenants becomes the default tenant whole."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+from typing import Any
+
+import pytest
+
+from retold import build_runtime, load_config
+from retold.errors import StoreLockedError, StoreMissingError
+from retold.models import Principal, Scope, SearchRequest
+from retold.store.location import add_tenant, drop_tenant, list_tenants, open_store
+from retold.store.postgres import schema
+from retold.store.postgres.connection import PgConnection
+from retold.store.postgres.schema import AGENT_ROLE
+from retold.store.postgres.store import LOG_LOCK, WRITE_LOCK, tenant_lock
+from retold.store.postgres.url import conninfo
+from retold.testing import AGENT, T0, FakeEmbedder, FakeJudge, InProcessScheduler, ManualClock, World
+from tests import postgres
+
+psycopg = pytest.importorskip("psycopg")
+
+CANARY = "zanzibarcanary"
+
+
+@pytest.fixture
+def url(pg_database: str) -> str:
+    return postgres.fresh_schema(pg_database)
+
+
+def _world(url: str, tenant: str) -> World:
+    """A runtime bound to ``tenant`` with the same agent, user, session and person entity
+    in every tenant: the ids two customers of one platform would both use."""
+    embedder = FakeEmbedder()
+    config = load_config(overrides={"store": {"url": url},
+                                    "embedding": {"model": "fake", "version": embedder.version,
+                                                  "dims": embedder.dims}})
+    clock = ManualClock(T0)
+    judge = FakeJudge()
+    rt = build_runtime(config, clock=clock, embedder=embedder, judge=judge,
+                       scheduler=InProcessScheduler(), environ={}, tenant=tenant)
+    rt.host.grant(AGENT, Scope("user", "aditya"), read=True, write=True)
+    rt.host.provision_user("aditya", aliases=["Aditya"])
+    principal = Principal(AGENT, "aditya", "s1", None)
+    rt.hooks.on_session_start(principal)
+    return World(rt, judge, embedder, clock, principal)
+
+
+@contextmanager
+def _raw(url: str, tenant: str | None) -> Iterator[Any]:
+    """A connection of its own as the agent role, bound to ``tenant`` (or to none)."""
+    with closing(psycopg.connect(conninfo(url), autocommit=True)) as conn:
+        if tenant is not None:
+            conn.execute("SELECT set_config('retold.tenant', %s, false)", (tenant,))
+        conn.execute(f"SET ROLE {AGENT_ROLE}")
+        yield conn
+
+
+def _search(world: World, query: str) -> list[str]:
+    outcome = world.rt.retriever.search(world.p, SearchRequest(queries=[query]))
+    world.rt.flush_search_log()
+    return [result.record.id for result in outcome.response.results]
+
+
+def _occurrences(url: str, text: str) -> dict[str, int]:
+    """Rows holding ``text`` in every table of the store's schema, read as the superuser
+    the tests connect as (who is not held by row-level security)."""
+    found = {}
+    with closing(psycopg.connect(conninfo(url), autocommit=True)) as conn:
+        tables = [name for (name,) in conn.execute(
+            "SELECT relname FROM pg_class WHERE relkind = 'r'"
+            " AND relnamespace = current_schema()::regnamespace").fetchall()]
+        for table in tables:
+            count = conn.execute(f"SELECT count(*) FROM {table} AS t WHERE t::text LIKE %s",
+                                 (f"%{text}%",)).fetchone()[0]
+            if count:
+                found[table] = count
+    return found
+
+
+def test_a_connection_bound_to_no_tenant_reads_and_writes_nothing(url: str) -> None:
+    world = _world(url, "default")
+    world.write(content="Aditya prefers concise technical explanations.", attribute="explanation_style")
+    world.rt.close()
+    for tenant in (None, ""):
+        with _raw(url, tenant) as conn:
+            with pytest.raises(psycopg.errors.InsufficientPrivilege, match="bound to no tenant"):
+                conn.execute("SELECT id, content FROM records").fetchall()
+            with pytest.raises(psycopg.errors.InsufficientPrivilege, match="bound to no tenant"):
+                conn.execute("INSERT INTO store_meta(key, value) VALUES ('stolen', '1')")
+    # Naming its tenant is all the same connection needs.
+    with _raw(url, "default") as conn:
+        assert len(conn.execute("SELECT id FROM records").fetchall()) == 1
+
+
+def test_the_agent_role_cannot_write_into_another_tenant(url: str) -> None:
+    add_tenant(url, "a")
+    add_tenant(url, "b")
+    with _raw(url, "a") as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
+        conn.execute("INSERT INTO store_meta(tenant, key, value) VALUES ('b', 'planted', '1')")
+    with _raw(url, "a") as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
+        conn.execute(f"SELECT count(*) FROM {schema.TENANT_REGISTRY}")
+
+
+def test_two_tenants_share_a_database_and_see_only_their_own_rows(url: str) -> None:
+    add_tenant(url, "a")
+    add_tenant(url, "b")
+    a, b = _world(url, "a"), _world(url, "b")  # same user, session and entity names in both
+    try:
+        # The same explicit entity id in both tenants does not collide either.
+        for world in (a, b):
+            world.rt.store.create_entity("project", "Apollo", Scope("user", "aditya"), entity_id="apollo-1")
+        b_version = b.rt.store.records_version()
+        a_version = a.rt.store.records_version()
+        written = a.write(content="Aditya prefers concise technical explanations.",
+                          attribute="explanation_style").record_id
+        assert written is not None
+
+        assert a.rt.store.records_version() > a_version
+        assert b.rt.store.records_version() == b_version
+        assert _search(a, "concise explanations") == [written]
+        assert _search(b, "concise explanations") == []
+        assert b.rt.store.get_record(written) is None
+        assert a.rt.store.get_session("s1") is not None and b.rt.store.get_session("s1") is not None
+        with _raw(url, "b") as conn:
+            assert conn.execute("SELECT count(*) FROM records").fetchone()[0] == 0
+            assert conn.execute("SELECT count(*) FROM records WHERE tenant = 'a'").fetchone()[0] == 0
+            assert conn.execute("SELECT count(*) FROM records_fts").fetchone()[0] == 0
+        with _raw(url, "a") as conn:
+            assert [row[0] for row in conn.execute("SELECT id FROM records")] == [written]
+    finally:
+        a.rt.close()
+        b.rt.close()
+
+
+def test_one_tenants_writers_do_not_wait_for_anothers(url: str) -> None:
+    add_tenant(url, "a")
+    add_tenant(url, "b")
+    a = open_store(url, tenant="a", busy_timeout_seconds=1)
+    b = open_store(url, tenant="b", busy_timeout_seconds=1)
+    holder = PgConnection(conninfo(url), connect_timeout=5)
+    try:
+        # Another process holds tenant a's write and search-log locks, as an erasure does.
+        holder.execute("BEGIN")
+        holder.execute(f"SELECT {tenant_lock(WRITE_LOCK, 'a')}, {tenant_lock(LOG_LOCK, 'a')}")
+        b.create_entity("project", "Apollo", Scope("user", "aditya"))
+        with pytest.raises(StoreLockedError):
+            a.create_entity("project", "Apollo", Scope("user", "aditya"))
+        holder.execute("ROLLBACK")
+        a.create_entity("project", "Apollo", Scope("user", "aditya"))
+    finally:
+        holder.close()
+        a.close()
+        b.close()
+
+
+def test_a_store_refuses_a_tenant_that_was_never_added(url: str) -> None:
+    open_store(url).close()
+    with pytest.raises(StoreMissingError, match="no tenant 'nobody'"):
+        open_store(url, tenant="nobody")
+    assert list_tenants(url) == ["default"]
+    add_tenant(url, "zeta")
+    add_tenant(url, "alpha")
+    assert list_tenants(url) == ["default", "alpha", "zeta"]
+
+
+def test_dropping_a_tenant_leaves_none_of_its_text_and_the_others_untouched(url: str) -> None:
+    add_tenant(url, "a")
+    add_tenant(url, "b")
+    a, b = _world(url, "a"), _world(url, "b")
+    try:
+        kept = a.write(content="Aditya prefers concise technical explanations.",
+                       attribute="explanation_style").record_id
+        a_before = _search(a, "concise explanations")
+        assert a_before == [kept]
+
+        b.write(content=f"Aditya keeps the {CANARY} notes in the blue binder.", attribute="notes")
+        b.rt.store.create_entity("project", f"Project {CANARY}", Scope("user", "aditya"))
+        b.say("user", f"Where are the {CANARY} notes?")
+        assert _search(b, f"{CANARY} notes")
+        planted = _occurrences(url, CANARY)
+        assert {"records", "records_fts", "entities", "session_turns", "search_log"} <= set(planted)
+    finally:
+        b.rt.close()
+
+    removed = drop_tenant(url, "b")
+    assert "records: 1 rows" in removed and removed[-1] == "checkpoint: done"
+    assert _occurrences(url, CANARY) == {}
+    assert list_tenants(url) == ["default", "a"]
+    with pytest.raises(StoreMissingError):
+        open_store(url, tenant="b")
+    try:
+        assert _search(a, "concise explanations") == a_before
+    finally:
+        a.rt.close()
+
+
+def test_a_store_written_before_tenants_becomes_the_default_tenant(
+    url: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with monkeypatch.context() as patch:
+        patch.setattr(schema, "PG_MIGRATIONS", schema.PG_MIGRATIONS[:-1])
+        patch.setattr(schema, "_PG_LATEST", schema.TENANT_VERSION - 1)
+        with closing(PgConnection(conninfo(url), connect_timeout=5)) as conn:
+            assert schema.migrate(conn, url).version == schema.TENANT_VERSION - 1
+            _old_rows(conn)
+            before = _counts(conn)
+    store = open_store(url)
+    try:
+        report = store.migration_report
+        assert report is not None and report.applied == (schema.TENANT_VERSION,)
+        record = store.get_record("r-old")
+        assert record is not None and record.content == "Aditya likes green tea."
+        assert store.get_session("s-old") is not None
+        assert store.records_version() == 7
+    finally:
+        store.close()
+    with closing(PgConnection(conninfo(url), connect_timeout=5)) as conn:
+        assert _counts(conn) == before
+        for table in before:
+            assert conn.execute(f"SELECT count(*) FROM {table} WHERE tenant <> 'default'").fetchone()[0] == 0
+    # The old rows stay out of a tenant added afterwards.
+    add_tenant(url, "a")
+    other = open_store(url, tenant="a")
+    try:
+        assert other.get_record("r-old") is None and other.records_version() == 0
+    finally:
+        other.close()
+
+
+def _old_rows(conn: PgConnection) -> None:
+    """Rows as the release before tenants wrote them: a person entity with an alias, a
+    record with its lexical row, a session with a turn, a grant, a bumped version."""
+    at = "2026-01-01T00:00:00.000000Z"
+    conn.execute("INSERT INTO entities(id, kind, canonical, scope_kind, scope_id, status, created_at)"
+                 " VALUES ('e-old', 'person', 'Aditya', 'user', 'aditya', 'confirmed', ?)", (at,))
+    conn.execute("INSERT INTO entity_aliases(entity_id, alias_norm) VALUES ('e-old', 'aditya')")
+    conn.execute("INSERT INTO records(id, seq, type, content, subject, subject_entity_id, scope_kind,"
+                 " scope_id, source_kind, creator_agent_id, created_at, event_at, confidence, status)"
+                 " VALUES ('r-old', 1, 'semantic', 'Aditya likes green tea.', 'Aditya', 'e-old', 'user',"
+                 " 'aditya', 'user_statement', 'research-agent', ?, ?, 0.9, 'confirmed')", (at, at))
+    conn.execute("INSERT INTO record_entities(record_id, entity_id) VALUES ('r-old', 'e-old')")
+    conn.execute("INSERT INTO records_fts(rowid, record_id, content, subject, aliases)"
+                 " VALUES (1, 'r-old', 'Aditya likes green tea.', 'Aditya', 'aditya')")
+    conn.execute("INSERT INTO sessions(id, agent_id, user_id, started_at) VALUES"
+                 " ('s-old', 'research-agent', 'aditya', ?)", (at,))
+    conn.execute("INSERT INTO session_turns(session_id, turn, role, content, at) VALUES"
+                 " ('s-old', 1, 'user', 'I like green tea.', ?)", (at,))
+    conn.execute("INSERT INTO grants(agent_id, scope_kind, scope_id, can_read, can_write) VALUES"
+                 " ('research-agent', 'user', 'aditya', 1, 1)")
+    conn.execute("UPDATE store_meta SET value = '7' WHERE key = 'records_version'")
+
+
+def _counts(conn: PgConnection) -> dict[str, int]:
+    tables = [name for (name,) in conn.execute(
+        "SELECT relname FROM pg_class WHERE relkind = 'r' AND relnamespace = current_schema()::regnamespace"
+        " AND relname NOT IN ('schema_migrations', 'retold_tenants')").fetchall()]
+    return {table: int(conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]) for table in tables}
