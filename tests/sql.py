@@ -15,7 +15,7 @@ from retold.store.postgres.connection import PgConnection
 from retold.store.postgres.url import conninfo
 from retold.tenant import DEFAULT_TENANT
 
-__all__ = ["disagreements", "dump_lines", "execute", "fts_ids", "rows", "stored_bytes"]
+__all__ = ["disagreements", "dump_lines", "execute", "fts_ids", "rows", "stored_bytes", "tables_holding"]
 
 
 def _path(store: Store | str | Path) -> str:
@@ -113,3 +113,22 @@ def disagreements(store: Store | str | Path) -> dict[str, list[str]]:
     the ids it names, and an empty dict for a store whose every write landed whole."""
     found = {problem: [str(row[0]) for row in rows(store, sql)] for problem, sql in _AGREEMENT.items()}
     return {problem: ids for problem, ids in found.items() if ids}
+
+
+def tables_holding(url: str, text: str) -> dict[str, int]:
+    """Rows holding ``text`` in every table of a PostgreSQL store's schema, read as the
+    superuser the tests connect as (whom row-level security does not hold), by table."""
+    conn = PgConnection(conninfo(url), connect_timeout=5)
+    try:
+        tables = [name for (name,) in conn.execute(
+            "SELECT relname FROM pg_class WHERE relkind = 'r'"
+            " AND relnamespace = current_schema()::regnamespace").fetchall()]
+        found = {}
+        for table in tables:
+            count = conn.execute(f"SELECT count(*) FROM {table} AS t WHERE t::text LIKE ?",
+                                 (f"%{text}%",)).fetchone()[0]
+            if count:
+                found[table] = int(count)
+        return found
+    finally:
+        conn.close()

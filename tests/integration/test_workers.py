@@ -250,7 +250,6 @@ def test_beat_runs_the_maintenance_schedule(
 
 @pytest.mark.redis
 @pytest.mark.timeout(90)
-@pytest.mark.sqlite_only("a PostgreSQL store holds one tenant until row-level security binds it")
 def test_a_worker_extracts_each_session_into_its_own_tenant(
     setup: Setup, flushed_redis: None, processes: Callable[..., subprocess.Popen[bytes]]
 ) -> None:

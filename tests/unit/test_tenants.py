@@ -16,14 +16,13 @@ from pathlib import Path
 import pytest
 
 from retold import build_runtime
-from retold.config import read_config
+from retold.config import is_database_url, read_config
 from retold.errors import ConfigError, StoreError, StoreMissingError
 from retold.index.embedder import FakeEmbedder
 from retold.index.encoding import TenantQueries
 from retold.store.location import add_tenant, drop_tenant, list_tenants, tenant_exists, tenant_store_path
 from retold.testing import World, make_world
-
-pytestmark = pytest.mark.sqlite_only("a PostgreSQL store holds one tenant until row-level security binds it")
+from tests.sql import tables_holding
 
 CANARY = "Zebulon Quartzfield"
 EMAIL = "zebulon.quartzfield@canary.example"  # in no query: a result that holds it leaked
@@ -43,9 +42,13 @@ def _search(world: World, *queries: str) -> dict[str, object]:
     return found
 
 
-def _files_holding(folder: Path, needle: str) -> list[str]:
-    """Every file under ``folder`` whose bytes hold ``needle``."""
+def _holding(world: World, needle: str) -> list[str]:
+    """Where ``needle`` is stored: every file under a SQLite store's folder whose bytes hold
+    it, or every table of a PostgreSQL store with a row that does."""
+    if is_database_url(world.target):
+        return sorted(tables_holding(world.target, needle))
     raw = needle.encode()
+    folder = Path(world.target).parent
     return [str(file) for file in folder.rglob("*") if file.is_file() and raw in file.read_bytes()]
 
 
@@ -83,7 +86,7 @@ def test_the_same_ids_in_two_tenants_name_two_namespaces(two_tenants: tuple[Worl
     found = _search(beta, "who is the billing contact")
     assert [r["id"] for r in found["results"]] == [record_id]  # type: ignore[index]
     assert beta.rt.tenant == "beta" and acme.rt.tenant == "acme"
-    assert beta.rt.store.path != acme.rt.store.path
+    assert (acme.rt.store.tenant, beta.rt.store.tenant) == ("acme", "beta")
 
 
 def test_a_tenant_never_added_is_refused_and_nothing_is_created(tmp_path: Path) -> None:
@@ -124,20 +127,18 @@ def test_dropping_a_tenant_leaves_none_of_its_bytes_and_others_intact(
     beta.rt.flush_search_log()
     before = [r["id"] for r in _search(acme, "which ledger does Aditya review")["results"]]  # type: ignore[index]
     assert len(before) >= 5
-    folder = Path(acme.rt.config.store.path).parent
-    assert _files_holding(folder, EMAIL)  # the canary is on disk before the drop
+    assert _holding(acme, EMAIL)  # the canary is stored before the drop
     beta.rt.close()
     with pytest.raises(StoreError, match="default tenant is the store itself"):
-        drop_tenant(acme.rt.config.store.path, "default")
-    removed = drop_tenant(acme.rt.config.store.path, "beta")
-    assert any(item.endswith("beta.sqlite") for item in removed)
-    assert _files_holding(folder, EMAIL) == [] and _files_holding(folder, CANARY) == []
-    assert list_tenants(acme.rt.config.store.path) == ["default", "acme"]
-    assert not tenant_exists(acme.rt.config.store.path, "beta")
+        drop_tenant(acme.target, "default")
+    assert drop_tenant(acme.target, "beta")  # what it removed, for the operator
+    assert _holding(acme, EMAIL) == [] and _holding(acme, CANARY) == []
+    assert list_tenants(acme.target) == ["default", "acme"]
+    assert not tenant_exists(acme.target, "beta")
     after = [r["id"] for r in _search(acme, "which ledger does Aditya review")["results"]]  # type: ignore[index]
     assert after == before
     with pytest.raises(StoreMissingError, match="no tenant 'beta'"):
-        drop_tenant(acme.rt.config.store.path, "beta")
+        drop_tenant(acme.target, "beta")
 
 
 def test_tenants_keep_query_caches_of_their_own_over_one_model() -> None:

@@ -23,6 +23,7 @@ from retold.store.postgres.store import LOG_LOCK, WRITE_LOCK, tenant_lock
 from retold.store.postgres.url import conninfo
 from retold.testing import AGENT, T0, FakeEmbedder, FakeJudge, InProcessScheduler, ManualClock, World
 from tests import postgres
+from tests.sql import tables_holding
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -66,22 +67,6 @@ def _search(world: World, query: str) -> list[str]:
     outcome = world.rt.retriever.search(world.p, SearchRequest(queries=[query]))
     world.rt.flush_search_log()
     return [result.record.id for result in outcome.response.results]
-
-
-def _occurrences(url: str, text: str) -> dict[str, int]:
-    """Rows holding ``text`` in every table of the store's schema, read as the superuser
-    the tests connect as (who is not held by row-level security)."""
-    found = {}
-    with closing(psycopg.connect(conninfo(url), autocommit=True)) as conn:
-        tables = [name for (name,) in conn.execute(
-            "SELECT relname FROM pg_class WHERE relkind = 'r'"
-            " AND relnamespace = current_schema()::regnamespace").fetchall()]
-        for table in tables:
-            count = conn.execute(f"SELECT count(*) FROM {table} AS t WHERE t::text LIKE %s",
-                                 (f"%{text}%",)).fetchone()[0]
-            if count:
-                found[table] = count
-    return found
 
 
 def test_a_connection_bound_to_no_tenant_reads_and_writes_nothing(url: str) -> None:
@@ -184,14 +169,14 @@ def test_dropping_a_tenant_leaves_none_of_its_text_and_the_others_untouched(url:
         b.rt.store.create_entity("project", f"Project {CANARY}", Scope("user", "aditya"))
         b.say("user", f"Where are the {CANARY} notes?")
         assert _search(b, f"{CANARY} notes")
-        planted = _occurrences(url, CANARY)
+        planted = tables_holding(url, CANARY)
         assert {"records", "records_fts", "entities", "session_turns", "search_log"} <= set(planted)
     finally:
         b.rt.close()
 
     removed = drop_tenant(url, "b")
     assert "records: 1 rows" in removed and removed[-1] == "checkpoint: done"
-    assert _occurrences(url, CANARY) == {}
+    assert tables_holding(url, CANARY) == {}
     assert list_tenants(url) == ["default", "a"]
     with pytest.raises(StoreMissingError):
         open_store(url, tenant="b")
