@@ -38,6 +38,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
 from retold.config import McpTokenConfig
+from retold.config.tokens import tokens_for
 from retold.errors import ConfigError
 from retold.ingest.session import SessionHooks
 from retold.models import Principal
@@ -299,10 +300,10 @@ def serve_http(rt: Runtime, host: str, port: int) -> None:
     """
     import uvicorn
 
-    tokens = rt.config.mcp.tokens
+    tokens = tokens_for(rt.config.mcp.tokens, rt.tenant)
     if not tokens:
-        raise ConfigError("mcp.tokens: no bearer tokens configured; the HTTP server never serves"
-                          " anonymous callers")
+        raise ConfigError(f"mcp.tokens: no bearer token of tenant {rt.tenant} configured; the HTTP server"
+                          " never serves anonymous callers")
     verifier = _TokenVerifier(tokens)
     sessions = _Sessions(rt.hooks)
     server = build_server(rt, lambda ctx: sessions.principal(verifier.principal_of(ctx)))

@@ -11,6 +11,7 @@ from typing import Any
 
 from retold.cli.common import EXIT_USAGE, Refused, add_command, cli_config, cli_runtime, print_json
 from retold.cli_failure import EXIT_ERROR, one_line
+from retold.config.tokens import tokens_for
 from retold.errors import RetoldError
 from retold.models import Principal
 from retold.policy.grants import no_grant_reason, readable_scopes
@@ -38,9 +39,10 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
             raise Refused("--agent, --user and --project are for stdio; over --http each token in"
                           " mcp.tokens names its principal", EXIT_USAGE)
         host, port = host_port(args.http)
-        if not cli_config(args).mcp.tokens:
-            raise Refused("--http needs at least one token in mcp.tokens of --config; anonymous"
-                          " access is never served", EXIT_USAGE)
+        config = cli_config(args)
+        if not tokens_for(config.mcp.tokens, config.tenancy.tenant):
+            raise Refused(f"--http needs at least one token of tenant {config.tenancy.tenant} in"
+                          " mcp.tokens of --config; anonymous access is never served", EXIT_USAGE)
     elif not (args.agent and args.user):
         raise Refused("stdio needs --agent and --user (or use --http with mcp.tokens)", EXIT_USAGE)
     try:

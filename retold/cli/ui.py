@@ -9,6 +9,7 @@ from typing import Any
 
 from retold.cli.common import EXIT_USAGE, Refused, add_command, cli_config, cli_runtime
 from retold.cli.serve import host_port
+from retold.config.tokens import tokens_for
 
 __all__ = ["register"]
 
@@ -34,9 +35,10 @@ def _cmd_ui(args: argparse.Namespace) -> int:
         raise Refused(f"{host} is reachable from other machines, and the inspector shows memory: give"
                       " --tls-cert and --tls-key, or --insecure-http behind a proxy that adds TLS",
                       EXIT_USAGE)
-    if not cli_config(args).ui.tokens:
-        raise Refused("the inspector needs at least one token in ui.tokens of --config; it never shows"
-                      " memory to an anonymous visitor", EXIT_USAGE)
+    config = cli_config(args)
+    if not tokens_for(config.ui.tokens, config.tenancy.tenant):
+        raise Refused(f"the inspector needs at least one token of tenant {config.tenancy.tenant} in ui.tokens"
+                      " of --config; it never shows memory to an anonymous visitor", EXIT_USAGE)
     try:
         import uvicorn
 

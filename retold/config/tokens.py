@@ -1,14 +1,25 @@
 """The tokens that let a caller in: ``mcp.tokens`` (``retold mcp --http``) and
 ``ui.tokens`` (``retold ui``). Only a token's SHA-256 is kept, so a leaked config file
 grants nothing; each list is checked at load time for what the type check cannot judge
-(a real digest, no digest twice, the rules a Principal enforces)."""
+(a real digest, no digest twice, a tenant name, the rules a Principal enforces).
+
+Each token names its tenant (``default`` unless it says otherwise), and a server accepts
+only the tokens of the tenant it serves: one config file often starts every tenant's server,
+and a token of one tenant must not open another tenant's memory under the same agent and
+user ids (:func:`tokens_for`)."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
-__all__ = ["McpConfig", "McpTokenConfig", "UiConfig", "UiTokenConfig", "mcp_token_errors", "ui_token_errors"]
+from retold.errors import ConfigError
+from retold.tenant import check_tenant
+
+__all__ = ["McpConfig", "McpTokenConfig", "UiConfig", "UiTokenConfig", "mcp_token_errors", "tokens_for",
+           "ui_token_errors"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +31,7 @@ class McpTokenConfig:
     agent_id: str = ""
     user_id: str = ""
     project_id: str | None = None
+    tenant: str = "default"  # the only tenant whose server accepts it
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +55,7 @@ class UiTokenConfig:
     user_id: str = ""
     project_id: str | None = None
     operator: str | None = None  # set instead of agent_id/user_id
+    tenant: str = "default"  # the only tenant whose inspector accepts it
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +77,7 @@ def mcp_token_errors(mcp: McpConfig) -> list[str]:
     for i, token in enumerate(mcp.tokens):
         key = f"mcp.tokens[{i}]"
         errors += _digest_errors(key, token.sha256, seen, f"mcp.tokens[{i}]") + _principal_errors(key, token)
+        errors += _tenant_errors(key, token.tenant)
     return errors
 
 
@@ -74,6 +88,7 @@ def ui_token_errors(ui: UiConfig) -> list[str]:
     for i, token in enumerate(ui.tokens):
         key = f"ui.tokens[{i}]"
         errors += _digest_errors(key, token.sha256, seen, f"ui.tokens[{i}]")
+        errors += _tenant_errors(key, token.tenant)
         if token.operator is None:
             errors += _principal_errors(key, token)
         elif not token.operator.strip():
@@ -81,6 +96,22 @@ def ui_token_errors(ui: UiConfig) -> list[str]:
         elif token.agent_id or token.user_id or token.project_id is not None:
             errors.append(f"{key}: an operator token names no agent_id, user_id or project_id")
     return errors
+
+
+T = TypeVar("T", McpTokenConfig, UiTokenConfig)
+
+
+def tokens_for(tokens: Sequence[T], tenant: str) -> list[T]:
+    """The tokens a server of ``tenant`` accepts: those that name it."""
+    return [token for token in tokens if token.tenant == tenant]
+
+
+def _tenant_errors(key: str, tenant: str) -> list[str]:
+    try:
+        check_tenant(tenant, f"{key}.tenant")
+    except ConfigError as exc:
+        return [str(exc)]
+    return []
 
 
 def _digest_errors(key: str, digest: str, seen: dict[str, str], where: str) -> list[str]:

@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from retold.config.tokens import tokens_for
 from retold.models import ENTITY_KINDS, RECORD_STATUSES, RECORD_TYPES, Principal, Scope
 from retold.runtime import Runtime
 from retold.store.browse import BrowseFilter
@@ -42,8 +43,9 @@ Handler = Callable[[Request, Viewer, "str | None"], Awaitable[Response]]
 
 
 def create_app(rt: Runtime) -> Starlette:
-    """The inspector over ``rt``, for the tokens in ``rt.config.ui.tokens``."""
-    tokens = TokenBook(rt.config.ui.tokens)
+    """The inspector over ``rt``, for the tokens in ``rt.config.ui.tokens`` that name its
+    tenant."""
+    tokens = TokenBook(tokens_for(rt.config.ui.tokens, rt.tenant))
     sessions = Sessions()
     inspector = Inspector(rt, rt.config.ui.page_size)
     templates = Environment(loader=PackageLoader("retold.ui"), autoescape=select_autoescape(default=True))

@@ -39,6 +39,7 @@ from tests.sql import rows  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 AGENT, USER, PROJECT = "mcp-agent", "cleo", "atlas"
 TOKEN = "test-token-for-cleo"
+ACME_TOKEN = "test-token-for-cleo-in-acme"  # the same principal, in another tenant
 TOOLS = {"memory_search", "memory_get", "memory_write", "memory_revise", "memory_forget"}
 WAIT = 10.0  # seconds; every wait below is bounded by this
 ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
@@ -52,7 +53,9 @@ def store(tmp_path: Path) -> tuple[Path, Path]:
     config.write_text(
         "embedding:\n  model: fake\n"
         "mcp:\n  tokens:\n"
-        f"    - sha256: {token_digest(TOKEN)}\n      agent_id: {AGENT}\n      user_id: {USER}\n",
+        f"    - sha256: {token_digest(TOKEN)}\n      agent_id: {AGENT}\n      user_id: {USER}\n"
+        f"    - sha256: {token_digest(ACME_TOKEN)}\n      agent_id: {AGENT}\n      user_id: {USER}\n"
+        "      tenant: acme\n",
         encoding="utf-8")
     path = tmp_path / "mem.sqlite"
     with _runtime(path, config) as rt:
@@ -256,7 +259,8 @@ def test_http_with_a_valid_token_serves_the_tools(http_server: str, store: tuple
 
 
 @pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong-token"},
-                                     {"Authorization": f"Basic {TOKEN}"}])
+                                     {"Authorization": f"Basic {TOKEN}"},
+                                     {"Authorization": f"Bearer {ACME_TOKEN}"}])
 def test_http_without_a_valid_token_gets_401(http_server: str, headers: dict[str, str]) -> None:
     initialize = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
     response = httpx2.post(http_server, json=initialize, timeout=WAIT, headers={

@@ -268,3 +268,29 @@ def test_a_hundred_tenants_on_one_store_leak_nothing_to_each_other(tmp_path: Pat
     finally:
         for world in worlds.values():
             world.rt.close()
+
+
+def test_a_token_opens_only_the_inspector_of_its_own_tenant(two_tenants: tuple[World, World]) -> None:
+    """One config file starts every tenant's inspector; a token names its tenant, and the
+    same agent and user in another tenant are not reachable with it."""
+    pytest.importorskip("starlette")
+    from starlette.testclient import TestClient
+
+    from retold.ui.access import token_digest
+    from retold.ui.app import create_app
+
+    acme, _beta = two_tenants
+    tokens = [{"sha256": token_digest("acme-token-0001"), "agent_id": acme.p.agent_id,
+               "user_id": acme.p.user_id, "tenant": "acme"},
+              {"sha256": token_digest("beta-token-0001"), "agent_id": acme.p.agent_id,
+               "user_id": acme.p.user_id, "tenant": "beta"}]
+    config = acme.rt.config.replace({"ui": {"tokens": tokens}})
+    with build_runtime(config, clock=acme.clock, embedder=acme.embedder, judge=acme.judge, environ={},
+                       tenant="acme") as rt:
+        app = create_app(rt)
+        assert TestClient(app, headers={"authorization": "Bearer acme-token-0001"}).get(
+            "/records").status_code == 200
+        assert TestClient(app, headers={"authorization": "Bearer beta-token-0001"}).get(
+            "/records").status_code == 401
+    with pytest.raises(ConfigError, match=r"ui.tokens\[0\].tenant: 'Acme' is not a tenant name"):
+        read_config(overrides={"ui": {"tokens": [{**tokens[0], "tenant": "Acme"}]}})

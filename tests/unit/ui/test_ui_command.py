@@ -32,7 +32,7 @@ def _refused(capsys: pytest.CaptureFixture[str], *args: str) -> str:
 
 
 def test_no_token_no_inspector(store: tuple[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
-    assert "needs at least one token in ui.tokens" in _refused(capsys, "--store", store[0])
+    assert "needs at least one token of tenant default in ui.tokens" in _refused(capsys, "--store", store[0])
 
 
 @pytest.mark.parametrize("listen", ["0.0.0.0:8765", "192.168.1.20:8765", "[::]:8765"])
