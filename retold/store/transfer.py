@@ -18,7 +18,6 @@ into PostgreSQL".
 
 from __future__ import annotations
 
-import graphlib
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -31,7 +30,7 @@ from retold.store.fts import FTS_COLUMNS, all_fts_rows
 from retold.store.location import open_store
 from retold.store.migrations import LATEST, check_is_retold, check_not_newer
 from retold.store.opening import connect
-from retold.store.postgres.schema import TENANT_REGISTRY
+from retold.store.postgres.schema import TENANT_REGISTRY, parents_first
 from retold.store.postgres.store import PgStore
 from retold.store.postgres.url import redact
 from retold.store.store import Store
@@ -185,7 +184,7 @@ def copied_tables(src: Any, dst: Any) -> list[_Table]:
                          f"SQLite: {', '.join(only_source) or 'none'}; only in PostgreSQL: "
                          f"{', '.join(only_target) or 'none'}); is one of them from another Retold?")
     tables = []
-    for name in _parents_first(dst, names):
+    for name in parents_first(dst, names):
         columns = [str(row[1]) for row in src.execute(f"PRAGMA table_info({name})").fetchall()]
         types = dict(dst.execute(
             "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema ="
@@ -215,26 +214,6 @@ def _pg_tables(dst: Any) -> list[str]:
                        " current_schema() AND table_type = 'BASE TABLE' ORDER BY table_name").fetchall()
     return [str(name) for (name,) in rows
             if name not in NOT_COPIED and name not in (REBUILT, TENANT_REGISTRY)]
-
-
-def _parents_first(dst: Any, names: Sequence[str]) -> list[str]:
-    """``names`` ordered so that a table comes after every table its foreign keys name
-    (a table naming itself is loaded by one statement, which PostgreSQL checks at its end)."""
-    graph: dict[str, set[str]] = {name: set() for name in names}
-    for child, parent in dst.execute(
-            "SELECT c.relname, p.relname FROM pg_constraint k JOIN pg_class c ON c.oid = k.conrelid"
-            " JOIN pg_class p ON p.oid = k.confrelid WHERE k.contype = 'f'"
-            " AND c.relnamespace = current_schema()::regnamespace").fetchall():
-        if child in graph and parent in graph and child != parent:
-            graph[child].add(parent)
-    sorter = graphlib.TopologicalSorter(graph)
-    sorter.prepare()
-    ordered: list[str] = []
-    while sorter.is_active():
-        ready = sorted(sorter.get_ready())  # a stable order among independent tables
-        ordered += ready
-        sorter.done(*ready)
-    return ordered
 
 
 def _refuse_rows(dst: Any, tables: Sequence[_Table]) -> None:

@@ -143,15 +143,21 @@ def test_queue_maintenance_deletes_only_consumed_messages(tmp_path: Path) -> Non
     assert purge_consumed_messages("redis://127.0.0.1:6379/0") == 0
 
 
+def worker_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store: Path) -> None:
+    """A worker's environment: a config naming ``store`` with the fake embedder, no other
+    RETOLD_ variable, and no runtime built yet."""
+    config = tmp_path / "config.yaml"
+    config.write_text(f"store:\n  path: {store}\nembedding:\n  model: fake\n")
+    monkeypatch.setenv("RETOLD_CONFIG", str(config))
+    for variable in ("RETOLD_STORE", "RETOLD_TENANT", "RETOLD_REPLAY_EXTRACTION"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setattr(workers.process_runtime, "_runtimes", {})
+
+
 def test_the_worker_runtime_is_built_once_and_closed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    config = tmp_path / "config.yaml"
-    config.write_text(f"store:\n  path: {tmp_path / 'w.sqlite'}\nembedding:\n  model: fake\n")
-    monkeypatch.setenv("RETOLD_CONFIG", str(config))
-    monkeypatch.delenv("RETOLD_STORE", raising=False)
-    monkeypatch.delenv("RETOLD_REPLAY_EXTRACTION", raising=False)
-    monkeypatch.setattr(workers.process_runtime, "_runtimes", {})
+    worker_config(tmp_path, monkeypatch, tmp_path / "w.sqlite")
     try:
         first = workers.process_runtime.current_runtime()
         assert workers.process_runtime.current_runtime() is first
@@ -201,12 +207,7 @@ def test_the_sweeps_run_in_every_tenant_and_send_each_session_with_its_tenant(
         world.rt.hooks.on_session_end(world.p)
         world.rt.close()
     assert add_tenant(store, "acme") is False
-    config = tmp_path / "config.yaml"
-    config.write_text(f"store:\n  path: {store}\nembedding:\n  model: fake\n")
-    monkeypatch.setenv("RETOLD_CONFIG", str(config))
-    monkeypatch.delenv("RETOLD_STORE", raising=False)
-    monkeypatch.delenv("RETOLD_TENANT", raising=False)
-    monkeypatch.setattr(workers.process_runtime, "_runtimes", {})
+    worker_config(tmp_path, monkeypatch, store)
     sent: list[tuple[list[Any], dict[str, str]]] = []
     monkeypatch.setattr(workers.tasks.extract_session, "apply_async",
                         lambda args, kwargs: sent.append((args, kwargs)))

@@ -11,9 +11,10 @@ finds the work done. See docs/decisions.md, "PostgreSQL as a shared store".
 
 from __future__ import annotations
 
+import graphlib
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import Any
 
@@ -23,7 +24,7 @@ from retold.tenant import DEFAULT_TENANT
 from retold.util import SystemClock, to_iso
 
 __all__ = ["AGENT_ROLE", "PG_BASE", "PG_MIGRATIONS", "SCHEMA_LOCK", "TENANT_REGISTRY", "TENANT_VERSION",
-           "check_version", "current_version", "migrate", "tenant_tables"]
+           "check_version", "current_version", "migrate", "parents_first", "tenant_tables"]
 
 log = logging.getLogger(__name__)
 
@@ -354,3 +355,23 @@ def _unresolved(conn: Any) -> int:
     if not _has_table(conn, "migration_issues"):
         return 0
     return int(conn.execute("SELECT count(*) FROM migration_issues").fetchone()[0])
+
+
+def parents_first(dst: Any, names: Sequence[str]) -> list[str]:
+    """``names`` ordered so that a table comes after every table its foreign keys name
+    (a table naming itself is loaded by one statement, which PostgreSQL checks at its end)."""
+    graph: dict[str, set[str]] = {name: set() for name in names}
+    for child, parent in dst.execute(
+            "SELECT c.relname, p.relname FROM pg_constraint k JOIN pg_class c ON c.oid = k.conrelid"
+            " JOIN pg_class p ON p.oid = k.confrelid WHERE k.contype = 'f'"
+            " AND c.relnamespace = current_schema()::regnamespace").fetchall():
+        if child in graph and parent in graph and child != parent:
+            graph[child].add(parent)
+    sorter = graphlib.TopologicalSorter(graph)
+    sorter.prepare()
+    ordered: list[str] = []
+    while sorter.is_active():
+        ready = sorted(sorter.get_ready())  # a stable order among independent tables
+        ordered += ready
+        sorter.done(*ready)
+    return ordered

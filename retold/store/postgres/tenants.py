@@ -18,7 +18,13 @@ from typing import Any
 
 from retold.errors import StoreError, StoreMissingError
 from retold.store.postgres.connection import PgConnection
-from retold.store.postgres.schema import TENANT_REGISTRY, TENANT_VERSION, current_version, tenant_tables
+from retold.store.postgres.schema import (
+    TENANT_REGISTRY,
+    TENANT_VERSION,
+    current_version,
+    parents_first,
+    tenant_tables,
+)
 from retold.store.postgres.url import conninfo, redact
 from retold.tenant import DEFAULT_TENANT, check_tenant
 from retold.util import SystemClock, to_iso
@@ -123,23 +129,8 @@ def drop_tenant(url: str, tenant: str) -> list[str]:
 
 def _children_first(conn: Any) -> list[str]:
     """The tenant tables, each before every table its foreign keys name, so a delete never
-    leaves a row pointing at one already gone (a table naming itself is emptied of the
-    tenant by one statement, whose foreign keys are checked at its end)."""
-    tables = tenant_tables(conn)
-    parents: dict[str, set[str]] = {table: set() for table in tables}
-    for child, parent in conn.execute(
-            "SELECT c.relname, p.relname FROM pg_constraint k JOIN pg_class c ON c.oid = k.conrelid"
-            " JOIN pg_class p ON p.oid = k.confrelid WHERE k.contype = 'f'"
-            " AND c.relnamespace = current_schema()::regnamespace").fetchall():
-        if child in parents and parent in parents and child != parent:
-            parents[child].add(parent)
-    ordered: list[str] = []
-    while len(ordered) < len(tables):
-        # A table is next when no table still waiting names it.
-        ready = sorted(t for t in tables if t not in ordered
-                       and not any(t in parents[o] for o in tables if o not in ordered))
-        ordered += ready or [t for t in tables if t not in ordered]  # a cycle: one statement each
-    return ordered
+    leaves a row pointing at one already gone."""
+    return list(reversed(parents_first(conn, tenant_tables(conn))))
 
 
 def _checkpoint(conn: Any) -> str:
