@@ -210,6 +210,30 @@ def _tenant_key(conn: Any) -> None:
         conn.execute(f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY")
         conn.execute(f"ALTER TABLE {table} FORCE ROW LEVEL SECURITY")
     _grant_agent(conn)
+    _lexical_match_leakproof(conn)
+
+
+# Row-level security lets the planner run a query's own conditions before the policy's only
+# when they are leakproof, and PostgreSQL does not mark the full-text match so: without the
+# mark, `document @@ query` cannot use the lexical GIN index, and every lexical read scans
+# all of the tenant's rows. The match raises no error that depends on a row's text, so
+# marking it discloses nothing; only a superuser may, once per database.
+_LEAKPROOF_MATCH = "ALTER FUNCTION pg_catalog.ts_match_vq(tsvector, tsquery) LEAKPROOF"
+
+
+def _lexical_match_leakproof(conn: Any) -> None:
+    """Mark the full-text match leakproof where this role may; else say who must."""
+    marked, superuser = conn.execute(
+        "SELECT p.proleakproof, r.rolsuper FROM pg_proc p, pg_roles r"
+        " WHERE p.oid = 'pg_catalog.ts_match_vq(tsvector, tsquery)'::regprocedure"
+        " AND r.rolname = current_user").fetchone()
+    if marked:
+        return
+    if superuser:
+        conn.execute(_LEAKPROOF_MATCH)
+        return
+    log.warning("lexical search scans each tenant's rows until a superuser runs, once in this "
+                "database: %s", _LEAKPROOF_MATCH)
 
 
 def _grant_agent(conn: Any) -> None:
