@@ -76,7 +76,10 @@ def current_runtime(tenant: str | None = None) -> Runtime:
         if tenant is None or tenant == home.tenant:
             return home
         runtime = _runtimes.get(tenant)
-        if runtime is not None and not tenant_exists(home.config.store.target, tenant):
+        # On SQLite a dropped tenant's file may still be open here, and writes into it would
+        # land in a deleted file; PostgreSQL refuses them itself (the tenant is unregistered).
+        if (runtime is not None and runtime.store.backend == "sqlite"
+                and not tenant_exists(home.config.store.target, tenant)):
             del _runtimes[tenant]
             runtime.close()
             runtime = None

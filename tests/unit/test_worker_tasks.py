@@ -197,7 +197,8 @@ def test_replay_mode_uses_the_recording_and_an_accepting_reviewer(
 def test_the_sweeps_run_in_every_tenant_and_send_each_session_with_its_tenant(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from retold.store.location import add_tenant
+    from retold.errors import StoreMissingError
+    from retold.store.location import add_tenant, drop_tenant
     from retold.testing import make_world
 
     store = tmp_path / "w.sqlite"
@@ -222,5 +223,10 @@ def test_the_sweeps_run_in_every_tenant_and_send_each_session_with_its_tenant(
         assert workers.process_runtime.current_runtime("acme") is acme_rt
         # The acme runtime keeps its own query cache over the home runtime's model.
         assert acme_rt.embedder is not default_rt.embedder
+        # A tenant dropped while its runtime is open is refused, not written into.
+        drop_tenant(store, "acme")
+        with pytest.raises(StoreMissingError, match="no tenant 'acme'"):
+            workers.process_runtime.current_runtime("acme")
+        assert workers.tasks.recover.run() == {"enqueued": []}  # the default tenant sweeps on
     finally:
         workers.process_runtime.close_runtime()
