@@ -21,13 +21,20 @@ answerable twin, current value at rank 1 and stale results on questions about fa
 changed, results and tokens per search.
 
 Run: ``.venv/bin/python -m benchmarks.retrieval_bench [--conversations N] [--dump PATH]
-[--store URL]``; ``--dump`` also writes every logged search row with its question, to
+[--store URL] [--redact-pattern REGEX]``; ``--dump`` also writes every logged search row with its question, to
 decide again offline with ``retold.retrieve.replay.replay`` (``benchmarks.fit_gate``
 reads it). Writes
 benchmarks/results/retrieval.json and retrieval.md. ``--store`` runs the same questions on
 an empty PostgreSQL database instead of a fresh SQLite file and writes
 retrieval_postgres.json and .md, so the two lexical channels (FTS5 and ``tsvector``) can be
 compared under the same gate.
+
+``--redact-pattern REGEX`` (repeatable) measures what redaction costs search instead: the
+same questions are asked on the raw records and, for each REGEX, under a memory pack whose
+``pii`` class is REGEX and is redacted before embedding (so the dense and lexical channels
+see the records with what REGEX matches masked), and benchmarks/results/redaction.json and
+.md report the recall of both, over every answerable question and over those whose
+expected records the pattern masks. The unseen wordings are not asked in this mode.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import tempfile
 import time
 from collections.abc import Iterable, Sequence
@@ -42,6 +50,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -238,12 +248,17 @@ def run(
     embedding: dict[str, object] | None = None,
     unseen: list[list[dict[str, Any]]] | None = None,
     config_file: Path | None = None,
+    pack: Path | None = None,
 ) -> tuple[list[Question], dict[str, Any], Any]:
     """Load and ask every conversation on ``store`` (a SQLite path or a PostgreSQL URL),
     then its ``unseen`` questions when given; the runtime starts from ``config_file`` (None
-    = the defaults) and ``embedding`` overrides its embedding block."""
+    = the defaults), ``embedding`` overrides its embedding block and ``pack`` names the
+    memory pack file it runs under (None: the built-in pack)."""
     key = "url" if str(store).startswith("postgresql") else "path"
-    config = load_config(config_file, overrides=calibration_overrides({key: str(store)}, embedding))
+    overrides = calibration_overrides({key: str(store)}, embedding)
+    if pack is not None:
+        overrides["tenancy"] = {"pack": str(pack)}
+    config = load_config(config_file, overrides=overrides)
     rt = build_runtime(config, judge=ExactJudge())
     questions: list[Question] = []
     all_ids: dict[str, str] = {}
@@ -374,6 +389,65 @@ def table(report: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
+def redaction_pack(pattern: str) -> dict[str, Any]:
+    """A pack whose one class, ``pii``, is ``pattern`` and is masked before embedding."""
+    return {"default": {"governance": {
+        "sensitivity_classes": ["none", {"name": "pii", "decided_by": "pattern", "pattern": pattern}],
+        "redact_before_embedding": ["pii"]}}}
+
+
+def _ask(conversations: list[dict[str, Any]], config_file: Path | None,
+         pattern: str | None) -> list[Question]:
+    """Every question, on a fresh store under a pack masking ``pattern`` (None: raw)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        pack = None
+        if pattern is not None:
+            pack = Path(tmp) / "packs.yaml"
+            pack.write_text(yaml.safe_dump(redaction_pack(pattern)))
+        questions, _, rt = run(conversations, Path(tmp) / "memory.sqlite", config_file=config_file, pack=pack)
+        rt.close()
+    return questions
+
+
+def redaction(conversations: list[dict[str, Any]], patterns: list[str], config_file: Path | None,
+              write: bool) -> None:
+    """Ask every question on the raw records, then under a pack masking each pattern."""
+    raw = _ask(conversations, config_file, None)
+    records = sum(len(c["records"]) for c in conversations)
+    report: dict[str, Any] = {"machine": machine(), "k": K, "conversations": len(conversations),
+                              "records": records, "config": str(config_file or "defaults"), "patterns": []}
+    rows = [["pattern", "questions", "kind", "n", "raw R@1/5/10", "redacted R@1/5/10"]]
+    notes = []
+    for number, pattern in enumerate(patterns, start=1):
+        compiled = re.compile(pattern)
+        masked = {r["key"] for c in conversations for r in c["records"] if compiled.search(r["content"])}
+        redacted = _ask(conversations, config_file, pattern)
+        scores: dict[str, dict[str, Any]] = {}
+        for label, questions in (("raw", raw), ("redacted", redacted)):
+            touched = [q for q in questions if set(q.expected) & masked]
+            scores[label] = {"all": score(questions, "retold"), "touched": score(touched, "retold")}
+        report["patterns"].append({"pattern": pattern, "records_masked": len(masked), "scores": scores})
+        notes.append(f"{number}: `{pattern}` masks {len(masked)} of {records} records.")
+        for subset, title in (("all", "every answerable"), ("touched", "expected record masked")):
+            before, after = scores["raw"][subset], scores["redacted"][subset]
+            for kind in [*before["kinds"], "answerable"]:
+                a = before["answerable"] if kind == "answerable" else before["kinds"][kind]
+                b = after["answerable"] if kind == "answerable" else after["kinds"][kind]
+                rows.append([str(number), title, kind, str(a["n"]),
+                             "/".join(_fmt(a[f"r@{k}"]) for k in (1, 5, 10)),
+                             "/".join(_fmt(b[f"r@{k}"]) for k in (1, 5, 10))])
+    for row in rows:
+        print(" | ".join(row))
+    if write:
+        command = " ".join(f"--redact-pattern '{p}'" for p in patterns)
+        write_report("redaction", report, rows, notes=" ".join(notes) + (
+            f" {len(conversations)} conversations; k = {K}. Raw: the built-in pack; redacted: a pack "
+            "whose pii class is the pattern, in redact_before_embedding, so the record vectors and "
+            "the word index hold `[pii]` where the pattern matched. `expected record masked`: the "
+            "questions whose expected records the pattern changed. Command: `python -m "
+            f"benchmarks.retrieval_bench {command}`."))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--conversations", type=int, default=None, help="only the first N")
@@ -384,9 +458,15 @@ def main() -> None:
     parser.add_argument("--config", type=Path, default=None,
                         help="config file the runtime starts from (config.int8.yaml: the int8 encoder "
                              "and its gate); the report is then named after it (retrieval_int8)")
+    parser.add_argument("--redact-pattern", action="append", default=None, metavar="REGEX",
+                        help="measure recall on raw records and with REGEX redacted before embedding; "
+                             "may be repeated (writes redaction.json and .md)")
     args = parser.parse_args()
     data = json.loads(DATA.read_text())
     conversations = data["conversations"][: args.conversations]
+    if args.redact_pattern is not None:
+        redaction(conversations, args.redact_pattern, args.config, not args.no_report)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         questions, logged, rt = run(conversations, args.store or Path(tmp) / "memory.sqlite",
                                     unseen=unseen_questions(len(conversations)), config_file=args.config)

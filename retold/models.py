@@ -153,6 +153,16 @@ class Record:
     entity_ids: list[str] = field(default_factory=list)
     index_version: int = 0  # records_version of its last index-visible change
     seq: int = 0  # stable integer key assigned by the store on insert
+    # The sensitivity class its tenant's memory pack put it in, and its content with what
+    # the pack redacts masked (None: nothing was masked). The masked form is what the
+    # embedder, the word index and hosted models get; the content is only read back.
+    sensitivity: str = "none"
+    redacted_content: str | None = None
+
+    @property
+    def indexed_content(self) -> str:
+        """The text that may leave the record: to an embedder, an index or a prompt."""
+        return self.content if self.redacted_content is None else self.redacted_content
 
 
 @dataclass

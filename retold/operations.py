@@ -24,6 +24,7 @@ from retold.errors import RetoldError, StoreError, StoreLockedError
 from retold.index.embedder import Embedder, embedder_from_config
 from retold.index.vector import VectorIndex
 from retold.models import ACTIVE_STATUSES, Principal, Record, Scope, SearchRequest
+from retold.policy.sensitivity import SensitivityRules
 from retold.portable.exporter import ExportResult, export_scope
 from retold.portable.importer import Importer, ImportResult
 from retold.retrieve.search_log import SearchLogWriter
@@ -146,10 +147,12 @@ class Operations:
     """
 
     def __init__(self, store: Store, index: VectorIndex, embedder: Embedder, config: Config,
-                 clock: Clock, search: Search, *, search_log: SearchLogWriter | None = None) -> None:
+                 clock: Clock, search: Search, *, search_log: SearchLogWriter | None = None,
+                 sensitivity: SensitivityRules | None = None) -> None:
         self.store, self.index, self.embedder = store, index, embedder
         self.config, self.clock, self._search = config, clock, search
         self._search_log = search_log
+        self.sensitivity = sensitivity or SensitivityRules()  # imports classify and mask too
 
     # -- lifecycle sweeps -------------------------------------------------------------------
 
@@ -234,7 +237,8 @@ class Operations:
                      from_tenant: str | None = None) -> ImportResult:
         """Import an export file as ``principal`` would write it; see
         :class:`retold.portable.importer.Importer`."""
-        importer = Importer(self.store, self.index, self.embedder, self.config, self.clock)
+        importer = Importer(self.store, self.index, self.embedder, self.config, self.clock,
+                            sensitivity=self.sensitivity)
         return importer.run(lines, principal, into=into, confirm=confirm, actor=actor, progress=progress,
                             from_tenant=from_tenant)
 

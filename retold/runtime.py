@@ -42,6 +42,7 @@ from retold.models import Principal
 from retold.operations import Operations
 from retold.policy.activation import ActivationPolicy
 from retold.policy.lifecycle import Lifecycle
+from retold.policy.sensitivity import SensitivityRules
 from retold.retrieve.profile import ProfileAssembler
 from retold.retrieve.retriever import Retriever
 from retold.retrieve.rewrite import NoRewriter, QueryRewriter, rewriter_from_config
@@ -124,10 +125,20 @@ class Runtime:
     @cached_property
     def pack(self) -> EffectivePack:
         """This tenant's memory pack from ``tenancy.pack`` (the built-in pack when null),
-        with where each value came from. Nothing in the pipeline reads it yet: the parts
-        still take their settings from the config, and are to move onto the pack one
-        behaviour at a time. :func:`build_runtime` has already checked the file."""
+        with where each value came from. Its sensitivity classes and redaction act
+        (:attr:`sensitivity`); the other parts still take their settings from the config,
+        and are to move onto the pack one behaviour at a time. :func:`build_runtime` has
+        already checked the file."""
         return effective_pack(self.config.tenancy.pack, self.tenant)
+
+    @cached_property
+    def sensitivity(self) -> SensitivityRules:
+        """This tenant's sensitivity classes and redaction, from its pack's governance
+        block: what every write classifies with and what masks a record's text before it
+        is embedded, indexed or put in a hosted model's prompt."""
+        rules = ActivationPolicy(self.config.activation).rules
+        return SensitivityRules(self.pack.pack.governance,
+                                lambda attribute, content: rules.categorize(attribute, content).category)
 
     @cached_property
     def judge(self) -> EquivalenceJudge:
@@ -143,6 +154,7 @@ class Runtime:
             self.config.ingestion, self.clock,
             incremental_reload_max=self.config.embedding.incremental_reload_max,
             write_timeout_ms=self.config.embedding.write_timeout_ms,
+            sensitivity=self.sensitivity,
         )
 
     @cached_property
@@ -162,7 +174,7 @@ class Runtime:
             self.config.ingestion, self.clock, self.extractor, self.reviewer,
             incremental_reload_max=self.config.embedding.incremental_reload_max,
             setup=self.model_setup(), recover=RecoverTerms.from_config(self.config.queue),
-            activate=self.activator.after_extraction)
+            activate=self.activator.after_extraction, sensitivity=self.sensitivity)
 
     def model_setup(self) -> ModelSetup:
         """What decides whether this process has hosted models, as a digest with no secret
@@ -196,7 +208,7 @@ class Runtime:
         """Maintenance: sweeps, erasure, re-embedding, snapshots, debugging reads."""
         return Operations(self.store, self.index, self.embedder, self.config, self.clock,
                           lambda principal, request: self.retriever.search(principal, request),
-                          search_log=self.search_log)
+                          search_log=self.search_log, sensitivity=self.sensitivity)
 
     def session(self, agent_id: str, user_id: str, *, session_id: str | None = None,
                 project_id: str | None = None) -> MemorySession:
@@ -222,7 +234,8 @@ class Runtime:
             client = self.hosted_client(utility.admission_model)
             judge = HostedAdmissionJudge(client, utility.max_output_tokens) if client else None
         return UtilityOrchestrator(self.tools, self.store, self.config, self.clock,
-                                   planner=planner, judge=judge, components=self.bundle_components())
+                                   planner=planner, judge=judge, components=self.bundle_components(),
+                                   sensitivity=self.sensitivity)
 
     def bundle_components(self) -> dict[str, Any]:
         """What decides host-issued memory in this process (retold.utility.bundles): the

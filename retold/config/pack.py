@@ -13,9 +13,10 @@ merged, since two valid layers can add up to an invalid pack (shares over 100%).
 
 The built-in values are today's behaviour: every class on, only episodic records decay
 (as ``retrieval.freshness.episodic_half_life_days`` does), transcripts kept as long as
-``sessions.retain_days`` keeps them, no redaction. Loading a pack changes nothing else
-yet: :attr:`retold.runtime.Runtime.pack` exposes it, and the pipeline's parts are to read
-it one behaviour at a time.
+``sessions.retain_days`` keeps them, no redaction. :attr:`retold.runtime.Runtime.pack`
+exposes it; the governance block's sensitivity classes and redaction act through
+:mod:`retold.policy.sensitivity`, and the pipeline's other parts are to read it one
+behaviour at a time.
 """
 
 from __future__ import annotations
@@ -544,10 +545,16 @@ def _effective(tenant: str, plain: Mapping[str, Any], sources: Mapping[str, str]
     if NO_CLASS not in declared:
         errors.append(f"{prefix}governance.sensitivity_classes: must declare 'none', the class of "
                       "records no other class claims")
+    decided = {c.name: c.decided_by for c in pack.governance.sensitivity_classes}
     for name in pack.governance.redact_before_embedding:
         if name not in declared:
             errors.append(f"{prefix}governance.redact_before_embedding: {name!r} is not a declared "
                           f"sensitivity class (declared: {', '.join(declared)})")
+        elif name == NO_CLASS or decided[name] != "pattern":
+            # Only a pattern says which words to mask; masking a whole record's text instead
+            # would leave nothing to find it by, so such a pack is refused, not guessed at.
+            errors.append(f"{prefix}governance.redact_before_embedding: {name!r} is not decided by a "
+                          "pattern, so it names no text to mask; only pattern classes can be redacted")
     leaves = tuple(PackLeaf(k, _lookup(pack, k), sources[k]) for k in _leaf_keys(plain))
     return EffectivePack(tenant, pack, leaves)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from retold.config import IngestionConfig
@@ -49,6 +49,7 @@ from retold.models import (
 from retold.policy import grants
 from retold.policy.lifecycle import Lifecycle
 from retold.policy.secrets import screen
+from retold.policy.sensitivity import SensitivityRules
 from retold.store import Store
 from retold.store.claims import ResumeStage
 from retold.store.sessions import SessionRow, Stage
@@ -157,6 +158,7 @@ class ExtractionRunner:
         recover: RecoverTerms | None = None,
         notice: ConfigNotice | None = None,
         activate: Callable[[Principal, Sequence[str], str], object] | None = None,
+        sensitivity: SensitivityRules | None = None,
     ) -> None:
         self.store, self.write, self.embedder, self.index = store, write, embedder, index
         # Runs after the apply transaction commits: the activation policy on each record
@@ -165,7 +167,10 @@ class ExtractionRunner:
         self.lifecycle, self.cfg, self.clock = lifecycle, config, clock
         self.extractor, self.reviewer = extractor, reviewer
         self.reload_max = incremental_reload_max
-        self.summaries = SummaryWriter(store, embedder, lifecycle, clock)
+        # The tenant pack's redaction: summaries are embedded masked, and the stored records
+        # a reviewer is shown are masked in its prompt.
+        self.sensitivity = sensitivity or SensitivityRules()
+        self.summaries = SummaryWriter(store, embedder, lifecycle, clock, self.sensitivity)
         # The notice is shared with using()'s runners: one warning per process and setup.
         self.attempts = Attempts(store, clock, config, setup or ModelSetup(), recover or RecoverTerms(),
                                  notice or ConfigNotice(), [_model_name(m) for m in (extractor, reviewer)],
@@ -179,7 +184,8 @@ class ExtractionRunner:
             self.store, self.write, self.embedder, self.index, self.lifecycle, self.cfg,
             self.clock, extractor or self.extractor, reviewer or self.reviewer,
             incremental_reload_max=self.reload_max, setup=self.attempts.setup,
-            recover=self.attempts.recover, notice=self.attempts.notice, activate=self.activate)
+            recover=self.attempts.recover, notice=self.attempts.notice, activate=self.activate,
+            sensitivity=self.sensitivity)
 
     def pending(self) -> list[ResumeStage]:
         """Ended sessions still to extract and not under a live claim (waiting, parked and
@@ -342,6 +348,8 @@ class ExtractionRunner:
             scopes=[item.scope], subject_entity_id=item.primary, statuses=ACTIVE_STATUSES,
             limit=self.cfg.max_entity_attributes,
         ) if item.primary else []
+        # Stored records go to the hosted reviewer masked as the tenant's pack redacts them.
+        live = [replace(r, content=self.sensitivity.mask(r.content)) for r in live]
         return ReviewContext(window, item.scope, item.primary, live, prompt_version)
 
     def _apply_review(self, items: list[_Item], decisions: dict[int, ReviewDecision],
@@ -438,7 +446,7 @@ class ExtractionRunner:
         text = normalize_ws(summary.content)[: self.cfg.summary_max_chars].strip()
         if screen(summary=text):  # a stage stored before the screen existed
             text = ""
-        vector = self.embedder.embed_documents([text])[0] if text else None
+        vector = self.embedder.embed_documents([self.sensitivity.mask(text)])[0] if text else None
         with self.store.atomic():
             # Under the write lock the claim cannot change hands before this commits.
             stop_unless_held("apply", self.store.holds_claim(session.id, token))

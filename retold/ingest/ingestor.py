@@ -32,6 +32,7 @@ from retold.models import RECORD_TYPES, Principal, Record, Resolution, Scope
 from retold.policy import grants
 from retold.policy.lifecycle import Lifecycle
 from retold.policy.secrets import screen
+from retold.policy.sensitivity import Sensitivity, SensitivityRules
 from retold.store import Embedding, NewEvent, Store
 from retold.store.write_window import WriteWindow
 from retold.util import Clock, Timer, new_id
@@ -70,8 +71,12 @@ class Ingestor:
         *,
         incremental_reload_max: int = 512,
         write_timeout_ms: int = 2000,
+        sensitivity: SensitivityRules | None = None,
     ) -> None:
         self.store, self.index, self.embedder, self.judge = store, index, embedder, judge
+        # The tenant pack's sensitivity classes: each record's class, and the masked text
+        # that is embedded and indexed in place of what a redacted class matches.
+        self.sensitivity = sensitivity or SensitivityRules()
         self.lifecycle, self.config, self.clock = lifecycle, config, clock
         self.resolver = EntityResolver(store)
         self._reload_max = incremental_reload_max
@@ -92,13 +97,16 @@ class Ingestor:
             timer.mark("permission")
             provenance = self.provenance(principal, request)
             timer.mark("evidence")
-            vector, pending = self.vector_for(request.content)
+            sensitivity = self.sensitivity.classify(request.content.strip(), evidence=request.evidence,
+                                                    attribute=request.attribute)
+            vector, pending = self.vector_for(
+                request.content if sensitivity.redacted_content is None else sensitivity.redacted_content)
             timer.mark("embed")
             if pending is not None:
                 provenance.notes.append(f"stored without its vector ({pending}): found by its words"
                                         " and entities until the backfill embeds it")
             return self._decide_and_write(principal, request, scope, attribute, provenance, vector, timer,
-                                          pending)
+                                          pending, sensitivity)
         except Refusal as refusal:
             timer.mark("refused")
             return WriteResult(refusal.error.code, None, None, refusal.error.message,
@@ -185,6 +193,7 @@ class Ingestor:
         vector: np.ndarray | None,
         timer: Timer,
         pending: str | None = None,
+        sensitivity: Sensitivity | None = None,
     ) -> WriteResult:
         now = self.clock.now()
         notes = list(prov.notes)
@@ -198,7 +207,7 @@ class Ingestor:
                 payload: dict[str, Any] = {"judge": self.judge.name, "origin_scope": str(scope),
                                            "requested_source_kind": request.source_kind}
                 candidate, links, ambiguous, decision, read = self._prepare(
-                    principal, request, scope, attribute, prov, vector, now, payload, timer)
+                    principal, request, scope, attribute, prov, vector, now, payload, timer, sensitivity)
                 window = self.store.lock_for_write([e for e, _ in links], model=self.embedder.name,
                                                    version=self.embedder.version)
                 timer.mark("write_lock")
@@ -238,6 +247,7 @@ class Ingestor:
     def _prepare(
         self, principal: Principal, request: WriteRequest, scope: Scope, attribute: str | None,
         prov: Provenance, vector: np.ndarray | None, now: datetime, payload: dict[str, Any], timer: Timer,
+        sensitivity: Sensitivity | None = None,
     ) -> tuple[Record, list[tuple[str, str]], list[dict[str, Any]], Decision, dict[str, int]]:
         """Resolve the entities, build the candidate record and decide what to do with it;
         also return every stored record the decision read, with the version it read."""
@@ -258,6 +268,8 @@ class Ingestor:
             supersedes_id=None, reinforcements=0, last_reinforced_at=None,
             tags=list(request.tags), entity_ids=[e for e, _ in links],
         )
+        if sensitivity is not None:
+            candidate.sensitivity, candidate.redacted_content = sensitivity.name, sensitivity.redacted_content
         read: dict[str, int] = {}
         decision = self._decide(candidate, vector, now, payload, timer, read)
         timer.mark("supersession")

@@ -22,6 +22,7 @@ from retold.ingest.subject import EPISODIC_ATTRIBUTE, subject_of
 from retold.models import ACTIVE_STATUSES, Principal, Record, Scope, SessionSummary
 from retold.policy import grants
 from retold.policy.lifecycle import Lifecycle
+from retold.policy.sensitivity import SensitivityRules
 from retold.store import Embedding, NewEvent, Store
 from retold.store.sessions import SessionRow
 from retold.util import Clock, new_id
@@ -58,12 +59,15 @@ def retire_superseded(store: Store, record_id: str, successor: Record,
 class SummaryWriter:
     """Writes a session's summary inside the caller's apply transaction."""
 
-    def __init__(self, store: Store, embedder: Embedder, lifecycle: Lifecycle, clock: Clock) -> None:
+    def __init__(self, store: Store, embedder: Embedder, lifecycle: Lifecycle, clock: Clock,
+                 sensitivity: SensitivityRules | None = None) -> None:
         self.store, self.embedder, self.lifecycle, self.clock = store, embedder, lifecycle, clock
+        self.sensitivity = sensitivity or SensitivityRules()
 
     def write(self, session: SessionRow, principal: Principal, scope: Scope,
                        summary: SessionSummary, content: str, vector: Any) -> tuple[str, str | None]:
-        """One confirmed episodic record per session, keyed by ``session:<id>``: identical
+        """One confirmed episodic record per session, keyed by ``session:<id>``, with
+        ``vector`` embedded from its masked text (``self.sensitivity.mask``): identical
         text is already_reinforced, new text supersedes. Text identical to a summary that
         already left the live set (retired, forgotten, expired) is not written again, so a
         re-run cannot bring back what retirement or forgetting removed."""
@@ -89,6 +93,8 @@ class SummaryWriter:
             confidence=life.initial_confidence("session_summary"),
             status=life.initial_status("session_summary"), supersedes_id=live[0].id if live else None,
             reinforcements=0, last_reinforced_at=None, entity_ids=[e for e, _ in links])
+        sensitivity = self.sensitivity.classify(content)
+        record.sensitivity, record.redacted_content = sensitivity.name, sensitivity.redacted_content
         outcome = f"superseded:{live[0].id}" if live else "created"
         with store.atomic():
             if live:

@@ -49,6 +49,7 @@ from retold.models import (
 )
 from retold.policy.grants import can_write, readable_scopes
 from retold.policy.secrets import screen
+from retold.policy.sensitivity import SensitivityRules
 from retold.portable.lines import ExportHeader, ImportRefused, decode_vector, read_header
 from retold.store import Embedding, NewEvent, Store
 from retold.store.family import EmbeddingFamily
@@ -104,9 +105,10 @@ class Importer:
     """Imports export files into one store for one principal."""
 
     def __init__(self, store: Store, index: VectorIndex, embedder: Embedder, config: Config,
-                 clock: Clock) -> None:
+                 clock: Clock, *, sensitivity: SensitivityRules | None = None) -> None:
         self.store, self.index, self.embedder = store, index, embedder
         self.config, self.clock = config, clock
+        self.sensitivity = sensitivity or SensitivityRules()
 
     def run(self, lines: Iterable[str], principal: Principal, *, into: Scope | None = None,
             confirm: bool = False, actor: str = "admin", progress: Progress | None = None,
@@ -289,6 +291,13 @@ class _Run:
             last_reinforced_at=_time(obj.get("last_reinforced_at")),
             tags=tags, entity_ids=[e for e, _ in links],
         )
+        # Classified by this tenant's pack, not the exporter's; a vector the file carries was
+        # made from text this pack may mask, so a masked record is embedded here instead.
+        sensitivity = self.i.sensitivity.classify(content, evidence=record.evidence,
+                                                  attribute=record.attribute)
+        record.sensitivity, record.redacted_content = sensitivity.name, sensitivity.redacted_content
+        if sensitivity.redacted_content is not None:
+            vector = None
         self.conflicts.update(_pair(file_id, str(o)) for o in obj["conflicts"])
         origin = {"origin_scope": str(self.header.scope), "origin_id": file_id, "origin_status": status,
                   "confirmed": self.confirm}
@@ -308,7 +317,7 @@ class _Run:
             return
         missing = [p for p in batch if p.vector is None]
         if missing:
-            vectors = self.i.embedder.embed_documents([p.record.content for p in missing])
+            vectors = self.i.embedder.embed_documents([p.record.indexed_content for p in missing])
             for pending, vector in zip(missing, vectors, strict=True):
                 pending.vector = np.asarray(vector, dtype=np.float32)
             self.result.embedded += len(missing)

@@ -115,6 +115,9 @@ class StoreBase:
     """
 
     backend = "sqlite"
+    # Whether FTS rows read the redacted content (see _has_redacted_content); PostgreSQL
+    # writes its FTS rows with its own statement, always on the latest schema.
+    _fts_redacted = True
     _BEGIN_READ = "BEGIN"  # one WAL snapshot for several reads
     _BUMP_VERSION = "UPDATE store_meta SET value = value + 1 WHERE key = 'records_version' RETURNING value"
     # A counted reinforcement: JSON true, which SQLite's json_extract reads as 1.
@@ -195,7 +198,15 @@ class StoreBase:
             conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA foreign_keys = ON")
         conn.execute("PRAGMA synchronous = NORMAL")  # safe under WAL
-        return migrate(conn, self.path) if migrate_schema and not self.read_only else None
+        report = migrate(conn, self.path) if migrate_schema and not self.read_only else None
+        self._fts_redacted = self._has_redacted_content()
+        return report
+
+    def _has_redacted_content(self) -> bool:
+        """Whether ``records`` has its redacted form yet: a store opened without migrating
+        it (a second connection, a test's older schema) may be older than that column."""
+        return any(row[1] == "redacted_content"
+                   for row in self._conn.execute("PRAGMA table_info(records)").fetchall())
 
     def second_connection(self) -> Self:
         """Another Store on the same file with its own connection (and lock), for work that
@@ -373,6 +384,7 @@ class StoreBase:
         """Apply pending migrations (idempotent) and report what remains."""
         with self._lock:
             self.migration_report = migrate(self._conn, self.path)
+            self._fts_redacted = self._has_redacted_content()
             return self.migration_report
 
     def close(self) -> None:
@@ -459,7 +471,7 @@ class StoreBase:
     def _write_fts(self, conn: sqlite3.Connection, record_ids: Iterable[str]) -> None:
         """Rewrite the FTS rows of these records (content, subject and the aliases of
         every linked entity); a deleted record keeps none. See :func:`write_fts_rows`."""
-        write_fts_rows(conn, record_ids)
+        write_fts_rows(conn, record_ids, redacted=self._fts_redacted)
 
     def _set_status(
         self, conn: sqlite3.Connection, record_ids: Sequence[str], status: str, version: int

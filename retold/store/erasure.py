@@ -138,10 +138,12 @@ class ErasureMixin(StoreBase):
         version = self.bump_version(conn)
         result.index_version = version
         for chunk in chunks(record_ids):
-            # The attribute is a slug of the writer's words, so it goes with the content;
+            # The attribute is a slug of the writer's words, so it goes with the content, as
+            # does the content's redacted form (masked, but still the record's words);
             # subject keeps only the entity id, in the usual '<entity>/<attribute>' form.
             seqs = [row[0] for row in conn.execute(
-                "UPDATE records SET content = '', evidence = NULL, tags = '[]', attribute = NULL,"
+                "UPDATE records SET content = '', redacted_content = NULL, evidence = NULL, tags = '[]',"
+                " attribute = NULL,"
                 " subject = coalesce(subject_entity_id, '-') || '/-', status = 'deleted',"
                 f" index_version = ? WHERE id IN ({marks(chunk)}) RETURNING seq",
                 [version, *chunk])]

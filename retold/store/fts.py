@@ -43,18 +43,22 @@ def _row(seq: int, record_id: str, content: str, subject: str, aliases: Iterable
     return (*row, " ".join(json.loads(tags))) if with_tags else row
 
 
-def write_fts_rows(conn: sqlite3.Connection, record_ids: Iterable[str], *, with_tags: bool = False) -> None:
-    """Rewrite the FTS rows of these records from their content, subject and the
+def write_fts_rows(conn: sqlite3.Connection, record_ids: Iterable[str], *, with_tags: bool = False,
+                   redacted: bool = True) -> None:
+    """Rewrite the FTS rows of these records from their content (its redacted form where
+    the tenant's pack masked it: the index never holds what was masked), subject and the
     aliases of every entity they link to; ``with_tags`` adds the tags, space-joined (the
-    PostgreSQL index has a column for them, FTS5 has none).
+    PostgreSQL index has a column for them, FTS5 has none). ``redacted=False`` reads the
+    content alone, for a migration that runs before records had a redacted form.
 
     The aliases column is a copy, so a new link, a new alias or an entity merge must
     rewrite every record it touches. A deleted record keeps no FTS row: a forgotten
     memory must not be found by its words.
     """
+    text = "coalesce(redacted_content, content)" if redacted else "content"
     for record_id in dict.fromkeys(record_ids):
         row = conn.execute(
-            "SELECT seq, content, subject, status, tags FROM records WHERE id = ?", (record_id,)
+            f"SELECT seq, {text}, subject, status, tags FROM records WHERE id = ?", (record_id,)
         ).fetchone()
         if row is None:
             continue
@@ -91,6 +95,7 @@ def all_fts_rows(conn: sqlite3.Connection, *, with_tags: bool = False) -> Iterat
         if not held or held[-1] != alias:  # DISTINCT, as the writer's query has it
             held.append(alias)
     for seq, record_id, content, subject, tags in conn.execute(
-        "SELECT seq, id, content, subject, tags FROM records WHERE status != 'deleted' ORDER BY seq"
+        "SELECT seq, id, coalesce(redacted_content, content), subject, tags FROM records"
+        " WHERE status != 'deleted' ORDER BY seq"
     ):
         yield _row(seq, record_id, content, subject, aliases.get(record_id, ()), tags, with_tags)

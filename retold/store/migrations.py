@@ -119,8 +119,9 @@ def _stemmed_fts(conn: sqlite3.Connection) -> None:
         return
     conn.execute("DROP TABLE records_fts")
     create_fts_table(conn)
+    # Records have no redacted form yet at this version (migration 18 adds it).
     write_fts_rows(conn, [rid for (rid,) in conn.execute(
-        "SELECT id FROM records WHERE status != 'deleted' ORDER BY seq").fetchall()])
+        "SELECT id FROM records WHERE status != 'deleted' ORDER BY seq").fetchall()], redacted=False)
 
 
 _SEEDED_BY = "migration: scope members"  # what members list shows as added_by
@@ -379,6 +380,15 @@ def _tenant_key(conn: sqlite3.Connection) -> None:
     to every table at this version, and both backends keep one version sequence."""
 
 
+def _record_sensitivity(conn: sqlite3.Connection) -> None:
+    """Each record's sensitivity class from its tenant's memory pack, and the masked form
+    of its content that the indexes and hosted models get instead (NULL: nothing masked).
+    Records written before packs were acted on are in class ``none``, unmasked, as they
+    were written; re-writing them is the way to classify them."""
+    conn.execute("ALTER TABLE records ADD COLUMN sensitivity TEXT NOT NULL DEFAULT 'none'")
+    conn.execute("ALTER TABLE records ADD COLUMN redacted_content TEXT")
+
+
 _RETURNED_ROWS = ("INSERT OR IGNORE INTO search_returned(record_id, search_id, rank)"
                   " SELECT j.value, NEW.id, j.key + 1")
 
@@ -401,6 +411,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(15, "returned records", _search_returned),
     Migration(16, "turn decisions and bundle results", _utility_tables),
     Migration(17, "tenant key", _tenant_key),
+    Migration(18, "record sensitivity", _record_sensitivity),
 )
 LATEST = MIGRATIONS[-1].version
 

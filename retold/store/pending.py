@@ -34,13 +34,15 @@ class PendingMixin(StoreBase):
                 " WHERE r.content != ''").fetchone()[0])
 
     def pending_batch(self, limit: int) -> list[tuple[str, str]]:
-        """Up to ``limit`` (record id, content) waiting for a vector, oldest first. Rows of
+        """Up to ``limit`` (record id, content) waiting for a vector, oldest first; the
+        content is the redacted form where the tenant's pack masked it. Rows of
         records erased meanwhile are dropped first: there is no text left to embed."""
         with self.atomic() as conn:
             conn.execute("DELETE FROM pending_embeddings WHERE record_id IN"
                          " (SELECT id FROM records WHERE content = '')")
             return [(str(i), str(c)) for i, c in conn.execute(
-                "SELECT r.id, r.content FROM pending_embeddings p JOIN records r ON r.id = p.record_id"
+                "SELECT r.id, coalesce(r.redacted_content, r.content) FROM pending_embeddings p"
+                " JOIN records r ON r.id = p.record_id"
                 " ORDER BY p.since, r.seq LIMIT ?", (limit,))]
 
     def fill_pending(self, rows: Sequence[tuple[str, np.ndarray]], model: str, version: str) -> int:

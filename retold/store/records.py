@@ -83,13 +83,19 @@ class RecordsMixin(StoreBase):
                 raise ValueError(f"link role must be about or mentions, got {role!r}")
         with self.atomic() as conn:
             version, seq = self._bump_for_insert(conn)
+            # An unclassified, unmasked record leaves both columns to their defaults, so
+            # one writer serves a store opened without migrating it as well.
+            classified = record.sensitivity != "none" or record.redacted_content is not None
+            extra = (record.sensitivity, record.redacted_content) if classified else ()
             conn.execute(
                 "INSERT INTO records (id, seq, type, version, content, subject, subject_entity_id,"
                 " attribute, scope_kind, scope_id, source_kind, source_ref, creator_agent_id,"
                 " evidence, created_at, event_at, expires_at, valid_from, valid_until, review_at,"
                 " review_flagged_at, confidence, status, supersedes_id, reinforcements,"
-                " last_reinforced_at, index_version, tags)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                " last_reinforced_at, index_version, tags"
+                + (", sensitivity, redacted_content" if classified else "") + ")"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?"
+                + (",?,?" if classified else "") + ")",
                 (
                     record.id, seq, record.type, record.version, record.content, record.subject,
                     record.subject_entity_id, record.attribute, record.scope.kind,
@@ -99,7 +105,7 @@ class RecordsMixin(StoreBase):
                     ts(record.valid_until), ts(record.review_at),
                     ts(record.review_flagged_at), record.confidence, record.status,
                     record.supersedes_id, record.reinforcements,
-                    ts(record.last_reinforced_at), version, json.dumps(record.tags),
+                    ts(record.last_reinforced_at), version, json.dumps(record.tags), *extra,
                 ),
             )
             if links:
@@ -466,4 +472,6 @@ def record_from_row(row: dict[str, Any], entity_ids: list[str]) -> Record:
         entity_ids=entity_ids,
         index_version=row["index_version"],
         seq=row["seq"],
+        sensitivity=row.get("sensitivity", "none"),  # a store not yet migrated has neither
+        redacted_content=row.get("redacted_content"),
     )

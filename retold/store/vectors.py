@@ -118,10 +118,12 @@ class VectorsMixin(StoreBase):
 
     def unstaged_after(self, seq: int, limit: int, family: EmbeddingFamily) -> list[tuple[int, str, str]]:
         """``(seq, id, content)`` of the next ``limit`` records with text after ``seq`` that
-        have no staged vector of ``family`` yet."""
+        have no staged vector of ``family`` yet; the content is the redacted form where
+        there is one, as a write embeds it."""
         with self._lock:
             rows = self._conn.execute(
-                "SELECT r.seq, r.id, r.content FROM records r WHERE r.seq > ? AND r.content != ''"
+                "SELECT r.seq, r.id, coalesce(r.redacted_content, r.content) FROM records r"
+                " WHERE r.seq > ? AND r.content != ''"
                 " AND NOT EXISTS (SELECT 1 FROM reembed_vectors s WHERE s.record_id = r.id"
                 "                 AND s.model = ? AND s.version = ? AND s.dims = ?)"
                 " ORDER BY r.seq LIMIT ?",

@@ -167,10 +167,11 @@ class World:
 
 
 def make_world(tmp_path: Path, *, grant_personal: bool = True, store: str | None = None,
-               tenant: str = DEFAULT_TENANT, **ingestion: Any) -> World:
+               tenant: str = DEFAULT_TENANT, pack: str | None = None, **ingestion: Any) -> World:
     """A store under ``tmp_path`` (or at ``store``, a path or a PostgreSQL URL) with
     ``research-agent`` granted ``user:aditya``, the user provisioned, and session ``s1``
-    open, all in ``tenant`` (added when missing); ``ingestion`` overrides that config block."""
+    open, all in ``tenant`` (added when missing), under the memory pack file ``pack`` (none:
+    the built-in pack); ``ingestion`` overrides that config block."""
     embedder = FakeEmbedder()
     target = store or str(tmp_path / "memory.sqlite")
     # The config names the fake's own family, as the store records it, so a CLI or worker
@@ -180,6 +181,7 @@ def make_world(tmp_path: Path, *, grant_personal: bool = True, store: str | None
         "embedding": {"model": "fake", "version": embedder.version, "dims": embedder.dims},
         "ingestion": ingestion,
         "retrieval": {"gate": TEST_GATE},
+        "tenancy": {"pack": pack},
     })
     clock = ManualClock(T0)
     judge = FakeJudge()

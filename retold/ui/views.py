@@ -125,6 +125,11 @@ class Inspector:
         view["activation"] = None if row is None else {
             "activation": row.activation, "category": row.category, "rule": row.rule, "reason": row.reason,
             "decided_by": row.decided_by}
+        stored = self.rt.store.get_record(view["id"])
+        # The class its tenant's pack put it in, and whether its text was masked before it
+        # was embedded and indexed: what explains a record that search finds by less.
+        view["sensitivity"] = None if stored is None else {
+            "name": stored.sensitivity, "redacted": stored.redacted_content is not None}
         return view
 
     def _context(self, ref: str | None, principal: Principal | None) -> list[dict[str, Any]]:

@@ -36,6 +36,7 @@ from retold.hosted.client import HostedError
 from retold.hosted.spend import Spend, counting
 from retold.models import Principal, SearchRequest
 from retold.policy.prompt import RECALLED_HEADER
+from retold.policy.sensitivity import SensitivityRules
 from retold.retrieve.explain import short_id
 from retold.store import Store
 from retold.tools.handlers import ToolHandlers
@@ -94,8 +95,13 @@ class UtilityOrchestrator:
 
     def __init__(self, tools: ToolHandlers, store: Store, config: Config, clock: Clock, *,
                  planner: GapPlanner | None, judge: AdmissionJudge | None, components: dict[str, Any],
-                 timer: Callable[[], float] = time.perf_counter) -> None:
+                 timer: Callable[[], float] = time.perf_counter,
+                 sensitivity: SensitivityRules | None = None) -> None:
         self._tools, self._store, self._config, self._clock = tools, store, config, clock
+        # The planner and the admission judge are hosted models: the records they are
+        # shown (in the profile block, as candidates) are masked as the tenant's pack
+        # redacts them. The regeneration is the host's own model, as a search's reader is.
+        self._sensitivity = sensitivity or SensitivityRules()
         self._planner, self._judge, self._timer = planner, judge, timer
         self.components = components  # what decides a turn here: retold.utility.bundles
         self.bundle = bundle_hash(components)
@@ -143,7 +149,7 @@ class UtilityOrchestrator:
         if len(turn.text.strip()) < self._config.retrieval.trigger.host_min_query_chars:
             decision.disposition = "skipped"
             return draft
-        asked = PlannerInput(turn.text, turn.context, turn.profile, settings.max_gaps)
+        asked = PlannerInput(turn.text, turn.context, self._sensitivity.mask(turn.profile), settings.max_gaps)
         decision.gaps = self._stage("planner", decision, deadline,
                                     lambda ms: self._need(self._planner, "planner").plan(asked, ms))
         if not decision.gaps:
@@ -153,7 +159,7 @@ class UtilityOrchestrator:
         if not found:
             decision.disposition = "no_candidates"
             return draft
-        shown = [Shown(record_id, content) for record_id, content in found.items()]
+        shown = [Shown(record_id, self._sensitivity.mask(content)) for record_id, content in found.items()]
         judged = AdmissionInput(turn.text, draft, decision.gaps, shown)
         decision.verdicts = self._stage("admission", decision, deadline,
                                         lambda ms: self._need(self._judge, "admission").judge(judged, ms))

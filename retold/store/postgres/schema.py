@@ -253,6 +253,13 @@ def _grant_agent(conn: Any) -> None:
                  f" ON TABLES TO {AGENT_ROLE}")
 
 
+def _record_sensitivity(conn: Any) -> None:
+    """As on SQLite (retold.store.migrations): a record's sensitivity class and its masked
+    content; the table's tenant key and row-level security cover the new columns as they are."""
+    conn.execute("ALTER TABLE records ADD COLUMN sensitivity TEXT COLLATE \"C\" NOT NULL DEFAULT 'none'")
+    conn.execute('ALTER TABLE records ADD COLUMN redacted_content TEXT COLLATE "C"')
+
+
 # Migrations after the initial PostgreSQL schema: (version, name, apply).
 PG_MIGRATIONS: tuple[tuple[int, str, Callable[[Any], None]], ...] = (
     (10, "search decision column", _search_decision),
@@ -263,6 +270,7 @@ PG_MIGRATIONS: tuple[tuple[int, str, Callable[[Any], None]], ...] = (
     (15, "returned records", _search_returned),
     (16, "turn decisions and bundle results", _utility_tables),
     (17, "tenant key", _tenant_key),
+    (18, "record sensitivity", _record_sensitivity),
 )
 # The version from which every table has a tenant key under row-level security.
 TENANT_VERSION = 17

@@ -56,18 +56,19 @@ def tenant_lock(lock: int, tenant: str) -> str:
 
 
 # write_fts_rows (with tags) as one statement (its conflict target gains the tenant in
-# PgConnection, like every other): a deleted record loses its row, any other
-# gets its content, subject, its entities' aliases (distinct, in order) and its tags. The
-# tags are JSON text, where a NUL character is stored escaped; PostgreSQL text cannot
-# hold it, so the escape becomes U+FFFD's before the JSON is read, as PgConnection does
-# with every text parameter. The rows to delete are an array, not an IN subquery: a
-# prepared generic plan made while the table was small and had no statistics (a bulk
-# load outpaces autovacuum) must not join by scanning records_fts on every write.
+# PgConnection, like every other): a deleted record loses its row, any other gets its
+# content (the redacted form where there is one), subject, its entities' aliases
+# (distinct, in order) and its tags. The tags are JSON text, where a NUL character is
+# stored escaped; PostgreSQL text cannot hold it, so the escape becomes U+FFFD's before
+# the JSON is read, as PgConnection does with every text parameter. The rows to delete
+# are an array, not an IN subquery: a prepared generic plan made while the table was
+# small and had no statistics (a bulk load outpaces autovacuum) must not join by
+# scanning records_fts on every write.
 _WRITE_FTS = (
     "WITH gone AS (DELETE FROM records_fts WHERE rowid = ANY(ARRAY("
     "  SELECT seq FROM records WHERE id = ANY(?) AND status = 'deleted')))"
     " INSERT INTO records_fts(rowid, record_id, content, subject, aliases, tags)"
-    " SELECT r.seq, r.id, r.content, r.subject,"
+    " SELECT r.seq, r.id, coalesce(r.redacted_content, r.content), r.subject,"
     "  coalesce((SELECT string_agg(x.alias_norm, ' ' ORDER BY x.alias_norm) FROM"
     "   (SELECT DISTINCT a.alias_norm FROM record_entities re"
     "    JOIN entity_aliases a ON a.entity_id = re.entity_id WHERE re.record_id = r.id) x), ''),"

@@ -383,3 +383,15 @@ def test_leak_probes_through_every_page_find_nothing_of_another_user(rt: Runtime
     assert probes == len(urls) == 58
     # The same probes as the operator do find them, so the probes can see a leak.
     assert "word is zephyr3" in _client(rt, OPERATOR_TOKEN).get(f"/records/{foreign[3]}").text
+
+
+def test_a_record_page_shows_its_sensitivity_class_and_whether_it_was_redacted(rt: Runtime) -> None:
+    masked = make_record(content="Aditya's passport number is 123-45-6789.", attribute="passport",
+                         sensitivity="pii", redacted_content="Aditya's passport number is [pii].")
+    rt.store.write_record(masked)
+    client = _client(rt, PRINCIPAL_TOKEN)
+    page = client.get(f"/records/{masked.id}").text
+    assert "<dt>sensitivity</dt><dd>pii · redacted" in page
+    assert "123-45-6789" in page  # its reader still sees the raw content
+    plain = client.get(f"/records/{_ids(rt)[0]}").text
+    assert "<dt>sensitivity</dt><dd>none · not redacted" in plain

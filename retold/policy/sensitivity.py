@@ -1,0 +1,102 @@
+"""A record's sensitivity class, and the redacted form of its text.
+
+The tenant's memory pack declares the classes (``governance.sensitivity_classes``) and
+which of them are masked before their text leaves the record
+(``governance.redact_before_embedding``). A record is put in one class when it is
+written: the first declared class whose rule claims it, in the order the pack lists
+them, else ``none``. A ``pattern`` class claims a record whose content or evidence its
+regular expression matches; a ``category`` class one whose category (the keyword
+classifier of :mod:`retold.policy.categories`) is the class's name; an
+``extractor_label`` class one the extractor labelled with the name, which no extractor
+does until its prompt asks for a label.
+
+Redaction masks what the redacted classes' patterns match, in every text, whatever class
+the record was put in: a record claimed first by a category class must not leak an
+identifier a later pattern class masks. Only a ``pattern`` class can be redacted (the
+pack check refuses any other), since a class decided by a category or a label names no
+span of text to mask. The masked form is what the embedder, the word index and hosted
+models get; the raw content stays in the record for the readers it is shown to.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from retold.config.pack import BUILTIN_PACK, NO_CLASS, Governance
+
+__all__ = ["Sensitivity", "SensitivityRules", "placeholder"]
+
+# (attribute, content) -> the record's category, None when no keyword matched.
+Categorize = Callable[[str | None, str], str | None]
+
+
+def placeholder(name: str) -> str:
+    """What a masked span of class ``name`` reads as: ``[pii]``."""
+    return f"[{name}]"
+
+
+@dataclass(frozen=True, slots=True)
+class Sensitivity:
+    """The class a record was put in and its content masked (None: nothing was masked)."""
+
+    name: str
+    redacted_content: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    name: str
+    decided_by: str
+    pattern: re.Pattern[str] | None
+
+
+class SensitivityRules:
+    """One tenant's classes and masks, compiled once from its pack's governance block."""
+
+    def __init__(self, governance: Governance = BUILTIN_PACK.governance,
+                 categorize: Categorize | None = None) -> None:
+        self._rules = tuple(
+            _Rule(c.name, c.decided_by, re.compile(c.pattern) if c.pattern is not None else None)
+            for c in governance.sensitivity_classes if c.name != NO_CLASS)
+        redacted = set(governance.redact_before_embedding)
+        self._masks = tuple((r.pattern, placeholder(r.name)) for r in self._rules
+                            if r.name in redacted and r.pattern is not None)
+        self._categorize = categorize
+
+    @property
+    def redacts(self) -> bool:
+        """Whether any class is masked: a pack without redaction leaves every text as is."""
+        return bool(self._masks)
+
+    def mask(self, text: str) -> str:
+        """``text`` with every span a redacted class's pattern matches replaced by the
+        class's placeholder; for any text that may hold a record's content."""
+        for pattern, shown in self._masks:
+            text = pattern.sub(shown, text)
+        return text
+
+    def classify(self, content: str, *, evidence: str | None = None, attribute: str | None = None,
+                 label: str | None = None) -> Sensitivity:
+        """The class of a record about to be written, and its content masked."""
+        masked = self.mask(content)
+        return Sensitivity(self._claimant(content, evidence, attribute, label),
+                           masked if masked != content else None)
+
+    def _claimant(self, content: str, evidence: str | None, attribute: str | None,
+                  label: str | None) -> str:
+        category: str | None = None
+        categorized = False
+        for rule in self._rules:
+            if rule.pattern is not None:
+                if rule.pattern.search(content) or (evidence and rule.pattern.search(evidence)):
+                    return rule.name
+            elif rule.decided_by == "category":
+                if not categorized and self._categorize is not None:
+                    category, categorized = self._categorize(attribute, content), True
+                if category == rule.name:
+                    return rule.name
+            elif label is not None and label == rule.name:
+                return rule.name
+        return NO_CLASS

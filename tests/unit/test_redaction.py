@@ -1,0 +1,211 @@
+"""A tenant whose memory pack redacts a class: the raw text of a record in it reaches no
+embedder, word index, search log, hosted prompt or metric, and its reader still gets it.
+
+One canary, a made-up identifier matching the pack's ``pii`` pattern, is planted in a
+record; every sink is then searched for it. Runs on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from retold import build_runtime
+from retold.config.pack import load_pack_file
+from retold.errors import ConfigError
+from retold.hosted import CompletionRequest, FakeCompletionClient
+from retold.ingest import extractor as extraction_schema
+from retold.ingest.extractor import StructuredLLMExtractor
+from retold.ingest.reviewer import StructuredLLMReviewer
+from retold.ingest.session import InProcessScheduler
+from retold.models import CandidateRecord, EntityMention, ExtractionOutput, SearchRequest, SessionSummary
+from retold.observability import collect_metrics, families
+from retold.policy.sensitivity import SensitivityRules
+from retold.testing import AGENT, Gap, ScriptedJudge, ScriptedPlanner, World, make_world
+from retold.util import to_plain
+from tests.sql import rows
+
+CANARY = "123-45-6789"  # a made-up identifier in the shape the pack's pii pattern masks
+PACK = r"""
+default:
+  governance:
+    sensitivity_classes:
+      - none
+      - {name: pii, decided_by: pattern, pattern: '\b\d{3}-\d{2}-\d{4}\b'}
+      - {name: health, decided_by: category}
+    redact_before_embedding: [pii]
+"""
+
+
+def _world(tmp_path: Path, store_target: str, pack: str | None) -> World:
+    path = None
+    if pack is not None:
+        path = tmp_path / "packs.yaml"
+        path.write_text(pack, encoding="utf-8")
+    return make_world(tmp_path, store=store_target, pack=None if path is None else str(path))
+
+
+@pytest.fixture
+def redacting(tmp_path: Path, store_target: str) -> Iterator[World]:
+    made = _world(tmp_path, store_target, PACK)
+    yield made
+    made.rt.close()
+
+
+@pytest.fixture
+def plain(tmp_path: Path, store_target: str) -> Iterator[World]:
+    made = _world(tmp_path, store_target, None)
+    yield made
+    made.rt.close()
+
+
+def _recording(world: World) -> list[str]:
+    """Every document text the world's embedder is asked to embed from now on."""
+    seen: list[str] = []
+    embed = world.embedder.embed_documents
+
+    def recording(texts: list[str]) -> Any:
+        seen.extend(texts)
+        return embed(texts)
+
+    world.embedder.embed_documents = recording  # type: ignore[method-assign]
+    return seen
+
+
+def _accept_all(request: CompletionRequest) -> dict[str, Any]:
+    count = int(request.messages[0].content.split(" ", 1)[0])
+    return {"decisions": [{"index": i, "action": "accept", "reason": "fine", "revision": None}
+                          for i in range(count)]}
+
+
+def _prompt_text(request: CompletionRequest) -> str:
+    return request.system + "\n".join(m.content for m in request.messages)
+
+
+def _plant(world: World) -> str:
+    result = world.write(content=f"Aditya's social security number is {CANARY}.", attribute="ssn")
+    assert result.error is None, result.error
+    assert result.record_id is not None
+    return result.record_id
+
+
+def test_a_redacted_identifier_reaches_no_sink_and_its_reader_still_gets_it(redacting: World) -> None:
+    w = redacting
+    embedded = _recording(w)
+    record_id = _plant(w)
+
+    record = w.record(record_id)
+    assert record.content == f"Aditya's social security number is {CANARY}."
+    masked = "Aditya's social security number is [pii]."
+    assert (record.sensitivity, record.redacted_content) == ("pii", masked)
+    # The embedder saw the masked text only.
+    assert embedded and all(CANARY not in text for text in embedded)
+    assert any("[pii]" in text for text in embedded)
+    # The word index holds the masked text: the identifier is not even findable by its digits.
+    assert rows(w.rt.store, "SELECT count(*) FROM records_fts WHERE record_id = ?", record_id) == [(1,)]
+    fts = rows(w.rt.store, "SELECT content FROM records_fts WHERE record_id = ?", record_id)
+    assert fts == [(masked,)]
+
+    # The reader asks for it, and gets the raw text, from search and from memory_get.
+    found = w.rt.tools.search(w.p, SearchRequest(queries=["Aditya social security number"]))
+    assert [hit["content"] for hit in found["results"] if hit["id"] == record_id] == [record.content]
+    got = w.rt.tools.call("memory_get", w.p, {"ids": [record_id]})
+    assert [r["content"] for r in got["records"]] == [record.content]
+    assert w.rt.flush_search_log(10)
+    logged = rows(w.rt.store, "SELECT * FROM search_log")
+    assert logged and CANARY not in json.dumps(logged, default=str)
+
+    # A later session about Aditya: the hosted extractor and reviewer prompts hold no canary,
+    # though the reviewer is shown the live records about Aditya, this one among them.
+    w.say("user", "Please keep every answer short and technical, I read them on my phone.")
+    w.say("assistant", "Understood.")
+    w.rt.hooks.on_session_end(w.p)
+    assert w.p.session_id is not None
+    output = ExtractionOutput([CandidateRecord(
+        type="semantic", content="Aditya prefers short technical answers.", attribute="answer_style",
+        source_kind="user_statement", evidence="keep every answer short and technical", evidence_turn=1,
+        entity_mentions=[EntityMention("person", "Aditya", "about")])],
+        SessionSummary("Aditya asked for short answers.", [], []))
+    extract_client = FakeCompletionClient([extraction_schema.output_to_json(output)])
+    review_client = FakeCompletionClient([_accept_all])
+    runner = w.rt.extraction.using(StructuredLLMExtractor(extract_client, w.rt.config.ingestion),
+                                   StructuredLLMReviewer(review_client, w.rt.config.ingestion))
+    assert runner.run(w.p.session_id).outcome == "extracted"
+    (review,) = review_client.calls
+    assert "social security number is [pii]" in _prompt_text(review)  # shown, masked
+    for request in [*extract_client.calls, review]:
+        assert CANARY not in _prompt_text(request)
+
+    # Metrics count what happened; none carries the text.
+    metrics = collect_metrics(w.rt.store, w.clock.now(), timedelta(minutes=5))
+    assert CANARY not in json.dumps(to_plain(metrics)) + repr(list(families({"default": metrics})))
+    assert all(CANARY not in text for text in embedded)
+
+
+def test_a_pack_without_redaction_changes_nothing(plain: World) -> None:
+    embedded = _recording(plain)
+    record_id = _plant(plain)
+    record = plain.record(record_id)
+    assert (record.sensitivity, record.redacted_content) == ("none", None)
+    assert any(CANARY in text for text in embedded)
+    fts = rows(plain.rt.store, "SELECT content FROM records_fts WHERE record_id = ?", record_id)
+    assert fts == [(record.content,)]
+
+
+def test_a_record_takes_the_first_class_that_claims_it(redacting: World) -> None:
+    diet = redacting.write(content="Aditya is diabetic and avoids sugar.", attribute="diet")
+    assert redacting.record(diet.record_id).sensitivity == "health"
+    assert redacting.record(diet.record_id).redacted_content is None
+    other = redacting.write(content="Aditya prefers dark mode in his editor.", attribute="editor_theme")
+    assert redacting.record(other.record_id).sensitivity == "none"
+
+
+def test_masking_ignores_which_class_claimed_the_record(tmp_path: Path) -> None:
+    # The category class is listed before pii and claims the record, yet the pii pattern
+    # is masked all the same: masking follows the text, not the record's class.
+    path = tmp_path / "packs.yaml"
+    path.write_text(PACK.replace("      - {name: health, decided_by: category}\n", "").replace(
+        "      - none\n", "      - none\n      - {name: health, decided_by: category}\n"), encoding="utf-8")
+    governance = load_pack_file(path).default.pack.governance
+    assert [c.name for c in governance.sensitivity_classes] == ["none", "health", "pii"]
+    rules = SensitivityRules(governance, lambda _attribute, _content: "health")
+    found = rules.classify(f"His insurance number is {CANARY}, from the hospital.")
+    assert found.name == "health"
+    assert found.redacted_content == "His insurance number is [pii], from the hospital."
+
+
+def test_only_a_pattern_class_can_be_redacted(tmp_path: Path) -> None:
+    path = tmp_path / "packs.yaml"
+    path.write_text(PACK.replace("redact_before_embedding: [pii]", "redact_before_embedding: [health]"),
+                    encoding="utf-8")
+    with pytest.raises(ConfigError, match="redact_before_embedding: 'health' is not decided by a pattern"):
+        load_pack_file(path)
+
+
+def test_the_utility_planner_and_admission_judge_read_records_masked(redacting: World) -> None:
+    w = redacting
+    w.write(content=f"Aditya edits code in vim; his badge number is {CANARY}.", attribute="editor")
+    planner = ScriptedPlanner({"editor": [Gap("which editor the user uses", "editor vim code")]})
+    judge = ScriptedJudge({"vim": "fills"})
+    config = w.rt.config.replace({"retrieval": {"trigger": {"mode": "hybrid"}}, "utility": {"enabled": True}})
+    with build_runtime(config, clock=w.clock, embedder=w.embedder, judge=w.judge,
+                       scheduler=InProcessScheduler(), environ={}, planner=planner, admission=judge) as rt:
+        s = rt.session(AGENT, "aditya", session_id="chat")
+        s.say("user", "How do I reformat this file in my editor?")
+        s.respond(lambda recalled: "Most editors reformat with a menu command.")
+        assert s.last_decision.admitted  # the judge was shown the record, and admitted it
+    (shown,) = [c.content for c in judge.calls[0].candidates]
+    assert shown == "Aditya edits code in vim; his badge number is [pii]."
+    assert all(CANARY not in asked.profile for asked in planner.calls)
+
+
+def test_erasing_a_redacted_record_takes_its_masked_text_too(redacting: World) -> None:
+    record_id = _plant(redacting)
+    redacting.rt.operations.erase_record(record_id, "asked to")
+    assert rows(redacting.rt.store, "SELECT content, redacted_content FROM records WHERE id = ?",
+                record_id) == [("", None)]
