@@ -204,7 +204,8 @@ def test_an_operator_of_one_tenant_sees_nothing_of_another_in_the_inspector(
     record_id = _plant(beta)
     beta.say("user", f"Please note {CANARY_CONTACT} handles billing now.")
     token = "operator-token-acme-0001"
-    config = acme.rt.config.replace({"ui": {"tokens": [{"sha256": token_digest(token), "operator": "ops"}]}})
+    operator = {"sha256": token_digest(token), "operator": "ops", "tenant": "acme"}
+    config = acme.rt.config.replace({"ui": {"tokens": [operator]}})
     with build_runtime(config, clock=acme.clock, embedder=acme.embedder, judge=acme.judge, environ={},
                        tenant="acme") as rt:
         client = TestClient(create_app(rt), headers={"authorization": f"Bearer {token}"},
