@@ -22,7 +22,7 @@ from retold.adapters.base import MemorySession, new_session_id
 from retold.broker.scheduler import CeleryScheduler, scheduler_from_config
 from retold.config import Config, config_to_dict, is_database_url
 from retold.config.env import SCRIPTED_MODEL_ENV, load_config_from_environment
-from retold.config.pack import EffectivePack, effective_pack
+from retold.config.pack import EffectivePack, effective_pack, resolve_with_config
 from retold.errors import ConfigError, EmbeddingMismatchError, StoreMissingError
 from retold.host import MemoryHost
 from retold.hosted import CompletionClient, HostedError, client_from_config
@@ -82,8 +82,15 @@ class Runtime:
         admission: AdmissionJudge | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> None:
-        self.config = config
         self.tenant = store.tenant  # the namespace every part below reads and writes
+        # This tenant's memory pack from tenancy.pack (the built-in pack when null), with
+        # where each value came from. The parts below never see the tenant: each is handed
+        # the values it acts on. A pack key that restates a config key is settled once
+        # here (a value the pack file sets wins, a built-in one defers to the config), so
+        # the config and the pack the parts get agree.
+        self.pack: EffectivePack = effective_pack(config.tenancy.pack, self.tenant)
+        config, self.memory_pack = resolve_with_config(self.pack, config)
+        self.config = config
         self.store = store
         self.embedder = embedder
         self.clock = clock
@@ -122,14 +129,6 @@ class Runtime:
         return self._environ.get(SCRIPTED_MODEL_ENV, "").strip().lower() not in ("", "0", "false", "no")
 
     @cached_property
-    def pack(self) -> EffectivePack:
-        """This tenant's memory pack from ``tenancy.pack`` (the built-in pack when null),
-        with where each value came from. Nothing in the pipeline reads it yet: the parts
-        still take their settings from the config, and are to move onto the pack one
-        behaviour at a time. :func:`build_runtime` has already checked the file."""
-        return effective_pack(self.config.tenancy.pack, self.tenant)
-
-    @cached_property
     def judge(self) -> EquivalenceJudge:
         """The equivalence judge: the NLI model when it loads locally, else the exact judge
         (see docs/decisions.md, "Choosing the judge without importing torch"); chosen on
@@ -142,7 +141,7 @@ class Runtime:
             self.store, self.index, self.embedder, self.judge, self.lifecycle,
             self.config.ingestion, self.clock,
             incremental_reload_max=self.config.embedding.incremental_reload_max,
-            write_timeout_ms=self.config.embedding.write_timeout_ms,
+            write_timeout_ms=self.config.embedding.write_timeout_ms, pack=self.memory_pack,
         )
 
     @cached_property
@@ -162,7 +161,7 @@ class Runtime:
             self.config.ingestion, self.clock, self.extractor, self.reviewer,
             incremental_reload_max=self.config.embedding.incremental_reload_max,
             setup=self.model_setup(), recover=RecoverTerms.from_config(self.config.queue),
-            activate=self.activator.after_extraction)
+            activate=self.activator.after_extraction, pack=self.memory_pack)
 
     def model_setup(self) -> ModelSetup:
         """What decides whether this process has hosted models, as a digest with no secret
@@ -196,7 +195,7 @@ class Runtime:
         """Maintenance: sweeps, erasure, re-embedding, snapshots, debugging reads."""
         return Operations(self.store, self.index, self.embedder, self.config, self.clock,
                           lambda principal, request: self.retriever.search(principal, request),
-                          search_log=self.search_log)
+                          search_log=self.search_log, pack=self.memory_pack)
 
     def session(self, agent_id: str, user_id: str, *, session_id: str | None = None,
                 project_id: str | None = None) -> MemorySession:
@@ -276,7 +275,7 @@ class Runtime:
         return Retriever(
             self.store, self.index, self.embedder, rewriter,
             self._reranker or reranker_from_config(self.config.reranker), self.config,
-            self.lifecycle, self.clock, search_log=self.search_log,
+            self.lifecycle, self.clock, search_log=self.search_log, pack=self.memory_pack,
         )
 
     def comparison_retriever(self) -> Retriever:
@@ -289,6 +288,7 @@ class Runtime:
             self._reranker or reranker_from_config(self.config.reranker), self.config,
             self.lifecycle, self.clock,
             search_log=SearchLogWriter(self.store, self.config.retrieval.search_log, discard=True),
+            pack=self.memory_pack,
         )
 
     @cached_property

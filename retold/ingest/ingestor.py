@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 
 from retold.config import IngestionConfig
+from retold.config.pack import BUILTIN_PACK, MemoryPack, RecordClass
 from retold.index.embedder import Embedder
 from retold.index.vector import VectorIndex
 from retold.ingest.decision import Decision, decide_nearby, decide_subject
@@ -70,8 +71,10 @@ class Ingestor:
         *,
         incremental_reload_max: int = 512,
         write_timeout_ms: int = 2000,
+        pack: MemoryPack = BUILTIN_PACK,
     ) -> None:
         self.store, self.index, self.embedder, self.judge = store, index, embedder, judge
+        self.pack = pack  # the record classes kept and what a disagreeing write does
         self.lifecycle, self.config, self.clock = lifecycle, config, clock
         self.resolver = EntityResolver(store)
         self._reload_max = incremental_reload_max
@@ -111,6 +114,10 @@ class Ingestor:
     ) -> tuple[Scope, str | None]:
         if request.type not in RECORD_TYPES:
             raise Refusal("invalid_input", f"type must be one of {', '.join(RECORD_TYPES)}")
+        if not self.pack.classes.of(cast(RecordClass, request.type)).enabled:
+            key = f"classes.{request.type}.enabled"
+            raise Refusal("invalid_input", f"{request.type} memories are not kept here (memory pack "
+                                           f"{key}: false); nothing was written", pack_key=key)
         if not request.content or not request.content.strip():
             raise Refusal("invalid_input", "content must not be blank")
         if request.evidence is not None and not request.evidence.strip():
