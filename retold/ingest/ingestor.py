@@ -11,6 +11,7 @@ written on any error. The in-memory vector index is updated only after the commi
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, Literal, cast
 
@@ -373,7 +374,14 @@ class Ingestor:
         if scanned:
             decision = decide_subject(candidate, scanned, verdicts, cosines, self.lifecycle,
                                       self.config.attribute_alias_cosine)
-        return decision or decide_nearby(candidate, nearby, verdicts)
+        decision = decision or decide_nearby(candidate, nearby, verdicts)
+        if decision.action == "supersede" and self.pack.write_policy.conflict_rule == "hold":
+            # The pack holds conflicting writes: the incumbent stays current and the
+            # incoming record waits beside it as a provisional conflict, as a write from a
+            # less trusted source does, until a person confirms it or it expires.
+            payload["held_by"] = "write_policy.conflict_rule"
+            decision = replace(decision, action="conflict", also_superseded=[])
+        return decision
 
     def _scan(self, candidate: Record, now: datetime, payload: dict[str, Any]) -> list[Record]:
         """Active records about the same entity, capped in reinforced-first order with the

@@ -212,3 +212,22 @@ def test_a_reserved_share_keeps_room_for_its_class() -> None:
     assert [p.candidate.record_id for p in shared.chosen] == ["r0", "r1", "r2"]  # episodic crowded out
     kept = fill_budget(ranked, records, 8, 400, lambda r: None, {"episodic": 130})
     assert [p.candidate.record_id for p in kept.chosen] == ["r0", "r1", "r3"]
+
+
+# -- write_policy.conflict_rule ------------------------------------------------------------------
+
+
+def test_a_held_conflicting_write_waits_beside_the_current_fact(worlds: Worlds) -> None:
+    acme, beta = worlds("write_policy: {conflict_rule: hold}")
+    for world in (acme, beta):
+        first = _write(world, type="semantic", content="Aditya lives in Berlin.", attribute="city")
+        world.clock.advance(timedelta(minutes=5))
+        second = _write(world, type="semantic", content="Aditya lives in Lisbon.", attribute="city")
+        if world is acme:  # the incumbent stays current; the newer claim is a provisional conflict
+            assert second["outcome"] == f"conflict:{first['record_id']}"
+            assert world.record(first["record_id"]).status == first["status"] != "superseded"
+            assert second["status"] == "provisional"
+            assert world.rt.store.conflicts_of(second["record_id"]) == [first["record_id"]]
+        else:  # beta, as before packs: the newer source supersedes
+            assert second["outcome"] == f"superseded:{first['record_id']}"
+            assert world.record(first["record_id"]).status == "superseded"
