@@ -176,14 +176,28 @@ def test_audit_retention_thins_payloads_sooner_for_its_tenant(worlds: Worlds) ->
 
 
 def test_a_value_the_pack_sets_wins_and_a_built_in_one_defers_to_the_config(worlds: Worlds) -> None:
-    config = {"sessions": {"retain_days": 12}, "retrieval": {"token_budget": 2500,
-                                                             "freshness": {"episodic_half_life_days": 45}}}
-    acme, beta = worlds("classes:\n  raw: {retention_days: 3}\nretrieval: {token_budget: 900}", **config)
+    config = {"sessions": {"retain_days": 12}, "reranker": {"floor": 0.2},
+              "retrieval": {"token_budget": 2500, "freshness": {"episodic_half_life_days": 45}}}
+    acme, beta = worlds("classes:\n  raw: {retention_days: 3}\n"
+                        "retrieval: {token_budget: 900, relevance_floor: 0.5}", **config)
     assert (acme.rt.config.sessions.retain_days, acme.rt.config.retrieval.token_budget) == (3, 900)
+    assert acme.rt.config.reranker.floor == 0.5
     assert acme.rt.memory_pack.classes.episodic.half_life_days == 45  # built-in: the config's
     assert (beta.rt.config.sessions.retain_days, beta.rt.config.retrieval.token_budget) == (12, 2500)
+    assert beta.rt.config.reranker.floor == 0.2
     assert beta.rt.memory_pack.classes.raw.retention_days == 12
     assert beta.rt.memory_pack.retrieval.token_budget == 2500
+
+
+def test_transcript_retention_follows_the_tenant_pack(worlds: Worlds) -> None:
+    acme, beta = worlds("classes:\n  raw: {retention_days: 1}")
+    for world in (acme, beta):
+        _extract(world)
+        world.clock.advance(timedelta(days=2))
+    assert acme.rt.operations.retain().sessions_blanked == 1
+    assert {t.content for t in acme.rt.store.turns("s1")} == {""}
+    assert beta.rt.operations.retain().sessions_blanked == 0  # sessions.retain_days, 90
+    assert USER_SAYS in {t.content for t in beta.rt.store.turns("s1")}
 
 
 # -- retrieval.token_budget and classes.<type>.retrieval_budget_pct ------------------------------
@@ -197,6 +211,13 @@ def test_a_record_over_the_tenant_token_budget_is_not_returned(worlds: Worlds) -
         assert "error" not in _write(world, type="episodic", content=long)
     assert _search(acme, "release plan tracker") == []
     assert [r["content"] for r in _search(beta, "release plan tracker")] == [long]
+
+
+def test_only_the_tenant_with_shares_reserves_budget(worlds: Worlds) -> None:
+    acme, beta = worlds("classes:\n  episodic: {retrieval_budget_pct: 40}\n  procedural: {enabled: false, "
+                        "retrieval_budget_pct: 90}")
+    assert acme.rt.retriever.reserved_pct == {"episodic": 40}  # a switched-off class holds no share
+    assert beta.rt.retriever.reserved_pct == {}
 
 
 def _ranked(*types: str) -> tuple[list[Any], dict[str, Record]]:
