@@ -183,7 +183,9 @@ class Runtime:
     @cached_property
     def activator(self) -> Activator:
         """The activation policy after each write, and people's review decisions."""
-        return Activator(self.store, ActivationPolicy(self.config.activation), self.clock)
+        policy = ActivationPolicy(self.config.activation,
+                                  review_sample_rate=self.memory_pack.write_policy.review_sample_rate)
+        return Activator(self.store, policy, self.clock)
 
     @cached_property
     def profiles(self) -> ProfileAssembler:

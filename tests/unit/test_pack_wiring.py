@@ -252,3 +252,33 @@ def test_a_held_conflicting_write_waits_beside_the_current_fact(worlds: Worlds) 
         else:  # beta, as before packs: the newer source supersedes
             assert second["outcome"] == f"superseded:{first['record_id']}"
             assert world.record(first["record_id"]).status == "superseded"
+
+
+# -- write_policy.review_sample_rate -------------------------------------------------------------
+
+
+def test_a_sampled_write_waits_in_review_before_it_enters_the_profile(worlds: Worlds) -> None:
+    acme, beta = worlds("write_policy: {review_sample_rate: 1}")
+    preference = {"type": "semantic", "content": "Aditya wants answers in British English.",
+                  "attribute": "answer_language", "source_kind": "user_statement",
+                  "evidence": "always answer me in British English"}
+    answers = {}
+    for world in (acme, beta):
+        world.say("user", "Please always answer me in British English, whatever the topic.")
+        answers[world.rt.tenant] = _write(world, **preference)
+    assert answers["acme"]["activation"] == "review"
+    assert "review_sample_rate" in answers["acme"]["activation_reason"]
+    assert [record.id for _, record in acme.rt.store.review_queue(acme.clock.now())] == [
+        answers["acme"]["record_id"]]
+    assert answers["beta"]["activation"] == "ambient"  # as before packs
+
+
+def test_sampling_is_by_record_id_and_takes_the_share_asked_for() -> None:
+    from retold.policy.activation import sampled
+    from retold.util import new_id
+
+    ids = [new_id() for _ in range(4000)]
+    share = sum(sampled(i, 0.25) for i in ids) / len(ids)
+    assert 0.22 < share < 0.28
+    assert [sampled(i, 0.25) for i in ids[:50]] == [sampled(i, 0.25) for i in ids[:50]]
+    assert not any(sampled(i, 0) for i in ids) and all(sampled(i, 1) for i in ids)
