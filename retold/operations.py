@@ -16,14 +16,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from retold.config import Config
+from retold.config.pack import MemoryPack, RecordClass, pack_for_config
 from retold.curation import BackfillResult, CapacityResult, Curation, HygieneReport
 from retold.errors import RetoldError, StoreError, StoreLockedError
 from retold.index.embedder import Embedder, embedder_from_config
 from retold.index.vector import VectorIndex
-from retold.models import ACTIVE_STATUSES, Principal, Record, Scope, SearchRequest
+from retold.models import ACTIVE_STATUSES, RECORD_TYPES, Principal, Record, Scope, SearchRequest
 from retold.policy.sensitivity import SensitivityRules
 from retold.portable.exporter import ExportResult, export_scope
 from retold.portable.importer import Importer, ImportResult
@@ -148,18 +149,27 @@ class Operations:
 
     def __init__(self, store: Store, index: VectorIndex, embedder: Embedder, config: Config,
                  clock: Clock, search: Search, *, search_log: SearchLogWriter | None = None,
-                 sensitivity: SensitivityRules | None = None) -> None:
+                 sensitivity: SensitivityRules | None = None, pack: MemoryPack | None = None) -> None:
         self.store, self.index, self.embedder = store, index, embedder
         self.config, self.clock, self._search = config, clock, search
         self._search_log = search_log
         self.sensitivity = sensitivity or SensitivityRules()  # imports classify and mask too
+        # How long each record class is kept: the pack the runtime hands over, else the
+        # built-in pack under this config.
+        self.pack = pack or pack_for_config(config)
 
     # -- lifecycle sweeps -------------------------------------------------------------------
 
     def expire(self, actor: str = "admin") -> int:
-        """Mark every active record past ``expires_at`` expired, one ``record.status``
-        event each; returns how many changed."""
-        rows = self.store.expire_past(self.clock.now(), actor)
+        """Mark every active record past ``expires_at`` expired, and every one older than
+        its type's ``retention_days`` in the memory pack, one ``record.status`` event
+        each; returns how many changed."""
+        now = self.clock.now()
+        rows = self.store.expire_past(now, actor)
+        for record_type in RECORD_TYPES:
+            days = self.pack.classes.of(cast(RecordClass, record_type)).retention_days
+            if days is not None:
+                rows += self.store.expire_older(record_type, now - timedelta(days=days), actor, days)
         for row in rows:
             # Expired rows keep their vectors for include_history; this process already
             # holds the change, so refresh must not count it as another process's.
@@ -174,12 +184,15 @@ class Operations:
         ``retention.event_payload_days`` to ids, outcomes and counts, erase records forgotten
         more than ``lifecycle.restore_days`` ago. A re-run changes nothing."""
         now, kept = self.clock.now(), self.config.retention
-        days = self.config.sessions.retain_days
+        # The pack's raw retention is sessions.retain_days unless a pack file sets it;
+        # null there keeps transcripts for ever.
+        days = self.pack.classes.raw.retention_days
         self._flush_search_log()  # a queued row of an old search lands before the prune
         # Freed cells are zeroed as they go, and the truncated WAL keeps no old frame.
         self.store.set_secure_delete(True)
         try:
-            blanked = self.store.blank_retained_sessions(now - timedelta(days=days), actor, days)
+            blanked = ([] if days is None else
+                       self.store.blank_retained_sessions(now - timedelta(days=days), actor, days))
             logs = self.store.prune_search_log(
                 now - timedelta(days=kept.search_log_days), actor, kept.search_log_days)
             decisions = self.store.prune_turn_decisions(now - timedelta(days=kept.search_log_days))

@@ -22,7 +22,7 @@ from retold.adapters.base import MemorySession, new_session_id
 from retold.broker.scheduler import CeleryScheduler, scheduler_from_config
 from retold.config import Config, config_to_dict, is_database_url
 from retold.config.env import SCRIPTED_MODEL_ENV, load_config_from_environment
-from retold.config.pack import EffectivePack, effective_pack
+from retold.config.pack import EffectivePack, effective_pack, resolve_with_config
 from retold.errors import ConfigError, EmbeddingMismatchError, StoreMissingError
 from retold.host import MemoryHost
 from retold.hosted import CompletionClient, HostedError, client_from_config
@@ -83,8 +83,15 @@ class Runtime:
         admission: AdmissionJudge | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> None:
-        self.config = config
         self.tenant = store.tenant  # the namespace every part below reads and writes
+        # This tenant's memory pack from tenancy.pack (the built-in pack when null), with
+        # where each value came from. The parts below never see the tenant: each is handed
+        # the values it acts on. A pack key that restates a config key is settled once
+        # here (a value the pack file sets wins, a built-in one defers to the config), so
+        # the config and the pack the parts get agree.
+        self.pack: EffectivePack = effective_pack(config.tenancy.pack, self.tenant)
+        config, self.memory_pack = resolve_with_config(self.pack, config)
+        self.config = config
         self.store = store
         self.embedder = embedder
         self.clock = clock
@@ -123,21 +130,12 @@ class Runtime:
         return self._environ.get(SCRIPTED_MODEL_ENV, "").strip().lower() not in ("", "0", "false", "no")
 
     @cached_property
-    def pack(self) -> EffectivePack:
-        """This tenant's memory pack from ``tenancy.pack`` (the built-in pack when null),
-        with where each value came from. Its sensitivity classes and redaction act
-        (:attr:`sensitivity`); the other parts still take their settings from the config,
-        and are to move onto the pack one behaviour at a time. :func:`build_runtime` has
-        already checked the file."""
-        return effective_pack(self.config.tenancy.pack, self.tenant)
-
-    @cached_property
     def sensitivity(self) -> SensitivityRules:
         """This tenant's sensitivity classes and redaction, from its pack's governance
         block: what every write classifies with and what masks a record's text before it
         is embedded, indexed or put in a hosted model's prompt."""
         rules = ActivationPolicy(self.config.activation).rules
-        return SensitivityRules(self.pack.pack.governance,
+        return SensitivityRules(self.memory_pack.governance,
                                 lambda attribute, content: rules.categorize(attribute, content).category)
 
     @cached_property
@@ -154,7 +152,7 @@ class Runtime:
             self.config.ingestion, self.clock,
             incremental_reload_max=self.config.embedding.incremental_reload_max,
             write_timeout_ms=self.config.embedding.write_timeout_ms,
-            sensitivity=self.sensitivity,
+            sensitivity=self.sensitivity, pack=self.memory_pack,
         )
 
     @cached_property
@@ -174,7 +172,8 @@ class Runtime:
             self.config.ingestion, self.clock, self.extractor, self.reviewer,
             incremental_reload_max=self.config.embedding.incremental_reload_max,
             setup=self.model_setup(), recover=RecoverTerms.from_config(self.config.queue),
-            activate=self.activator.after_extraction, sensitivity=self.sensitivity)
+            activate=self.activator.after_extraction, sensitivity=self.sensitivity,
+            pack=self.memory_pack)
 
     def model_setup(self) -> ModelSetup:
         """What decides whether this process has hosted models, as a digest with no secret
@@ -196,7 +195,9 @@ class Runtime:
     @cached_property
     def activator(self) -> Activator:
         """The activation policy after each write, and people's review decisions."""
-        return Activator(self.store, ActivationPolicy(self.config.activation), self.clock)
+        policy = ActivationPolicy(self.config.activation,
+                                  review_sample_rate=self.memory_pack.write_policy.review_sample_rate)
+        return Activator(self.store, policy, self.clock)
 
     @cached_property
     def profiles(self) -> ProfileAssembler:
@@ -208,7 +209,8 @@ class Runtime:
         """Maintenance: sweeps, erasure, re-embedding, snapshots, debugging reads."""
         return Operations(self.store, self.index, self.embedder, self.config, self.clock,
                           lambda principal, request: self.retriever.search(principal, request),
-                          search_log=self.search_log, sensitivity=self.sensitivity)
+                          search_log=self.search_log, sensitivity=self.sensitivity,
+                          pack=self.memory_pack)
 
     def session(self, agent_id: str, user_id: str, *, session_id: str | None = None,
                 project_id: str | None = None) -> MemorySession:
@@ -289,7 +291,7 @@ class Runtime:
         return Retriever(
             self.store, self.index, self.embedder, rewriter,
             self._reranker or reranker_from_config(self.config.reranker), self.config,
-            self.lifecycle, self.clock, search_log=self.search_log,
+            self.lifecycle, self.clock, search_log=self.search_log, pack=self.memory_pack,
         )
 
     def comparison_retriever(self) -> Retriever:
@@ -302,6 +304,7 @@ class Runtime:
             self._reranker or reranker_from_config(self.config.reranker), self.config,
             self.lifecycle, self.clock,
             search_log=SearchLogWriter(self.store, self.config.retrieval.search_log, discard=True),
+            pack=self.memory_pack,
         )
 
     @cached_property

@@ -65,9 +65,10 @@ def _cmd_retain(args: argparse.Namespace) -> int:
     """Run every retention sweep and print one line per sweep."""
     with cli_runtime(args) as rt:
         result = rt.operations.retain(actor(args))
-        config = rt.config
-    print(f"blanked the transcripts of {result.sessions_blanked} sessions (extracted, ended more than"
-          f" {config.sessions.retain_days} days ago)")
+        config, raw_days = rt.config, rt.memory_pack.classes.raw.retention_days
+    aged = ("none are due: the memory pack keeps transcripts" if raw_days is None
+            else f"ended more than {raw_days} days ago")
+    print(f"blanked the transcripts of {result.sessions_blanked} sessions (extracted, {aged})")
     print(f"deleted {result.search_logs_deleted} search_log rows and {result.turn_decisions_deleted}"
           f" turn decisions older than {config.retention.search_log_days} days")
     print(f"thinned the payloads of {result.event_payloads_thinned} events older than"
@@ -285,11 +286,13 @@ def register(commands: Any) -> None:
                          help="acknowledge unmapped legacy records and exit 0")
 
     add_command(commands, "expire", _cmd_expire, "expire every active record past its expiry",
-                "Mark every active record whose expires_at has passed as expired, one record.status"
+                "Mark every active record whose expires_at has passed, or that is older than its"
+                " type's retention_days in the tenant's memory pack, as expired, one record.status"
                 " event each.")
     add_command(commands, "retain", _cmd_retain, "remove user text past its retention age",
                 "Blank the turns of sessions whose extraction completed and that ended more than"
-                " sessions.retain_days ago (turn rows stay; unextracted sessions are never blanked),"
+                " sessions.retain_days ago, or the tenant pack's classes.raw.retention_days (turn rows"
+                " stay; unextracted sessions are never blanked),"
                 " delete search_log rows older than retention.search_log_days and cut the payloads of"
                 " events older than retention.event_payload_days to ids, outcomes and counts.")
 

@@ -69,7 +69,7 @@ def register(commands: Any) -> None:
         " overrides in one YAML file (docs/packs.md). `check FILE` validates the file and prints"
         " how many tenants it overrides, or one line naming the first bad key; `show` prints the"
         " pack a tenant runs under with each value's source (built-in, pack default or tenant T)."
-        " Of a pack, only governance's sensitivity classes and redaction act yet.",
+        " A value the file sets wins over the config key it restates; a built-in one defers to it.",
         conflict_handler="resolve")
     parser.add_argument("action", choices=["check", "show"], help="check a file, or show a tenant's pack")
     parser.add_argument("file", nargs="?", help="check: the pack file (default: tenancy.pack in the config)")

@@ -13,10 +13,11 @@ merged, since two valid layers can add up to an invalid pack (shares over 100%).
 
 The built-in values are today's behaviour: every class on, only episodic records decay
 (as ``retrieval.freshness.episodic_half_life_days`` does), transcripts kept as long as
-``sessions.retain_days`` keeps them, no redaction. :attr:`retold.runtime.Runtime.pack`
-exposes it; the governance block's sensitivity classes and redaction act through
-:mod:`retold.policy.sensitivity`, and the pipeline's other parts are to read it one
-behaviour at a time.
+``sessions.retain_days`` keeps them, no redaction. A few pack keys restate a config key
+(:data:`CONFIG_TWINS`); :func:`resolve_with_config` settles them for one runtime: a value
+a pack file sets wins, a built-in one defers to the config, so a tenant no pack file
+speaks for runs exactly as the config says. The governance block's sensitivity classes and
+redaction act through :mod:`retold.policy.sensitivity`.
 """
 
 from __future__ import annotations
@@ -31,15 +32,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin, get_type_hints
 
 import yaml
 
 from retold.errors import ConfigError
-from retold.tenant import check_tenant
+from retold.tenant import DEFAULT_TENANT, check_tenant
+
+if TYPE_CHECKING:
+    from retold.config import Config
 
 __all__ = [
     "BUILTIN_PACK",
+    "CONFIG_TWINS",
     "RECORD_CLASSES",
     "ClassPolicies",
     "ClassPolicy",
@@ -55,6 +60,8 @@ __all__ = [
     "WritePolicy",
     "effective_pack",
     "load_pack_file",
+    "pack_for_config",
+    "resolve_with_config",
 ]
 
 RecordClass = Literal["semantic", "episodic", "procedural", "raw"]
@@ -269,6 +276,64 @@ def load_pack_file(path: str | os.PathLike[str]) -> PackFile:
         overrides[name] = _effective(name, merged, own, f"tenants.{name}", errors)
     _raise(shown, errors)
     return PackFile(shown, default, overrides)
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigTwin:
+    """A pack key that restates a config key. ``null_defers``: the pack's null means "the
+    config's value" (a retrieval override) rather than a setting of its own (no decay,
+    kept for ever), which the config cannot say."""
+
+    key: str
+    config_path: tuple[str, ...]
+    null_defers: bool
+
+
+CONFIG_TWINS: tuple[ConfigTwin, ...] = (
+    ConfigTwin("classes.episodic.half_life_days",
+               ("retrieval", "freshness", "episodic_half_life_days"), False),
+    ConfigTwin("classes.raw.retention_days", ("sessions", "retain_days"), False),
+    ConfigTwin("governance.audit_retention_days", ("retention", "event_payload_days"), False),
+    ConfigTwin("retrieval.token_budget", ("retrieval", "token_budget"), True),
+    ConfigTwin("retrieval.relevance_floor", ("reranker", "floor"), True),
+)
+
+
+def resolve_with_config(effective: EffectivePack, config: Config) -> tuple[Config, MemoryPack]:
+    """The config and the pack one runtime runs under, agreeing on every twin key.
+
+    A twin the pack file sets (its default or the tenant's layer) wins and is written into
+    the config, so the parts that read the config act on it too; a built-in twin takes the
+    config's value, so without a pack file nothing differs from the config. A set null the
+    config cannot hold (no decay, keep for ever) stays in the pack only."""
+    pack = effective.pack
+    overrides: dict[str, Any] = {}
+    for twin in CONFIG_TWINS:
+        value = _lookup(pack, twin.key)
+        if effective.source(twin.key) == BUILT_IN or (value is None and twin.null_defers):
+            configured: object = config
+            for part in twin.config_path:
+                configured = getattr(configured, part)
+            pack = _replace_leaf(pack, twin.key.split("."), configured)
+        elif value is not None:
+            node = overrides
+            for part in twin.config_path[:-1]:
+                node = node.setdefault(part, {})
+            node[twin.config_path[-1]] = value
+    return (config.replace(overrides) if overrides else config), pack
+
+
+def pack_for_config(config: Config) -> MemoryPack:
+    """The built-in pack under ``config``: what a part built without a pack runs under."""
+    plain = _plain(BUILTIN_PACK)
+    builtin = _effective(DEFAULT_TENANT, plain, {key: BUILT_IN for key in _leaf_keys(plain)}, "", [])
+    return resolve_with_config(builtin, config)[1]
+
+
+def _replace_leaf(node: Any, parts: list[str], value: object) -> Any:
+    if len(parts) == 1:
+        return dataclasses.replace(node, **{parts[0]: value})
+    return dataclasses.replace(node, **{parts[0]: _replace_leaf(getattr(node, parts[0]), parts[1:], value)})
 
 
 def effective_pack(pack_file: str | os.PathLike[str] | None, tenant: str) -> EffectivePack:
@@ -541,6 +606,12 @@ def _effective(tenant: str, plain: Mapping[str, Any], sources: Mapping[str, str]
         listed = ", ".join(f"{c} {pct:g}" for c, pct in shares)
         errors.append(f"{prefix}classes: the enabled classes' retrieval_budget_pct add up to {total:g}, "
                       f"over 100 ({listed})")
+    if not pack.classes.raw.enabled:
+        # Extraction reads the transcript after the session ends, so a session with no
+        # transcript would teach memory nothing; a short classes.raw.retention_days is the
+        # way to keep transcripts briefly.
+        errors.append(f"{prefix}classes.raw.enabled: must be true: extraction reads the session "
+                      "transcript; set classes.raw.retention_days to keep it briefly instead")
     declared = pack.governance.class_names()
     if NO_CLASS not in declared:
         errors.append(f"{prefix}governance.sensitivity_classes: must declare 'none', the class of "

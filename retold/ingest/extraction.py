@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from retold.config import IngestionConfig
+from retold.config.pack import BUILTIN_PACK, MemoryPack
 from retold.hosted.spend import counting
 from retold.index.embedder import Embedder
 from retold.index.vector import VectorIndex
@@ -159,8 +160,10 @@ class ExtractionRunner:
         notice: ConfigNotice | None = None,
         activate: Callable[[Principal, Sequence[str], str], object] | None = None,
         sensitivity: SensitivityRules | None = None,
+        pack: MemoryPack = BUILTIN_PACK,
     ) -> None:
         self.store, self.write, self.embedder, self.index = store, write, embedder, index
+        self.pack = pack  # which record classes are kept, and each one's confidence floor
         # Runs after the apply transaction commits: the activation policy on each record
         # the run wrote or reinforced, with its own events (it never fails the run).
         self.activate = activate
@@ -185,7 +188,7 @@ class ExtractionRunner:
             self.clock, extractor or self.extractor, reviewer or self.reviewer,
             incremental_reload_max=self.reload_max, setup=self.attempts.setup,
             recover=self.attempts.recover, notice=self.attempts.notice, activate=self.activate,
-            sensitivity=self.sensitivity)
+            sensitivity=self.sensitivity, pack=self.pack)
 
     def pending(self) -> list[ResumeStage]:
         """Ended sessions still to extract and not under a live claim (waiting, parked and
@@ -403,6 +406,16 @@ class ExtractionRunner:
         """Check a candidate's immutable envelope without writing anything; return the
         primary entity id ("" when apply will create it) or raise _Reject."""
         # Type, content, source kind and time zones were checked by the stage's JSON schema.
+        policy = self.pack.classes.of(cand.type)
+        if not policy.enabled:  # refused before anything is looked up or written
+            raise _Reject("class_disabled", f"{cand.type} memories are not kept here (memory pack "
+                          f"classes.{cand.type}.enabled: false)")
+        if cand.confidence < policy.extraction_confidence_floor:
+            raise _Reject("below_confidence_floor",
+                          f"confidence {cand.confidence:g} is below the memory pack's "
+                          f"classes.{cand.type}.extraction_confidence_floor "
+                          f"{policy.extraction_confidence_floor:g}",
+                          confidence=cand.confidence, floor=policy.extraction_confidence_floor)
         if secret := candidate_secret(cand):
             raise _Reject("secret_detected", secret.message, kind=secret.kind, field=secret.field)
         check = validate_evidence(

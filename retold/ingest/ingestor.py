@@ -11,12 +11,14 @@ written on any error. The in-memory vector index is updated only after the commi
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 
 from retold.config import IngestionConfig
+from retold.config.pack import BUILTIN_PACK, MemoryPack, RecordClass
 from retold.index.embedder import Embedder
 from retold.index.vector import VectorIndex
 from retold.ingest.decision import Decision, decide_nearby, decide_subject
@@ -72,11 +74,13 @@ class Ingestor:
         incremental_reload_max: int = 512,
         write_timeout_ms: int = 2000,
         sensitivity: SensitivityRules | None = None,
+        pack: MemoryPack = BUILTIN_PACK,
     ) -> None:
         self.store, self.index, self.embedder, self.judge = store, index, embedder, judge
         # The tenant pack's sensitivity classes: each record's class, and the masked text
         # that is embedded and indexed in place of what a redacted class matches.
         self.sensitivity = sensitivity or SensitivityRules()
+        self.pack = pack  # the record classes kept and what a disagreeing write does
         self.lifecycle, self.config, self.clock = lifecycle, config, clock
         self.resolver = EntityResolver(store)
         self._reload_max = incremental_reload_max
@@ -119,6 +123,10 @@ class Ingestor:
     ) -> tuple[Scope, str | None]:
         if request.type not in RECORD_TYPES:
             raise Refusal("invalid_input", f"type must be one of {', '.join(RECORD_TYPES)}")
+        if not self.pack.classes.of(cast(RecordClass, request.type)).enabled:
+            key = f"classes.{request.type}.enabled"
+            raise Refusal("invalid_input", f"{request.type} memories are not kept here (memory pack "
+                                           f"{key}: false); nothing was written", pack_key=key)
         if not request.content or not request.content.strip():
             raise Refusal("invalid_input", "content must not be blank")
         if request.evidence is not None and not request.evidence.strip():
@@ -378,7 +386,14 @@ class Ingestor:
         if scanned:
             decision = decide_subject(candidate, scanned, verdicts, cosines, self.lifecycle,
                                       self.config.attribute_alias_cosine)
-        return decision or decide_nearby(candidate, nearby, verdicts)
+        decision = decision or decide_nearby(candidate, nearby, verdicts)
+        if decision.action == "supersede" and self.pack.write_policy.conflict_rule == "hold":
+            # The pack holds conflicting writes: the incumbent stays current and the
+            # incoming record waits beside it as a provisional conflict, as a write from a
+            # less trusted source does, until a person confirms it or it expires.
+            payload["held_by"] = "write_policy.conflict_rule"
+            decision = replace(decision, action="conflict", also_superseded=[])
+        return decision
 
     def _scan(self, candidate: Record, now: datetime, payload: dict[str, Any]) -> list[Record]:
         """Active records about the same entity, capped in reinforced-first order with the

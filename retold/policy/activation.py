@@ -15,17 +15,20 @@ ambient; the first rule it fails decides, and its name is recorded with the deci
 5. global wording: not tied to a date or a task (``time_bound``, ``task_bound``);
 6. a promotable category (``category_not_promotable``);
 7. nothing borderline: an unknown category (``uncategorised``), hedged wording
-   (``hedged``) or an open conflict (``conflict``) goes to review.
+   (``hedged``) or an open conflict (``conflict``) goes to review;
+8. not picked for a person's check: a memory pack's ``review_sample_rate`` sends that
+   share of otherwise eligible records to review (``sampled``).
 
 Rules 1 to 4 are hard: a person resolving a review or setting an activation by hand is
 held to them too (:meth:`ActivationPolicy.manual_refusal`), except the sensitive category,
-which only keeps the policy from promoting on its own; rules 5 to 7 are the judgement a
+which only keeps the policy from promoting on its own; rules 5 to 8 are the judgement a
 review exists for. The policy does no I/O: the caller gathers the facts.
 See docs/decisions.md, "The ambient profile".
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,7 +39,7 @@ from retold.policy.categories import Categorized, CategoryRules, words
 from retold.policy.secrets import find_secret
 
 __all__ = [
-    "ActivationDecision", "ActivationFacts", "ActivationPolicy", "SourceTurn",
+    "ActivationDecision", "ActivationFacts", "ActivationPolicy", "SourceTurn", "sampled",
 ]
 
 SecretScreen = Callable[[str], object]  # truthy when the text holds a credential
@@ -107,8 +110,12 @@ class ActivationDecision:
 class ActivationPolicy:
     """Decides one record's activation from its facts; holds only configuration."""
 
-    def __init__(self, config: ActivationConfig, secret_screen: SecretScreen = find_secret) -> None:
+    def __init__(self, config: ActivationConfig, secret_screen: SecretScreen = find_secret, *,
+                 review_sample_rate: float = 0.0) -> None:
         self.config = config
+        # The share of records that would enter the profile on their own that a person
+        # checks first (a memory pack's write_policy.review_sample_rate); 0 = none.
+        self.review_sample_rate = review_sample_rate
         self.rules = CategoryRules(config.sensitive_categories,
                                    [(e.category, e.keywords) for e in config.extra_keywords])
         self._screen = secret_screen
@@ -123,6 +130,9 @@ class ActivationPolicy:
         failed = self._hard_failure(facts, found) or self._soft_failure(facts, found)
         if failed is not None:
             return failed
+        if sampled(facts.record.id, self.review_sample_rate):
+            return ActivationDecision("review", "sampled", "picked for a person's check "
+                                      "(memory pack write_policy.review_sample_rate)", category)
         reason = ("a standing instruction the user gave" if category == "instruction"
                   else f"a {category} fact the user stated about themselves")
         return ActivationDecision("ambient", "eligible", reason, category)
@@ -197,6 +207,16 @@ class ActivationPolicy:
             return ActivationDecision("review", "conflict",
                                       "it conflicts with another record; a person decides", category)
         return None
+
+
+def sampled(record_id: str, rate: float) -> bool:
+    """Whether ``record_id`` falls in a ``rate`` share of records. The record id's hash
+    decides, not a random draw, so a record is judged the same way every time it is
+    judged again and a test with a given id is stable."""
+    if rate <= 0:
+        return False
+    digest = hashlib.sha256(record_id.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < rate
 
 
 def _squash(text: str) -> str:

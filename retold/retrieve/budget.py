@@ -6,6 +6,11 @@ or one with more authority, that it conflicts with) is admitted or rejected toge
 it, so the caller never sees one half of a disagreement. A counterpart that already ranks
 above keeps its own position; one that ranks below (or did not survive) is pulled forward
 to sit immediately before the provisional record and does not take a primary slot.
+
+A record type can hold a reserved share of the budget (a memory pack's
+``retrieval_budget_pct``): tokens only records of that type may spend, so a flood of
+another type cannot crowd it out. Every type also draws on the shared rest once its own
+share is spent; with no shares, the whole budget is shared, as it always was.
 """
 
 from __future__ import annotations
@@ -45,10 +50,15 @@ def fill_budget(
     k: int,
     token_budget: int,
     counterpart_of: Callable[[Record], Record | None],
+    reserved: Mapping[str, int] | None = None,
 ) -> BudgetResult:
     """Choose the response records; ``counterpart_of`` returns a provisional record's
     eligible authority counterpart (or None). Content is never truncated: a record that
-    does not fit is skipped and the next one tried."""
+    does not fit is skipped and the next one tried. ``reserved`` maps a record type to
+    the tokens set aside for it within ``token_budget``."""
+    reserved = reserved or {}
+    shared = token_budget - sum(reserved.values())
+    by_type: dict[str, int] = {}
     by_id = {c.record_id: c for c in ranked}
     # Counterparts that were not candidates; ``records`` is only read, one key at a time,
     # so a mapping that reads records from the store as they are asked for works too.
@@ -67,10 +77,23 @@ def fill_budget(
     def admit(unit: list[tuple[Candidate, bool]]) -> None:
         nonlocal used, primaries
         for candidate, primary in unit:
-            used += record_tokens(record_of(candidate.record_id))
+            record = record_of(candidate.record_id)
+            used += record_tokens(record)
+            by_type[record.type] = by_type.get(record.type, 0) + record_tokens(record)
             primaries += primary
             placed.add(candidate.record_id)
             chosen.append(Placement(candidate, primary, used, len(chosen) + 1))
+
+    def fits_shares(unit_records: list[Record]) -> bool:
+        # Each type spends its reserved share first; what it spends beyond comes out of
+        # the shared rest, which every type's overflow together may not exceed.
+        if not reserved:
+            return True
+        after = dict(by_type)
+        for record in unit_records:
+            after[record.type] = after.get(record.type, 0) + record_tokens(record)
+        overflow = sum(max(0, spent - reserved.get(t, 0)) for t, spent in after.items())
+        return overflow <= shared
 
     for candidate in ranked:
         if primaries >= k:
@@ -91,7 +114,7 @@ def fill_budget(
             partner = by_id.get(counterpart.id) or Candidate(record_id=counterpart.id)
             unit.insert(0, (partner, False))
         cost = sum(record_tokens(record_of(c.record_id)) for c, _ in unit)
-        if used + cost > token_budget:
+        if used + cost > token_budget or not fits_shares([record_of(c.record_id) for c, _ in unit]):
             for c, _ in unit:
                 rejected.add(c.record_id)
                 budget_out.append(c.record_id)

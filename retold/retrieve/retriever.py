@@ -18,13 +18,15 @@ from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from retold.config import Config
+from retold.config.pack import MemoryPack, RecordClass, pack_for_config
 from retold.index.embedder import Embedder, Matrix
 from retold.index.reranker import Reranker, apply_reranker_floor, rerank_with_timeout
 from retold.index.vector import VectorIndex
 from retold.models import (
+    RECORD_TYPES,
     Candidate,
     Principal,
     QueryShape,
@@ -94,8 +96,17 @@ class Retriever:
         clock: Clock,
         *,
         search_log: SearchLogWriter,
+        pack: MemoryPack | None = None,
     ) -> None:
         self.store, self.index, self.embedder = store, index, embedder
+        # Per-type ranking half-lives and token-budget shares, from the pack the runtime
+        # hands over; without one, the built-in pack under this config (today's ranking).
+        pack = pack or pack_for_config(config)
+        self.half_lives = {t: pack.classes.of(cast(RecordClass, t)).half_life_days for t in RECORD_TYPES}
+        # Only enabled classes hold a share: the pack's check keeps those within 100%.
+        self.reserved_pct = {t: policy.retrieval_budget_pct for t in RECORD_TYPES
+                             if (policy := pack.classes.of(cast(RecordClass, t))).enabled
+                             and policy.retrieval_budget_pct}
         self.rewriter, self.reranker = rewriter, reranker
         self.config, self.lifecycle, self.clock = config, lifecycle, clock
         self.search_log = search_log
@@ -131,8 +142,9 @@ class Retriever:
         kept, trace.rerank = self._rerank(kept, records, queries, trace.decision, kinds, tail)
         timer.mark("rerank")
         counterparts: dict[str, Record] = {}
+        reserved = {t: int(cfg.token_budget * pct / 100) for t, pct in self.reserved_pct.items()}
         budget = fill_budget(_summaries_last(kept, kinds), records, k, cfg.token_budget,
-                             lambda r: self._counterpart(r, eligible, counterparts))
+                             lambda r: self._counterpart(r, eligible, counterparts), reserved)
         records.update(counterparts)
         trace.budget_out = budget.budget_out
         timer.mark("budget")
@@ -214,7 +226,7 @@ class Retriever:
         trace.meta = meta = self._record_meta([c.record_id for c in fused], version)
         fused = [c for c in fused if c.record_id in meta]  # deleted since the eligible set was read
         trace.fused = list(fused)  # the fused order, before freshness re-sorts the list
-        trace.freshness = apply_freshness(fused, meta, now, cfg.freshness,
+        trace.freshness = apply_freshness(fused, meta, now, cfg.freshness, half_lives=self.half_lives,
                                           time_window=request.since is not None or request.until is not None)
         trace.flags["confidence"] = weighed = weighs(queries)
         if weighed:

@@ -71,6 +71,27 @@ class SweepsMixin(StoreBase):
                 out.append(ChangedRow(record_id, version))
             return out
 
+    def expire_older(self, record_type: str, created_before: datetime, actor: str,
+                     days: int) -> list[ChangedRow]:
+        """Set every active ``record_type`` record created before ``created_before`` to
+        expired (a memory pack's ``retention_days``), one ``record.status`` event each, in
+        one transaction. Pinned records stay, as they do past ``expires_at``."""
+        with self.atomic() as conn:
+            due = conn.execute(
+                f"SELECT id, status FROM records WHERE status IN {ACTIVE_SQL} AND type = ?"
+                " AND created_at < ? AND id NOT IN (SELECT record_id FROM record_pins) ORDER BY seq",
+                (record_type, to_iso(created_before)),
+            ).fetchall()
+            if not due:
+                return []
+            version = self.bump_version(conn)
+            self._set_status(conn, [row[0] for row in due], "expired", version)
+            for record_id, status in due:
+                self._insert_event(conn, NewEvent(
+                    "record.status", actor, {"from": status, "to": "expired", "reason": "retention",
+                                             "days": days}, record_id))
+            return [ChangedRow(row[0], version) for row in due]
+
     # -- transcript retention ----------------------------------------------------------------
 
     def blank_retained_sessions(

@@ -12,6 +12,7 @@ stand-ins ``RETOLD_SCRIPTED_MODEL`` switches on).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -167,27 +168,31 @@ class World:
 
 
 def make_world(tmp_path: Path, *, grant_personal: bool = True, store: str | None = None,
-               tenant: str = DEFAULT_TENANT, pack: str | None = None, **ingestion: Any) -> World:
+               tenant: str = DEFAULT_TENANT, pack: str | Path | None = None,
+               config: Mapping[str, Any] | None = None, **ingestion: Any) -> World:
     """A store under ``tmp_path`` (or at ``store``, a path or a PostgreSQL URL) with
     ``research-agent`` granted ``user:aditya``, the user provisioned, and session ``s1``
-    open, all in ``tenant`` (added when missing), under the memory pack file ``pack`` (none:
-    the built-in pack); ``ingestion`` overrides that config block."""
+    open, all in ``tenant`` (added when missing); ``pack`` is the memory pack file
+    (``tenancy.pack``), ``config`` overrides further config blocks and ``ingestion``
+    overrides that one."""
     embedder = FakeEmbedder()
     target = store or str(tmp_path / "memory.sqlite")
     # The config names the fake's own family, as the store records it, so a CLI or worker
     # given this config opens the world's store without an embedding mismatch.
-    config = read_config(overrides={
+    settings = read_config(overrides={
         "store": {"url" if is_database_url(target) else "path": target},
         "embedding": {"model": "fake", "version": embedder.version, "dims": embedder.dims},
         "ingestion": ingestion,
         "retrieval": {"gate": TEST_GATE},
-        "tenancy": {"pack": pack},
+        "tenancy": {"pack": None if pack is None else str(pack)},
     })
+    if config:
+        settings = settings.replace(config)
     clock = ManualClock(T0)
     judge = FakeJudge()
     # No hosted-model key reaches a test world, whatever the environment holds.
     add_tenant(target, tenant)
-    rt = build_runtime(config, clock=clock, embedder=embedder, judge=judge,
+    rt = build_runtime(settings, clock=clock, embedder=embedder, judge=judge,
                        scheduler=InProcessScheduler(), environ={}, tenant=tenant)
     if grant_personal:
         rt.host.grant(AGENT, ADITYA, read=True, write=True)
