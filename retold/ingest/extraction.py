@@ -109,6 +109,7 @@ class _Log:
     outcomes: list[dict[str, Any]] = field(default_factory=list)
     write_ms: list[float] = field(default_factory=list)
     dedup_ms: float = 0.0
+    rejudge: list[str] = field(default_factory=list)  # incumbents held contradictions sent to review
 
     def reject(self, index: int, cand: CandidateRecord, stage: str, code: str, message: str,
                details: dict[str, Any] | None = None) -> None:
@@ -274,7 +275,8 @@ class ExtractionRunner:
             raise
         self.index.refresh(self.store, self.reload_max)
         if self.activate is not None:
-            self.activate(principal, [o["record_id"] for o in run.outcomes if o["record_id"]], ACTOR)
+            self.activate(principal, [*(o["record_id"] for o in run.outcomes if o["record_id"]),
+                                      *run.rejudge], ACTOR)
         return ExtractionResult(session.id, "extracted", dict(run.counts), None, event_id)
 
     def _extract(self, principal: Principal, turns: list[Turn],
@@ -494,6 +496,7 @@ class ExtractionRunner:
                     run.counts[kind] += 1
                 run.outcomes.append({"index": item.index, "outcome": result.outcome, "note": result.note,
                                      "record_id": result.record_id, "status": result.status})
+                run.rejudge.extend(result.rejudge)
                 timer.mark("writes")
             summary_outcome, summary_id = self.summaries.write(session, principal, scope, summary,
                                                                text, vector)

@@ -249,8 +249,10 @@ class Ingestor:
                 self.index.upsert(changed_id, new_vector, version, seq)
         timer.mark("index_update")
         final = self.store.get_record(record_id)
+        rejudge = ((decision.target.id,) if decision.target is not None
+                   and payload.get("held_by") == "write_policy.contradiction_action" else ())
         return WriteResult(outcome, record_id, final.status if final else None,
-                           "; ".join(prov.notes) or None, timer.as_dict(), None, event_id)
+                           "; ".join(prov.notes) or None, timer.as_dict(), None, event_id, rejudge)
 
     def _prepare(
         self, principal: Principal, request: WriteRequest, scope: Scope, attribute: str | None,
@@ -387,7 +389,17 @@ class Ingestor:
             decision = decide_subject(candidate, scanned, verdicts, cosines, self.lifecycle,
                                       self.config.attribute_alias_cosine)
         decision = decision or decide_nearby(candidate, nearby, verdicts)
-        if decision.action == "supersede" and self.pack.write_policy.conflict_rule == "hold":
+        policy = self.pack.write_policy
+        if (policy.contradiction_action == "hold_and_flag" and decision.target is not None
+                and decision.action in ("supersede", "superseded_on_arrival", "conflict")
+                and verdicts.get(decision.target.id) == "contradicts"):
+            # The pack wants a person to settle contradictions: neither record replaces the
+            # other; the incoming one waits as a provisional conflict, and both are judged
+            # with the conflict in view, which sends each to review where it could
+            # otherwise enter the profile.
+            payload["held_by"] = "write_policy.contradiction_action"
+            return replace(decision, action="conflict", also_superseded=[])
+        if decision.action == "supersede" and policy.conflict_rule == "hold":
             # The pack holds conflicting writes: the incumbent stays current and the
             # incoming record waits beside it as a provisional conflict, as a write from a
             # less trusted source does, until a person confirms it or it expires.

@@ -53,6 +53,9 @@ class WriteResult:
     timings_ms: dict[str, float]
     error: WriteError | None = None
     event_id: str | None = None
+    # Records other than this one whose activation must be judged again once the write
+    # has committed: the incumbent a held contradiction sent to review beside it.
+    rejudge: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:

@@ -225,6 +225,8 @@ class ToolHandlers:
         assert result.record_id is not None  # a landed write names its record
         # After the commit, outside its transaction: a failure here leaves the write standing.
         activation = self.parts.activator.after_write(principal, result.record_id)
+        for other in result.rejudge:  # a held contradiction's incumbent goes to review too
+            self.parts.activator.after_write(principal, other)
         return {"record_id": result.record_id, "status": result.status, "outcome": result.outcome,
                 "note": result.note, "activation": activation.activation,
                 "activation_reason": activation.reason, "timings_ms": result.timings_ms}

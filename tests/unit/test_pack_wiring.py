@@ -282,3 +282,31 @@ def test_sampling_is_by_record_id_and_takes_the_share_asked_for() -> None:
     assert 0.22 < share < 0.28
     assert [sampled(i, 0.25) for i in ids[:50]] == [sampled(i, 0.25) for i in ids[:50]]
     assert not any(sampled(i, 0) for i in ids) and all(sampled(i, 1) for i in ids)
+
+
+# -- write_policy.contradiction_action -----------------------------------------------------------
+
+
+def test_a_held_contradiction_sends_both_records_to_review(worlds: Worlds) -> None:
+    acme, beta = worlds("write_policy: {contradiction_action: hold_and_flag}")
+    british = {"type": "semantic", "content": "Aditya wants answers in British English.",
+               "attribute": "answer_language", "source_kind": "user_statement",
+               "evidence": "always answer me in British English"}
+    american = {**british, "content": "Aditya wants answers in American English.",
+                "evidence": "always answer me in American English"}
+    for world in (acme, beta):
+        world.judge.table[(british["content"], american["content"])] = "contradicts"
+        world.say("user", "Please always answer me in British English, whatever the topic.")
+        first = _write(world, **british)
+        assert first["activation"] == "ambient"
+        world.clock.advance(timedelta(minutes=5))
+        world.say("user", "Actually, always answer me in American English from now on.")
+        second = _write(world, **american)
+        if world is acme:  # neither replaces the other; a person settles it
+            assert second["outcome"] == f"conflict:{first['record_id']}"
+            assert world.record(first["record_id"]).status == "confirmed"
+            queued = {record.id for _, record in world.rt.store.review_queue(world.clock.now())}
+            assert queued == {first["record_id"], second["record_id"]}
+        else:  # beta, as before packs: the newer statement supersedes
+            assert second["outcome"] == f"superseded:{first['record_id']}"
+            assert world.rt.store.review_queue(world.clock.now()) == []
