@@ -23,7 +23,7 @@ from retold.broker.scheduler import CeleryScheduler, scheduler_from_config
 from retold.config import Config, config_to_dict, is_database_url
 from retold.config.env import SCRIPTED_MODEL_ENV, load_config_from_environment
 from retold.config.pack import EffectivePack, effective_pack, resolve_with_config
-from retold.errors import ConfigError, EmbeddingMismatchError, StoreMissingError
+from retold.errors import ConfigError, EmbeddingMismatchError
 from retold.host import MemoryHost
 from retold.hosted import CompletionClient, HostedError, client_from_config
 from retold.index.embedder import Embedder, check_model_files, embedder_from_config, packaged_model
@@ -48,8 +48,6 @@ from retold.retrieve.retriever import Retriever
 from retold.retrieve.rewrite import NoRewriter, QueryRewriter, rewriter_from_config
 from retold.retrieve.search_log import SearchLogWriter
 from retold.store import EmbeddingFamily, Store, open_store
-from retold.store.location import tenant_exists
-from retold.store.postgres.url import redact as redact_target
 from retold.tenant import check_tenant
 from retold.tools.handlers import ToolHandlers
 from retold.util import Clock, SystemClock
@@ -82,6 +80,7 @@ class Runtime:
         planner: GapPlanner | None = None,
         admission: AdmissionJudge | None = None,
         environ: Mapping[str, str] | None = None,
+        pack: EffectivePack | None = None,
     ) -> None:
         self.tenant = store.tenant  # the namespace every part below reads and writes
         # This tenant's memory pack from tenancy.pack (the built-in pack when null), with
@@ -89,7 +88,7 @@ class Runtime:
         # the values it acts on. A pack key that restates a config key is settled once
         # here (a value the pack file sets wins, a built-in one defers to the config), so
         # the config and the pack the parts get agree.
-        self.pack: EffectivePack = effective_pack(config.tenancy.pack, self.tenant)
+        self.pack: EffectivePack = pack or effective_pack(config.tenancy.pack, self.tenant)
         config, self.memory_pack = resolve_with_config(self.pack, config)
         self.config = config
         self.store = store
@@ -401,10 +400,7 @@ def build_runtime(
     tenant = check_tenant(config.tenancy.tenant if tenant is None else tenant, "tenant")
     if tenant != config.tenancy.tenant:
         config = config.replace({"tenancy": {"tenant": tenant}})
-    if not tenant_exists(config.store.target, tenant):
-        raise StoreMissingError(f"no tenant {tenant!r} in store {redact_target(config.store.target)}; "
-                                f"add it with `retold tenant add {tenant}`")
-    effective_pack(config.tenancy.pack, tenant)  # a broken pack file fails here, not mid-session
+    pack = effective_pack(config.tenancy.pack, tenant)  # a broken pack file fails here, not mid-session
     if not is_database_url(config.store.target) and config.store.path != ":memory:":
         Path(config.store.path).parent.mkdir(parents=True, exist_ok=True)
     store = open_store(
@@ -425,7 +421,7 @@ def build_runtime(
         raise
     return Runtime(config, store, chosen, clock, judge=judge, scheduler=scheduler,
                    rewriter=rewriter, reranker=reranker, extractor=extractor, reviewer=reviewer,
-                   planner=planner, admission=admission, environ=env)
+                   planner=planner, admission=admission, environ=env, pack=pack)
 
 
 def _check_gate(config: Config, embedder: Embedder) -> None:

@@ -143,9 +143,7 @@ class Reviser:
             status=self.lifecycle.initial_status(prov.source_kind), supersedes_id=old.id,
             reinforcements=0, last_reinforced_at=None, tags=list(old.tags),
         )
-        sensitivity = self.ingestor.sensitivity.classify(candidate.content, evidence=candidate.evidence,
-                                                         attribute=candidate.attribute)
-        candidate.sensitivity, candidate.redacted_content = sensitivity.name, sensitivity.redacted_content
+        self.ingestor.sensitivity.apply(candidate)
         self._check_authority(candidate, old, prov.notes)
         timer.mark("permission")
         vector, pending = self.ingestor.vector_for(candidate.indexed_content)

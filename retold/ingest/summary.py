@@ -93,6 +93,8 @@ class SummaryWriter:
             confidence=life.initial_confidence("session_summary"),
             status=life.initial_status("session_summary"), supersedes_id=live[0].id if live else None,
             reinforcements=0, last_reinforced_at=None, entity_ids=[e for e, _ in links])
+        # Classified by its text alone: a summary has no evidence, and its attribute is
+        # the summaries' own, which says nothing about what the text holds.
         sensitivity = self.sensitivity.classify(content)
         record.sensitivity, record.redacted_content = sensitivity.name, sensitivity.redacted_content
         outcome = f"superseded:{live[0].id}" if live else "created"

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from retold.config.pack import BUILTIN_PACK, NO_CLASS, Governance
+from retold.models import Record
 
 __all__ = ["Sensitivity", "SensitivityRules", "placeholder"]
 
@@ -76,6 +77,15 @@ class SensitivityRules:
         for pattern, shown in self._masks:
             text = pattern.sub(shown, text)
         return text
+
+    def apply(self, record: Record, *, label: str | None = None) -> Sensitivity:
+        """Put ``record`` in its class and set its masked content, from its own text; the
+        classification, for a caller that acts on it (an import drops a vector made from
+        the raw text)."""
+        found = self.classify(record.content, evidence=record.evidence, attribute=record.attribute,
+                              label=label)
+        record.sensitivity, record.redacted_content = found.name, found.redacted_content
+        return found
 
     def classify(self, content: str, *, evidence: str | None = None, attribute: str | None = None,
                  label: str | None = None) -> Sensitivity:

@@ -293,10 +293,7 @@ class _Run:
         )
         # Classified by this tenant's pack, not the exporter's; a vector the file carries was
         # made from text this pack may mask, so a masked record is embedded here instead.
-        sensitivity = self.i.sensitivity.classify(content, evidence=record.evidence,
-                                                  attribute=record.attribute)
-        record.sensitivity, record.redacted_content = sensitivity.name, sensitivity.redacted_content
-        if sensitivity.redacted_content is not None:
+        if self.i.sensitivity.apply(record).redacted_content is not None:
             vector = None
         self.conflicts.update(_pair(file_id, str(o)) for o in obj["conflicts"])
         origin = {"origin_scope": str(self.header.scope), "origin_id": file_id, "origin_status": status,

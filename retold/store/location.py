@@ -139,7 +139,13 @@ def open_store(target: str | Path, *, tenant: str = DEFAULT_TENANT, **options: A
         from retold.store.postgres.store import PgStore
 
         return PgStore(str(target), tenant=tenant, **options)
-    return Store(tenant_store_path(target, tenant), tenant=tenant, **options)
+    path = tenant_store_path(target, tenant)
+    # Opening a file creates it: a tenant that was never added must not start as an empty
+    # file that writes then land in (the default tenant's file is the store, created so).
+    if tenant != DEFAULT_TENANT and not path.is_file():
+        raise StoreMissingError(f"no tenant {tenant!r} in store {_shown(target)}; add it with "
+                                f"`retold tenant add {tenant}`")
+    return Store(path, tenant=tenant, **options)
 
 
 def check_store_at(target: str, *, quick: bool = False, busy_timeout: float = 30.0) -> IntegrityReport:

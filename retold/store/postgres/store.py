@@ -136,8 +136,8 @@ class PgStore(PgReads):
         known = self._conn.execute(f"SELECT 1 FROM {TENANT_REGISTRY} WHERE name = ?",
                                    (self.tenant,)).fetchone()
         if known is None:
-            raise StoreMissingError(f"no tenant {self.tenant!r} in store {self.path}; add it first "
-                                    "(retold.store.location.add_tenant)")
+            raise StoreMissingError(f"no tenant {self.tenant!r} in store {self.path}; add it with "
+                                    f"`retold tenant add {self.tenant}`")
         self._conn.execute("SELECT set_config('retold.tenant', ?, false)", (self.tenant,))
         self._conn.execute(f"SET ROLE {AGENT_ROLE}")
 
