@@ -14,6 +14,7 @@ write path takes its scopes from here, so this one rule covers them all.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -25,6 +26,7 @@ from retold.store.members import SHARED_KINDS
 
 __all__ = [
     "Access",
+    "ScopeCache",
     "DEFAULT_TARGETS",
     "GrantSource",
     "can_read",
@@ -43,6 +45,47 @@ DEFAULT_TARGETS = ("personal", "current_project")
 class GrantSource(Protocol):
     def grants_for(self, agent_id: str) -> list[Grant]: ...
     def member_scopes(self, user_id: str) -> list[Scope]: ...
+
+
+class VersionedGrants(GrantSource, Protocol):
+    def access_version(self) -> int: ...
+
+
+# Principals whose scopes one process keeps; past this many it starts over.
+_SCOPE_CACHE_ENTRIES = 4096
+
+
+class ScopeCache:
+    """A principal's readable scopes, kept until grants or memberships change.
+
+    An agent searches many times between grant changes, and each search would otherwise
+    read the agent's grants and the user's memberships again (two queries, a round trip
+    each on PostgreSQL). The store's ``access_version`` moves on every change to either
+    table, whoever makes it (triggers keep it), so one read of it per call says whether
+    what is kept still holds; a revoked grant is honoured by the next search.
+    """
+
+    def __init__(self, store: VersionedGrants) -> None:
+        self.store = store
+        self._lock = threading.Lock()
+        self._version = -1
+        self._readable: dict[tuple[str, str, str | None], list[Scope]] = {}
+
+    def readable(self, principal: Principal) -> list[Scope]:
+        """What :func:`readable_scopes` answers now, read from the store only when the
+        grants or memberships changed since this principal was last asked about."""
+        version = self.store.access_version()
+        key = (principal.agent_id, principal.user_id, principal.project_id)
+        with self._lock:
+            if version != self._version or len(self._readable) > _SCOPE_CACHE_ENTRIES:
+                self._readable, self._version = {}, version
+            elif (kept := self._readable.get(key)) is not None:
+                return list(kept)
+        scopes = readable_scopes(self.store, principal)
+        with self._lock:
+            if self._version == version:  # another thread may have seen a newer version meanwhile
+                self._readable[key] = scopes
+        return list(scopes)
 
 
 def is_member(principal: Principal, scope: Scope, memberships: Callable[[], list[Scope]]) -> bool:

@@ -36,7 +36,7 @@ from retold.models import (
     SearchResponse,
     SearchResult,
 )
-from retold.policy.grants import no_grant_reason, readable_scopes
+from retold.policy.grants import ScopeCache, no_grant_reason
 from retold.policy.lifecycle import Lifecycle
 from retold.retrieve.beyond_names import beyond_names, dense_beyond_names
 from retold.retrieve.budget import fill_budget
@@ -111,6 +111,7 @@ class Retriever:
         self.config, self.lifecycle, self.clock = config, lifecycle, clock
         self.search_log = search_log
         self.encoder = QueryEncoder(embedder, config.retrieval.encode_alongside)
+        self.scopes = ScopeCache(store)
         self._eligible_cache: OrderedDict[tuple[Any, ...], EligibleSet] = OrderedDict()
         # (records_version, {record_id: RecordMeta}): replaced as a whole when the version
         # moves, so a thread still searching the old version fills only the old dict.
@@ -174,7 +175,7 @@ class Retriever:
         cfg, request, now = self.config.retrieval, trace.request, trace.started
         # The encoder runs beside the store reads below; dense search waits for it.
         pending = self.encoder.start(queries)
-        scopes = readable_scopes(self.store, trace.principal)
+        scopes = self.scopes.readable(trace.principal)
         trace.scopes = [str(s) for s in scopes]
         timer.mark("scopes")
         # Read once: both the cached eligible set and the RAM index are checked against it.

@@ -406,6 +406,13 @@ class StoreBase:
         with self._lock:
             return self.read_version(self._conn)
 
+    def access_version(self) -> int:
+        """How many times grants or memberships changed (0 before the first change); the
+        migration that added it made triggers keep it, so every writer moves it."""
+        with self._lock:
+            row = self._conn.execute("SELECT value FROM store_meta WHERE key = 'access_version'").fetchone()
+        return 0 if row is None else int(row[0])
+
     @staticmethod
     def read_version(conn: sqlite3.Connection) -> int:
         """``store_meta.records_version`` as seen by ``conn``'s current snapshot."""

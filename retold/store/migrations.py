@@ -389,6 +389,23 @@ def _record_sensitivity(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE records ADD COLUMN redacted_content TEXT")
 
 
+# Bumped by the triggers below on every change to who may read what.
+_ACCESS_BUMP = ("INSERT INTO store_meta(key, value) VALUES ('access_version', 1)"
+                " ON CONFLICT(key) DO UPDATE SET value = value + 1")
+
+
+def _access_version(conn: sqlite3.Connection) -> None:
+    """A counter of changes to grants and memberships, kept by triggers, so a process may
+    keep a principal's readable scopes until it moves (retold.policy.grants.ScopeCache).
+    Triggers rather than the store's own methods: an import, an erasure or a hand-written
+    statement changes these tables too, and a stale grant is a leak. A store without the
+    row yet reads 0: nothing has changed since the triggers exist."""
+    for table in ("grants", "scope_members"):
+        for event in ("INSERT", "UPDATE", "DELETE"):
+            conn.execute(f"CREATE TRIGGER {table}_{event.lower()}_access AFTER {event} ON {table}"
+                         f" BEGIN {_ACCESS_BUMP}; END")
+
+
 _RETURNED_ROWS = ("INSERT OR IGNORE INTO search_returned(record_id, search_id, rank)"
                   " SELECT j.value, NEW.id, j.key + 1")
 
@@ -412,6 +429,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(16, "turn decisions and bundle results", _utility_tables),
     Migration(17, "tenant key", _tenant_key),
     Migration(18, "record sensitivity", _record_sensitivity),
+    Migration(19, "access version", _access_version),
 )
 LATEST = MIGRATIONS[-1].version
 

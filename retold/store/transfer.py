@@ -155,9 +155,15 @@ def _copy_all(source: Store, target: Store) -> tuple[list[TableCount], list[_Tab
     with source.snapshot() as src, target.atomic() as dst:
         tables = copied_tables(src, dst)
         _refuse_rows(dst, tables)
-        dst.execute("DELETE FROM store_meta")  # the new schema's records_version 0
-        counts = [TableCount(table.name, _load(dst, table.name, table.columns, _rows(src, table)),
-                             _count(dst, table.name)) for table in tables]
+        # store_meta last, emptied just before: the new schema's records_version 0 goes, and
+        # so does the access counter that loading grants and memberships moved (a trigger).
+        tables = [t for t in tables if t.name != "store_meta"] + [t for t in tables if t.name == "store_meta"]
+        counts = []
+        for table in tables:
+            if table.name == "store_meta":
+                dst.execute("DELETE FROM store_meta")
+            counts.append(TableCount(table.name, _load(dst, table.name, table.columns, _rows(src, table)),
+                                     _count(dst, table.name)))
         # The rows PgStore's writer would write for each record, loaded in one statement.
         indexed = _load(dst, REBUILT, (*FTS_COLUMNS, "tags"), all_fts_rows(src, with_tags=True))
         counts.append(TableCount(REBUILT, indexed, _count(dst, REBUILT), rebuilt=True))
@@ -223,7 +229,8 @@ def _refuse_rows(dst: Any, tables: Sequence[_Table]) -> None:
             and dst.execute(f"SELECT 1 FROM {table.name} LIMIT 1").fetchone() is not None]
     if dst.execute(f"SELECT 1 FROM {REBUILT} LIMIT 1").fetchone() is not None:
         held.append(REBUILT)
-    meta = dst.execute("SELECT key, value FROM store_meta").fetchall()
+    # The access counter only counts changes to grants and memberships, whose own rows speak.
+    meta = dst.execute("SELECT key, value FROM store_meta WHERE key != 'access_version'").fetchall()
     if [tuple(row) for row in meta] not in ([], [("records_version", "0")]):
         held.append("store_meta")
     if held:

@@ -260,6 +260,20 @@ def _record_sensitivity(conn: Any) -> None:
     conn.execute('ALTER TABLE records ADD COLUMN redacted_content TEXT COLLATE "C"')
 
 
+def _access_version(conn: Any) -> None:
+    """As on SQLite (retold.store.migrations): a per-tenant counter of changes to grants
+    and memberships, kept by statement triggers. The trigger runs as the caller, under
+    its tenant's row-level security, so the row it bumps is that tenant's."""
+    conn.execute("CREATE FUNCTION retold_access_bump() RETURNS trigger LANGUAGE plpgsql AS $bump$ BEGIN"
+                 " INSERT INTO store_meta(key, value) VALUES ('access_version', '1')"
+                 " ON CONFLICT (tenant, key) DO UPDATE SET value = (store_meta.value::bigint + 1)::text;"
+                 " RETURN NULL; END $bump$")
+    for table in ("grants", "scope_members"):
+        conn.execute(f"CREATE TRIGGER {table}_access AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON {table}"
+                     " FOR EACH STATEMENT EXECUTE FUNCTION retold_access_bump()")
+    conn.execute(f"GRANT EXECUTE ON FUNCTION retold_access_bump() TO {AGENT_ROLE}")
+
+
 # Migrations after the initial PostgreSQL schema: (version, name, apply).
 PG_MIGRATIONS: tuple[tuple[int, str, Callable[[Any], None]], ...] = (
     (10, "search decision column", _search_decision),
@@ -271,6 +285,7 @@ PG_MIGRATIONS: tuple[tuple[int, str, Callable[[Any], None]], ...] = (
     (16, "turn decisions and bundle results", _utility_tables),
     (17, "tenant key", _tenant_key),
     (18, "record sensitivity", _record_sensitivity),
+    (19, "access version", _access_version),
 )
 # The version from which every table has a tenant key under row-level security.
 TENANT_VERSION = 17

@@ -130,7 +130,10 @@ def drop_tenant(url: str, tenant: str) -> list[str]:
 def _children_first(conn: Any) -> list[str]:
     """The tenant tables, each before every table its foreign keys name, so a delete never
     leaves a row pointing at one already gone."""
-    return list(reversed(parents_first(conn, tenant_tables(conn))))
+    ordered = list(reversed(parents_first(conn, tenant_tables(conn))))
+    # store_meta last: deleting grants and memberships bumps the tenant's access counter
+    # there (a trigger), which would otherwise leave a row behind the registry's.
+    return [t for t in ordered if t != "store_meta"] + [t for t in ordered if t == "store_meta"]
 
 
 def _checkpoint(conn: Any) -> str:
