@@ -31,6 +31,7 @@ __all__ = [
     "linked_candidates",
     "query_shape",
     "resolve_entity_aliases",
+    "written_name_groups",
 ]
 
 
@@ -106,7 +107,7 @@ def lexical_candidates(
     terms = _query_terms(tuple(queries), entity_aliases)
     if not terms.per_query or k <= 0:
         return []
-    match = fts_match_expression([term for query in terms.per_query for term in query])
+    match = fts_match_expression(_weighted(store, [term for query in terms.per_query for term in query]))
     hits: list[LexicalHit] = []
     matched = k if match_first is None else match_first
     for rank, row in enumerate(store.fts_candidates(match, eligible, k), start=1):
@@ -114,6 +115,32 @@ def lexical_candidates(
         found = terms.best_match(text) if rank <= matched else LexicalMatch((), 0)
         hits.append(LexicalHit(row.record_id, rank, row.bm25, found, text))
     return hits
+
+
+# Below this many indexed rows every match is cheap, and no term is left out of the match.
+WEIGHTLESS_MIN_ROWS = 1000
+
+
+def _weighted(store: Store, terms: list[QueryTerm]) -> list[QueryTerm]:
+    """``terms`` without the single words that occur in more than half the indexed rows.
+
+    bm25 weighs a term by its inverse document frequency, which SQLite's FTS5 floors at
+    almost nothing once a term is in half the rows or more: such a term moves no score, yet
+    matching on it makes every row that holds it a candidate to score and sort (a project's
+    name in a scope about that project, the speaker in a transcript). Left out of the match,
+    it still counts where it matters: in each candidate's term coverage, which is computed
+    from the query's own terms. Phrases of several words are rare by construction and kept;
+    when every term is that common, the match keeps them all rather than find nothing.
+    """
+    singles = sorted({term.stems[0] for term in terms if len(term.tokens) == 1})
+    if not singles:
+        return terms
+    rows, counts = store.fts_document_counts(singles)
+    if rows < WEIGHTLESS_MIN_ROWS:
+        return terms
+    weightless = {stem for stem, docs in counts.items() if 2 * docs >= rows}
+    kept = [term for term in terms if not (len(term.tokens) == 1 and term.stems[0] in weightless)]
+    return kept or terms
 
 
 @functools.lru_cache(maxsize=256)
@@ -193,6 +220,19 @@ def query_shape(
         every_query_unknown = every_query_unknown and bool(missing)
         unknown.update(dict.fromkeys(missing))
     return QueryShape(asks, tuple(unknown) if every_query_unknown else (), tuple(groups))
+
+
+def written_name_groups(queries: list[str]) -> list[str]:
+    """The names the queries write as names (identifiers, capitalised words, numbers),
+    grouped as :func:`query_shape` groups them and joined as its names are encoded: the
+    names a search will most likely ask the encoder for, known before the store is read.
+    Entity aliases written in lower case are not here; they are found by the read."""
+    out: dict[str, None] = {}
+    for query in queries:
+        terms = _terms(query)
+        written = {term for term in terms if term.is_identifier or term.is_proper or term.value.isdigit()}
+        out.update((" ".join(group), None) for group in name_groups(query, terms, written.__contains__))
+    return list(out)
 
 
 def _spellings(tokens: tuple[str, ...]) -> list[tuple[str, ...]]:

@@ -53,8 +53,9 @@ from retold.retrieve.generators import (
     linked_candidates,
     query_shape,
     resolve_entity_aliases,
+    written_name_groups,
 )
-from retold.retrieve.query_encoding import QueryEncoder
+from retold.retrieve.query_encoding import PendingQueries, QueryEncoder
 from retold.retrieve.rewrite import QueryRewriter, rewrite_stage
 from retold.retrieve.search_log import SearchLogWriter
 from retold.retrieve.signals import measure
@@ -175,6 +176,7 @@ class Retriever:
         cfg, request, now = self.config.retrieval, trace.request, trace.started
         # The encoder runs beside the store reads below; dense search waits for it.
         pending = self.encoder.start(queries)
+        written_names = self.encoder.start_names(written_name_groups(queries))
         scopes = self.scopes.readable(trace.principal)
         trace.scopes = [str(s) for s in scopes]
         timer.mark("scopes")
@@ -201,7 +203,7 @@ class Retriever:
         # the reads above (all of it when encoding on this thread).
         timer.mark("embed_wait")
         timer.record("embed", encode_ms)
-        names = self._names(trace.shape, timer)
+        names = self._names(trace.shape, timer, written_names)
         if names is not None:
             dense = dense_beyond_names(self.index, qvecs, names, eligible, max(k, zero),
                                        cfg.fusion.beyond_names)
@@ -236,14 +238,16 @@ class Retriever:
         trace.flags["index_refresh"] = refresh
         return fused, eligible, scopes
 
-    def _names(self, shape: QueryShape, timer: Timer) -> Matrix | None:
+    def _names(self, shape: QueryShape, timer: Timer, written: PendingQueries | None) -> Matrix | None:
         """The vectors of the question's names, when it names something a record carries
         and asks something about it (a question that is only a name has nothing left once
         the name is out); None otherwise. Encoding them is a stage of its own
-        (``embed_names``, a cache hit for a name seen before) and counts as encoder time
-        (``embed``) too."""
+        (``embed_names``, a cache hit for a name seen before or encoded beside the queries
+        as ``written``) and counts as encoder time (``embed``) too."""
         if not (shape.asks and shape.name_groups) or shape.unknown_names:
             return None
+        if written is not None:
+            written.result()  # their vectors are in the embedder's cache once it is done
         names = self.embedder.embed_queries([" ".join(group) for group in shape.name_groups])
         timer.record("embed", timer.mark("embed_names"))
         return names

@@ -85,6 +85,7 @@ class SearchMixin(StoreBase):
     """The eligible set, lexical and entity candidate queries, and ``search_log``."""
 
     _eligible_token: int | None = None  # which EligibleSet temp.retold_eligible_seq holds
+    _fts_rows: tuple[int, int] = (-1, 0)  # (records_version, rows of records_fts) last read
     # SQLite's unary + on a column: "use no index for this term" (PostgreSQL has none).
     _NOT_INDEXED = "+"
 
@@ -317,6 +318,25 @@ class SearchMixin(StoreBase):
             record_id, content, subject, aliases = fields[int(seq)]
             out.append(FtsRow(record_id, int(seq), float(score), content, subject, aliases))
         return out
+
+    def fts_document_counts(self, tokens: Sequence[str]) -> tuple[int, dict[str, int]]:
+        """How many rows the lexical index holds, and in how many of them each of these
+        indexed tokens (stems, as the index stores them) occurs; a token in none is absent.
+
+        The row count is read once per ``records_version``; the counts come from FTS5's own
+        vocabulary (one lookup a token), never from a scan of the matches."""
+        if not tokens:
+            return 0, {}
+        with self.snapshot() as conn:
+            version = self.read_version(conn)
+            if self._fts_rows[0] != version:
+                rows = int(conn.execute("SELECT count(*) FROM records_fts").fetchone()[0])
+                self._fts_rows = (version, rows)
+            conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.retold_fts_vocab"
+                         " USING fts5vocab(main, records_fts, row)")
+            counts = {str(term): int(doc) for term, doc in conn.execute(
+                f"SELECT term, doc FROM temp.retold_fts_vocab WHERE term IN ({marks(tokens)})", list(tokens))}
+        return self._fts_rows[1], counts
 
     def count_fts_matches(self, match: str) -> int:
         """How many FTS rows an FTS5 ``MATCH`` expression matches, before eligibility

@@ -170,6 +170,11 @@ class PgReads(Store):
         return [FtsRow(rid, int(seq), float(score), content, subject, aliases)
                 for seq, score, rid, content, subject, aliases in rows]
 
+    def fts_document_counts(self, tokens: Sequence[str]) -> tuple[int, dict[str, int]]:
+        """No counts: this index weighs each phrase by the inverse document frequency it
+        computes itself, so the retriever keeps every term here."""
+        return 0, {}
+
     def count_fts_matches(self, match: str) -> int:
         phrases = _phrases(match)
         if not phrases:

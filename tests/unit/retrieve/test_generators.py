@@ -461,3 +461,39 @@ def test_the_link_hop_reaches_records_about_what_a_candidate_mentions(
     assert linked_candidates(store, [relation], nobody, K) == []
     monkeypatch.setattr(generators_module, "_BROAD", 3)  # Quentin has three links
     assert linked_candidates(store, [relation], eligible, K) == []
+
+
+# -- terms too common to weigh -----------------------------------------------------------
+
+
+@pytest.mark.sqlite_only("PostgreSQL weighs every phrase by its own inverse document frequency")
+def test_a_term_in_most_rows_no_longer_makes_every_row_a_lexical_candidate(store: Store) -> None:
+    """A scope about one project: its name is in every row, so bm25 gives it no weight, and
+    matching on it would score and sort the whole scope for each search that names it."""
+    rows_total = generators_module.WEIGHTLESS_MIN_ROWS + 200
+    ids = []
+    with store.atomic():
+        for i in range(rows_total):
+            topic = "the kubernetes upgrade" if i % 400 == 7 else f"standup number {i}"
+            record = make_record(content=f"Atlas note: {topic} was discussed.", scope=ADITYA)
+            store.write_record(record)
+            ids.append(record.id)
+    total, counts = store.fts_document_counts(["atla", "kubernet", "absent"])
+    assert total == rows_total and counts == {"atla": rows_total, "kubernet": 3}
+    eligible = eligible_for(store, ADITYA)
+    hits = lexical_candidates(store, ["Atlas kubernetes upgrade"], eligible, K)
+    upgrade = {ids[i] for i in range(rows_total) if i % 400 == 7}
+    assert {hit.record_id for hit in hits} == upgrade  # not the 1,197 standups that only say Atlas
+    # Coverage still counts the left-out name where a candidate holds it.
+    assert all("atlas" in {t.value for t in hit.match.terms} for hit in hits)
+    # A query of nothing but the common term still finds rows.
+    assert len(lexical_candidates(store, ["Atlas"], eligible, K)) == K
+
+
+def test_a_small_index_keeps_every_term(store: Store) -> None:
+    with store.atomic():
+        for i in range(20):
+            store.write_record(make_record(content=f"Atlas note {i}.", scope=ADITYA))
+        store.write_record(make_record(content="Hermes note.", scope=ADITYA))
+    hits = lexical_candidates(store, ["Atlas Hermes"], eligible_for(store, ADITYA), K)
+    assert len(hits) == 21

@@ -120,3 +120,38 @@ def test_closing_the_runtime_ends_the_helper_thread(world: World) -> None:
     for thread in started:
         thread.join(5)
         assert not thread.is_alive()
+
+
+class TextNotingEmbedder(FakeEmbedder):
+    """The fake embedder, noting which thread encoded which texts (cache misses only)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoded: list[tuple[str, list[str]]] = []
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        self.encoded.append((threading.current_thread().name, list(texts)))
+        return super()._encode(texts)
+
+
+def test_a_name_written_in_the_question_is_encoded_beside_it(tmp_path: Path) -> None:
+    from retold.testing import make_world
+
+    world = make_world(tmp_path)
+    world.write(content="Mateo painted the lighthouse mural.", attribute="painting",
+                entities=[("person", "Mateo", "about")])
+    world.write(content="Priya painted the harbour at dusk.", attribute="painting_2",
+                entities=[("person", "Priya", "about")])
+    embedder = TextNotingEmbedder()
+    retriever = world.rt.retriever
+    retriever.embedder = retriever.encoder.embedder = embedder
+    retriever.encoder = QueryEncoder(embedder, alongside=True)
+    found = retriever.search(world.p, SearchRequest(queries=["What did Mateo paint?"])).response
+    assert found.results and "Mateo" in found.results[0].record.content
+    by_text = {text: thread for thread, texts in embedder.encoded for text in texts}
+    # The name went to the names helper while the query went to the query helper, and the
+    # search's own thread encoded neither: the dense channel's names pass found it cached.
+    assert by_text["mateo"] == "retold-encode-names_0"
+    assert by_text["What did Mateo paint?"].startswith("retold-encode_")
+    assert threading.current_thread().name not in by_text.values()
+    world.rt.close()
