@@ -1,0 +1,300 @@
+"""Tenant-scale benchmark: one store of many 1K-record tenants, and one tenant with a 100K
+shared scope, measured from an agent process that serves ten of them.
+
+The store grows from 10 tenants (10K records) to 100 (100K) and ``--tenants`` (default
+1,000: 1M records). Each tenant holds the search benchmark's synthetic 1K-record store
+(``benchmarks/search_data.py``; the searching principal reads about 10% of it). Bulk
+loading bypasses the write path: one tenant is written through the store, and the others
+are copies of its file (a SQLite tenant is a file of its own). At each size a fresh agent
+process opens ten tenants spread over the store, with the packaged encoder loaded (its
+memory counts) and the fake embedder answering the searches (so the timings are the
+store's and the index's, not the model's), and reports:
+
+- write p50/p95: ``memory_write`` through the tools, its ``total`` minus ``embed``;
+- search p50/p95: ``memory_search`` through the tools, every stage except the encoder's
+  (``total - embed_wait - embed_names``);
+- cold tenant: ``build_runtime`` for a tenant this process has not opened, then its first
+  search, minus the encoder;
+- refresh: another process writes one record into a served tenant; the time this process's
+  index takes to catch up by delta;
+- RSS of the process after all of it, and the vectors its indexes hold.
+
+At the largest size the same process also opens the tenant ``big``, whose one project
+scope holds ``--big`` records (default 100K), all readable by the principal, and searches
+it. Targets (issue "a million memories and a thousand tenants"): at 1M, write p50 <= 1.2x
+its value at 10K, search p50 <= 5 ms in a 1K tenant and <= 15 ms in the 100K scope, a
+cold tenant's first search <= 100 ms, RSS of the process serving ten tenants <= 400 MB.
+
+SQLite only here: PostgreSQL keeps every tenant in one set of tables under row-level
+security, measured by ``scale_bench`` up to 100K.
+
+Run: ``.venv/bin/python -m benchmarks.tenant_scale_bench [--tenants 1000] [--big 100000]``.
+Writes tenant_scale.json and tenant_scale.md into ``--results-dir`` (benchmarks/results).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.report import RESULTS, machine, pin_threads, summarize, write_report
+
+pin_threads()
+
+import numpy as np  # noqa: E402
+
+from benchmarks.search_data import (  # noqa: E402
+    AGENT,
+    PROJECTS,
+    USER,
+    fake_vectors,
+    generate,
+    make_queries,
+    populate,
+    principal,
+)
+from retold import build_runtime, load_config  # noqa: E402
+from retold.index.embedder import FakeEmbedder  # noqa: E402
+from retold.ingest.equivalence import ExactJudge  # noqa: E402
+from retold.models import Scope  # noqa: E402
+from retold.runtime import Runtime  # noqa: E402
+from retold.store import Embedding, open_store  # noqa: E402
+from retold.store.location import add_tenant, tenant_store_path  # noqa: E402
+from retold.testing import make_record  # noqa: E402
+
+TENANT_RECORDS = 1000
+SERVED = 10  # tenants one agent process serves
+BIG = "big"
+
+
+def _tenant(i: int) -> str:
+    return f"t{i:04d}"
+
+
+def _runtime(target: str, tenant: str) -> Runtime:
+    config = load_config(overrides={"store": {"path": target}, "embedding": {"model": "fake"},
+                                    "retrieval": {"search_log": {"writes": "background"}}})
+    return build_runtime(config, embedder=FakeEmbedder(), judge=ExactJudge(), tenant=tenant)
+
+
+def _build(folder: Path, tenants: int, big: int) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
+    """The store with ``tenants`` copies of one 1K tenant and the big tenant; the specs of
+    a tenant's records and of the big scope's, for the queries."""
+    target = str(folder / "store.sqlite")
+    _runtime(target, "default").close()
+    records = generate(TENANT_RECORDS)
+    embedder = FakeEmbedder()
+    first = tenant_store_path(target, _tenant(0))
+    add_tenant(target, _tenant(0))
+    with _runtime(target, _tenant(0)) as rt:
+        populate(rt, records, fake_vectors([str(r["content"]) for r in records], embedder))
+    started = time.perf_counter()
+    for i in range(1, tenants):
+        shutil.copyfile(first, tenant_store_path(target, _tenant(i)))
+    print(f"{tenants} tenants of {TENANT_RECORDS} records in {time.perf_counter() - started:.0f} s "
+          "(copies of one)", flush=True)
+    # The big tenant: every record in one project scope the principal's user belongs to.
+    shared = Scope("project", PROJECTS[0])
+    big_records = [{**spec, "scope": shared} for spec in generate(big, seed=23)]
+    add_tenant(target, BIG)
+    started = time.perf_counter()
+    with _runtime(target, BIG) as rt:
+        populate(rt, big_records, fake_vectors([str(r["content"]) for r in big_records], embedder))
+    print(f"tenant {BIG}: {big:,} records in one scope in {time.perf_counter() - started:.0f} s", flush=True)
+    return target, records, big_records
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _search_ms(rt: Runtime, queries: list[str]) -> float:
+    result = rt.tools.call("memory_search", principal(), {"queries": queries})
+    assert "error" not in result, result
+    return _non_embedding(result["timings_ms"])
+
+
+def _non_embedding(timings: dict[str, Any]) -> float:
+    """A search's own time: everything but waiting for the encoder."""
+    waited = float(timings.get("embed_wait", 0.0)) + float(timings.get("embed_names", 0.0))
+    return float(timings["total"]) - waited
+
+
+def _write_ms(rt: Runtime, tag: str, i: int) -> float:
+    result = rt.tools.call("memory_write", principal(), {
+        "type": "semantic", "attribute": f"scale_{tag}_{i}", "source_kind": "user_statement",
+        "content": f"Priya's {tag} runbook step {i} uses port {4000 + i}.",
+        "evidence": f"runbook step {i} uses port {4000 + i}"})
+    assert "error" not in result, result
+    timings = result["timings_ms"]
+    return float(timings["total"]) - float(timings.get("embed", 0.0))
+
+
+def _refresh_ms(rt: Runtime, target: str, tenant: str, i: int) -> float:
+    """Another connection (as another process would) writes one record into ``tenant``;
+    this process's index catches up by delta."""
+    other = open_store(target, tenant=tenant, migrate_schema=False)
+    try:
+        vector = np.ones(rt.embedder.dims, dtype=np.float32) / np.sqrt(rt.embedder.dims)
+        other.write_record(make_record(content=f"refresh probe {i}", scope=Scope("user", USER),
+                                       creator_agent_id=AGENT),
+                           embedding=Embedding(rt.embedder.name, rt.embedder.version, vector))
+    finally:
+        other.close()
+    started = time.perf_counter()
+    outcome = rt.refresh_index()
+    assert outcome == "delta", outcome
+    return (time.perf_counter() - started) * 1000
+
+
+def _agent(target: str, tenants: int, queries: list[list[str]], big_queries: list[list[str]] | None,
+           rounds: int, out: Any) -> None:
+    """One agent process: ten tenants spread over the store, then a cold one, then (when
+    asked) the big tenant."""
+    from retold.index.embedder import embedder_from_config
+
+    model = embedder_from_config(load_config().embedding)
+    model.embed_queries(["load the packaged encoder"])
+    served = [_tenant(i * tenants // SERVED) for i in range(SERVED)]
+    runtimes = {tenant: _runtime(target, tenant) for tenant in served}
+    for rt in runtimes.values():
+        rt.hooks.on_session_start(principal())
+        _search_ms(rt, queries[0])  # warm: index loaded, log writer up
+    search: list[float] = []
+    write: list[float] = []
+    refresh: list[float] = []
+    for i in range(rounds):
+        for j, (tenant, rt) in enumerate(runtimes.items()):
+            search.append(_search_ms(rt, queries[(i * SERVED + j) % len(queries)]))
+            if j % 2 == 0:
+                write.append(_write_ms(rt, tenant, i))
+            if i % 5 == 0 and j == 0:
+                refresh.append(_refresh_ms(rt, target, tenant, i))
+    for rt in runtimes.values():
+        rt.flush_search_log()
+    rss_served = _rss_mb()
+    vectors = sum(len(rt.index) for rt in runtimes.values())
+    cold = []
+    for i in range(3):
+        tenant = _tenant(i * tenants // SERVED + 1)
+        started = time.perf_counter()
+        rt = _runtime(target, tenant)
+        rt.hooks.on_session_start(principal())
+        result = rt.tools.call("memory_search", principal(), {"queries": queries[i]})
+        elapsed = (time.perf_counter() - started) * 1000
+        cold.append(elapsed - float(result["timings_ms"]["total"]) + _non_embedding(result["timings_ms"]))
+        rt.close()
+    report: dict[str, Any] = {
+        "tenants": tenants, "records": tenants * TENANT_RECORDS, "served": served,
+        "search_ms": summarize(search), "write_ms": summarize(write), "refresh_ms": summarize(refresh),
+        "cold_first_search_ms": round(statistics.median(cold), 2), "rss_mb_serving_ten": round(rss_served, 1),
+        "vectors_held": vectors,
+    }
+    for rt in runtimes.values():
+        rt.close()
+    if big_queries is not None:
+        with _runtime(target, BIG) as rt:
+            rt.hooks.on_session_start(principal())
+            started = time.perf_counter()
+            _search_ms(rt, big_queries[0])
+            report["big_first_search_ms"] = round((time.perf_counter() - started) * 1000, 1)
+            big = [_search_ms(rt, q) for q in big_queries[1:]]
+            big_writes = [_write_ms(rt, BIG, i) for i in range(len(big_queries) // 2)]
+            report["big"] = {"records": len(rt.index), "search_ms": summarize(big),
+                             "write_ms": summarize(big_writes)}
+            rt.flush_search_log()
+        report["rss_mb_with_big"] = round(_rss_mb(), 1)
+    out.put(json.dumps(report))
+
+
+def _measure(target: str, tenants: int, queries: list[list[str]], big_queries: list[list[str]] | None,
+             rounds: int) -> dict[str, Any]:
+    context = multiprocessing.get_context("spawn")  # a fresh process: its memory is its own
+    out = context.Queue()
+    process = context.Process(target=_agent, args=(target, tenants, queries, big_queries, rounds, out))
+    process.start()
+    report = json.loads(out.get(timeout=3600))
+    process.join()
+    return dict(report)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tenants", type=int, default=1000, help="tenants of 1K records at the largest size")
+    parser.add_argument("--big", type=int, default=100_000, help="records in the big tenant's one scope")
+    parser.add_argument("--rounds", type=int, default=15, help="searches per served tenant per size")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    sizes = [n for n in (10, 100, 1000) if n < args.tenants] + [args.tenants]
+    with tempfile.TemporaryDirectory() as tmp:
+        target, records, big_records = _build(Path(tmp), args.tenants, args.big)
+        folder = tenant_store_path(target, _tenant(0)).parent
+        queries = make_queries(records, 100)
+        big_queries = make_queries(big_records, 101, seed=29)
+        results = []
+        for n in sizes:
+            # The store at this size: the first n tenants (and the big one).
+            for file in folder.glob("t*.sqlite"):
+                if int(file.stem[1:]) >= n:
+                    file.rename(file.with_suffix(".parked"))
+            for file in folder.glob("t*.parked"):
+                if int(file.stem[1:]) < n:
+                    file.rename(file.with_suffix(".sqlite"))
+            results.append(_measure(target, n, queries, big_queries if n == sizes[-1] else None, args.rounds))
+            row = results[-1]
+            print(f"{n} tenants: search p50 {row['search_ms']['p50']} ms, write p50 "
+                  f"{row['write_ms']['p50']} ms, RSS {row['rss_mb_serving_ten']} MB", flush=True)
+    first, last = results[0], results[-1]
+    big = last.get("big", {})
+    targets = [
+        ("write p50 at the largest size / at 10 tenants",
+         last["write_ms"]["p50"] / first["write_ms"]["p50"], 1.2),
+        ("search non-embedding p50 in a 1K tenant at the largest size, ms", last["search_ms"]["p50"], 5.0),
+        (f"search non-embedding p50 in the {args.big:,}-record scope, ms",
+         big.get("search_ms", {}).get("p50"), 15.0),
+        ("a cold tenant's first search (build_runtime + search, no encoder), ms",
+         last["cold_first_search_ms"], 100.0),
+        ("RSS of the process serving ten tenants, model loaded, MB", last["rss_mb_serving_ten"], 400.0),
+    ]
+    table = [["tenants (records)", "write p50/p95 ms", "search non-embed p50/p95 ms", "refresh p50/p95 ms",
+              "cold tenant first search ms", "RSS serving 10 tenants MB", "vectors held"]]
+    for row in results:
+        table.append([f"{row['tenants']:,} ({row['records']:,})",
+                      f"{row['write_ms']['p50']:.2f} / {row['write_ms']['p95']:.2f}",
+                      f"{row['search_ms']['p50']:.2f} / {row['search_ms']['p95']:.2f}",
+                      f"{row['refresh_ms']['p50']:.2f} / {row['refresh_ms']['p95']:.2f}",
+                      f"{row['cold_first_search_ms']:.1f}", f"{row['rss_mb_serving_ten']:.0f}",
+                      f"{row['vectors_held']:,}"])
+    if big:
+        table.append([f"{BIG}: one scope of {big['records']:,}",
+                      f"{big['write_ms']['p50']:.2f} / {big['write_ms']['p95']:.2f}",
+                      f"{big['search_ms']['p50']:.2f} / {big['search_ms']['p95']:.2f}", "-",
+                      f"{last['big_first_search_ms']:.1f}", f"{last['rss_mb_with_big']:.0f} (with it)", "-"])
+    met = ["Targets:", ""] + [
+        f"- {name} <= {limit:g}: " + ("n/a" if value is None else
+                                      f"{value:.3f} -> **{'met' if value <= limit else 'NOT met'}**")
+        for name, value, limit in targets]
+    write_report("tenant_scale", {"machine": machine(), "sizes": results,
+                                  "targets": [[name, value, limit] for name, value, limit in targets]}, table,
+                 notes="\n".join(met) + "\n\nSQLite; one agent process per size serving ten "
+                       "tenants spread over the store, the packaged encoder loaded (its memory "
+                       "counts in RSS) and the fake embedder answering (timings exclude the "
+                       "encoder). Tenants are copies of one "
+                       "1K-record tenant's file; the big tenant was written through the store.",
+                 directory=args.results_dir)
+
+
+if __name__ == "__main__":
+    main()
