@@ -18,7 +18,7 @@ from retold.store.postgres.url import conninfo
 from retold.tenant import DEFAULT_TENANT
 from tests.sql import rows
 
-__all__ = ["FullDiskStore", "WriteLocker", "corrupt_page", "write_lock_held"]
+__all__ = ["FullDiskStore", "WriteLocker", "corrupt_leaf", "corrupt_page", "write_lock_held"]
 
 
 class WriteLocker:
@@ -122,3 +122,18 @@ def corrupt_fts_segments(path: str | Path, pages: int = 3) -> None:
         for (page,) in leaves[:pages]:
             handle.seek((page - 1) * size + 200)
             handle.write(b"\xff" * 64)
+
+
+def corrupt_leaf(path: str | Path, name: str, nth: int, offset: int) -> int:
+    """Overwrite 64 bytes at ``offset`` (from the page's end when negative) of the ``nth``
+    leaf page (wrapping round) of the b-tree ``name``, a table or an index, in a closed,
+    checkpointed store file, as :func:`corrupt_fts_segments` does to the full-text
+    index; returns the page number."""
+    leaves = rows(path, "SELECT pageno FROM dbstat WHERE name = ? AND pagetype = 'leaf'"
+                        " ORDER BY pageno", name)
+    ((size,),) = rows(path, "PRAGMA page_size")
+    ((page,),) = leaves[nth % len(leaves):][:1]
+    with open(path, "r+b") as handle:
+        handle.seek((page - 1) * size + offset % size)
+        handle.write(b"\xff" * 64)
+    return int(page)

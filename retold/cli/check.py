@@ -12,14 +12,13 @@ checks".
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 from retold.cli.common import add_command, cli_config
 from retold.errors import StoreError, StoreMissingError
 from retold.store.damage import damage_noted
 from retold.store.integrity import IntegrityReport
-from retold.store.location import check_store_at, tenant_exists, tenant_store_path
+from retold.store.location import check_store_at, missing_store, tenant_exists, tenant_store_path
 
 __all__ = ["EXIT_PROBLEMS", "register", "render"]
 
@@ -36,8 +35,9 @@ def register(commands: Any) -> None:
             path = config.store.path
             if path == ":memory:":
                 raise StoreError("an in-memory store has no file to check")
-            if not Path(path).exists():
-                raise StoreMissingError(f"no store at {path}")
+            missing = missing_store(path)
+            if missing is not None:
+                raise StoreMissingError(missing)
             # On SQLite each tenant is a file of its own, and the check reads one file.
             tenant = config.tenancy.tenant
             if not tenant_exists(path, tenant):

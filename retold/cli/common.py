@@ -8,7 +8,6 @@ import argparse
 import json
 import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from retold.cli_failure import EXIT_ERROR
@@ -93,18 +92,21 @@ def cli_runtime(
     args: argparse.Namespace, *, existing: bool = True, repairs: bool = False, models: bool = True
 ) -> Runtime:
     """Build the runtime for the tenant ``--tenant`` names (else the config's); ``existing``
-    refuses a store path that does not exist yet, so a mistyped path never creates an
-    empty store. ``repairs`` marks a command that fixes or
+    refuses a store path or database that holds no store yet, so a mistyped one never
+    becomes an empty store. ``repairs`` marks a command that fixes or
     replaces the store's vectors, so it may open a store of another embedding family;
     ``models=False`` marks one that never embeds (it only reads what the store recorded),
     so missing model files or another embedding family do not stop it either."""
     from retold.runtime import build_runtime
+    from retold.store.location import missing_store
 
     config = cli_config(args)
-    # Another tenant's file is checked by build_runtime, which refuses a tenant never added.
-    if (existing and not config.store.url and config.store.path != ":memory:"
-            and config.tenancy.tenant == DEFAULT_TENANT and not Path(config.store.path).exists()):
-        raise Refused(f"no store at {config.store.path}")
+    # Only `retold migrate` and the commands that write on purpose create a store; another
+    # tenant is checked by build_runtime, which refuses a tenant never added.
+    if existing and (config.store.url or config.tenancy.tenant == DEFAULT_TENANT):
+        missing = missing_store(config.store.url or config.store.path)
+        if missing is not None:
+            raise Refused(missing)
     return build_runtime(config, allow_embedding_mismatch=repairs or not models)
 
 

@@ -39,6 +39,7 @@ def export_scope(store: Store, scope: Scope, out: TextIO, clock: Clock, *, inclu
     """Write ``scope`` to ``out`` as export lines; returns the counts written."""
     started = time.perf_counter()
     statuses = ACTIVE_STATUSES + (HISTORY_STATUSES if include_history else ())
+    since = store.records_version()  # what the closing check compares the rows read with
     family = store.embedding_family()
     entity_ids = store.portable_entity_ids(scope, statuses)
     entities = [e for e in (store.get_entity(i) for i in entity_ids) if e is not None]
@@ -59,5 +60,6 @@ def export_scope(store: Store, scope: Scope, out: TextIO, clock: Clock, *, inclu
             for event in store.portable_events([r.columns["id"] for r in page]):
                 out.write(dumps({"line": "event", **event}) + "\n")
                 events += 1
-    store.portable_agrees(scope, statuses, after)  # refuse what a damaged index left out
+    store.portable_agrees(scope, statuses, after, written=records,
+                          since_version=since)  # refuse what a damaged index left out
     return ExportResult(scope, records, len(entities), events, vectors, time.perf_counter() - started)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from retold.models import Record, Scope
+from retold.models import RECORD_STATUSES, Record, Scope
 from retold.store.base import marks, scope_clause
 from retold.store.records import RecordsMixin
 from retold.util import from_iso
@@ -77,6 +77,8 @@ class BrowseMixin(RecordsMixin):
             sql, scope_params = scope_clause(scopes)
             where.append(sql)
             params += scope_params
+            with self._one_view() as conn:  # a damaged scope index would show a short page
+                self._scope_indexes_agree(conn, scopes, kept.statuses or RECORD_STATUSES)
         for column, values in (("status", kept.statuses), ("type", kept.types)):
             if values:
                 where.append(f"{column} IN ({marks(values)})")
@@ -112,6 +114,11 @@ class BrowseMixin(RecordsMixin):
         if scopes is not None and not scopes:
             return []
         where, params = scope_clause(scopes) if scopes is not None else ("1 = 1", [])
+        with self._one_view() as conn:  # counts read off a damaged scope index would be short
+            if scopes is None:
+                self._every_scope_agrees(conn)
+            else:
+                self._scope_indexes_agree(conn, scopes, RECORD_STATUSES)
         rows = self._read_rows(
             f"SELECT scope_kind, scope_id, status, type, count(*) FROM records WHERE {where}"
             " GROUP BY scope_kind, scope_id, status, type", params)

@@ -34,6 +34,7 @@ __all__ = [
 # SQLite's primary result codes (an extended code keeps the primary one in its low byte).
 BUSY, READONLY, IOERR, CORRUPT, FULL, CANTOPEN, NOTADB = 5, 8, 10, 11, 13, 14, 26
 _READONLY_DBMOVED = READONLY | (4 << 8)  # the file was renamed or deleted while open
+_UNDECODABLE = "Could not decode to UTF-8"  # Python's sqlite3, reading a text column
 
 
 def primary_code(exc: sqlite3.Error) -> int | None:
@@ -50,6 +51,10 @@ def translate(exc: sqlite3.Error, path: str, *, waited: float, busy_timeout: flo
     wait SQLite gave up on; ``read_only_reason`` says why the store was opened read-only.
     """
     code = primary_code(exc)
+    if code is None and str(exc).startswith(_UNDECODABLE):
+        # Retold writes only valid UTF-8 text, so a text column that does not decode is
+        # bytes a damaged page put there: a damage like SQLite's own CORRUPT.
+        code = CORRUPT
     if code == READONLY and getattr(exc, "sqlite_errorcode", None) == _READONLY_DBMOVED:
         return StoreReadOnlyError(f"store {path} was moved or deleted while open; reopen it")
     kind = {BUSY: "locked", READONLY: "read_only", FULL: "full", CORRUPT: "damaged", NOTADB: "damaged",

@@ -15,6 +15,7 @@ tenant deletes its file (docs/decisions.md, "A tenant is a file on SQLite").
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +27,8 @@ from retold.store.postgres.url import redact
 from retold.store.store import Store
 from retold.tenant import DEFAULT_TENANT, check_tenant
 
-__all__ = ["add_tenant", "check_store_at", "drop_tenant", "is_database_url", "list_tenants", "open_store",
-           "tenant_exists", "tenant_files", "tenant_store_path"]
+__all__ = ["add_tenant", "check_store_at", "drop_tenant", "is_database_url", "list_tenants", "missing_store",
+           "open_store", "tenant_exists", "tenant_files", "tenant_store_path"]
 
 _TENANT_SUFFIX = ".sqlite"
 # What SQLite and Retold keep beside a store file: its journals and the damage mark.
@@ -117,6 +118,43 @@ def drop_tenant(target: str | Path, tenant: str) -> list[str]:
         file.unlink()
         removed.append(str(file))
     return removed
+
+
+def missing_store(target: str | Path) -> str | None:
+    """Why there is no Retold store at ``target`` yet, with the command that creates one,
+    or None when there is one (or something else there that opening it will refuse, such
+    as another application's database). Reads only, and creates nothing: a command that
+    only reads asks this first, so a mistyped path or database never becomes an empty
+    store (docs/decisions.md, "Only migrate creates a store")."""
+    shown = _shown(target)
+    create = f"`retold migrate --store {shown}` creates one"
+    if is_database_url(target):
+        if _postgres_tenants().schema_version(str(target)) == 0:
+            return f"no store at {shown}: the database holds no Retold schema; {create}"
+        return None
+    path = Path(target)
+    if str(target) == ":memory:":
+        return None
+    if not path.exists():
+        return f"no store at {shown}; {create}"
+    if path.is_file() and _holds_no_table(path):
+        return f"no store at {shown}: the file holds no tables; {create}"
+    return None
+
+
+def _holds_no_table(path: Path) -> bool:
+    """An empty file, or a SQLite database without a table: what opening would turn into a
+    store. Anything else, readable or not, is left for opening to judge."""
+    try:
+        conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
+    except sqlite3.Error:
+        return False
+    try:
+        return int(conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]) == 0
+    except sqlite3.Error:
+        return False
+    finally:
+        conn.close()
 
 
 def _shown(target: str | Path) -> str:

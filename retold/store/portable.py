@@ -50,11 +50,20 @@ class PortableMixin(StoreBase):
     """Paged reads of one scope for an export."""
 
     def portable_count(self, scope: Scope, statuses: Sequence[str]) -> int:
+        """How many records of ``scope`` in ``statuses`` the export will write, counted
+        through the scope index and again by a table scan in one snapshot, so that an
+        export from a damaged index is refused before its first line (see
+        :meth:`portable_agrees`)."""
         sql, params = scope_clause([scope])
-        with self._lock:
-            return int(self._conn.execute(
-                f"SELECT count(*) FROM records WHERE {sql} AND status IN ({marks(statuses)})",
-                [*params, *statuses]).fetchone()[0])
+        where = f"{sql} AND status IN ({marks(statuses)})"
+        args = [*params, *statuses]
+        with self._one_view() as conn:
+            indexed = int(conn.execute(f"SELECT count(*) FROM records WHERE {where}", args).fetchone()[0])
+            scanned = self._scanned_count(conn, where, args)
+        if scanned is not None and scanned != indexed:
+            self._index_disagrees(f"its scope index lists {indexed} records of {scope} where a scan of the"
+                                  f" table finds {scanned}")
+        return indexed
 
     def portable_entity_ids(self, scope: Scope, statuses: Sequence[str]) -> list[str]:
         """Every entity the scope's records in ``statuses`` link or are about."""
@@ -107,22 +116,30 @@ class PortableMixin(StoreBase):
                         out[record_id].vector = np.frombuffer(bytes(blob), dtype=np.float32)
         return list(out.values())
 
-    def portable_agrees(self, scope: Scope, statuses: Sequence[str], last_seq: int) -> None:
+    def portable_agrees(self, scope: Scope, statuses: Sequence[str], last_seq: int, *, written: int,
+                        since_version: int) -> None:
         """Refuse an export whose index reads a table scan contradicts: in one snapshot,
         count the scope's records up to the last seq exported through the index the pages
         were read by, and again with no index. A damaged index page drops rows without an
         error, and an export that silently misses records is worse than none. Both counts
         come from one snapshot, so writes made during the export cannot make them differ;
-        one pass over the table, whatever the number of pages."""
+        one pass over the table, whatever the number of pages. When no record changed
+        since the export began (``records_version`` still ``since_version``), the scan must
+        also find exactly the ``written`` records: a damaged index cell can keep its count
+        right and point at no row, which only the rows read show."""
         sql, params = scope_clause([scope])
         where = f"{sql} AND status IN ({marks(statuses)}) AND seq <= ?"
         args = [*params, *statuses, last_seq]
         with self._one_view() as conn:
+            unchanged = self.read_version(conn) == since_version
             indexed = int(conn.execute(f"SELECT count(*) FROM records WHERE {where}", args).fetchone()[0])
             scanned = self._scanned_count(conn, where, args)
         if scanned is not None and scanned != indexed:
             self._index_disagrees(f"its scope index lists {indexed} records of {scope} where a scan of the"
                                   f" table finds {scanned}")
+        if scanned is not None and unchanged and scanned != written:
+            self._index_disagrees(f"an export read {written} records of {scope} through its scope index"
+                                  f" where a scan of the table finds {scanned}")
 
     def portable_events(self, record_ids: Sequence[str]) -> list[dict[str, Any]]:
         """The events about these records, oldest first."""

@@ -133,6 +133,8 @@ class SearchMixin(StoreBase):
         for scope in scopes:
             params += [scope.kind, scope.id, *tail]
         version, rows = self._rows_with_version(sql, params)
+        with self._one_view() as conn:
+            self._scope_indexes_agree(conn, scopes, statuses)
         seqs = np.fromiter((row[1] for row in rows), dtype=np.int64, count=len(rows))
         expiries = [row[2] for row in rows if row[2] is not None]
         valid_until = from_iso(min(expiries)) if expiries and not include_history else None

@@ -61,7 +61,8 @@ _STORE_CONDITIONS: dict[type[StoreError], str] = {
     StoreLockedError: "memory is busy with another write; try again shortly",
     StoreReadOnlyError: "memory is read-only here: searches work, but nothing can be saved",
     StoreFullError: "memory storage is full",
-    StoreCorruptError: "memory storage is damaged and needs an administrator",
+    StoreCorruptError: ("memory storage is damaged and needs an administrator (`retold check` finds"
+                        " the damage)"),
 }
 _UNAVAILABLE: tuple[type[Exception], ...] = (*_STORE_CONDITIONS, ModelError)
 _FORGET_NOTE = ("forgotten: no tool returns this memory any more; memory_revise action restore brings"

@@ -9,6 +9,7 @@ carries. Pages are never cached and never framed.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlencode
@@ -21,15 +22,20 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from retold.config.tokens import tokens_for
+from retold.errors import StoreCorruptError
 from retold.models import ENTITY_KINDS, RECORD_STATUSES, RECORD_TYPES, Principal, Scope
 from retold.runtime import Runtime
 from retold.store.browse import BrowseFilter
 from retold.ui.access import Sessions, TokenBook, Viewer, same_token
 from retold.ui.views import ACTIONS, RESOLUTIONS, Inspector
 
-__all__ = ["COOKIE", "create_app"]
+__all__ = ["COOKIE", "DAMAGED", "create_app"]
+
+log = logging.getLogger(__name__)
 
 COOKIE = "retold_ui_session"
+DAMAGED = ("memory storage is damaged, so nothing is shown rather than part of it: an operator runs"
+           " `retold check` to find the damage")
 _HEADERS = {
     "Cache-Control": "no-store",
     "X-Frame-Options": "DENY",
@@ -76,7 +82,13 @@ def create_app(rt: Runtime) -> Starlette:
             if changes and not await _same_site(request, csrf):
                 return page("error.html", 403, viewer=viewer, csrf=csrf,
                             message="refused: this change did not come from an inspector page")
-            return await handler(request, viewer, csrf)
+            try:
+                return await handler(request, viewer, csrf)
+            except StoreCorruptError:
+                # A page read off a damaged store could be short without saying so; the
+                # operator's log has the path and the cause.
+                log.exception("inspector: %s %s", request.method, request.url.path)
+                return page("error.html", 503, viewer=viewer, csrf=csrf, message=DAMAGED)
         return endpoint
 
     async def login_form(request: Request) -> Response:

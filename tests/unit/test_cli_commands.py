@@ -120,7 +120,8 @@ def test_the_cli_finds_its_config_and_store_as_workers_and_agents_do(
     assert found.returncode == 0 and "rec-live" in found.stdout, found.stderr
     elsewhere = str(tmp_path / "elsewhere.sqlite")
     refused = dump("--store", elsewhere, RETOLD_CONFIG=config, RETOLD_STORE=path)  # the flag wins
-    assert refused.returncode == 1 and refused.stderr.strip() == f"retold dump: no store at {elsewhere}"
+    assert refused.returncode == 1 and refused.stderr.strip() == (
+        f"retold dump: no store at {elsewhere}; `retold migrate --store {elsewhere}` creates one")
 
 
 def test_search_prints_results_and_the_log_row(store: tuple[str, str]) -> None:

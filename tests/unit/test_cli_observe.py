@@ -144,7 +144,8 @@ def test_bad_input_is_one_line_and_a_nonzero_exit(
     missing = str(tmp_path / "nowhere.sqlite")
     for command in ("sessions", "events", "metrics"):
         code, out, err = _run(capsys, command, "--store", missing, "--config", store[3])
-        assert (code, out, err.strip()) == (1, "", f"retold {command}: no store at {missing}")
+        assert (code, out, err.strip()) == (
+            1, "", f"retold {command}: no store at {missing}; `retold migrate --store {missing}` creates one")
 
 
 def test_reads_need_no_model_files_and_import_no_torch(store: list[str], tmp_path: Path) -> None:

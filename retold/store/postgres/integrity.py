@@ -65,7 +65,8 @@ def check_database(url: str, *, quick: bool = False, busy_timeout: float = 30.0)
         # Reads wait only for a table's exclusive lock (a schema change, VACUUM FULL).
         conn.execute(f"SET lock_timeout = '{int(busy_timeout * 1000)}ms'")
         if current_version(conn) == 0:
-            raise StoreMissingError(f"no store at {where}: the database holds no Retold schema")
+            raise StoreMissingError(f"no store at {where}: the database holds no Retold schema;"
+                                    f" `retold migrate --store {where}` creates one")
         check_version(conn, where)
         return _run(conn, where, quick)
 

@@ -29,7 +29,7 @@ from retold.store.postgres.url import conninfo, redact
 from retold.tenant import DEFAULT_TENANT, check_tenant
 from retold.util import SystemClock, to_iso
 
-__all__ = ["add_tenant", "drop_tenant", "list_tenants", "tenant_exists"]
+__all__ = ["add_tenant", "drop_tenant", "list_tenants", "schema_version", "tenant_exists"]
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,13 @@ def _connect(url: str) -> PgConnection:
         return PgConnection(conninfo(url), connect_timeout=30)
     except psycopg.OperationalError as exc:
         raise StoreError(f"cannot connect to the store {redact(url)}: {' '.join(str(exc).split())}") from exc
+
+
+def schema_version(url: str) -> int:
+    """The store schema's version in the database at ``url``, 0 for a database without
+    it. Reads only: it creates nothing, whatever the database holds."""
+    with closing(_connect(url)) as conn:
+        return current_version(conn)
 
 
 def _migrated(url: str) -> None:

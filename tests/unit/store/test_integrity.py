@@ -190,7 +190,8 @@ def test_check_refuses_what_is_not_a_store(tmp_path: Path, capsys: pytest.Captur
     assert main(["check", "--store", str(tmp_path / "missing.sqlite")]) == 1
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines == [f"retold check: {notes} is not a SQLite database; refusing to open it",
-                     f"retold check: no store at {tmp_path / 'missing.sqlite'}"]
+                     f"retold check: no store at {tmp_path / 'missing.sqlite'}; `retold migrate --store"
+                     f" {tmp_path / 'missing.sqlite'}` creates one"]
 
 
 def test_a_store_whose_header_is_damaged_is_reported_as_damaged(

@@ -123,5 +123,6 @@ def test_a_database_without_a_store_is_refused(pg_database: str, capsys: pytest.
     empty = postgres.fresh_schema(pg_database)
     code, out = _check(capsys, empty)
     assert code == 1
-    assert out.strip() == f"retold check: no store at {empty}: the database holds no Retold schema"
+    assert out.strip() == (f"retold check: no store at {empty}: the database holds no Retold schema;"
+                           f" `retold migrate --store {empty}` creates one")
     assert not rows(empty, "SELECT 1 FROM information_schema.tables WHERE table_schema = current_schema()")
