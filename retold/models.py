@@ -307,8 +307,9 @@ class Candidate:
     """One record a channel found, with every channel's evidence for it.
 
     ``fused_score`` is the weighted sum of the channels' scaled scores
-    (:func:`retold.retrieve.fusion.fuse`); ``score`` is that times the record's freshness and
-    its confidence, the value the list is ordered by and the tail cut reads."""
+    (:func:`retold.retrieve.fusion.fuse`), each channel's term kept in its ``*_part`` (the
+    link hop's lift in ``link_part``); ``score`` is that times the record's freshness and its
+    confidence, the value the list is ordered by, the tail cut reads and the tool returns."""
 
     record_id: str
     dense: GeneratorHit | None = None
@@ -326,6 +327,10 @@ class Candidate:
     rerank_score: float | None = None
     rank_after_rerank: int | None = None
     via: str | None = None  # the link hop: the candidate that mentions what this record is about
+    dense_part: float = 0.0
+    lexical_part: float = 0.0
+    entity_part: float = 0.0
+    link_part: float = 0.0
 
 
 @dataclass

@@ -117,18 +117,20 @@ def fuse(
                                              scale([h.score for h in dense_hits.values()], floors[0]),
                                              strict=True):
         c = of(record_id)
-        c.dense, c.fused_score = dense_hit, c.fused_score + weights.dense * share
+        c.dense, c.dense_part = dense_hit, weights.dense * share
+        c.fused_score += c.dense_part
     # BM25 is lower-is-better on both backends: negated, so the best match scales to 1.
     for (record_id, (lexical_hit, match)), share in zip(
             lexical_hits.items(), scale([-h.score for h, _ in lexical_hits.values()], floors[1]),
             strict=True):
         c = of(record_id)
         c.lexical, c.lexical_terms = lexical_hit, match
-        c.fused_score += weights.lexical * share
+        c.lexical_part = weights.lexical * share
+        c.fused_score += c.lexical_part
     for record_id, (entity_hit, entity_id) in entity_hits.items():
         c = of(record_id)
-        c.entity, c.entity_id = entity_hit, entity_id
-        c.fused_score += weights.entity
+        c.entity, c.entity_id, c.entity_part = entity_hit, entity_id, weights.entity
+        c.fused_score += c.entity_part
     ordered = sorted(candidates.values(), key=lambda c: -c.fused_score)  # stable
     for rank, c in enumerate(ordered, start=1):
         c.fused_rank, c.score = rank, c.fused_score
@@ -155,7 +157,8 @@ def add_links(candidates: list[Candidate], linked: Sequence[tuple[str, str]],
             c = by_id[record_id] = Candidate(record_id)
             candidates.append(c)
         lifted = min(c.fused_score + weight, source.get(via, c.fused_score + weight))
-        c.via, c.fused_score = via, max(c.fused_score, lifted)
+        raised = max(c.fused_score, lifted)
+        c.via, c.link_part, c.fused_score = via, c.link_part + raised - c.fused_score, raised
     ordered = sorted(candidates, key=lambda c: -c.fused_score)
     for rank, c in enumerate(ordered, start=1):
         c.fused_rank, c.score = rank, c.fused_score

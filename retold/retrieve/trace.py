@@ -27,6 +27,7 @@ __all__ = ["LOG_FORMAT", "RerankLog", "SearchTrace", "logged_dense_score", "logg
 # The shape of the JSON columns: 2 = named objects and a decision. Rows without it hold the
 # positional lists of an older gate and are not replayed.
 LOG_FORMAT = 2
+_PARTS = ("dense", "lexical", "entity", "link")  # a fused entry's parts, in Candidate's order
 
 
 def logged_terms(terms: Sequence[LexicalTerm]) -> list[dict[str, Any]]:
@@ -89,7 +90,10 @@ class SearchTrace:
         if request.judged:
             asked["judged"] = True
         beyond = {c.record_id: c.beyond_names for c in self.fused if c.beyond_names is not None}
-        fused = [(c.record_id, c.fused_rank, c.fused_score, c.via) for c in self.fused]
+        # ``ranked`` is the score the tool returned and the order was made by (after
+        # freshness and confidence); ``parts`` what each channel added to the fused sum.
+        fused = [(c.record_id, c.fused_rank, c.fused_score, c.via, c.score,
+                  (c.dense_part, c.lexical_part, c.entity_part, c.link_part)) for c in self.fused]
         meta, rerank, gated, decision = self.meta, self.rerank, self.gated, self.decision
         timings = dict(timings)
         return {
@@ -112,8 +116,9 @@ class SearchTrace:
                                        for rank, (rid, eid) in enumerate(self.entity, 1)]),
             "fused": LogJson(lambda: [{"id": rid, "rank": rank, "score": score, "via": via,
                                        "type": meta[rid].type, "source_kind": meta[rid].source_kind,
-                                       "confidence": meta[rid].confidence}
-                                      for rid, rank, score, via in fused if rid in meta]),
+                                       "confidence": meta[rid].confidence, "ranked": ranked,
+                                       "parts": dict(zip(_PARTS, parts, strict=True))}
+                                      for rid, rank, score, via, ranked, parts in fused if rid in meta]),
             "freshness": LogJson(lambda: [{"id": rid, "multiplier": m} for rid, m in self.freshness]),
             "decision": LogJson(lambda: decision.as_dict() if decision is not None else None),
             "gated_out": LogJson(lambda: [{"id": rid, "why": why}

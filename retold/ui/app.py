@@ -27,6 +27,7 @@ from retold.models import ENTITY_KINDS, RECORD_STATUSES, RECORD_TYPES, Principal
 from retold.runtime import Runtime
 from retold.store.browse import BrowseFilter
 from retold.ui.access import Sessions, TokenBook, Viewer, same_token
+from retold.ui.fields import readable_fields
 from retold.ui.views import ACTIONS, RESOLUTIONS, Inspector
 
 __all__ = ["COOKIE", "DAMAGED", "create_app"]
@@ -55,17 +56,18 @@ def create_app(rt: Runtime) -> Starlette:
     sessions = Sessions()
     inspector = Inspector(rt, rt.config.ui.page_size)
     templates = Environment(loader=PackageLoader("retold.ui"), autoescape=select_autoescape(default=True))
+    templates.filters["fields"] = readable_fields
 
-    def page(name: str, status: int = 200, **context: Any) -> HTMLResponse:
+    def page(name: str, status: int = 200, headers: dict[str, str] | None = None,
+             **context: Any) -> HTMLResponse:
         html = templates.get_template(name).render(**context)
-        return HTMLResponse(html, status_code=status, headers=_HEADERS)
+        return HTMLResponse(html, status_code=status, headers=_HEADERS | (headers or {}))
 
     def viewer_of(request: Request) -> tuple[Viewer, str | None] | None:
         """The request's viewer and, for a browser session, its CSRF token."""
-        header = request.headers.get("authorization", "")
-        if header:
-            scheme, _, token = header.partition(" ")
-            found = tokens.viewer(token.strip()) if scheme.lower() == "bearer" else None
+        bearer = _bearer(request)
+        if bearer is not None:
+            found = tokens.viewer(bearer)
             return None if found is None else (found, None)
         session = sessions.get(request.cookies.get(COOKIE))
         return None if session is None else (session.viewer, session.csrf)
@@ -74,10 +76,12 @@ def create_app(rt: Runtime) -> Starlette:
         async def endpoint(request: Request) -> Response:
             seen = viewer_of(request)
             if seen is None:
-                browser = "text/html" in request.headers.get("accept", "")
-                if browser and not request.headers.get("authorization"):
+                # A script that sent a wrong token is told so; a person at a browser is
+                # shown where to log in.
+                if _bearer(request) is None and _is_browser(request):
                     return RedirectResponse("/login", status_code=303, headers=_HEADERS)
-                return page("error.html", 401, viewer=None, message="a token is needed: log in at /login")
+                return page("error.html", 401, viewer=None, message="a token is needed: log in at /login",
+                            headers={"WWW-Authenticate": 'Bearer realm="retold inspector"'})
             viewer, csrf = seen
             if changes and not await _same_site(request, csrf):
                 return page("error.html", 403, viewer=viewer, csrf=csrf,
@@ -178,7 +182,7 @@ def create_app(rt: Runtime) -> Starlette:
         found = await run_in_threadpool(inspector.entity, viewer, request.path_params["entity_id"])
         if found is None:
             return page("error.html", 404, viewer=viewer, csrf=csrf, message="no such entity")
-        return page("entity.html", viewer=viewer, csrf=csrf, entity=found[0], merged=found[1])
+        return page("entity.html", viewer=viewer, csrf=csrf, entity=found[0], merged=found[1], into=found[2])
 
     async def access(request: Request, viewer: Viewer, csrf: str | None) -> Response:
         grants, members = await run_in_threadpool(inspector.access, viewer)
@@ -254,6 +258,21 @@ def _back(path: str, ok: bool, note: str) -> Response:
     """After a change, back to the page it was made on, saying how it went."""
     return RedirectResponse(f"{path}?" + urlencode({"done" if ok else "failed": note}), status_code=303,
                             headers=_HEADERS)
+
+
+def _bearer(request: Request) -> str | None:
+    """The token of an ``Authorization: Bearer`` header; None without one. Another scheme
+    (a proxy's Basic login in front of the inspector) is not ours to read, so it neither
+    names a viewer nor hides the session cookie."""
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else None
+
+
+def _is_browser(request: Request) -> bool:
+    """Whether a person's browser is opening a page: it asks for HTML, or says it is
+    navigating (``Sec-Fetch-Mode``), which a browser sends whatever ``Accept`` it chose."""
+    return ("text/html" in request.headers.get("accept", "")
+            or request.headers.get("sec-fetch-mode") == "navigate")
 
 
 def _from_here(request: Request) -> bool:

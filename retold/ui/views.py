@@ -50,9 +50,46 @@ class RecordsPage:
 
 
 @dataclass(frozen=True)
+class Vote:
+    """One channel's say on one candidate: what it added to the fused sum (``part``), the
+    candidate's rank in that channel, and what the channel saw (``score``: the dense
+    channel's score, the lexical BM25; ``note``: the lexical terms matched, the entity's
+    name; ``title``: the entity's id)."""
+
+    part: float | None
+    rank: int
+    score: float | None = None
+    note: str = ""
+    title: str = ""
+
+
+@dataclass(frozen=True)
+class CandidateRow:
+    """One candidate of a search as the search itself scored it: ``score`` is the value the
+    tool returned (for a record the model reads) or ranked it by, ``fused`` the channels'
+    sum before freshness and confidence; ``left_out`` says why the model does not read it."""
+
+    id: str
+    content: str | None
+    score: float | None
+    fused: float | None
+    fused_rank: int | None
+    freshness: float | None
+    confidence: float | None
+    via: str | None
+    link_part: float | None  # what the link hop from ``via`` added to the fused sum
+    dense: Vote | None
+    lexical: Vote | None
+    entity: Vote | None
+    returned: bool
+    left_out: str | None
+
+
+@dataclass(frozen=True)
 class SearchView:
     """One search run from the search page: what the model would read, the decision to
-    answer or abstain with its signals, and every candidate with each channel's say."""
+    answer or abstain with its signals, and every candidate with each channel's say, the
+    records the model reads first and in its order."""
 
     principal: Principal
     trigger: str
@@ -60,7 +97,7 @@ class SearchView:
     rendered: str
     empty_reason: str | None
     decision: dict[str, Any]
-    candidates: list[dict[str, Any]]
+    candidates: list[CandidateRow]
     replayed: list[dict[str, Any]]  # the same logged search decided again at other thresholds
 
 
@@ -116,6 +153,9 @@ class Inspector:
         if view is None:
             return None
         p = viewer.principal
+        # The subject by name; the tool's view names only an entity the viewer may read.
+        view["subject_name"] = next((e["canonical"] for e in view.get("entities") or []
+                                     if e["id"] == view.get("subject_entity_id")), None)
         if p is None:
             view["events"] = self.rt.store.events(record_id=view["id"])
         view["returned_by"] = self.rt.store.searches_returning(
@@ -150,17 +190,23 @@ class Inspector:
                answer_at: tuple[float, ...] = ()) -> SearchView:
         """Run ``query`` as ``principal`` (a principal viewer can only search as itself)
         through the tools' search, then read its log row for the channels' votes; for each
-        threshold in ``answer_at``, also decide the logged search again there."""
+        threshold in ``answer_at``, also decide the logged search again there.
+
+        The table is the search's own account, never a recomputation: the records the tool
+        returned come first, in its order and with its scores, and the rest follow as the
+        search ranked them, so the page and the block the model reads cannot disagree."""
         if viewer.principal is not None and principal != viewer.principal:
             raise PermissionError("a principal's token searches only as that principal")
         result = self.rt.tools.search(principal, SearchRequest(queries=[query], trigger=trigger))  # type: ignore[arg-type]
         self.rt.flush_search_log()
         row = self.rt.store.search_log_row(str(result["search_id"])) or {}
-        candidates = _candidates(row, {r["id"] for r in result["results"]})
-        known = {r.id: r for r in self.rt.store.records([c["id"] for c in candidates])}
-        for candidate in candidates:
-            found = known.get(candidate["id"])
-            candidate["content"] = found.content if found is not None and found.status != "deleted" else None
+        returned = {str(r["id"]): float(r["score"]) for r in result["results"]}
+        candidates = _candidates(row, returned)
+        known = {r.id: r for r in self.rt.store.records([c.id for c in candidates])}
+        names = self._entity_names(viewer, {c.entity.title for c in candidates if c.entity is not None})
+        candidates = [replace(c, content=_live_content(known.get(c.id)),
+                              entity=c.entity and replace(c.entity, note=names.get(c.entity.title, "")))
+                      for c in candidates]
         replayed = []
         gate = self.rt.config.retrieval.gate
         for threshold in answer_at if row else ():
@@ -170,20 +216,31 @@ class Inspector:
         return SearchView(principal, trigger, str(result["search_id"]), str(result["rendered"]),
                           result.get("empty_reason"), dict(result["decision"]), candidates, replayed)
 
+    def _entity_names(self, viewer: Viewer, entity_ids: set[str]) -> dict[str, str]:
+        """The names of those entities the viewer reads, by id."""
+        readable = self.readable(viewer)
+        found = (self.rt.store.get_entity(i) for i in sorted(entity_ids))
+        return {e.id: e.canonical for e in found
+                if e is not None and (readable is None or e.scope in readable)}
+
     def entities(self, viewer: Viewer, kinds: tuple[str, ...] = ()) -> list[Entity]:
         """The viewer's readable entities by name, ``page_size`` at most."""
         ids = self.rt.store.browse_entity_ids(self.readable(viewer), self.page_size, kinds)
         return [e for e in (self.rt.store.get_entity(i) for i in ids) if e is not None]
 
-    def entity(self, viewer: Viewer, entity_id: str) -> tuple[Entity, list[Entity]] | None:
-        """One entity and those merged into it, when the viewer reads its scope."""
+    def entity(self, viewer: Viewer, entity_id: str) -> tuple[Entity, list[Entity], Entity | None] | None:
+        """One entity, those merged into it and the one it was merged into (when readable),
+        when the viewer reads its scope."""
         readable = self.readable(viewer)
         entity = self.rt.store.get_entity(entity_id)
         if entity is None or readable is not None and entity.scope not in readable:
             return None
         merged = [e for e in (self.rt.store.get_entity(i) for i in self.rt.store.merged_from(entity.id))
                   if e is not None and (readable is None or e.scope in readable)]
-        return entity, merged
+        into = self.rt.store.get_entity(entity.merged_into) if entity.merged_into else None
+        if into is not None and readable is not None and into.scope not in readable:
+            into = None
+        return entity, merged, into
 
     def access(self, viewer: Viewer) -> tuple[list[Grant], list[Member]]:
         """Grants and memberships: every one for an operator; a principal's own agent's
@@ -320,16 +377,52 @@ class Inspector:
         return ActionOutcome(f"{action}: {change.previous_status} -> {change.status}")
 
 
-def _candidates(row: dict[str, Any], returned: set[str]) -> list[dict[str, Any]]:
-    """The fused candidates of a logged search, best first, each with every channel's
-    rank and score and whether it was returned."""
+def _live_content(record: Record | None) -> str | None:
+    return record.content if record is not None and record.status != "deleted" else None
+
+
+def _candidates(row: dict[str, Any], returned: dict[str, float]) -> list[CandidateRow]:
+    """Every candidate of a logged search: ``returned`` (the tool's results, id to score,
+    in its order) first, then the rest by the score the search ranked them with, each with
+    every channel's vote and why the model does not read it."""
     def load(name: str) -> Any:
         value = row.get(name)
         return json.loads(value) if isinstance(value, str) else value
 
-    dense = {d["id"]: {**d, "score": logged_dense_score(d)} for d in load("dense") or []}
+    fused = {f["id"]: f for f in load("fused") or []}
+    dense = {d["id"]: d for d in load("dense") or []}
     lexical = {h["id"]: h for h in (load("lexical") or {}).get("hits", [])}
     entity = {e["id"]: e for e in load("entity") or []}
-    return [{"id": f["id"], "rank": f["rank"], "score": f["score"], "via": f.get("via"),
-             "dense": dense.get(f["id"]), "lexical": lexical.get(f["id"]), "entity": entity.get(f["id"]),
-             "returned": f["id"] in returned} for f in load("fused") or []]
+    freshness = {f["id"]: f["multiplier"] for f in load("freshness") or []}
+    weighed = (load("config_flags") or {}).get("confidence", True)
+    left_out = {rid: "did not fit: k results or the token budget were reached"
+                for rid in load("budget_out") or []}
+    for rid, why, _ in load("reranked_out") or []:
+        left_out[rid] = str(why)
+    for d in load("deduped_out") or []:
+        left_out[d["id"]] = f"a duplicate of {d['kept'][-8:]} (cosine {float(d['cosine']):.2f})"
+    for g in load("gated_out") or []:
+        left_out[g["id"]] = str(g["why"])
+    # The rest as the search ranked them; a row logged before ranked scores were kept
+    # lists them in fused order (sorted is stable).
+    rest = sorted((rid for rid in fused if rid not in returned),
+                  key=lambda rid: -float(fused[rid].get("ranked", float("-inf"))))
+
+    def row_of(rid: str) -> CandidateRow:
+        f = fused.get(rid, {})
+        parts = f.get("parts") or {}
+        d, h, e = dense.get(rid), lexical.get(rid), entity.get(rid)
+        ranked = f.get("ranked")
+        return CandidateRow(
+            id=rid, content=None,
+            score=returned[rid] if rid in returned else None if ranked is None else float(ranked),
+            fused=f.get("score"), fused_rank=f.get("rank"), freshness=freshness.get(rid),
+            confidence=f.get("confidence") if weighed else None, via=f.get("via"),
+            link_part=parts.get("link"),
+            dense=None if d is None else Vote(parts.get("dense"), d["rank"], logged_dense_score(d)),
+            lexical=None if h is None else Vote(parts.get("lexical"), h["rank"], float(h["bm25"]),
+                                                f"{len(h['terms'])}/{h['total_terms']} terms"),
+            entity=None if e is None else Vote(parts.get("entity"), e["rank"], title=str(e["entity_id"])),
+            returned=rid in returned,
+            left_out=None if rid in returned else left_out.get(rid, "not returned"))
+    return [row_of(rid) for rid in [*returned, *rest]]

@@ -28,7 +28,8 @@ import pytest
 
 pytestmark = pytest.mark.browser
 
-from retold.models import Scope  # noqa: E402
+from retold import build_runtime, load_config  # noqa: E402
+from retold.models import Principal, Scope  # noqa: E402
 from retold.testing import make_record, make_world  # noqa: E402
 from retold.ui.access import token_digest  # noqa: E402
 from tests.ports import free_port, wait_listening  # noqa: E402
@@ -48,6 +49,8 @@ class Served:
     url: str
     path: str
     ids: dict[str, str]
+    config: Path
+    principal: Principal
 
 
 @pytest.fixture
@@ -94,7 +97,8 @@ def served(tmp_path: Path) -> Iterator[Served]:
         stderr=subprocess.PIPE, text=True)
     try:
         wait_listening(port, proc, "the inspector", WAIT)
-        yield Served(f"http://127.0.0.1:{port}", path, {"old": old, "plain": plain, "ferns": ferns})
+        yield Served(f"http://127.0.0.1:{port}", path, {"old": old, "plain": plain, "ferns": ferns}, config,
+                     Principal(world.p.agent_id, world.p.user_id))
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=WAIT)
     finally:
@@ -209,6 +213,57 @@ def test_an_operator_sees_every_scope(served: Served, browser: Any, tmp_path: Pa
     assert "user:cleo" in page.content()
     page.goto(f"{served.url}/records?scope=user%3Acleo")
     assert "blue drawer" in page.content()
+
+
+def test_the_search_page_and_memory_search_agree_on_order_and_scores(served: Served, browser: Any) -> None:
+    """The same question through the page in Chromium and through memory_search on the
+    same store: the records the model reads, in its order, with its scores, and a lexical
+    part above zero wherever its block says lexical matched."""
+    question = "which editor does Aditya use for code"
+    page = browser.new_page()
+    _log_in(page, served.url, TOKEN)
+    page.goto(f"{served.url}/search")
+    page.fill("input[name=q]", question)
+    page.click("button:has-text('Search')")
+    page.wait_for_selector("text=Decision")
+    rows = page.eval_on_selector_all("tr.candidate", """rows => rows.map(r => ({
+        id: r.dataset.id, score: r.querySelector('td.score').innerText.trim(),
+        lexical: r.querySelector('td.lexical').innerText.trim(),
+        lexical_part: r.querySelector('td.lexical .part')?.dataset.part,
+        returned: r.lastElementChild.innerText.trim()}))""")
+    config = load_config(served.config, overrides={"store": {"path": served.path}})
+    with build_runtime(config) as rt:
+        tool = rt.tools.call("memory_search", served.principal, {"queries": [question]})
+    assert tool["results"], tool
+    answered = [(r["id"], f"{r['score']:.3f}") for r in tool["results"]]
+    assert [(r["id"], r["score"]) for r in rows[:len(answered)]] == answered
+    assert all(r["returned"] == "yes" for r in rows[:len(answered)])
+    assert not any(r["returned"] == "yes" for r in rows[len(answered):])
+    assert page.inner_text("pre") == tool["rendered"]  # the block the model reads, word for word
+    matched = [r for r in tool["results"] if "lexical" in r["explanation"]["matched_by"]]
+    assert matched  # the question shares words with what was returned
+    shown = {r["id"]: r for r in rows}
+    for result in matched:
+        row, rank = shown[result["id"]], result["explanation"]["lexical"]["rank"]
+        # What lexical added to the sum, however small, never reads as zero.
+        assert float(row["lexical_part"]) > 0 and not row["lexical"].startswith("+0.000")
+        assert f"rank {rank}" in row["lexical"]
+
+
+def test_a_visitor_opening_the_inspector_is_sent_to_log_in(served: Served, browser: Any) -> None:
+    page = browser.new_page()
+    opened = page.goto(f"{served.url}/")
+    assert opened is not None and opened.status == 200 and page.url == f"{served.url}/login"
+    page.fill("input[name=token]", OPERATOR)
+    page.click("button:has-text('Log in')")
+    page.wait_for_url(f"{served.url}/scopes")
+    page.goto(f"{served.url}/")
+    assert page.url == f"{served.url}/scopes"
+    # A record's page names its subject and reads its events as fields, not JSON.
+    page.goto(f"{served.url}/records/{served.ids['plain']}")
+    assert page.inner_text("dt:has-text('subject') + dd") == "aditya / editor"
+    events = page.inner_text("h2:has-text('Events') + table")
+    assert "origin_scope: user:aditya" in events and "{" not in events
 
 
 def _status(served: Served, name: str) -> str:

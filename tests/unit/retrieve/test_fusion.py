@@ -83,6 +83,20 @@ def test_every_channel_s_evidence_is_carried_on_the_candidate() -> None:
     assert by_id["B"].fused_score == pytest.approx(0.625 + 0.5)
 
 
+def test_each_channel_s_part_of_the_sum_is_kept_and_they_add_up() -> None:
+    fused = fuse([("A", 0.8), ("B", 0.5)], [Hit("B", 1, -2.0, match("x", "y"))], [("A", "ent_1")],
+                 WEIGHTS)
+    by_id = {c.record_id: c for c in fused}
+    a, b = by_id["A"], by_id["B"]
+    assert (a.dense_part, a.lexical_part, a.entity_part) == pytest.approx((1.0, 0.0, 0.25))
+    assert (b.dense_part, b.lexical_part, b.entity_part) == pytest.approx((0.625, 0.5, 0.0))
+    linked = {c.record_id: c for c in add_links(fused, [("B", "A")], WEIGHTS.link)}
+    # The hop lifts B towards A (1.25) by its weight: the lift is B's link part.
+    assert linked["B"].link_part == pytest.approx(0.125)
+    for c in linked.values():
+        assert c.fused_score == pytest.approx(c.dense_part + c.lexical_part + c.entity_part + c.link_part)
+
+
 def test_a_record_listed_twice_by_one_channel_keeps_its_first_place() -> None:
     fused = fuse([], [], [("A", "ent_1"), ("A", "ent_2"), ("B", "ent_2")], WEIGHTS)
     assert order(fused) == ["A", "B"]

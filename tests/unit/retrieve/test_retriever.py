@@ -221,6 +221,9 @@ def test_what_the_user_said_outranks_what_an_agent_inferred_when_they_match_alik
     row = log(world, outcome)
     assert {f["id"]: f["confidence"] for f in json.loads(row["fused"])} == {stated: 0.95, inferred: 0.60}
     assert replay(row, world.rt.config.retrieval.gate).kept == [stated, inferred]
+    # And the score each was returned with, which the inspector shows beside the model's block.
+    ranked = {f["id"]: f["ranked"] for f in json.loads(row["fused"])}
+    assert [ranked[r.record.id] for r in outcome.response.results] == [first.score, second.score]
 
 
 def test_a_question_recalling_what_the_agent_said_is_ordered_by_the_channels_alone(world: World) -> None:

@@ -5,6 +5,7 @@ another site."""
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Iterator
 from datetime import timedelta
@@ -75,6 +76,30 @@ def test_nobody_gets_in_without_a_known_token(rt: Runtime) -> None:
     assert _client(rt, "not-a-token").get("/records", headers=HTML).status_code == 401
     assert _client(rt, "not-a-token").get(f"/records/{_ids(rt)[0]}").status_code == 401
     assert FOREIGN not in anonymous.get("/login").text
+
+
+@pytest.mark.parametrize("path", ["/", "/scopes", "/search?q=plants"])
+def test_a_browser_without_a_session_is_sent_to_log_in_and_a_script_is_told_401(
+        rt: Runtime, path: str) -> None:
+    anonymous = _client(rt)
+    for browser in (HTML, {"accept": "*/*", "sec-fetch-mode": "navigate"},
+                    # a proxy's own login in front of the inspector is not a token of ours
+                    {**HTML, "authorization": "Basic ZGFuYTpwdw=="}):
+        sent = anonymous.get(path, headers=browser)
+        assert sent.status_code == 303 and sent.headers["location"] == "/login", browser
+    for script in ({}, {"accept": "application/json"}, {"accept": "*/*"}):
+        refused = anonymous.get(path, headers=script)
+        assert refused.status_code == 401 and refused.headers["www-authenticate"].startswith("Bearer")
+    assert _client(rt, "not-a-token").get(path, headers=HTML).status_code == 401
+
+
+def test_a_session_still_counts_behind_a_proxy_that_adds_its_own_login(rt: Runtime) -> None:
+    browser = _client(rt)
+    browser.headers["authorization"] = "Basic ZGFuYTpwdw=="
+    assert browser.post("/login", data={"token": PRINCIPAL_TOKEN}).status_code == 303
+    home = browser.get("/", headers=HTML)
+    assert home.status_code == 303 and home.headers["location"] == "/scopes"
+    assert "user:aditya" in browser.get("/scopes", headers=HTML).text
 
 
 def test_a_principal_sees_its_records_and_never_another_users(rt: Runtime) -> None:
@@ -176,10 +201,65 @@ def test_the_search_page_shows_the_decision_and_each_channels_vote(rt: Runtime) 
     # The same logged search decided again side by side: 0 always answers, 1 never does.
     assert re.search(r"at 0\.0</dt><dd>would answer", page.text)
     assert re.search(r"at 1\.0</dt><dd>would abstain", page.text)
-    rows = re.findall(r"<tr>\s*<td>(\d+)</td>", page.text)
-    assert rows[:3] == ["1", "2", "3"]  # candidates in fused order
+    rows = re.findall(r'<tr class="candidate" data-id="[^"]+">\s*<td>(\d+)</td>', page.text)
+    assert rows[:3] == ["1", "2", "3"]
     logged = rt.store.search_log_rows()[-1]
     assert logged["agent_id"] == "research-agent" and logged["user_id"] == "aditya"
+
+
+def _candidate_rows(page: str) -> list[dict[str, str]]:
+    """Each candidate row of the search page, in the page's order: its record id and the
+    visible text of its score, lexical and returned cells."""
+    found = []
+    for record_id, cells in re.findall(r'<tr class="candidate" data-id="([^"]+)">(.*?)</tr>', page, re.S):
+        texts = [html.unescape(re.sub(r"<[^>]+>", "", cell)).strip()
+                 for cell in re.findall(r"<td[^>]*>(.*?)</td>", cells, re.S)]
+        part = re.search(r'<td class="lexical">.*?data-part="([^"]*)"', cells, re.S)
+        found.append({"id": record_id, "score": texts[2], "lexical": texts[5], "returned": texts[7],
+                      "lexical_part": part.group(1) if part else ""})
+    return found
+
+
+def test_the_search_page_shows_the_numbers_and_order_of_the_block_the_model_reads(
+        rt: Runtime, world: World) -> None:
+    """One search through memory_search and the same search through the page, on one
+    store: the page lists the returned records in the tool's order with the tool's scores,
+    and every record the block says lexical matched has a nonzero lexical part there."""
+    # What the user said, which the store trusts more than the plants an agent inferred:
+    # it fuses below them and confidence lifts it above them in the answer.
+    said = rt.hooks.on_turn(world.p, "user", "The plant is watered on Sundays.")
+    assert "error" not in rt.tools.call("memory_write", said, {
+        "type": "semantic", "content": "The plant is watered on Sundays.", "attribute": "watering",
+        "source_kind": "user_statement", "evidence": "The plant is watered on Sundays."})
+    question = "which plant does Aditya water on Sundays"
+    tool = rt.tools.call("memory_search", said, {"queries": [question]})
+    answered = [(r["id"], f"{r['score']:.3f}") for r in tool["results"]]
+    fused_ranks = [r["explanation"]["fused_rank"] for r in tool["results"]]
+    assert len(answered) >= 3 and fused_ranks != sorted(fused_ranks)  # the order is not the fused one
+
+    page = _client(rt, PRINCIPAL_TOKEN).get("/search", params={"q": question})
+    assert page.status_code == 200, page.text
+    rows = _candidate_rows(page.text)
+    assert [(r["id"], r["score"]) for r in rows if r["returned"] == "yes"] == answered
+    assert [r["id"] for r in rows[:len(answered)]] == [i for i, _ in answered]  # the model's first
+    block = re.search(r"<h2>What the model reads</h2>\s*<pre>(.*?)</pre>", page.text, re.S)
+    assert block is not None and html.unescape(block.group(1)) == tool["rendered"]
+    shown = {r["id"]: r for r in rows}
+    for result in tool["results"]:
+        if "lexical" not in result["explanation"]["matched_by"]:
+            continue
+        said = re.search(r"lexical (\d+/\d+) \(rank (\d+)\)", result["explanation"]["summary"])
+        assert said is not None
+        cell = re.fullmatch(r"\+(<?\d+\.\d+) · rank (\d+) · (\d+/\d+) terms", shown[result["id"]]["lexical"])
+        assert cell is not None, shown[result["id"]]
+        assert cell.group(1) != "0.000" and float(shown[result["id"]]["lexical_part"]) > 0
+        assert (cell.group(3), cell.group(2)) == said.groups()
+
+
+def test_the_search_page_names_the_entity_a_record_was_found_through(rt: Runtime) -> None:
+    page = _client(rt, PRINCIPAL_TOKEN).get("/search", params={"q": "which plant does Aditya water"}).text
+    named = re.findall(r'<a href="/entities/([^"]+)" title="\1">([^<]+)</a>', page)
+    assert named and {name for _, name in named} == {"aditya"}
 
 
 def test_a_principal_searches_only_as_itself(rt: Runtime) -> None:
@@ -254,6 +334,45 @@ def test_entities_show_aliases_and_lead_to_their_records_within_readable_scopes(
     operator = _client(rt, OPERATOR_TOKEN)
     assert "Cleo Marsh" in operator.get("/entities").text
     assert "cleo" in operator.get(f"/entities/{cleo.id}").text
+
+
+def _visible(page: str) -> str:
+    """What a person reads of a page: its text, without tags and their attributes."""
+    return html.unescape(re.sub(r"<[^>]+>", " ", re.sub(r"<style>.*?</style>", "", page, flags=re.S)))
+
+
+def test_a_record_names_its_subject_and_an_entity_what_it_merged_into(rt: Runtime) -> None:
+    client = _client(rt, PRINCIPAL_TOKEN)
+    record_id = _ids(rt)[0]
+    subject = rt.store.get_record(record_id).subject_entity_id  # type: ignore[union-attr]
+    assert subject is not None
+    page = client.get(f"/records/{record_id}").text
+    # The name is shown, and links to the entity whose id it keeps as its tooltip.
+    assert re.search(rf'<dt>subject</dt><dd><a href="/entities/{subject}" title="{subject}">aditya</a>'
+                     r" / plant_\d</dd>", page)
+    assert not re.search(r"\bent_", _visible(page))
+    twin = rt.store.create_entity("person", "Aditya Rao", Scope("user", "aditya"))
+    rt.store.merge_entities(twin.id, subject, "dana", "the same person")
+    merged = client.get(f"/entities/{twin.id}").text
+    assert f'into <a href="/entities/{subject}" title="{subject}">aditya</a>' in merged
+    assert not re.search(r"\bent_", _visible(merged))
+
+
+def test_events_read_as_named_fields_not_json(rt: Runtime, world: World) -> None:
+    record_id = _ids(rt)[0]
+    page = _client(rt, OPERATOR_TOKEN).get(f"/records/{record_id}").text
+    created = next(e for e in rt.store.events(record_id=record_id) if e["kind"] == "record.created")
+    shown = _visible(page)
+    assert re.search(r"origin_scope:\s+user:aditya", shown)
+    assert re.search(r"timings_ms\.embed:\s+\d", shown)  # a nested value under a dotted key
+    assert f"judge: {created['payload']['judge']}" in re.sub(r"\s+", " ", shown)
+    assert "{" not in shown and '"origin_scope"' not in shown
+    rt.store.append_event("extraction.run", "extractor", {
+        "session_id": "s1", "outcomes": [{"record_id": record_id, "status": "confirmed"}],
+        "counts": {"written": 1}})
+    session = re.sub(r"\s+", " ", _visible(_client(rt, PRINCIPAL_TOKEN).get("/sessions/s1").text))
+    assert f"outcomes[1]: record_id: {record_id}, status: confirmed" in session
+    assert "counts.written: 1" in session and "{" not in session
 
 
 def test_an_operator_grants_and_a_principal_then_reads_the_scope(rt: Runtime) -> None:
