@@ -83,6 +83,8 @@ class Metrics:
     extraction_lag: ExtractionLag
     queue: QueueDepths | None
     embeddings_pending: int = 0  # records stored without their vector, until the backfill
+    # Vectors a process serving this tenant holds once its index is loaded.
+    vectors_indexed: int = 0
     # Per scope, (duplicate share, stale provisional share) from `retold hygiene`'s measure;
     # filled by `retold metrics`, not by the Prometheus endpoint (it compares vectors).
     hygiene: dict[str, tuple[float, float]] = field(default_factory=dict)
@@ -116,6 +118,7 @@ def collect_metrics(
         extraction_lag=_lag(store.extraction_lags(since)),
         queue=queue,
         embeddings_pending=store.pending_count(),
+        vectors_indexed=store.indexed_count(),
     )
 
 
@@ -159,7 +162,11 @@ def families(readings: Mapping[str, Metrics]) -> list[Metric]:
                                   "Nearest-rank quantiles of the extraction lag.", labels=[*by, "quantile"])
     pending = GaugeMetricFamily("retold_embeddings_pending",
                                 "Records stored without their vector, waiting for the backfill.", labels=by)
+    indexed = GaugeMetricFamily("retold_index_vectors",
+                                "Vectors a process serving the tenant holds once its index is loaded.",
+                                labels=by)
     for tenant, m in readings.items():
+        indexed.add_metric([tenant], m.vectors_indexed)
         for outcome, n in m.writes.items():
             writes.add_metric([tenant, outcome], n)
         for trigger, counts in m.searches_by_trigger.items():
@@ -175,7 +182,7 @@ def families(readings: Mapping[str, Metrics]) -> list[Metric]:
             if value is not None:
                 quantiles.add_metric([tenant, name], value)
         pending.add_metric([tenant], m.embeddings_pending)
-    out: list[Metric] = [writes, searches, empty, extractions, sessions, lag, quantiles, pending]
+    out: list[Metric] = [writes, searches, empty, extractions, sessions, lag, quantiles, pending, indexed]
     queue = next((m.queue for m in readings.values() if m.queue is not None), None)
     if queue is not None:
         out.append(GaugeMetricFamily("retold_broker_up", "1 when the broker answered within 2 s.",

@@ -156,8 +156,9 @@ def _metrics_text(path: str, m: Metrics) -> list[str]:
                            f"{lag.count} sessions, p50 {lag.p50_seconds:.1f} s, p95 {lag.p95_seconds:.1f} s,"
                            f" max {lag.max_seconds:.1f} s (session end to extraction)"),
     ]
-    lines.append(f"vectors:     {m.embeddings_pending} records waiting for the backfill"
-                 if m.embeddings_pending else "vectors:     none pending")
+    lines.append(f"vectors:     {m.vectors_indexed} indexed (what a process serving this tenant holds), "
+                 + (f"{m.embeddings_pending} records waiting for the backfill" if m.embeddings_pending
+                    else "none pending"))
     worst = sorted(m.hygiene.items(), key=lambda item: (-item[1][0] - item[1][1], item[0]))
     shown = [f"{scope} {100 * dup:.0f}%/{100 * stale:.0f}%"
              for scope, (dup, stale) in worst[:5] if dup or stale]

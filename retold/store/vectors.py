@@ -80,6 +80,18 @@ class VectorsMixin(StoreBase):
         seqs = np.fromiter((row[3] for row in rows), dtype=np.int64, count=len(rows))
         return VectorSnapshot(records_version, ids, seqs, matrix.reshape(len(rows), dims), versions)
 
+    def indexed_count(self) -> int:
+        """How many vectors an index of this store holds once loaded: the live records'
+        vectors of the store's family (0 before its first vector)."""
+        family = self.embedding_family()
+        if family is None:
+            return 0
+        with self._lock:
+            return int(self._conn.execute(
+                "SELECT count(*) FROM embeddings e JOIN records r ON r.id = e.record_id"
+                " WHERE e.model = ? AND e.version = ? AND e.dims = ? AND r.status != 'deleted'",
+                (family.model, family.version, family.dims)).fetchone()[0])
+
     def index_changes(
         self, since_version: int, model: str, version: str, dims: int
     ) -> tuple[int, list[IndexChange]]:

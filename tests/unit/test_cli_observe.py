@@ -115,11 +115,13 @@ def test_metrics_as_text_and_json(store: list[str], capsys: pytest.CaptureFixtur
                                 "blocked": 1}
     assert data["searches"] == {"total": 0, "empty": 0, "empty_rate": None}
     assert data["extraction_lag"]["count"] == 1
+    assert data["vectors_indexed"] == 1  # the summary's: what a process serving the store holds
     assert data["queue"]["reachable"] and data["queue"]["depths"] == {"extraction": 0, "maintenance": 0}
     text = _ok(capsys, "metrics", "--no-queue", *store)
     assert "extractions: extracted 1, not_configured 1" in text
     assert "sessions:    open 1, pending 1, extracted 1, blocked 1" in text
     assert "queues:      not asked (--no-queue)" in text
+    assert "vectors:     1 indexed (what a process serving this tenant holds), none pending" in text
     assert json.loads(_ok(capsys, "metrics", "--json", "--no-queue", *store))["queue"] is None
 
 

@@ -44,6 +44,7 @@ def test_a_scrape_shows_the_stores_counts_and_follows_new_rows(world: World) -> 
         assert 'retold_queue_depth{queue="extraction"} 4.0' in first
         assert "retold_broker_up 1.0" in first and "retold_up 1.0" in first
         assert 'retold_extraction_lag_seconds_count{tenant="default"} 0.0' in first
+        assert 'retold_index_vectors{tenant="default"} 1.0' in first  # the one memory's vector
         assert not any(line.startswith("retold_searches_total") for line in first)
         world.rt.retriever.search(world.p, SearchRequest(["quantum chromodynamics lecture notes"]))
         world.rt.flush_search_log()

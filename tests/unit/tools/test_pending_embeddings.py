@@ -76,7 +76,7 @@ def test_check_and_metrics_count_it_and_call_it_no_fault(
     assert main(["check", *base]) == 0
     assert "1 waiting for their vector" in capsys.readouterr().out
     assert main(["metrics", "--no-queue", "--no-hygiene", *base]) == 0
-    assert "vectors:     1 records waiting for the backfill" in capsys.readouterr().out
+    assert "1 records waiting for the backfill" in capsys.readouterr().out
 
 
 def test_retold_backfill_embeds_what_waits_and_says_what_is_left(
