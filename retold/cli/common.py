@@ -20,10 +20,12 @@ from retold.util import to_plain
 
 if TYPE_CHECKING:
     from retold.runtime import Runtime
+    from retold.store import Store
 
 __all__ = [
-    "EXIT_PENDING", "EXIT_REFUSED", "EXIT_UNRESOLVED", "EXIT_USAGE", "Parser", "Refused", "actor",
-    "add_command", "cli_config", "cli_runtime", "positive", "print_json", "scope_arg",
+    "EXIT_PENDING", "EXIT_REFUSED", "EXIT_UNRESOLVED", "EXIT_USAGE", "RECORD_ID_HELP", "SESSION_ID_HELP",
+    "Parser", "Refused", "actor", "add_command", "cli_config", "cli_runtime", "positive", "print_json",
+    "resolve_record_id", "resolve_session_id", "scope_arg",
 ]
 
 EXIT_UNRESOLVED = 2  # migrate exits 2 while unmapped legacy rows remain
@@ -106,6 +108,33 @@ def cli_runtime(
             and config.tenancy.tenant == DEFAULT_TENANT and not Path(config.store.path).exists()):
         raise Refused(f"no store at {config.store.path}")
     return build_runtime(config, allow_embedding_mismatch=repairs or not models)
+
+
+_SHOWN = 5  # candidates an ambiguous id lists
+RECORD_ID_HELP = "record id, or a unique part of it: its start, or its end (the short id results show)"
+SESSION_ID_HELP = "session id, or a unique part of it (its start or its end)"
+
+
+def resolve_record_id(store: Store, text: str) -> str:
+    """The record id ``text`` names: itself when a record has it, else the one record whose
+    id starts or ends with it (the short id in search results is an id's end). ``text``
+    unchanged when nothing matches, so each command says "no record" in its own words;
+    refused, listing the candidates, when several match."""
+    return _one(text, store.record_ids_named(text, _SHOWN + 1), "record")
+
+
+def resolve_session_id(store: Store, text: str) -> str:
+    """As :func:`resolve_record_id`, for a session id."""
+    return _one(text, store.session_ids_named(text, _SHOWN + 1), "session")
+
+
+def _one(text: str, ids: list[str], noun: str) -> str:
+    if len(ids) <= 1:
+        return ids[0] if ids else text
+    listed = ", ".join(ids[:_SHOWN]) + (", ..." if len(ids) > _SHOWN else "")
+    many = f"more than {_SHOWN}" if len(ids) > _SHOWN else str(len(ids))
+    raise Refused(f"{text} is ambiguous: {many} {noun} ids start or end with it ({listed}); give more of"
+                  " the id", EXIT_USAGE)
 
 
 def scope_arg(text: str) -> Scope:
