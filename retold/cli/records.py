@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from retold.cli.common import (
     RECORD_ID_HELP,
+    Refused,
     add_command,
     cli_runtime,
     positive,
@@ -39,9 +40,19 @@ def _maybe_json(value: Any) -> Any:
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
+    from retold.models import Principal
+    from retold.policy.grants import no_grant_reason, readable_scopes
+
     query = " ".join(args.query).strip()
     with cli_runtime(args) as rt:
         report = rt.operations.search(args.agent, args.user, query, project_id=args.project, k=args.k)
+        lacking = None
+        if not report.outcome.response.results:
+            principal = Principal(args.agent, args.user, None, args.project)
+            lacking = no_grant_reason(rt.store, principal, readable_scopes(rt.store, principal))
+    if lacking and not args.json:
+        # The cause is the grant, not the query: its log row would only bury that line.
+        raise Refused(f"no memory found: {lacking}")
     response = report.outcome.response
     log = {key: _maybe_json(value) for key, value in report.log.items()}
     if args.json:

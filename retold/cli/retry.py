@@ -35,7 +35,7 @@ def register(commands: Any) -> None:
                      " or blocked for want of a hosted model) and hand it to the configured scheduler"
                      " now. When the queue is unreachable it stays due and the recover sweep hands it"
                      " over. Fails on a session that is not ended, already extracted, or unknown.")
-    parser.add_argument("session_ids", nargs="+", metavar="session_id", help=SESSION_ID_HELP)
+    parser.add_argument("session_ids", nargs="+", metavar="SESSION", help=SESSION_ID_HELP)
 
 
 def retry(rt: Runtime, session_id: str) -> str:
