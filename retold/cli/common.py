@@ -25,8 +25,7 @@ if TYPE_CHECKING:
 __all__ = [
     "EXIT_PENDING", "EXIT_REFUSED", "EXIT_UNRESOLVED", "EXIT_USAGE", "RECORD_ID_HELP", "SESSION_ID_HELP",
     "Parser", "Refused", "actor", "add_command", "cli_config", "cli_runtime", "missing_store", "positive",
-    "print_json",
-    "resolve_record_id", "resolve_session_id", "scope_arg",
+    "print_json", "resolve_record_id", "resolve_session_id", "scope_arg",
 ]
 
 EXIT_UNRESOLVED = 2  # migrate exits 2 while unmapped legacy rows remain

@@ -1,6 +1,6 @@
 """``retold migrate``, ``expire``, ``retain``, ``capacity``, ``hygiene``, ``review-due``,
-``erase``, ``forget``, ``restore``, ``pin``, ``unpin``, ``reembed``, ``snapshot`` and ``extract``: the
-commands that change the store on an operator's behalf."""
+``erase``, ``forget``, ``restore``, ``pin``, ``unpin``, ``reembed``, ``snapshot`` and
+``extract``: the commands that change the store on an operator's behalf."""
 
 from __future__ import annotations
 

@@ -91,8 +91,7 @@ def _backlog(rt: Runtime, args: argparse.Namespace) -> int:
 def _activation(args: argparse.Namespace) -> int:
     with cli_runtime(args) as rt:
         row = rt.activator.set_manually(resolve_record_id(rt.store, args.record), args.activation,
-                                        resolver=args.resolver,
-                                        reason=args.reason)
+                                        resolver=args.resolver, reason=args.reason)
     print(f"record {row.record_id}: {row.activation} ({row.reason})")
     return 0
 

@@ -9,6 +9,7 @@ checked by the same rules the config is checked with when it loads.
 from __future__ import annotations
 
 import argparse
+from dataclasses import fields
 from typing import Any
 
 import yaml
@@ -61,8 +62,7 @@ def _cmd_token(args: argparse.Namespace) -> int:
 
 def _flow(entry: McpTokenConfig | UiTokenConfig) -> str:
     """The entry as one YAML line, without the fields left at nothing."""
-    fields = {name: getattr(entry, name) for name in entry.__slots__}
-    kept = {k: v for k, v in fields.items() if v not in (None, "")}
+    kept = {f.name: getattr(entry, f.name) for f in fields(entry) if getattr(entry, f.name) not in (None, "")}
     text: str = yaml.safe_dump(kept, default_flow_style=True, sort_keys=False, width=10_000)
     return text.strip()
 
