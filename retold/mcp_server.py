@@ -18,7 +18,6 @@ command, so ``import retold`` never needs the extra.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import signal
 import sys
@@ -38,7 +37,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
 from retold.config import McpTokenConfig
-from retold.config.tokens import tokens_for
+from retold.config.tokens import token_digest, tokens_for
 from retold.errors import ConfigError
 from retold.ingest.session import SessionHooks
 from retold.models import Principal
@@ -58,11 +57,6 @@ Identify = Callable[[ServerRequestContext[Any, Any]], Principal]
 SERVER_NAME = "retold"
 HTTP_PATH = "/mcp"
 PROFILE_URI = "retold://profile"
-
-
-def token_digest(token: str) -> str:
-    """The lowercase hex SHA-256 of a bearer token: the only form config keeps."""
-    return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
 def call_result(tool: str, result: Mapping[str, Any]) -> types.CallToolResult:
@@ -291,14 +285,22 @@ class _TokenVerifier:
         return self._by_digest[user.access_token.client_id]
 
 
-def serve_http(rt: Runtime, host: str, port: int) -> None:
-    """Serve streamable HTTP at ``http://host:port/mcp`` until SIGINT or SIGTERM.
+def serve_http(rt: Runtime, host: str, port: int, *,
+               on_listening: Callable[[str], None] | None = None) -> None:
+    """Serve streamable HTTP at ``http://host:port/mcp`` until SIGINT or SIGTERM;
+    ``on_listening(url)`` is called once the socket is bound, so what it says is true.
 
     Every request must carry ``Authorization: Bearer <token>`` for a token in
     ``mcp.tokens``; with none configured this refuses to start, because it never serves
     anonymous callers.
     """
     import uvicorn
+
+    class Announced(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            if self.started and on_listening is not None:
+                on_listening(f"http://{_url_host(host)}:{port}{HTTP_PATH}")
 
     tokens = tokens_for(rt.config.mcp.tokens, rt.tenant)
     if not tokens:
@@ -317,7 +319,7 @@ def serve_http(rt: Runtime, host: str, port: int) -> None:
     # handler it found; ours turns that into a normal return so the sessions still end.
     previous = {sig: signal.signal(sig, _raise_stop) for sig in _STOP_SIGNALS}
     try:
-        uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning")).run()
+        Announced(uvicorn.Config(app, host=host, port=port, log_level="warning")).run()
     except _Stop:
         pass
     finally:

@@ -31,6 +31,7 @@ from retold.cli import (
     reviews,
     serve,
     tenants,
+    tokens,
     ui,
 )
 from retold.cli.common import Parser, Refused
@@ -41,14 +42,14 @@ from retold.quiet import silence_progress_output
 __all__ = ["build_parser", "main"]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> Parser:
     """The full parser; every command has help and description text (checked by a test)."""
     parser = Parser(
         prog="retold", description="Retold: durable, scoped, evidence-backed memory for AI agents."
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     for group in (maintenance, migrate_store, retry, check, serve, records, portable, access, members,
-                  reviews, observe, bundles, ui, tenants, pack):
+                  reviews, observe, bundles, ui, tenants, pack, tokens):
         group.register(commands)
     return parser
 
@@ -56,7 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``retold`` console script."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        # Answered by the command's own parser, which can show that command's usage.
+        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        command = commands.choices.get(args.command) if args.command else None
+        (command if isinstance(command, Parser) else parser).unrecognized(extra)
     if not getattr(args, "run", None):
         parser.print_help()
         return EXIT_ERROR

@@ -16,6 +16,7 @@ from typing import Any
 
 from retold.cli.common import add_command, cli_config
 from retold.errors import StoreError, StoreMissingError
+from retold.ingest.equivalence import judge_note
 from retold.store.damage import damage_noted
 from retold.store.integrity import IntegrityReport
 from retold.store.location import check_store_at, missing_store, tenant_exists, tenant_store_path
@@ -45,6 +46,9 @@ def register(commands: Any) -> None:
             target = str(tenant_store_path(path, tenant))
         report = check_store_at(target, quick=args.quick, busy_timeout=wait)
         print(render(report))
+        # Said here once, rather than on every command that writes: a fresh install runs
+        # with the exact judge, and that is a setup choice, not a failure.
+        print(judge_note(config.ingestion.equivalence))
         return 0 if report.ok else EXIT_PROBLEMS
 
     check = add_command(
@@ -58,7 +62,8 @@ def register(commands: Any) -> None:
         f" {EXIT_PROBLEMS} when there is any. Changes nothing in the store; on SQLite, damage leaves"
         " a -damaged mark beside the file that stops every writer, and a passing check removes"
         " it. On SQLite the full-text check"
-        " holds the write lock while it runs.")
+        " holds the write lock while it runs. Last, names the equivalence judge writes use and, when"
+        " its NLI model is not on this machine, how to get it.")
     check.add_argument("--quick", action="store_true",
                        help="SQLite's quick_check instead of the full integrity_check (skips "
                             "comparing each index with its table; about 0.7 s instead of 1.7 s at "

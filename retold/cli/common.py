@@ -8,6 +8,7 @@ import argparse
 import json
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from retold.cli_failure import EXIT_ERROR
@@ -19,10 +20,12 @@ from retold.util import to_plain
 
 if TYPE_CHECKING:
     from retold.runtime import Runtime
+    from retold.store import Store
 
 __all__ = [
-    "EXIT_PENDING", "EXIT_REFUSED", "EXIT_UNRESOLVED", "EXIT_USAGE", "Parser", "Refused", "actor",
-    "add_command", "cli_config", "cli_runtime", "positive", "print_json", "scope_arg",
+    "EXIT_PENDING", "EXIT_REFUSED", "EXIT_UNRESOLVED", "EXIT_USAGE", "RECORD_ID_HELP", "SESSION_ID_HELP",
+    "Parser", "Refused", "actor", "add_command", "cli_config", "cli_runtime", "missing_store_file",
+    "positive", "print_json", "resolve_record_id", "resolve_session_id", "scope_arg",
 ]
 
 EXIT_UNRESOLVED = 2  # migrate exits 2 while unmapped legacy rows remain
@@ -31,11 +34,59 @@ EXIT_PENDING = 3  # extract: no hosted model is configured, so the session stays
 EXIT_USAGE = 2  # mcp: a transport asked for without what it needs (identity, tokens, the extra)
 
 
+_COMMON_FLAGS = frozenset({"help", "store", "tenant", "config", "actor", "verbose"})
+
+
 class Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (the CLI contract: one line on stderr, exit 2)."""
+    """argparse with one-line errors (the CLI contract: one line on stderr, exit 2). A
+    command's missing or unknown arguments are answered with its usage on the same line,
+    and a flag typed for what is a positional argument says so."""
 
     def error(self, message: str) -> NoReturn:
+        if " " in self.prog and message.startswith(("the following arguments are required",
+                                                    "unrecognized arguments")):
+            message += f"; usage: {self.brief_usage()}"
         self.exit(2, f"{self.prog}: {message}\n")
+
+    def unrecognized(self, extra: list[str]) -> NoReturn:
+        """Refuse arguments this command does not take, naming positionals typed as flags."""
+        positionals = {a.dest.replace("_", "-").lower(): a for a in self._actions if not a.option_strings}
+        named = [positionals[e[2:].lower()] for e in extra
+                 if e.startswith("--") and e[2:].lower() in positionals]
+        message = f"unrecognized arguments: {' '.join(extra)}"
+        if named:
+            names = " and ".join(_shown(a) for a in named)
+            what = ("are positional arguments, not flags" if len(named) > 1
+                    else "is a positional argument, not a flag")
+            self.exit(2, f"{self.prog}: {message}; {names} {what}: {self.brief_usage()}\n")
+        self.error(message)
+
+    def brief_usage(self) -> str:
+        """``retold grant AGENT SCOPE [--read] [--write]``: positionals first, then this
+        command's own options, without the flags every command shares."""
+        parts: list[str] = []
+        for action in self._actions:
+            if action.option_strings or action.dest in _COMMON_FLAGS:
+                continue
+            name = _shown(action)
+            parts.append({"?": f"[{name}]", "+": f"{name}...", "*": f"[{name}...]"}.get(
+                str(action.nargs), name))
+        for action in self._actions:
+            if not action.option_strings or action.dest in _COMMON_FLAGS or action.help == argparse.SUPPRESS:
+                continue
+            flag = max(action.option_strings, key=len)
+            text = flag if action.nargs == 0 else f"{flag} {_shown(action)}"
+            parts.append(text if action.required else f"[{text}]")
+        return " ".join([self.prog, *parts])
+
+
+def _shown(action: argparse.Action) -> str:
+    """How usage shows an argument's value: its metavar, its choices, or its name."""
+    if action.metavar:
+        return str(action.metavar)
+    if action.choices:
+        return "{" + ",".join(map(str, action.choices)) + "}"
+    return action.dest.upper()
 
 
 class Refused(Exception):
@@ -108,6 +159,42 @@ def cli_runtime(
         if missing is not None:
             raise Refused(missing)
     return build_runtime(config, allow_embedding_mismatch=repairs or not models)
+
+
+def missing_store_file(config: Config) -> str | None:
+    """The store file ``config`` names when it does not exist yet, else None. Another
+    tenant's file is checked by build_runtime, which refuses a tenant never added."""
+    if (not config.store.url and config.store.path != ":memory:"
+            and config.tenancy.tenant == DEFAULT_TENANT and not Path(config.store.path).exists()):
+        return config.store.path
+    return None
+
+
+_SHOWN = 5  # candidates an ambiguous id lists
+RECORD_ID_HELP = "record id, or a unique part of it: its start, or its end (the short id results show)"
+SESSION_ID_HELP = "session id, or a unique part of it (its start or its end)"
+
+
+def resolve_record_id(store: Store, text: str) -> str:
+    """The record id ``text`` names: itself when a record has it, else the one record whose
+    id starts or ends with it (the short id in search results is an id's end). ``text``
+    unchanged when nothing matches, so each command says "no record" in its own words;
+    refused, listing the candidates, when several match."""
+    return _one(text, store.record_ids_named(text, _SHOWN + 1), "record")
+
+
+def resolve_session_id(store: Store, text: str) -> str:
+    """As :func:`resolve_record_id`, for a session id."""
+    return _one(text, store.session_ids_named(text, _SHOWN + 1), "session")
+
+
+def _one(text: str, ids: list[str], noun: str) -> str:
+    if len(ids) <= 1:
+        return ids[0] if ids else text
+    listed = ", ".join(ids[:_SHOWN]) + (", ..." if len(ids) > _SHOWN else "")
+    many = f"more than {_SHOWN}" if len(ids) > _SHOWN else str(len(ids))
+    raise Refused(f"{text} is ambiguous: {many} {noun} ids start or end with it ({listed}); give more of"
+                  " the id", EXIT_USAGE)
 
 
 def scope_arg(text: str) -> Scope:

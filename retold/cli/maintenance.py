@@ -1,6 +1,6 @@
 """``retold migrate``, ``expire``, ``retain``, ``capacity``, ``hygiene``, ``review-due``,
-``erase``, ``restore``, ``pin``, ``unpin``, ``reembed``, ``snapshot`` and ``extract``: the
-commands that change the store on an operator's behalf."""
+``erase``, ``forget``, ``restore``, ``pin``, ``unpin``, ``reembed``, ``snapshot`` and
+``extract``: the commands that change the store on an operator's behalf."""
 
 from __future__ import annotations
 
@@ -16,17 +16,23 @@ from retold.cli.common import (
     EXIT_PENDING,
     EXIT_REFUSED,
     EXIT_UNRESOLVED,
+    RECORD_ID_HELP,
+    SESSION_ID_HELP,
     Refused,
     actor,
     add_command,
     cli_config,
     cli_runtime,
     positive,
+    resolve_record_id,
+    resolve_session_id,
     scope_arg,
 )
 from retold.cli_failure import EXIT_ERROR
 from retold.host import HostError
 from retold.ingest.revision import RevisionError
+from retold.retrieve.explain import short_id
+from retold.util import to_iso
 
 __all__ = ["register"]
 
@@ -140,6 +146,8 @@ def _cmd_erase(args: argparse.Namespace) -> int:
         ops = rt.operations
         erase: dict[str, Callable[[str, str, str], Any]] = {
             "record": ops.erase_record, "session": ops.erase_session, "user": ops.erase_user}
+        resolve = {"record": resolve_record_id, "session": resolve_session_id}.get(kind)
+        target = resolve(rt.store, target) if resolve else target
         result = erase[kind](target, args.reason, actor(args))
     counts = ", ".join(f"{k} {v}" for k, v in sorted(result.counts.items()))
     print(f"erased {kind} {target}: {counts}; event {result.event_id}")
@@ -149,9 +157,29 @@ def _cmd_erase(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_forget(args: argparse.Namespace) -> int:
+    """Forget one record as the operator, through the reviser the memory_forget tool uses."""
+    with cli_runtime(args, models=False) as rt:  # a forget drops a vector; it embeds nothing
+        record = rt.store.get_record(resolve_record_id(rt.store, args.id))
+        if record is None:
+            raise Refused(f"no record {args.id}", EXIT_REFUSED)
+        try:
+            change = rt.reviser.change_status(actor(args), record, "forget", args.reason)
+        except RevisionError as err:
+            raise Refused(err.message, EXIT_REFUSED) from None
+        until = rt.reviser.restorable_until(rt.store.get_record(record.id) or record)
+    print(f"forgot {record.id} (it was {change.previous_status}); event {change.event_id}")
+    if until is not None:
+        short = short_id(record.id)
+        typed = short if record.id.endswith(short) else record.id  # ids that are not UUIDs
+        print(f"searches no longer return it; `retold restore {typed} --reason ...` brings it back until"
+              f" {to_iso(until)[:10]}")
+    return 0
+
+
 def _cmd_restore(args: argparse.Namespace) -> int:
     with cli_runtime(args, models=False) as rt:
-        record = rt.store.get_record(args.id)
+        record = rt.store.get_record(resolve_record_id(rt.store, args.id))
         if record is None:
             raise Refused(f"no record {args.id}", EXIT_REFUSED)
         try:
@@ -180,11 +208,12 @@ def _cmd_pin(args: argparse.Namespace) -> int:
     with cli_runtime(args, models=False) as rt:
         try:
             change = rt.host.pin if args.command == "pin" else rt.host.unpin
-            changed = change(args.id, args.reason, actor(args))
+            target = resolve_record_id(rt.store, args.id)
+            changed = change(target, args.reason, actor(args))
         except HostError as err:
             raise Refused(str(err), EXIT_REFUSED) from None
     state = "pinned" if args.command == "pin" else "unpinned"
-    print(f"{state} {args.id}" if changed else f"{args.id} was already {state}; nothing changed")
+    print(f"{state} {target}" if changed else f"{target} was already {state}; nothing changed")
     return 0
 
 
@@ -245,19 +274,20 @@ def _cmd_review_due(args: argparse.Namespace) -> int:
 
 def _cmd_extract(args: argparse.Namespace) -> int:
     with cli_runtime(args) as rt:
-        if rt.store.get_session(args.session_id) is None:
-            raise Refused(f"no session {args.session_id}")
+        session = resolve_session_id(rt.store, args.session_id)
+        if rt.store.get_session(session) is None:
+            raise Refused(f"no session {session}")
         # The runner logs a failure with its traceback for worker logs; here the one line
         # below reports it, and -v shows the logged details too.
         with _quiet_logger("retold.ingest.extraction", unless=args.verbose):
-            result = rt.extraction.run(args.session_id, force=True)
+            result = rt.extraction.run(session, force=True)
     if result.outcome == "not_configured":
-        raise Refused(f"{args.session_id} stays pending: {result.reason}", EXIT_PENDING)
+        raise Refused(f"{session} stays pending: {result.reason}", EXIT_PENDING)
     if result.outcome == "not_ended":
-        raise Refused(f"session {args.session_id} has not ended; extraction runs after it ends")
+        raise Refused(f"session {session} has not ended; extraction runs after it ends")
     if result.outcome in ("failed", "busy", "missing"):
-        raise Refused(f"extraction {result.outcome}: {result.reason or args.session_id}")
-    print(f"{args.session_id}: {result.outcome} {json.dumps(result.counts, sort_keys=True)}")
+        raise Refused(f"extraction {result.outcome}: {result.reason or session}")
+    print(f"{session}: {result.outcome} {json.dumps(result.counts, sort_keys=True)}")
     return 0
 
 
@@ -328,23 +358,32 @@ def register(commands: Any) -> None:
                         "Irreversibly erase durable content, keep ids, kinds and timestamps,"
                         " then compact the file so no residue remains. Needs --yes.")
     target = erase.add_mutually_exclusive_group(required=True)
-    target.add_argument("--record", help="erase one record (tombstone kept)")
-    target.add_argument("--session", help="blank one session's transcript (turn rows kept)")
+    target.add_argument("--record", metavar="ID", help="erase one record (tombstone kept); " + RECORD_ID_HELP)
+    target.add_argument("--session", metavar="ID",
+                        help="blank one session's transcript (turn rows kept); " + SESSION_ID_HELP)
     target.add_argument("--user", help="erase every place a user's text can reach")
     erase.add_argument("--reason", required=True, help="why; recorded on the audit event")
     erase.add_argument("--yes", action="store_true", help="confirm the irreversible erase")
+
+    forget = add_command(commands, "forget", _cmd_forget, "forget a record (restorable for a while)",
+                         "Forget one record as the operator, as the memory_forget tool does: no search"
+                         " or tool returns it any more, its text stays so that `retold restore` can"
+                         " bring it back within lifecycle.restore_days; one record.forgotten event. Use"
+                         " `retold erase --record` to remove its text for good.")
+    forget.add_argument("id", help=RECORD_ID_HELP)
+    forget.add_argument("--reason", required=True, help="why; recorded on the audit event")
 
     restore = add_command(commands, "restore", _cmd_restore, "bring back a forgotten or archived record",
                           "Undo a forget within lifecycle.restore_days, or a capacity archive at any time:"
                           " the record returns to the status it had, searchable again; one record.restored"
                           " event. An erased record, or one past the window, cannot be restored.")
-    restore.add_argument("id", help="record id")
+    restore.add_argument("id", help=RECORD_ID_HELP)
     restore.add_argument("--reason", required=True, help="why; recorded on the audit event")
 
     for name, does in (("pin", "keep a live record from ageing out (the expiry sweep skips it)"),
                        ("unpin", "remove a record's pin")):
         pin = add_command(commands, name, _cmd_pin, does, does[0].upper() + does[1:] + "; one event.")
-        pin.add_argument("id", help="record id")
+        pin.add_argument("id", help=RECORD_ID_HELP)
         pin.add_argument("--reason", required=True, help="why; recorded on the audit event")
 
     reembed = add_command(commands, "reembed", _cmd_reembed, "re-embed every record with another model",
@@ -373,4 +412,4 @@ def register(commands: Any) -> None:
                           "Run extraction, review and apply for one ended session in this process, again"
                           " if it already ran (a re-run reuses the stored stage outputs). Exits 3 when no"
                           " hosted model is configured: the session then stays pending.")
-    extract.add_argument("session_id", help="session id")
+    extract.add_argument("session_id", help=SESSION_ID_HELP)

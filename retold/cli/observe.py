@@ -12,7 +12,16 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from retold.cli.common import add_command, cli_runtime, positive, print_json
+from retold.cli.common import (
+    RECORD_ID_HELP,
+    SESSION_ID_HELP,
+    add_command,
+    cli_runtime,
+    positive,
+    print_json,
+    resolve_record_id,
+    resolve_session_id,
+)
 from retold.cli_failure import EXIT_DAMAGED
 from retold.store.event_log import EventQuery, LoggedEvent
 from retold.store.session_states import SESSION_STATES, SessionQuery, SessionStatus
@@ -96,8 +105,11 @@ def _session_row(s: SessionStatus) -> tuple[str, ...]:
 
 def _cmd_events(args: argparse.Namespace) -> int:
     with cli_runtime(args, models=False) as rt:
+        # A part that names nothing stays as typed: the listing is then honestly empty.
+        record = resolve_record_id(rt.store, args.record) if args.record else None
+        session = resolve_session_id(rt.store, args.session) if args.session else None
         query = EventQuery(kind=args.kind, since=_moment(args.since, rt.clock.now()),
-                           record_id=args.record, session_id=args.session, limit=args.limit)
+                           record_id=record, session_id=session, limit=args.limit)
         events = rt.store.find_events(query)
     _print_listing(args, "event", events, ("AT", "KIND", "ACTOR", "RECORD", "PAYLOAD"), _event_row)
     return 0
@@ -208,8 +220,8 @@ def register(commands: Any) -> None:
         " the newest --limit that match, oldest first, with their payload.")
     for flag, text in (
         ("--kind", "one kind (extraction.failed), or a prefix ending in * or . (extraction.*)"),
-        ("--record", "only events about this record id"),
-        ("--session", "only events whose payload names this session id"),
+        ("--record", "only events about this record: " + RECORD_ID_HELP),
+        ("--session", "only events whose payload names this session: " + SESSION_ID_HELP),
     ):
         events.add_argument(flag, help=text)
     events.add_argument("--since", type=_since, help="only events at or after this ISO 8601 time, or"

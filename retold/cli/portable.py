@@ -8,7 +8,16 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from retold.cli.common import EXIT_REFUSED, Refused, actor, add_command, cli_runtime, scope_arg
+from retold.cli.common import (
+    EXIT_REFUSED,
+    Refused,
+    actor,
+    add_command,
+    cli_config,
+    cli_runtime,
+    missing_store_file,
+    scope_arg,
+)
 
 __all__ = ["register"]
 
@@ -47,6 +56,8 @@ def _cmd_import(args: argparse.Namespace) -> int:
     path = Path(args.file)
     if not path.is_file():
         raise Refused(f"no file {args.file}")
+    if (missing := missing_store_file(cli_config(args))) is not None:
+        raise Refused(f"no store at {missing}; {_how_to_create(missing, path, args)}")
     principal = Principal(args.agent, args.user, None, args.project)
     with cli_runtime(args) as rt, path.open(encoding="utf-8") as lines:
         try:
@@ -68,6 +79,24 @@ def _cmd_import(args: argparse.Namespace) -> int:
     for failure in result.failed:
         print(f"line {failure.line}: {failure.reason}", file=sys.stderr)
     return EXIT_REFUSED if result.failed else 0
+
+
+def _how_to_create(store: str, path: Path, args: argparse.Namespace) -> str:
+    """How to make the store an import into ``store`` needs: one the agent may write."""
+    from retold.portable.lines import ImportRefused, read_header
+
+    scope = args.into
+    if scope is None:
+        try:
+            with path.open(encoding="utf-8") as lines:
+                scope = read_header(lines.readline()).scope
+        except (ImportRefused, OSError, UnicodeDecodeError):
+            scope = None  # the import itself reports what is wrong with the file
+    if scope is None or scope.is_private:
+        # The agent's own scope needs no grant: an empty store is all it takes.
+        return f"create an empty one with `retold migrate --store {store}`, then import again"
+    return (f"create it, with a grant that lets {args.agent} write {scope}, by running"
+            f" `retold grant {args.agent} {scope} --read --write --store {store}`, then import again")
 
 
 def register(commands: Any) -> None:

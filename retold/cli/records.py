@@ -7,7 +7,16 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from retold.cli.common import add_command, cli_runtime, positive, print_json, scope_arg
+from retold.cli.common import (
+    RECORD_ID_HELP,
+    Refused,
+    add_command,
+    cli_runtime,
+    positive,
+    print_json,
+    resolve_record_id,
+    scope_arg,
+)
 from retold.util import to_plain
 
 if TYPE_CHECKING:
@@ -31,9 +40,19 @@ def _maybe_json(value: Any) -> Any:
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
+    from retold.models import Principal
+    from retold.policy.grants import no_grant_reason, readable_scopes
+
     query = " ".join(args.query).strip()
     with cli_runtime(args) as rt:
         report = rt.operations.search(args.agent, args.user, query, project_id=args.project, k=args.k)
+        lacking = None
+        if not report.outcome.response.results:
+            principal = Principal(args.agent, args.user, None, args.project)
+            lacking = no_grant_reason(rt.store, principal, readable_scopes(rt.store, principal))
+    if lacking and not args.json:
+        # The cause is the grant, not the query: its log row would only bury that line.
+        raise Refused(f"no memory found: {lacking}")
     response = report.outcome.response
     log = {key: _maybe_json(value) for key, value in report.log.items()}
     if args.json:
@@ -54,7 +73,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
 
 def _cmd_get(args: argparse.Namespace) -> int:
     with cli_runtime(args, models=False) as rt:  # reads what is stored, embeds nothing
-        detail = rt.operations.get(args.id)
+        detail = rt.operations.get(resolve_record_id(rt.store, args.id))
     print_json({"record": _record_json(detail.record),
                 "lineage": [{"id": r.id, "version": r.version, "status": r.status,
                              "created_at": r.created_at} for r in detail.lineage],
@@ -89,7 +108,7 @@ def register(commands: Any) -> None:
     get = add_command(commands, "get", _cmd_get, "print a full record with lineage and events",
                       "Print one record, whatever its status, with its supersession lineage, conflicts"
                       " and audit events, as JSON.")
-    get.add_argument("id", help="record id")
+    get.add_argument("id", help=RECORD_ID_HELP)
 
     dump = add_command(commands, "dump", _cmd_dump, "print the active records of one scope",
                        "Print the provisional and confirmed records of one scope, oldest first.")

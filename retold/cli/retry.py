@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from retold.cli.common import add_command, cli_runtime
+from retold.cli.common import SESSION_ID_HELP, add_command, cli_runtime, resolve_session_id
 
 if TYPE_CHECKING:
     from retold.runtime import Runtime
@@ -25,8 +25,9 @@ def register(commands: Any) -> None:
 
     def run(args: argparse.Namespace) -> int:
         with cli_runtime(args) as rt:
-            for session_id in args.session_ids:
-                print(retry(rt, session_id))
+            # Every id resolved before the first is retried: an ambiguous one changes nothing.
+            for session in [resolve_session_id(rt.store, text) for text in args.session_ids]:
+                print(retry(rt, session))
         return 0
 
     parser = add_command(commands, "retry", run, "hand failed or parked sessions back to the workers",
@@ -34,7 +35,7 @@ def register(commands: Any) -> None:
                      " or blocked for want of a hosted model) and hand it to the configured scheduler"
                      " now. When the queue is unreachable it stays due and the recover sweep hands it"
                      " over. Fails on a session that is not ended, already extracted, or unknown.")
-    parser.add_argument("session_ids", nargs="+", metavar="session_id", help="session id")
+    parser.add_argument("session_ids", nargs="+", metavar="SESSION", help=SESSION_ID_HELP)
 
 
 def retry(rt: Runtime, session_id: str) -> str:

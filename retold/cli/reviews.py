@@ -16,7 +16,7 @@ import sys
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 
-from retold.cli.common import add_command, cli_runtime
+from retold.cli.common import RECORD_ID_HELP, add_command, cli_runtime, resolve_record_id
 from retold.util import to_iso
 
 if TYPE_CHECKING:
@@ -47,7 +47,8 @@ def _reviews(args: argparse.Namespace) -> int:
         if args.action == "list":
             return _list(rt, args)
         if args.action == "resolve":
-            row = rt.activator.resolve(args.record, cast("Resolution", args.resolution),
+            record = resolve_record_id(rt.store, args.record)
+            row = rt.activator.resolve(record, cast("Resolution", args.resolution),
                                        resolver=args.resolver, reason=args.reason)
             print(f"resolved {row.record_id} as {args.resolution}: activation {row.activation}")
             return 0
@@ -89,8 +90,8 @@ def _backlog(rt: Runtime, args: argparse.Namespace) -> int:
 
 def _activation(args: argparse.Namespace) -> int:
     with cli_runtime(args) as rt:
-        row = rt.activator.set_manually(args.record, args.activation, resolver=args.resolver,
-                                        reason=args.reason)
+        row = rt.activator.set_manually(resolve_record_id(rt.store, args.record), args.activation,
+                                        resolver=args.resolver, reason=args.reason)
     print(f"record {row.record_id}: {row.activation} ({row.reason})")
     return 0
 
@@ -106,7 +107,7 @@ def register(commands: Any) -> None:
         " (reject forgets the record); 'backlog --max-open N --max-age-days D' exits 3 when the"
         " queue is longer or older than that. Every decision is audited.", conflict_handler="resolve")
     reviews.add_argument("action", choices=["list", "resolve", "backlog"], help="what to do")
-    reviews.add_argument("record", nargs="?", metavar="ID", help="record id (resolve)")
+    reviews.add_argument("record", nargs="?", metavar="ID", help=RECORD_ID_HELP + " (resolve)")
     reviews.add_argument("--as", dest="resolution", choices=["ambient", "conditional", "reject"],
                          help="the decision (resolve)")
     reviews.add_argument("--actor", dest="actor", help="operator identity (default: admin); the"
@@ -124,7 +125,7 @@ def register(commands: Any) -> None:
         " only). Ambient is refused for what the policy never allows: an inference, a fact not about"
         " the user, a quote not found in the user's own turns, a credential. Audited with a"
         " record.activation event.")
-    activation.add_argument("record", metavar="RECORD", help="record id")
+    activation.add_argument("record", metavar="RECORD", help=RECORD_ID_HELP)
     activation.add_argument("activation", choices=["ambient", "conditional"], help="the activation to set")
     activation.add_argument("--resolver", required=True, help="who decides; recorded on the event")
     activation.add_argument("--reason", required=True, help="why; recorded on the event")

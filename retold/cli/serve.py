@@ -53,7 +53,8 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
         raise Refused("the MCP SDK is not installed; pip install 'retold[mcp]'", EXIT_USAGE) from None
     if args.http:
         with cli_runtime(args) as rt:
-            mcp_server.serve_http(rt, host, port)
+            mcp_server.serve_http(rt, host, port, on_listening=lambda url: print(
+                f"retold mcp: listening on {url} (Ctrl-C stops it)", file=sys.stderr, flush=True))
         return 0
     try:
         rt = cli_runtime(args)

@@ -10,7 +10,9 @@ user ids (:func:`tokens_for`)."""
 
 from __future__ import annotations
 
+import hashlib
 import re
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -18,8 +20,8 @@ from typing import TypeVar
 from retold.errors import ConfigError
 from retold.tenant import check_tenant
 
-__all__ = ["McpConfig", "McpTokenConfig", "UiConfig", "UiTokenConfig", "mcp_token_errors", "tokens_for",
-           "ui_token_errors"]
+__all__ = ["McpConfig", "McpTokenConfig", "UiConfig", "UiTokenConfig", "mcp_token_errors", "new_token",
+           "token_digest", "tokens_for", "ui_token_errors"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +70,18 @@ class UiConfig:
 
 
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+_TOKEN_BYTES = 32  # 256 random bits: long enough that one unsalted SHA-256 is all the hashing needed
+
+
+def token_digest(token: str) -> str:
+    """The lowercase hex SHA-256 of a bearer token: the only form config keeps."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def new_token() -> tuple[str, str]:
+    """A fresh random token (URL-safe text) and its digest."""
+    token = secrets.token_urlsafe(_TOKEN_BYTES)
+    return token, token_digest(token)
 
 
 def mcp_token_errors(mcp: McpConfig) -> list[str]:

@@ -227,8 +227,10 @@ def judge_from_config(cfg: EquivalenceConfig, device: str = "cpu") -> Equivalenc
     """Build the judge ``ingestion.equivalence`` names.
 
     ``exact`` and ``fake`` select those judges. Any other name is an NLI model loaded
-    now, offline; when it cannot load, the exact judge decides instead and one warning
-    says so (``docs/decisions.md``, "Choosing the judge without importing torch").
+    now, offline; when it is not on this machine the exact judge decides instead, logged
+    at debug level only, because that is how a fresh install runs and ``retold check``
+    says so in words (:func:`judge_note`). A model that is here but fails to load is a
+    warning (``docs/decisions.md``, "Choosing the judge without importing torch").
     """
     if cfg.model == "exact":
         return ExactJudge()
@@ -236,10 +238,8 @@ def judge_from_config(cfg: EquivalenceConfig, device: str = "cpu") -> Equivalenc
         return FakeJudge()
     if not _locally_available(cfg.model):
         # Decided without importing torch: commands that never judge stay fast.
-        log.warning(
-            "equivalence judge: using exact (normalised text equality) because NLI model %s"
-            " is not a local path and not in the local Hugging Face cache", cfg.model,
-        )
+        log.debug("equivalence judge: exact, because NLI model %s is not a local folder and not in"
+                  " the local Hugging Face cache", cfg.model)
         return ExactJudge()
     nli = NLICrossEncoderJudge(cfg.model, cfg.entail_floor, cfg.contradict_floor, device=device)
     try:
@@ -249,6 +249,22 @@ def judge_from_config(cfg: EquivalenceConfig, device: str = "cpu") -> Equivalenc
         return ExactJudge()
     log.info("equivalence judge: using %s", nli.name)
     return nli
+
+
+def judge_note(cfg: EquivalenceConfig) -> str:
+    """One line, in plain words, on the judge :func:`judge_from_config` would pick and
+    what to do to get the NLI model, decided without loading anything."""
+    if cfg.model == "fake":
+        return "equivalence judge: fake (for tests: every pair of claims counts as distinct)"
+    exact = ("two memories count as the same claim only when their words match, and no contradiction"
+             " is inferred from meaning")
+    if cfg.model == "exact":
+        return f"equivalence judge: exact text (ingestion.equivalence.model: exact): {exact}"
+    if not _locally_available(cfg.model):
+        return (f"equivalence judge: exact text, because the NLI model {cfg.model} is not on this"
+                f" machine: {exact}; to judge meaning, download it once (hf download {cfg.model}) or"
+                " set ingestion.equivalence.model to a folder holding it (docs/models.md)")
+    return f"equivalence judge: NLI model {cfg.model} (found on this machine; it loads on the first write)"
 
 
 def _locally_available(model: str) -> bool:

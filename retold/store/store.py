@@ -18,6 +18,7 @@ from retold.store.erasure import ErasureMixin
 from retold.store.event_log import EventLogMixin
 from retold.store.grants import GrantsMixin
 from retold.store.hygiene import HygieneMixin
+from retold.store.ids import IdsMixin
 from retold.store.members import MembersMixin
 from retold.store.pending import PendingMixin
 from retold.store.pins import PinsMixin
@@ -60,7 +61,9 @@ class Store(
     ProfilesMixin,
     TurnDecisionsMixin,
     BundlesMixin,
+    IdsMixin,
 ):
     """The store: records, vectors, entities, sessions and their extraction claims, grants,
     members, search logs and sweeps, activation and profile blocks, the operator's reads
-    of session states, events and counts, turn decisions and bundle results."""
+    of session states, events and counts, turn decisions and bundle results, and the ids a
+    person names by part of them."""

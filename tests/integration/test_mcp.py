@@ -233,6 +233,26 @@ def http_server(store: tuple[Path, Path]) -> Iterator[str]:
             proc.wait(timeout=WAIT)
 
 
+def test_http_says_where_it_listens_and_nothing_before(store: tuple[Path, Path]) -> None:
+    path, config = store
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "retold.cli", "mcp", "--store", str(path), "--config", str(config),
+         "--http", f"127.0.0.1:{port}"],
+        cwd=ROOT, env={**os.environ, **ENV}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_listening(port, proc, "the MCP HTTP server", WAIT)
+        assert proc.stderr is not None
+        first = proc.stderr.readline()  # said once the socket is bound, so it is there by now
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=WAIT) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=WAIT)
+    assert first == f"retold mcp: listening on http://127.0.0.1:{port}/mcp (Ctrl-C stops it)\n"
+
+
 def test_http_with_a_valid_token_serves_the_tools(http_server: str, store: tuple[Path, Path]) -> None:
     path, config = store
     expected = _expected_tools(path, config, None)

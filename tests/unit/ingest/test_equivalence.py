@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,7 @@ from retold.ingest.equivalence import (
     FakeJudge,
     NLICrossEncoderJudge,
     judge_from_config,
+    judge_note,
     nli_label_columns,
     normalise_claim,
 )
@@ -108,21 +110,38 @@ def test_config_selects_exact_and_fake(model: str, kind: type, caplog: pytest.Lo
     assert not [r for r in caplog.records if r.name == "retold.ingest.equivalence"]
 
 
-def test_config_falls_back_to_exact_fast_with_one_warning(caplog: pytest.LogCaptureFixture) -> None:
+def test_config_falls_back_to_exact_fast_and_quietly(caplog: pytest.LogCaptureFixture) -> None:
     try:
         import sentence_transformers  # noqa: F401  import cost is not what is timed here
     except ImportError:
         pass  # then the fallback is for the missing package; still exact
     name = "no-such-org/no-such-nli-model"
     start = time.monotonic()
-    with caplog.at_level(logging.INFO, logger="retold.ingest.equivalence"):
+    with caplog.at_level(logging.DEBUG, logger="retold.ingest.equivalence"):
         judge = judge_from_config(EquivalenceConfig(model=name))
     elapsed = time.monotonic() - start
     assert isinstance(judge, ExactJudge)
     assert elapsed < 3.0, f"fallback waited {elapsed:.1f}s; a missing model must never wait on a hub"
     records = [r for r in caplog.records if r.name == "retold.ingest.equivalence"]
-    assert len(records) == 1
-    assert records[0].levelno == logging.WARNING
+    # A fresh install runs like this: said at debug level for whoever looks, never warned
+    # about on every command (retold check says it in words).
+    assert [r.levelno for r in records] == [logging.DEBUG]
     message = records[0].getMessage()
     assert "exact" in message and name in message
     assert "\n" not in message
+
+
+def test_the_note_says_what_the_exact_judge_means_and_how_to_get_the_model(tmp_path: Path) -> None:
+    missing = judge_note(EquivalenceConfig(model="no-such-org/no-such-nli-model"))
+    assert missing.startswith("equivalence judge: exact text, because the NLI model"
+                              " no-such-org/no-such-nli-model is not on this machine")
+    assert "only when their words match" in missing
+    assert "hf download no-such-org/no-such-nli-model" in missing and "docs/models.md" in missing
+    assert "\n" not in missing
+    chosen = judge_note(EquivalenceConfig(model="exact"))
+    assert chosen.startswith("equivalence judge: exact text (ingestion.equivalence.model: exact)")
+    assert "download" not in chosen
+    folder = tmp_path / "nli"
+    folder.mkdir()
+    assert judge_note(EquivalenceConfig(model=str(folder))) == (
+        f"equivalence judge: NLI model {folder} (found on this machine; it loads on the first write)")
