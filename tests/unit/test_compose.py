@@ -163,3 +163,79 @@ def test_redis_is_published_on_the_host_only_by_the_host_agents_file() -> None:
     extra = yaml.safe_load((ROOT / "docker-compose.host-agents.yml").read_text())
     (published,) = extra["services"]["redis"]["ports"]
     assert _interpolated(published) == "127.0.0.1:6379:6379"  # loopback only
+
+
+def _restarts(policy: str | None, exit_code: int) -> bool:
+    """Whether Docker restarts a container that exited with ``exit_code`` under ``policy``
+    (a service's ``restart:``), as the engine reads it."""
+    if policy in (None, "no"):
+        return False
+    if policy in ("always", "unless-stopped"):
+        return True
+    assert policy.startswith("on-failure"), policy  # on-failure or on-failure:N
+    return exit_code != 0
+
+
+def test_a_worker_that_exits_after_a_lost_acknowledgement_is_started_again() -> None:
+    from workers.liveness import EXIT_ACK_LOST
+
+    services = _services()
+    overlay = yaml.safe_load((ROOT / "docker-compose.host-agents.yml").read_text())["services"]
+    long_running = [name for name in services if name != "store-dir"]
+    assert {*SQLITE_STACK, *PG_STACK} <= set(long_running)
+    for name in long_running:
+        policy = overlay.get(name, {}).get("restart", services[name].get("restart"))
+        # a lost acknowledgement is a non-zero exit the worker chose, for exactly this policy
+        assert _restarts(policy, EXIT_ACK_LOST), name
+        assert _restarts(policy, 137), name  # killed (out of memory) is restarted too
+    # the one-shot exits 0 when done; a policy that restarts that would rerun it forever
+    assert not _restarts(services["store-dir"].get("restart"), 0)
+
+
+def _dockerfile_runs() -> list[str]:
+    """The Dockerfile's RUN commands, continuation lines joined."""
+    text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
+    return [line[len("RUN "):] for line in text.splitlines() if line.startswith("RUN ")]
+
+
+def _image_user(uid: str) -> str:
+    """The name of the user the Dockerfile creates with ``uid`` as its default uid."""
+    text = (ROOT / "Dockerfile").read_text()
+    args = dict(re.findall(r"^ARG (RETOLD_[UG]ID)=(\d+)$", text, re.M))
+    useradd = re.search(r'useradd --uid "\$(\w+)" .* (\w+)$', text, re.M)
+    assert useradd is not None, "the Dockerfile no longer creates its user with useradd"
+    assert args[useradd.group(1)] == uid, f"the image's user is not uid {uid}"
+    return useradd.group(2)
+
+
+def test_every_folder_a_service_writes_is_in_the_image_owned_by_its_user() -> None:
+    compose = _compose()
+    named = set(compose.get("volumes") or {})
+    made: set[str] = set()
+    owned: dict[str, set[str]] = {}
+    for command in _dockerfile_runs():
+        for step in re.split(r"&&|;", command):
+            words = step.split()
+            if words[:2] == ["mkdir", "-p"]:
+                made.update(words[2:])
+            elif words[:1] == ["chown"] and not words[1].startswith("-"):
+                owned.setdefault(words[1], set()).update(words[2:])
+    checked = 0
+    for name, service in compose["services"].items():
+        if service.get("image") != "retold:latest" or name == "store-dir":
+            continue
+        uid, gid = _interpolated(service["user"]).split(":")
+        # compose builds the image with the uid the services run as, so the two agree
+        assert isinstance(service["build"], dict), f"{name}: the image is built without the services' uid"
+        args = service["build"]["args"]
+        assert (_interpolated(args["RETOLD_UID"]), _interpolated(args["RETOLD_GID"])) == (uid, gid), name
+        user = _image_user(uid)
+        for volume in service.get("volumes", []):
+            source, mount, *mode = volume.split(":")
+            if mode == ["ro"]:
+                continue  # read-only: the config file
+            assert source in named or source.startswith("./"), volume
+            assert mount in made, f"{name}: the image never creates {mount}"
+            assert mount in owned.get(f"{user}:{user}", set()), f"{name}: {mount} is not {user}'s"
+            checked += 1
+    assert checked >= len(SQLITE_STACK) + 1  # /data for each, and beat-pg's /beat

@@ -194,6 +194,29 @@ def test_the_int8_file_is_quantised_from_an_existing_float_file_without_exportin
     assert ensure_exported(cfg) == dest and len(made) == 1  # made once
 
 
+def test_only_a_real_export_says_so_on_stderr_and_before_it_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    cache, _ = _exported_cache(tmp_path, monkeypatch)
+    ensure_exported(EmbeddingConfig(onnx_cache_dir=str(cache)))
+    assert capfd.readouterr() == ("", "")  # the file is there: a normal run says nothing
+
+    said: list[str] = []
+
+    def export(model_dir: Path, dest: Path, *args: object) -> Path:
+        said.append(capfd.readouterr().err)  # what the user saw when the wait began
+        write_atomically(dest, b"an exported graph")
+        return dest
+
+    monkeypatch.setattr(onnx_export, "export_onnx", export)
+    empty = tmp_path / "empty-cache"
+    ensure_exported(EmbeddingConfig(onnx_cache_dir=str(empty)))
+    (line,) = said[0].splitlines()
+    assert "exporting all-MiniLM-L6-v2 to ONNX once" in line and str(empty) in line
+    ensure_exported(EmbeddingConfig(onnx_cache_dir=str(empty)))
+    assert capfd.readouterr() == ("", "") and len(said) == 1
+
+
 def test_mean_pool_ignores_padding() -> None:
     hidden = np.array([[[1.0, 0.0], [3.0, 2.0], [100.0, 100.0]]], dtype=np.float32)
     mask = np.array([[1, 1, 0]])
