@@ -36,8 +36,11 @@ def _cmd_export(args: argparse.Namespace) -> int:
     finally:
         if partial:
             partial.unlink(missing_ok=True)
+    # The summary goes where the lines do not: stdout when they went to a file, so a healthy
+    # run says nothing on stderr.
     print(f"exported {result.records} records ({result.vectors} with vectors), {result.entities} entities"
-          f" and {result.events} events of {result.scope} in {result.seconds:.1f} s", file=sys.stderr)
+          f" and {result.events} events of {result.scope} in {result.seconds:.1f} s",
+          file=sys.stdout if partial else sys.stderr)
     return 0
 
 

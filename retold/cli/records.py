@@ -42,6 +42,7 @@ def _maybe_json(value: Any) -> Any:
 def _cmd_search(args: argparse.Namespace) -> int:
     from retold.models import Principal
     from retold.policy.grants import no_grant_reason, readable_scopes
+    from retold.retrieve.explain import short_id
 
     query = " ".join(args.query).strip()
     with cli_runtime(args) as rt:
@@ -59,7 +60,8 @@ def _cmd_search(args: argparse.Namespace) -> int:
         print_json({
             "search_id": response.search_id, "rendered": report.outcome.rendered,
             "empty_reason": response.empty_reason, "timings_ms": response.timings_ms,
-            "results": [{"id": r.record.id, "score": r.score, "content": r.record.content,
+            "results": [{"id": r.record.id, "short_id": short_id(r.record.id), "score": r.score,
+                         "content": r.record.content,
                          "status": r.record.status, "scope": str(r.record.scope)}
                         for r in response.results],
             "log": log,

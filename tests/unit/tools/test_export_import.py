@@ -211,7 +211,7 @@ def test_cli_export_then_import_and_one_line_refusals(
     base = ["--store", world.target, "--config", str(config)]
     out = tmp_path / "aditya.jsonl"
     assert main(["export", "--scope", "user:aditya", "--include-history", "--out", str(out), *base]) == 0
-    assert "exported 2 records (2 with vectors)" in capsys.readouterr().err
+    assert "exported 2 records (2 with vectors)" in capsys.readouterr().out
     who = ["--agent", AGENT, "--user", "aditya"]
     assert main(["import", str(out), *who, "--into", "project:atlas", *base]) == 0
     said = capsys.readouterr().out
