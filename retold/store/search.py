@@ -85,8 +85,6 @@ class SearchMixin(StoreBase):
     """The eligible set, lexical and entity candidate queries, and ``search_log``."""
 
     _eligible_token: int | None = None  # which EligibleSet temp.retold_eligible_seq holds
-    # SQLite's unary + on a column: "use no index for this term" (PostgreSQL has none).
-    _NOT_INDEXED = "+"
 
     def eligible_ids(
         self,
