@@ -5,7 +5,9 @@ For each backend and each ``--sizes`` store (the synthetic store of the search b
 backends so machine noise hits both alike:
 
 - write: ``Ingestor.write`` of a new memory (decide, then write row, FTS, vector, event),
-  p50/p95 of its ``total`` minus its ``embed`` stage;
+  p50/p95 of its ``total`` minus its ``embed`` stage, and of each stage (all in the JSON,
+  the larger ones in the table; ``dedup_search`` holds the subject scan and the duplicate
+  search);
 - search: ``memory_search`` warm, p50/p95 of every stage except the query embedding;
 - refresh: another connection (another process would be the same) writes one record with
   its vector; the time this process's RAM index takes to bring itself up to date by delta.
@@ -56,6 +58,11 @@ from retold.store.postgres.url import conninfo  # noqa: E402
 from retold.testing import make_record  # noqa: E402
 
 BACKENDS = ("sqlite", "postgres")
+# The write's stages, as Ingestor.write times them (embed and total are reported apart).
+WRITE_STAGES = ("permission", "evidence", "entities", "dedup_search", "judge", "supersession", "write_lock",
+                "persistence", "event_log", "transaction", "index_update")
+# The stages the table shows (every one is in the JSON).
+TABLE_STAGES = ("dedup_search", "judge", "persistence", "event_log", "transaction")
 
 
 def _search_ms(rt: Runtime, queries: list[str]) -> float:
@@ -64,12 +71,15 @@ def _search_ms(rt: Runtime, queries: list[str]) -> float:
     return float(timings["total"] - timings["embed_wait"])
 
 
-def _write_ms(rt: Runtime, i: int) -> float:
+def _write_ms(rt: Runtime, i: int) -> dict[str, float]:
+    """One write's stages in ms, with ``write``: its total less the embedding."""
     result = rt.ingestor.write(principal(), WriteRequest(
         type="semantic", content=f"Priya benchmarks option {i} with tool number {i * 7}.",
         attribute=f"scale_choice_{i}"))
     assert result.ok, result.note
-    return float(result.timings_ms["total"] - result.timings_ms.get("embed", 0.0))
+    timings = result.timings_ms
+    return {"write": float(timings["total"] - timings.get("embed", 0.0)),
+            **{stage: float(timings.get(stage, 0.0)) for stage in WRITE_STAGES}}
 
 
 def _refresh_ms(rt: Runtime, target: str, i: int) -> float:
@@ -134,10 +144,14 @@ def run_size(n: int, targets: dict[str, str], queries: int, seconds: float) -> d
     searches = make_queries(records, queries)
     samples: dict[str, dict[str, list[float]]] = {b: {"search": [], "write": [], "refresh": []}
                                                   for b in targets}
+    stages: dict[str, dict[str, list[float]]] = {b: {s: [] for s in WRITE_STAGES} for b in targets}
     for i, q in enumerate(searches):  # interleaved: both backends see the same noise
         for backend, rt in runtimes.items():
             samples[backend]["search"].append(_search_ms(rt, q))
-            samples[backend]["write"].append(_write_ms(rt, i))
+            written = _write_ms(rt, i)
+            samples[backend]["write"].append(written.pop("write"))
+            for stage, ms in written.items():
+                stages[backend][stage].append(ms)
             if i % 5 == 0:
                 samples[backend]["refresh"].append(_refresh_ms(rt, targets[backend], i))
     steps = {backend: concurrency(targets[backend], rt, seconds, searches)
@@ -146,6 +160,7 @@ def run_size(n: int, targets: dict[str, str], queries: int, seconds: float) -> d
         rt.close()
     return {"records": n, "build_s": build,
             **{backend: {**{kind: summarize(v) for kind, v in kinds.items()},
+                         "write_stages": {s: summarize(v) for s, v in stages[backend].items()},
                          **({"concurrency": steps[backend]} if backend in steps else {})}
                for backend, kinds in samples.items()}}
 
@@ -193,14 +208,18 @@ def main() -> None:
                     results.append(run_size(n, targets, args.queries, args.seconds if first else 0.0))
             finally:
                 admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-    table = [["records", "backend", "write p50/p95 ms", "search non-embed p50/p95 ms", "refresh p50/p95 ms",
+    table = [["records", "backend", "write p50/p95 ms",
+              f"write stages p50/p95 ms: {', '.join(TABLE_STAGES)}", "search non-embed p50/p95 ms",
+              "refresh p50/p95 ms",
               "writes/s with 1/2/4/8 processes (scaling at 8)", "errors / lost writes",
               "ms per cycle, 1; 8 processes: CPU agent + server / lock wait"]]
     for size in results:
         for backend in BACKENDS:
             row = size[backend]
+            stage = row["write_stages"]
             table.append([f"{size['records']:,}", backend,
                           f"{row['write']['p50']:.2f} / {row['write']['p95']:.2f}",
+                          "; ".join(f"{stage[s]['p50']:.2f} / {stage[s]['p95']:.2f}" for s in TABLE_STAGES),
                           f"{row['search']['p50']:.2f} / {row['search']['p95']:.2f}",
                           f"{row['refresh']['p50']:.2f} / {row['refresh']['p95']:.2f}",
                           *_steps(row.get("concurrency"))])

@@ -29,6 +29,7 @@ from retold.ingest.staleness import DECISIVE_VERDICTS, check_decision
 from retold.ingest.subject import normalize_attribute, subject_of
 from retold.ingest.summary import retire_superseded
 from retold.ingest.write_request import Provenance, Refusal, WriteError, WriteRequest, WriteResult
+from retold.ingest.write_scope import WriteScopes
 from retold.ingest.write_vector import WriteVector
 from retold.models import RECORD_TYPES, Principal, Record, Resolution, Scope
 from retold.policy import grants
@@ -85,6 +86,9 @@ class Ingestor:
         self.resolver = EntityResolver(store)
         self._reload_max = incremental_reload_max
         self._vector = WriteVector(embedder, write_timeout_ms)
+        # The eligible set of each scope the writes go to, kept by delta: read whole, it
+        # cost every write in proportion to the scope.
+        self._scopes = WriteScopes(store, incremental_reload_max)
 
     def vector_for(self, content: str) -> tuple[np.ndarray | None, str | None]:
         """The content's vector within ``embedding.write_timeout_ms``, or None with why it is
@@ -205,6 +209,9 @@ class Ingestor:
     ) -> WriteResult:
         now = self.clock.now()
         notes = list(prov.notes)
+        # Inside a caller's transaction (extraction's apply) the store may hold writes that
+        # are not committed yet: nothing read there is kept for later writes.
+        keep = not self.store.in_transaction
         # The decision is made before the store's write lock where the store allows it
         # (PostgreSQL), then checked against what other writers changed meanwhile and made
         # again under the lock if it may be stale (docs/decisions.md, "Writers decide
@@ -215,7 +222,8 @@ class Ingestor:
                 payload: dict[str, Any] = {"judge": self.judge.name, "origin_scope": str(scope),
                                            "requested_source_kind": request.source_kind}
                 candidate, links, ambiguous, decision, read = self._prepare(
-                    principal, request, scope, attribute, prov, vector, now, payload, timer, sensitivity)
+                    principal, request, scope, attribute, prov, vector, now, payload, timer, sensitivity,
+                    keep=keep)
                 window = self.store.lock_for_write([e for e, _ in links], model=self.embedder.name,
                                                    version=self.embedder.version)
                 timer.mark("write_lock")
@@ -257,7 +265,7 @@ class Ingestor:
     def _prepare(
         self, principal: Principal, request: WriteRequest, scope: Scope, attribute: str | None,
         prov: Provenance, vector: np.ndarray | None, now: datetime, payload: dict[str, Any], timer: Timer,
-        sensitivity: Sensitivity | None = None,
+        sensitivity: Sensitivity | None = None, *, keep: bool = True,
     ) -> tuple[Record, list[tuple[str, str]], list[dict[str, Any]], Decision, dict[str, int]]:
         """Resolve the entities, build the candidate record and decide what to do with it;
         also return every stored record the decision read, with the version it read."""
@@ -281,7 +289,7 @@ class Ingestor:
         if sensitivity is not None:
             candidate.sensitivity, candidate.redacted_content = sensitivity.name, sensitivity.redacted_content
         read: dict[str, int] = {}
-        decision = self._decide(candidate, vector, now, payload, timer, read)
+        decision = self._decide(candidate, vector, now, payload, timer, read, keep=keep)
         timer.mark("supersession")
         return candidate, links, ambiguous, decision, read
 
@@ -353,17 +361,18 @@ class Ingestor:
 
     def _decide(
         self, candidate: Record, vector: np.ndarray | None, now: datetime, payload: dict[str, Any],
-        timer: Timer, read: dict[str, int],
+        timer: Timer, read: dict[str, int], *, keep: bool = True,
     ) -> Decision:
         """Decide against what is stored: the same entity's records first (reinforce,
         supersede, conflict), then nearby text (episodic records skip the subject rules:
         they never supersede). See docs/architecture.md, "The write path". Adds each
-        record it read to ``read``, with the index_version it read."""
+        record it read to ``read``, with the index_version it read; ``keep``: whether what
+        it reads of the scope may be kept for later writes (:class:`WriteScopes`)."""
         self.index.refresh(self.store, self._reload_max)
         scanned: list[Record] = []
         if candidate.type != "episodic" and candidate.subject_entity_id:
             scanned = self._scan(candidate, now, payload)
-        eligible = self.store.eligible_ids([candidate.scope], [candidate.type], now=now)
+        eligible = self._scopes.eligible(candidate.scope, candidate.type, now, keep=keep)
         # Without its vector a write is compared by subject and words only.
         nearby_ids = [] if vector is None else [
             (rid, cos) for rid, cos in self.index.search(vector, eligible, NEARBY_K)

@@ -127,6 +127,11 @@ class StoreBase:
     # Appended to a SELECT that must keep its row from changing until the commit, where the
     # transaction may not hold the store's write lock (PostgreSQL).
     _LOCK_ROW = ""
+    # SQLite's unary + on a column: "use no index for this term" (PostgreSQL has none).
+    _NOT_INDEXED = "+"
+    # How many times restore_from replaced this connection's content: what a process kept
+    # of the old content (by records_version) describes another store.
+    replaced = 0
     _driver_errors: tuple[type[Exception], ...] = (sqlite3.Error,)
     _integrity_errors: tuple[type[Exception], ...] = (sqlite3.IntegrityError,)
 

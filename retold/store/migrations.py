@@ -406,6 +406,20 @@ def _access_version(conn: sqlite3.Connection) -> None:
                          f" BEGIN {_ACCESS_BUMP}; END")
 
 
+# The write path's scan of a subject's live records, most recently reinforced first
+# (``active_for_subject``), read in the index's order: the scan stops at its cap instead of
+# reading and sorting every record about the subject, which grows with the scope.
+SUBJECT_RECENT_INDEX = ("CREATE INDEX records_subject_recent ON records(scope_kind, scope_id,"
+                        " subject_entity_id, type, coalesce(last_reinforced_at, created_at) DESC, seq DESC)")
+
+
+def _subject_recent_index(conn: sqlite3.Connection) -> None:
+    """A subject's records by recency (``SUBJECT_RECENT_INDEX``). Before it, a write about
+    someone with thousands of memories in the scope read all of them to keep the 64 newest:
+    about 12 ms a write at 100K records, 10 times that at 1M."""
+    conn.execute(SUBJECT_RECENT_INDEX)
+
+
 _RETURNED_ROWS = ("INSERT OR IGNORE INTO search_returned(record_id, search_id, rank)"
                   " SELECT j.value, NEW.id, j.key + 1")
 
@@ -430,6 +444,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(17, "tenant key", _tenant_key),
     Migration(18, "record sensitivity", _record_sensitivity),
     Migration(19, "access version", _access_version),
+    Migration(20, "subject recency index", _subject_recent_index),
 )
 LATEST = MIGRATIONS[-1].version
 

@@ -46,7 +46,11 @@ class PinsMixin(StoreBase):
             conn.execute("INSERT INTO record_pins(record_id, pinned_at, actor) VALUES (?, ?, ?)",
                          (record_id, now, actor))
             expires = conn.execute("SELECT expires_at FROM records WHERE id = ?", (record_id,)).fetchone()[0]
-            conn.execute("UPDATE records SET expires_at = NULL WHERE id = ?", (record_id,))
+            if expires is not None:
+                # A record past its expiry but not yet swept is eligible again: stamped with
+                # a new records_version, so eligible sets kept by version see it.
+                conn.execute("UPDATE records SET expires_at = NULL, index_version = ? WHERE id = ?",
+                             (self.bump_version(conn), record_id))
             return self._insert_event(conn, NewEvent("record.pinned", actor, {
                 "reason": reason, "cleared_expires_at": expires}, record_id))
 

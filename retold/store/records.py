@@ -347,6 +347,9 @@ class RecordsMixin(StoreBase):
         )
         params: list[Any] = [scope.kind, scope.id, entity_id, type_, to_iso(now)]
         if attribute is not None:
+            # One attribute's few rows come from records_subject; SQLite would otherwise
+            # walk records_subject_recent, every record about the subject, for its order.
+            where = where.replace("AND type = ?", f"AND {self._NOT_INDEXED}type = ?")
             where += " AND attribute = ?"
             params.append(attribute)
         return self._select(

@@ -86,8 +86,6 @@ class SearchMixin(StoreBase):
 
     _eligible_token: int | None = None  # which EligibleSet temp.retold_eligible_seq holds
     _fts_rows: tuple[int, int] = (-1, 0)  # (records_version, rows of records_fts) last read
-    # SQLite's unary + on a column: "use no index for this term" (PostgreSQL has none).
-    _NOT_INDEXED = "+"
 
     def eligible_ids(
         self,

@@ -26,6 +26,7 @@ from retold.store.portable import PortableMixin
 from retold.store.profiles import ProfilesMixin
 from retold.store.records import RecordsMixin
 from retold.store.retention import RetentionMixin
+from retold.store.scope_rows import ScopeRowsMixin
 from retold.store.search import SearchMixin
 from retold.store.session_states import SessionStatesMixin
 from retold.store.sessions import SessionsMixin
@@ -52,6 +53,7 @@ class Store(
     PortableMixin,
     PendingMixin,
     SearchMixin,
+    ScopeRowsMixin,
     SweepsMixin,
     RetentionMixin,
     ErasureMixin,

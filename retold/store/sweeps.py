@@ -198,6 +198,7 @@ class SweepsMixin(StoreBase):
                 if self._depth:
                     raise StoreError("a snapshot cannot be loaded inside a transaction")
                 reader.backup(self._conn)
+                self.replaced += 1
                 clear_damage(self.path)  # the damaged content is gone; the caller checked the snapshot
                 if self.path != ":memory:":
                     self._conn.execute("PRAGMA journal_mode = WAL")

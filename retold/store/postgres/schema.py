@@ -19,7 +19,7 @@ from importlib import resources
 from typing import Any
 
 from retold.errors import NotADatabaseError, SchemaTooNewError
-from retold.store.migrations import MIGRATIONS, UTILITY_TABLES, MigrationReport
+from retold.store.migrations import MIGRATIONS, SUBJECT_RECENT_INDEX, UTILITY_TABLES, MigrationReport
 from retold.tenant import DEFAULT_TENANT
 from retold.util import SystemClock, to_iso
 
@@ -274,6 +274,12 @@ def _access_version(conn: Any) -> None:
     conn.execute(f"GRANT EXECUTE ON FUNCTION retold_access_bump() TO {AGENT_ROLE}")
 
 
+def _subject_recent_index(conn: Any) -> None:
+    """As on SQLite (retold.store.migrations): a subject's records by recency, so the write
+    path's capped scan reads its cap, not every record about the subject."""
+    conn.execute(SUBJECT_RECENT_INDEX)
+
+
 # Migrations after the initial PostgreSQL schema: (version, name, apply).
 PG_MIGRATIONS: tuple[tuple[int, str, Callable[[Any], None]], ...] = (
     (10, "search decision column", _search_decision),
@@ -286,6 +292,7 @@ PG_MIGRATIONS: tuple[tuple[int, str, Callable[[Any], None]], ...] = (
     (17, "tenant key", _tenant_key),
     (18, "record sensitivity", _record_sensitivity),
     (19, "access version", _access_version),
+    (20, "subject recency index", _subject_recent_index),
 )
 # The version from which every table has a tenant key under row-level security.
 TENANT_VERSION = 17

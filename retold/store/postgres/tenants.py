@@ -39,8 +39,10 @@ _NEW_TENANT_META = (("records_version", "0"),)
 
 
 def _connect(url: str) -> PgConnection:
-    import psycopg
-
+    try:
+        import psycopg
+    except ImportError as exc:
+        raise StoreError("a PostgreSQL store needs psycopg: install the `postgres` extra") from exc
     try:
         return PgConnection(conninfo(url), connect_timeout=30)
     except psycopg.OperationalError as exc:

@@ -236,6 +236,32 @@ def test_eligible_ids_is_one_indexed_query(store: Store) -> None:
     assert "SCAN records" not in plan
 
 
+def _plans(store: Store, read: object, prefix: str) -> list[str]:
+    """SQLite's plan of every statement ``read()`` ran that starts with ``prefix``."""
+    captured: list[str] = []
+    with store.snapshot() as conn:
+        conn.set_trace_callback(captured.append)
+        read()  # type: ignore[operator]
+        conn.set_trace_callback(None)
+        return [" ".join(str(r) for r in conn.execute("EXPLAIN QUERY PLAN " + sql))
+                for sql in captured if sql.startswith(prefix)]
+
+
+@pytest.mark.sqlite_only("reads SQLite's query plan")
+def test_what_a_write_reads_of_its_scope_is_bounded_by_an_index(store: Store) -> None:
+    """The subject scan walks the subject's records newest first and stops at its cap; one
+    attribute's rows come from the subject index; the kept eligible set reads only rows
+    changed since a version. None of them reads and sorts the whole scope."""
+    (scan,) = _plans(store, lambda: store.active_for_subject(ADITYA, "semantic", "ent_aditya", T0, limit=3),
+                     "SELECT")
+    assert "records_subject_recent" in scan and "TEMP B-TREE" not in scan
+    (one,) = _plans(store, lambda: store.active_for_subject(ADITYA, "semantic", "ent_aditya", T0,
+                                                            attribute="fact_1"), "SELECT")
+    assert "records_subject " in one
+    (since,) = _plans(store, lambda: store.scope_rows_since(3, ADITYA, "semantic", 10), "SELECT id")
+    assert "records_index_version" in since
+
+
 @pytest.mark.sqlite_only("reads SQLite's query plan")
 def test_a_lineage_walk_reads_no_whole_table(store: Store) -> None:
     older = make_record(content="Aditya's editor is nano.", attribute="editor")
