@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from retold.index.vector import VectorIndex
 from retold.models import RECORD_STATUSES, Scope
-from retold.store import Store, open_store
+from retold.store import EligibleSet, Store, open_store
 from retold.testing import make_record
 
 DIMS = 16
@@ -257,3 +257,26 @@ def test_a_repeated_eligible_set_sees_every_change_made_between_searches(
     after = index.search(query, eligible, 3)
     assert [rid for rid, _ in after] == [rid for rid, _ in before if rid != moved]
     assert [cos for _, cos in after] == pytest.approx([cos for rid, cos in before if rid != moved])
+
+
+def test_a_set_searched_once_and_again_ranks_the_same_as_brute_force() -> None:
+    """More eligible rows than one scoring block, a tenth of the index: the first search
+    scores them in place, block by block, and the second from the rows it copied out; both
+    answer exactly what scoring every eligible row at once answers."""
+    n, eligible_count = 30_000, 3_000
+    rng = np.random.default_rng(7)
+    vectors = rng.standard_normal((n, DIMS)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    index = VectorIndex(MODEL, VERSION, DIMS)
+    for i in range(n):
+        index.upsert(f"r{i}", vectors[i], seq=i + 1)
+    picked = np.sort(rng.choice(n, eligible_count, replace=False))
+    eligible = EligibleSet([f"r{i}" for i in picked], picked + 1)
+    queries = vectors[rng.choice(n, 2)] + 0.1 * rng.standard_normal((2, DIMS)).astype(np.float32)
+    best = (vectors[picked] @ queries.T).max(axis=1)
+    expected = [f"r{picked[i]}" for i in np.argsort(-best, kind="stable")[:20]]
+    first = index.search(queries, eligible, 20)
+    again = index.search(queries, eligible, 20)
+    assert [rid for rid, _ in first] == expected == [rid for rid, _ in again]
+    assert [cos for _, cos in first] == pytest.approx([cos for _, cos in again], abs=1e-6)
+    assert [cos for _, cos in first] == pytest.approx(sorted(best, reverse=True)[:20], abs=1e-5)
