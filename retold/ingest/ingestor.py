@@ -491,9 +491,12 @@ class Ingestor:
         # successor arrives, so retire it first, with the session summaries restating it.
         if decision.action == "supersede":
             assert target is not None
+            # A pack that versions no instructions replaces the old one instead.
+            keep = candidate.type != "procedural" or self.pack.classes.procedural.versioned
             for old in [target, *decision.also_superseded]:
                 retired = retire_superseded(store, old.id, candidate, NewEvent(
-                    "record.superseded", candidate.creator_agent_id, {"by": candidate.id}, old.id))
+                    "record.superseded", candidate.creator_agent_id, {"by": candidate.id}, old.id),
+                    keep_history=keep)
                 changes += [(rid, version, None, None) for rid, version in retired]
             payload["also_superseded"] = [r.id for r in decision.also_superseded]
         written = store.write_record(

@@ -310,3 +310,42 @@ def test_a_held_contradiction_sends_both_records_to_review(worlds: Worlds) -> No
         else:  # beta, as before packs: the newer statement supersedes
             assert second["outcome"] == f"superseded:{first['record_id']}"
             assert world.rt.store.review_queue(world.clock.now()) == []
+
+
+# -- classes.procedural.versioned -----------------------------------------------------------------
+
+
+def test_an_unversioned_instruction_is_replaced_not_kept_as_history(worlds: Worlds) -> None:
+    acme, beta = worlds("classes:\n  procedural: {versioned: false}")
+    for world in (acme, beta):
+        first = _write(world, type="procedural", content="Always answer Aditya in English.",
+                       attribute="answer_language")
+        world.clock.advance(timedelta(minutes=5))
+        second = _write(world, type="procedural", content="Always answer Aditya in French.",
+                        attribute="answer_language")
+        assert second["outcome"] == f"superseded:{first['record_id']}"
+        found = world.rt.tools.call("memory_search", world.p,
+                                    {"queries": ["Always answer Aditya in"], "include_history": True})
+        contents = {r["content"] for r in found["results"]}
+        if world is acme:  # the old instruction is forgotten, naming its successor
+            assert contents == {"Always answer Aditya in French."}
+            assert world.record(first["record_id"]).status == "deleted"
+            forgotten = [e for e in world.events("record.forgotten") if e["record_id"] == first["record_id"]]
+            assert forgotten[-1]["payload"]["by"] == second["record_id"]
+            assert forgotten[-1]["payload"]["previous_status"] == first["status"]
+            # Like any forget, it is erased once the restore window closes.
+            world.clock.advance(timedelta(days=world.rt.config.lifecycle.restore_days + 1))
+            assert world.rt.operations.retain().forgotten_erased == 1
+            assert world.record(first["record_id"]).content == ""
+        else:  # beta, as before packs: the old one stays as history
+            assert contents == {"Always answer Aditya in English.", "Always answer Aditya in French."}
+            assert world.record(first["record_id"]).status == "superseded"
+
+
+def test_an_unversioned_pack_keeps_the_history_of_other_classes(worlds: Worlds) -> None:
+    acme, _ = worlds("classes:\n  procedural: {versioned: false}")
+    first = _write(acme, type="semantic", content="Aditya lives in Berlin.", attribute="city")
+    acme.clock.advance(timedelta(minutes=5))
+    second = _write(acme, type="semantic", content="Aditya lives in Lisbon.", attribute="city")
+    assert second["outcome"] == f"superseded:{first['record_id']}"
+    assert acme.record(first["record_id"]).status == "superseded"
