@@ -23,6 +23,7 @@ from retold.store.pending import PendingMixin
 from retold.store.pins import PinsMixin
 from retold.store.portable import PortableMixin
 from retold.store.profiles import ProfilesMixin
+from retold.store.reclassify import ReclassifyMixin
 from retold.store.records import RecordsMixin
 from retold.store.retention import RetentionMixin
 from retold.store.search import SearchMixin
@@ -60,7 +61,9 @@ class Store(
     ProfilesMixin,
     TurnDecisionsMixin,
     BundlesMixin,
+    ReclassifyMixin,
 ):
     """The store: records, vectors, entities, sessions and their extraction claims, grants,
     members, search logs and sweeps, activation and profile blocks, the operator's reads
-    of session states, events and counts, turn decisions and bundle results."""
+    of session states, events and counts, turn decisions and bundle results, and the
+    re-classification a changed memory pack asks for."""
