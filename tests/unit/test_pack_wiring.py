@@ -349,3 +349,58 @@ def test_an_unversioned_pack_keeps_the_history_of_other_classes(worlds: Worlds) 
     second = _write(acme, type="semantic", content="Aditya lives in Lisbon.", attribute="city")
     assert second["outcome"] == f"superseded:{first['record_id']}"
     assert acme.record(first["record_id"]).status == "superseded"
+
+
+# -- classes.procedural.promote_after_repeats -----------------------------------------------------
+
+BRITISH = {"type": "semantic", "content": "Aditya wants replies in British English.",
+           "attribute": "answer_language", "source_kind": "user_statement",
+           "evidence": "always reply to me in British English"}
+
+
+def _in_session(world: World, session: str, said: str, **payload: Any) -> dict[str, Any]:
+    from retold.models import Principal
+    from retold.testing import AGENT
+
+    principal = Principal(AGENT, "aditya", session, None)
+    if session != world.p.session_id:
+        world.rt.hooks.on_session_start(principal)
+    world.say("user", said, principal)
+    answer: dict[str, Any] = world.rt.tools.call("memory_write", principal, payload)
+    return answer
+
+
+def test_an_instruction_repeated_in_separate_sessions_becomes_procedural(worlds: Worlds) -> None:
+    acme, beta = worlds("classes:\n  procedural: {promote_after_repeats: 2}")
+    said = "From now on, always reply to me in British English please."
+    for world in (acme, beta):
+        first = _in_session(world, "s1", said, **BRITISH)
+        # A second turn of the same session is one more reference, not one more session.
+        again = _in_session(world, "s1", "As I said: always reply to me in British English.",
+                            **{**BRITISH, "evidence": "As I said: always reply to me in British English"})
+        assert again["outcome"] == "reinforced" and again["record_id"] == first["record_id"]
+        repeat = _in_session(world, "s2", said, **BRITISH)
+        if world is beta:  # as before packs: one semantic record, reinforced
+            assert repeat["outcome"] == "reinforced" and repeat["record_id"] == first["record_id"]
+            continue
+        assert repeat["outcome"] == f"promoted:{first['record_id']}"
+        promoted = world.record(repeat["record_id"])
+        assert (promoted.type, promoted.content, promoted.attribute) == (
+            "procedural", BRITISH["content"], "answer_language")
+        assert promoted.supersedes_id == first["record_id"] and promoted.evidence == BRITISH["evidence"]
+        assert world.record(first["record_id"]).status == "superseded"
+        created = [e for e in world.events("record.created") if e["record_id"] == promoted.id][-1]["payload"]
+        assert created["sessions"] == ["s1", "s2"] and len(created["evidence_refs"]) == 3
+        # A standing instruction the user gave: in the profile, found by search.
+        assert repeat["activation"] == "ambient"
+        assert [r["id"] for r in _search(world, "replies in British English")] == [promoted.id]
+
+
+def test_a_repeated_fact_that_is_no_instruction_stays_semantic(worlds: Worlds) -> None:
+    acme, _ = worlds("classes:\n  procedural: {promote_after_repeats: 2}")
+    city = {"type": "semantic", "content": "Aditya lives in Berlin.", "attribute": "city",
+            "source_kind": "user_statement", "evidence": "I live in Berlin"}
+    first = _in_session(acme, "s1", "I live in Berlin these days.", **city)
+    repeat = _in_session(acme, "s2", "I live in Berlin, as you know.", **city)
+    assert repeat["outcome"] == "reinforced" and repeat["record_id"] == first["record_id"]
+    assert acme.record(first["record_id"]).type == "semantic"
