@@ -4,8 +4,9 @@ What the ``retold`` CLI and the Celery maintenance tasks call: expiry, retention
 transcripts, search logs, turn decisions and event payloads), capacity, hygiene and the
 backfill (in :mod:`retold.curation`), export and import, erasure with compaction, resumable
 re-embedding refused under a gate fitted for another model, snapshots, due-review flags,
-unmapped legacy rows, and the debugging reads ``search``, ``get`` and ``dump``. Each returns
-a small typed result. Nothing here imports torch: only ``reembed`` and ``search`` embed.
+unmapped legacy rows, re-applying a changed memory pack, and the debugging reads ``search``,
+``get`` and ``dump``. Each returns a small typed result. Nothing here imports torch: only
+``reembed``, ``apply_pack`` and ``search`` embed.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from retold.errors import RetoldError, StoreError, StoreLockedError
 from retold.index.embedder import Embedder, embedder_from_config
 from retold.index.vector import VectorIndex
 from retold.models import ACTIVE_STATUSES, RECORD_TYPES, Principal, Record, Scope, SearchRequest
+from retold.pack_apply import PackApplyResult, apply_pack
 from retold.policy.sensitivity import SensitivityRules
 from retold.portable.exporter import ExportResult, export_scope
 from retold.portable.importer import Importer, ImportResult
@@ -270,12 +272,21 @@ class Operations:
     def erase_record(self, record_id: str, reason: str, actor: str = "admin") -> EraseResult:
         """Irreversibly erase one record's text, evidence, tags, vector, FTS row and
         links; the tombstone row stays."""
-        return self._erase(lambda: self.store.erase_record(record_id, actor, _reason(reason)))
+        return self._erase(lambda: self.store.erase_record(record_id, actor, _reason(reason),
+                                                           cascade=self._cascade))
 
     def erase_session(self, session_id: str, reason: str, actor: str = "admin") -> EraseResult:
         """Irreversibly blank one session's transcript (turn rows stay) and the evidence
         quotes taken from it."""
-        return self._erase(lambda: self.store.erase_session(session_id, actor, _reason(reason)))
+        return self._erase(lambda: self.store.erase_session(session_id, actor, _reason(reason),
+                                                            cascade=self._cascade))
+
+    @property
+    def _cascade(self) -> bool:
+        """Whether the tenant's pack erases what was derived from an erased record too
+        (``governance.erasure``); a forget erased by ``retain`` never cascades: nobody asked
+        for more than the one record to go."""
+        return self.pack.governance.erasure == "cascade_to_derived"
 
     def erase_user(self, user_id: str, reason: str, actor: str = "admin") -> EraseResult:
         """Irreversibly erase every place a user's text can reach."""
@@ -303,6 +314,13 @@ class Operations:
             self.store.set_secure_delete(False)
         return EraseResult(erasure.target, erasure.target_id, list(erasure.record_ids),
                            dict(erasure.counts), erasure.event_id, compacted)
+
+    # -- memory pack -----------------------------------------------------------------------------
+
+    def apply_pack(self, *, apply: bool, actor: str = "admin") -> PackApplyResult:
+        """Re-classify and re-mask every stored record under the tenant's current pack
+        (:func:`retold.pack_apply.apply_pack`); without ``apply`` only count."""
+        return apply_pack(self.store, self.embedder, self.sensitivity, apply=apply, actor=actor)
 
     # -- re-embedding --------------------------------------------------------------------------------
 

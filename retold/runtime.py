@@ -34,6 +34,7 @@ from retold.ingest.equivalence import EquivalenceJudge, judge_from_config
 from retold.ingest.extraction import ExtractionRunner
 from retold.ingest.extractor import Extractor, StructuredLLMExtractor
 from retold.ingest.ingestor import Ingestor
+from retold.ingest.promotion import Promotion
 from retold.ingest.retries import ModelSetup, RecoverTerms, stable_digest
 from retold.ingest.reviewer import CandidateReviewer, StructuredLLMReviewer
 from retold.ingest.revision import Reviser
@@ -151,8 +152,19 @@ class Runtime:
             self.config.ingestion, self.clock,
             incremental_reload_max=self.config.embedding.incremental_reload_max,
             write_timeout_ms=self.config.embedding.write_timeout_ms,
-            sensitivity=self.sensitivity, pack=self.memory_pack,
+            sensitivity=self.sensitivity, pack=self.memory_pack, promotion=self._promotion(),
         )
+
+    def _promotion(self) -> Promotion | None:
+        """What turns a repeated instruction into a procedural record, when the tenant's
+        pack asks for it (``classes.procedural.promote_after_repeats``) and keeps the class."""
+        procedural = self.memory_pack.classes.procedural
+        if procedural.promote_after_repeats is None or not procedural.enabled:
+            return None
+        rules = ActivationPolicy(self.config.activation).rules
+        return Promotion(self.store, self.index, self.embedder, self.lifecycle, self.clock,
+                         lambda attribute, text: rules.categorize(attribute, text).category,
+                         repeats=procedural.promote_after_repeats, keep_history=procedural.versioned)
 
     @cached_property
     def reviser(self) -> Reviser:

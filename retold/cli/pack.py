@@ -1,16 +1,18 @@
-"""``retold pack check|show``: the memory pack file that holds each tenant's policies.
+"""``retold pack check|show|apply``: the memory pack file that holds each tenant's policies.
 
 ``check`` reads a pack file the way a runtime would and says whether it holds; ``show``
 prints the pack one tenant runs under, with where each value came from (Retold's
 built-in pack, the file's default pack, or the tenant's override). Neither opens a store.
+``apply`` re-classifies and re-masks a tenant's stored records under its current pack.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from typing import Any
 
-from retold.cli.common import Refused, add_command, cli_config, print_json
+from retold.cli.common import Refused, actor, add_command, cli_config, cli_runtime, print_json
 from retold.config.pack import EffectivePack, effective_pack, load_pack_file
 from retold.util import to_plain
 
@@ -18,6 +20,10 @@ __all__ = ["register"]
 
 
 def _cmd(args: argparse.Namespace) -> int:
+    if args.action == "apply":
+        return _apply(args)
+    if args.yes:
+        raise Refused(f"pack {args.action} changes nothing, so it takes no --yes")
     if args.action == "check":
         path = args.file or args.pack or cli_config(args).tenancy.pack
         if not path:
@@ -36,6 +42,26 @@ def _cmd(args: argparse.Namespace) -> int:
                     "sources": effective.sources()})
     else:
         _print_table(effective, path)
+    return 0
+
+
+def _apply(args: argparse.Namespace) -> int:
+    """Re-classify and re-mask the tenant's stored records under its current pack; a dry
+    run (no ``--yes``) only counts."""
+    if args.file or args.pack:
+        raise Refused("pack apply uses the tenant's configured pack (tenancy.pack); set it there, "
+                      "so the agents and this command agree")
+    with cli_runtime(args) as rt:
+        result = rt.operations.apply_pack(apply=args.yes, actor=actor(args))
+        tenant = rt.tenant
+    if args.json:
+        print_json({"tenant": tenant, **dataclasses.asdict(result)})
+        return 0
+    head = f"tenant {tenant}" + ("" if result.applied else " (dry run, nothing written; --yes applies it)")
+    embedded = f"{result.reembedded} re-embedded" if result.applied else f"{result.retexted} to re-embed"
+    print(f"{head}: {result.records} records re-classified, {result.changed_class} changed class, "
+          f"{result.newly_masked} newly masked, {result.unmasked} unmasked, "
+          f"{result.remasked} masked differently, {embedded}")
     return 0
 
 
@@ -64,15 +90,22 @@ def register(commands: Any) -> None:
     """Register ``pack`` on the ``retold`` parser's subcommands."""
     # resolve: --tenant here names the pack to show, whatever the common flags say it means.
     parser = add_command(
-        commands, "pack", _cmd, "check a memory pack file, or show one tenant's effective pack",
+        commands, "pack", _cmd,
+        "check a memory pack file, show one tenant's effective pack, or apply it to stored records",
         "Memory packs hold each tenant's memory policies: a default pack plus per-tenant"
         " overrides in one YAML file (docs/packs.md). `check FILE` validates the file and prints"
         " how many tenants it overrides, or one line naming the first bad key; `show` prints the"
-        " pack a tenant runs under with each value's source (built-in, pack default or tenant T)."
+        " pack a tenant runs under with each value's source (built-in, pack default or tenant T);"
+        " `apply --tenant T --yes` re-classifies every stored record of T under its current pack,"
+        " re-masks it and re-embeds what the new mask changed (without --yes it only counts)."
         " A value the file sets wins over the config key it restates; a built-in one defers to it.",
         conflict_handler="resolve")
-    parser.add_argument("action", choices=["check", "show"], help="check a file, or show a tenant's pack")
+    parser.add_argument("action", choices=["check", "show", "apply"],
+                        help="check a file, show a tenant's pack, or apply it to the stored records")
     parser.add_argument("file", nargs="?", help="check: the pack file (default: tenancy.pack in the config)")
-    parser.add_argument("--tenant", help="show: the tenant (default: tenancy.tenant in the config)")
-    parser.add_argument("--pack", help="the pack file (default: tenancy.pack in the config)")
-    parser.add_argument("--json", action="store_true", help="show: one JSON object with values and sources")
+    parser.add_argument("--tenant", help="show, apply: the tenant (default: tenancy.tenant in the config)")
+    parser.add_argument("--pack", help="check, show: the pack file (default: tenancy.pack in the config)")
+    parser.add_argument("--json", action="store_true",
+                        help="show, apply: one JSON object (show: values and sources; apply: the counts)")
+    parser.add_argument("--yes", action="store_true",
+                        help="apply: write the new classes and masks (without it, a dry run that counts)")

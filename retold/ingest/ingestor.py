@@ -25,6 +25,7 @@ from retold.ingest.decision import Decision, decide_nearby, decide_subject
 from retold.ingest.entities import EntityError, EntityResolver
 from retold.ingest.equivalence import EquivalenceJudge
 from retold.ingest.evidence import normalize_ws, source_ref, validate_evidence
+from retold.ingest.promotion import Promotion
 from retold.ingest.staleness import DECISIVE_VERDICTS, check_decision
 from retold.ingest.subject import normalize_attribute, subject_of
 from retold.ingest.summary import retire_superseded
@@ -76,12 +77,16 @@ class Ingestor:
         write_timeout_ms: int = 2000,
         sensitivity: SensitivityRules | None = None,
         pack: MemoryPack = BUILTIN_PACK,
+        promotion: Promotion | None = None,
     ) -> None:
         self.store, self.index, self.embedder, self.judge = store, index, embedder, judge
         # The tenant pack's sensitivity classes: each record's class, and the masked text
         # that is embedded and indexed in place of what a redacted class matches.
         self.sensitivity = sensitivity or SensitivityRules()
         self.pack = pack  # the record classes kept and what a disagreeing write does
+        # A pack's classes.procedural.promote_after_repeats: what a counted reinforcement
+        # may turn into a procedural record (None: the pack promotes nothing).
+        self.promotion = promotion
         self.lifecycle, self.config, self.clock = lifecycle, config, clock
         self.resolver = EntityResolver(store)
         self._reload_max = incremental_reload_max
@@ -113,12 +118,20 @@ class Ingestor:
             if pending is not None:
                 provenance.notes.append(f"stored without its vector ({pending}): found by its words"
                                         " and entities until the backfill embeds it")
-            return self._decide_and_write(principal, request, scope, attribute, provenance, vector, timer,
-                                          pending, sensitivity)
+            result = self._decide_and_write(principal, request, scope, attribute, provenance, vector, timer,
+                                            pending, sensitivity)
         except Refusal as refusal:
             timer.mark("refused")
             return WriteResult(refusal.error.code, None, None, refusal.error.message,
                                timer.as_dict(), refusal.error)
+        if self.promotion is not None and result.outcome == "reinforced" and result.record_id:
+            promoted = self.promotion.after_reinforce(result.record_id, principal.agent_id)
+            if promoted is not None:  # the caller now holds the procedural record
+                note = (f"repeated in {len(promoted.sessions)} sessions: promoted to procedural record "
+                        f"{promoted.record_id}")
+                result = replace(result, outcome=f"promoted:{promoted.from_id}", record_id=promoted.record_id,
+                                 status=promoted.status, note="; ".join(n for n in (result.note, note) if n))
+        return result
 
     # -- steps 1-3: request, permission, evidence ------------------------------------------
 
@@ -500,9 +513,12 @@ class Ingestor:
         # successor arrives, so retire it first, with the session summaries restating it.
         if decision.action == "supersede":
             assert target is not None
+            # A pack that versions no instructions replaces the old one instead.
+            keep = candidate.type != "procedural" or self.pack.classes.procedural.versioned
             for old in [target, *decision.also_superseded]:
                 retired = retire_superseded(store, old.id, candidate, NewEvent(
-                    "record.superseded", candidate.creator_agent_id, {"by": candidate.id}, old.id))
+                    "record.superseded", candidate.creator_agent_id, {"by": candidate.id}, old.id),
+                    keep_history=keep)
                 changes += [(rid, version, None, None) for rid, version in retired]
             payload["also_superseded"] = [r.id for r in decision.also_superseded]
         written = store.write_record(

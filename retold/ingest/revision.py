@@ -160,7 +160,8 @@ class Reviser:
             # restate the old record retire with it.
             retired = retire_superseded(store, old.id, candidate, NewEvent(
                 "record.superseded", principal.agent_id,
-                {"by": candidate.id, "manual_revision": True, "reason": reason}, old.id))
+                {"by": candidate.id, "manual_revision": True, "reason": reason}, old.id),
+                keep_history=old.type != "procedural" or self.ingestor.pack.classes.procedural.versioned)
             links = store.record_links(old.id)  # (entity_id, stored role), about first
             candidate.entity_ids = [entity_id for entity_id, _ in links]
 

@@ -30,18 +30,34 @@ from retold.util import Clock, new_id
 __all__ = ["SummaryWriter", "retire_superseded"]
 
 
-def retire_superseded(store: Store, record_id: str, successor: Record,
-                      event: NewEvent) -> list[tuple[str, int]]:
+def retire_superseded(store: Store, record_id: str, successor: Record, event: NewEvent, *,
+                      keep_history: bool = True) -> list[tuple[str, int]]:
     """Mark ``record_id`` superseded by ``successor`` (with ``event``), then retire the live
     summaries of the sessions that stated or reinforced it, inside the caller's transaction.
 
+    ``keep_history=False`` (a memory pack whose ``classes.procedural.versioned`` is false)
+    replaces the old record instead: it is forgotten, not kept as history, with a
+    ``record.forgotten`` event carrying ``event``'s payload (``by`` names the successor),
+    so ``include_history`` no longer finds it, ``restore`` can bring it back within the
+    restore window and ``retold retain`` erases it after (docs/decisions.md, "An
+    unversioned instruction is replaced, not kept").
+
     The successor's own session is spared: its summary is written knowing the new value.
     Returns ``(record id, index_version)`` for every row retired, the record first, so the
-    caller can acknowledge them in its vector index after the commit.
+    caller can acknowledge them in its vector index after the commit. A replaced record is
+    left out: its vector is dead, and the index's next refresh drops it, as it drops a
+    record another process forgot.
     """
-    change = store.transition(record_id, "superseded", from_statuses=ACTIVE_STATUSES, event=event)
+    if keep_history:
+        change = store.transition(record_id, "superseded", from_statuses=ACTIVE_STATUSES, event=event)
+    else:
+        old = store.get_record(record_id)
+        change = store.transition(record_id, "deleted", from_statuses=ACTIVE_STATUSES, event=NewEvent(
+            "record.forgotten", event.actor, {
+                **event.payload, "previous_status": old.status if old else None, "replaced": True,
+                "pack_key": "classes.procedural.versioned"}, record_id))
     assert change is not None  # callers read the record as active under this same write lock
-    retired = [(record_id, change.index_version)]
+    retired = [(record_id, change.index_version)] if keep_history else []
     sessions = {session_of(ref) for ref in store.counted_refs(record_id)}
     sessions -= {session_of(successor.source_ref), None}
     for session_id in sorted(s for s in sessions if s is not None):

@@ -45,33 +45,56 @@ class Erasure:
     event_id: str = ""
 
 
+def _mode(cascade: bool) -> str:
+    """The memory pack's ``governance.erasure`` value an erase ran under."""
+    return "cascade_to_derived" if cascade else "record_only"
+
+
 class ErasureMixin(StoreBase):
     """The three erase operations and the compaction that follows them."""
 
     # -- erasure ---------------------------------------------------------------------------------
 
-    def erase_record(self, record_id: str, actor: str, reason: str) -> Erasure:
+    def erase_record(self, record_id: str, actor: str, reason: str, *, cascade: bool = False) -> Erasure:
         """Tombstone one record and remove its text, evidence, tags, embedding, FTS row,
-        entity links and its events' payloads; one ``record.erased`` event."""
+        entity links, the stored profiles that quote it and its events' payloads; one
+        ``record.erased`` event. ``cascade`` (a memory pack's ``governance.erasure:
+        cascade_to_derived``) also erases what was derived from it: the session summaries
+        of the sessions that stated or reinforced it, and the search-log rows that
+        returned it or them."""
         with self.atomic() as conn:
+            if cascade:
+                self._exclude_search_log(conn)
             if conn.execute("SELECT 1 FROM records WHERE id = ?", (record_id,)).fetchone() is None:
                 raise StoreError(f"no record {record_id}")
             result = Erasure("record", record_id)
-            self._erase_records(conn, [record_id], result)
+            derived = self._summaries_restating(conn, [record_id]) if cascade else []
+            self._erase_records(conn, [record_id, *derived], result)
+            if cascade:
+                self._erase_derived(conn, [record_id, *derived], derived, result)
             result.event_id = self._insert_event(conn, NewEvent("record.erased", actor, {
-                "record_id": record_id, "reason": reason, "counts": result.counts}, record_id))
+                "record_id": record_id, "reason": reason, "mode": _mode(cascade),
+                "counts": result.counts}, record_id))
             return result
 
-    def erase_session(self, session_id: str, actor: str, reason: str) -> Erasure:
+    def erase_session(self, session_id: str, actor: str, reason: str, *, cascade: bool = False) -> Erasure:
         """Blank a session's turns (rows kept), the evidence quotes of records sourced from
         it, its search logs and turn decisions and the payloads of events about it; one
-        ``session.erased``."""
+        ``session.erased``. ``cascade`` also erases the session's summaries (derived from
+        its transcript) and the search-log rows that returned them."""
         with self.atomic() as conn:
             self._exclude_search_log(conn)
             if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
                 raise StoreError(f"no session {session_id}")
             result = Erasure("session", session_id)
             sourced = self._erase_sessions(conn, [session_id], result)
+            if cascade:
+                summaries = [r[0] for r in conn.execute(
+                    "SELECT id FROM records WHERE source_kind = 'session_summary' AND source_ref = ?"
+                    " AND content != '' ORDER BY seq", (f"session:{session_id}",))]
+                self._erase_records(conn, summaries, result)
+                self._erase_derived(conn, summaries, summaries, result)
+                sourced = [r for r in sourced if r not in summaries]
             if sourced:
                 # The quote is transcript text; the claim itself stays (erase it with --record).
                 version = self.bump_version(conn)
@@ -82,7 +105,8 @@ class ErasureMixin(StoreBase):
                 result.evidence_cleared = sourced
             result.counts["evidence_cleared"] = len(sourced)
             result.event_id = self._insert_event(conn, NewEvent("session.erased", actor, {
-                "session_id": session_id, "reason": reason, "counts": result.counts}))
+                "session_id": session_id, "reason": reason, "mode": _mode(cascade),
+                "counts": result.counts}))
             return result
 
     def erase_user(self, user_id: str, actor: str, reason: str) -> Erasure:
@@ -161,6 +185,48 @@ class ErasureMixin(StoreBase):
             counts["events_blanked"] += conn.execute(
                 _BLANK + f"record_id IN ({marks(chunk)})", chunk).rowcount
         result.record_ids.extend(record_ids)
+
+    def _summaries_restating(self, conn: sqlite3.Connection, record_ids: list[str]) -> list[str]:
+        """The session summaries, any version, of the sessions that stated or reinforced
+        these records: each restates what its session said, so it was derived from them."""
+        ref = _REF_SESSION.format(ref="source_ref")
+        said = _REF_SESSION.format(ref="json_extract(payload, '$.source_ref')")
+        sessions: set[str] = set()
+        for chunk in chunks(record_ids):
+            sessions.update(r[0] for r in conn.execute(
+                f"SELECT {ref} FROM records WHERE id IN ({marks(chunk)}) AND source_ref LIKE 'session:%'"
+                f" UNION SELECT {said} FROM events WHERE record_id IN ({marks(chunk)})"
+                " AND kind = 'record.reinforced' AND json_extract(payload, '$.source_ref') LIKE 'session:%'",
+                [*chunk, *chunk]))
+        refs = sorted(f"session:{s}" for s in sessions if s)
+        found: list[str] = []
+        for chunk in chunks(refs):
+            found += [r[0] for r in conn.execute(
+                "SELECT id FROM records WHERE source_kind = 'session_summary' AND content != ''"
+                f" AND source_ref IN ({marks(chunk)}) ORDER BY seq", chunk)]
+        return [r for r in dict.fromkeys(found) if r not in record_ids]
+
+    def _erase_derived(self, conn: sqlite3.Connection, record_ids: list[str], summaries: list[str],
+                       result: Erasure) -> None:
+        """Delete the search-log rows that returned these (just erased) records (a row
+        keeps the question that found them and where each ranked), and the persisted
+        extraction stages of the erased summaries' sessions (the model's reading of the
+        session, which the summary was written from)."""
+        counts = result.counts
+        counts["summaries"] = counts.get("summaries", 0) + len(summaries)
+        for key in ("search_logs", "extraction_stages"):
+            counts.setdefault(key, 0)
+        sessions = sorted({r[0] for chunk in chunks(summaries) for r in conn.execute(
+            f"SELECT {_REF_SESSION.format(ref='source_ref')} FROM records WHERE id IN ({marks(chunk)})"
+            " AND source_ref LIKE 'session:%'", chunk)})
+        for chunk in chunks(sessions):
+            counts["extraction_stages"] += conn.execute(
+                f"DELETE FROM extraction_stages WHERE session_id IN ({marks(chunk)})", chunk).rowcount
+        for chunk in chunks(record_ids):
+            # search_returned empties itself through its foreign key as the rows go.
+            counts["search_logs"] += conn.execute(
+                "DELETE FROM search_log WHERE id IN (SELECT search_id FROM search_returned"
+                f" WHERE record_id IN ({marks(chunk)}))", chunk).rowcount
 
     def _erase_sessions(self, conn: sqlite3.Connection, session_ids: list[str], result: Erasure) -> list[str]:
         """Blank the turns, search logs and event payloads of these sessions; return the

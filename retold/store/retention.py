@@ -39,6 +39,7 @@ KEPT_EVENT_KEYS = frozenset({
     "read", "write", "revoked", "created", "confirmed", "replayed", "model", "version", "dims",
     "embedded", "dropped", "batches", "mode", "rows", "before", "days", "stages", "retain_days",
     "hosted",  # an extraction run's answered calls and tokens per stage
+    "replaced", "pack_key", "promoted_from", "evidence_refs",  # what a memory pack rule did
     RETAINED_MARK,
 })
 """Payload keys that carry ids, outcomes or counts, never text a user or agent wrote.

@@ -15,7 +15,8 @@ def test_compose_runs_redis_worker_beat_and_flower_from_our_image() -> None:
     assert set(services) >= {"redis", "worker", "beat", "flower"}
     for name in ("worker", "beat", "flower"):
         service = services[name]
-        assert service["build"] == "."
+        build = service["build"]
+        assert (build if isinstance(build, str) else build["context"]) == "."
         assert service["command"][:3] == ["celery", "-A", "workers"]
         assert service["environment"]["RETOLD_BROKER_URL"].startswith("redis://redis:")
     assert services["beat"]["command"][3] == "beat"

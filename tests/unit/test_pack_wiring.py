@@ -310,3 +310,97 @@ def test_a_held_contradiction_sends_both_records_to_review(worlds: Worlds) -> No
         else:  # beta, as before packs: the newer statement supersedes
             assert second["outcome"] == f"superseded:{first['record_id']}"
             assert world.rt.store.review_queue(world.clock.now()) == []
+
+
+# -- classes.procedural.versioned -----------------------------------------------------------------
+
+
+def test_an_unversioned_instruction_is_replaced_not_kept_as_history(worlds: Worlds) -> None:
+    acme, beta = worlds("classes:\n  procedural: {versioned: false}")
+    for world in (acme, beta):
+        first = _write(world, type="procedural", content="Always answer Aditya in English.",
+                       attribute="answer_language")
+        world.clock.advance(timedelta(minutes=5))
+        second = _write(world, type="procedural", content="Always answer Aditya in French.",
+                        attribute="answer_language")
+        assert second["outcome"] == f"superseded:{first['record_id']}"
+        found = world.rt.tools.call("memory_search", world.p,
+                                    {"queries": ["Always answer Aditya in"], "include_history": True})
+        contents = {r["content"] for r in found["results"]}
+        if world is acme:  # the old instruction is forgotten, naming its successor
+            assert contents == {"Always answer Aditya in French."}
+            assert world.record(first["record_id"]).status == "deleted"
+            forgotten = [e for e in world.events("record.forgotten") if e["record_id"] == first["record_id"]]
+            assert forgotten[-1]["payload"]["by"] == second["record_id"]
+            assert forgotten[-1]["payload"]["previous_status"] == first["status"]
+            # Like any forget, it is erased once the restore window closes.
+            world.clock.advance(timedelta(days=world.rt.config.lifecycle.restore_days + 1))
+            assert world.rt.operations.retain().forgotten_erased == 1
+            assert world.record(first["record_id"]).content == ""
+        else:  # beta, as before packs: the old one stays as history
+            assert contents == {"Always answer Aditya in English.", "Always answer Aditya in French."}
+            assert world.record(first["record_id"]).status == "superseded"
+
+
+def test_an_unversioned_pack_keeps_the_history_of_other_classes(worlds: Worlds) -> None:
+    acme, _ = worlds("classes:\n  procedural: {versioned: false}")
+    first = _write(acme, type="semantic", content="Aditya lives in Berlin.", attribute="city")
+    acme.clock.advance(timedelta(minutes=5))
+    second = _write(acme, type="semantic", content="Aditya lives in Lisbon.", attribute="city")
+    assert second["outcome"] == f"superseded:{first['record_id']}"
+    assert acme.record(first["record_id"]).status == "superseded"
+
+
+# -- classes.procedural.promote_after_repeats -----------------------------------------------------
+
+BRITISH = {"type": "semantic", "content": "Aditya wants replies in British English.",
+           "attribute": "answer_language", "source_kind": "user_statement",
+           "evidence": "always reply to me in British English"}
+
+
+def _in_session(world: World, session: str, said: str, **payload: Any) -> dict[str, Any]:
+    from retold.models import Principal
+    from retold.testing import AGENT
+
+    principal = Principal(AGENT, "aditya", session, None)
+    if session != world.p.session_id:
+        world.rt.hooks.on_session_start(principal)
+    world.say("user", said, principal)
+    answer: dict[str, Any] = world.rt.tools.call("memory_write", principal, payload)
+    return answer
+
+
+def test_an_instruction_repeated_in_separate_sessions_becomes_procedural(worlds: Worlds) -> None:
+    acme, beta = worlds("classes:\n  procedural: {promote_after_repeats: 2}")
+    said = "From now on, always reply to me in British English please."
+    for world in (acme, beta):
+        first = _in_session(world, "s1", said, **BRITISH)
+        # A second turn of the same session is one more reference, not one more session.
+        again = _in_session(world, "s1", "As I said: always reply to me in British English.",
+                            **{**BRITISH, "evidence": "As I said: always reply to me in British English"})
+        assert again["outcome"] == "reinforced" and again["record_id"] == first["record_id"]
+        repeat = _in_session(world, "s2", said, **BRITISH)
+        if world is beta:  # as before packs: one semantic record, reinforced
+            assert repeat["outcome"] == "reinforced" and repeat["record_id"] == first["record_id"]
+            continue
+        assert repeat["outcome"] == f"promoted:{first['record_id']}"
+        promoted = world.record(repeat["record_id"])
+        assert (promoted.type, promoted.content, promoted.attribute) == (
+            "procedural", BRITISH["content"], "answer_language")
+        assert promoted.supersedes_id == first["record_id"] and promoted.evidence == BRITISH["evidence"]
+        assert world.record(first["record_id"]).status == "superseded"
+        created = [e for e in world.events("record.created") if e["record_id"] == promoted.id][-1]["payload"]
+        assert created["sessions"] == ["s1", "s2"] and len(created["evidence_refs"]) == 3
+        # A standing instruction the user gave: in the profile, found by search.
+        assert repeat["activation"] == "ambient"
+        assert [r["id"] for r in _search(world, "replies in British English")] == [promoted.id]
+
+
+def test_a_repeated_fact_that_is_no_instruction_stays_semantic(worlds: Worlds) -> None:
+    acme, _ = worlds("classes:\n  procedural: {promote_after_repeats: 2}")
+    city = {"type": "semantic", "content": "Aditya lives in Berlin.", "attribute": "city",
+            "source_kind": "user_statement", "evidence": "I live in Berlin"}
+    first = _in_session(acme, "s1", "I live in Berlin these days.", **city)
+    repeat = _in_session(acme, "s2", "I live in Berlin, as you know.", **city)
+    assert repeat["outcome"] == "reinforced" and repeat["record_id"] == first["record_id"]
+    assert acme.record(first["record_id"]).type == "semantic"
