@@ -81,6 +81,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.hygiene_bench
 	$(BIN)/python -m benchmarks.inspector_bench
 	$(BIN)/python -m benchmarks.scale_bench
+	$(BIN)/python -m benchmarks.tenant_scale_bench
 
 clean:
 	rm -rf .demo .bench .pytest_cache .mypy_cache .ruff_cache
