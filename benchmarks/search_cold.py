@@ -62,7 +62,7 @@ def run_cold(tmp: Path, records: list[dict[str, Any]], vectors: np.ndarray, runs
     """``runs`` fresh processes on a store of ``len(records)`` records; medians of each clock."""
     path = tmp / f"cold_{len(records)}.sqlite"
     config = bench_config(path)
-    ensure_exported(config.embedding)  # a child that had to export would import torch
+    ensure_exported(config.embedding)  # so no timed child spends seconds building the file
     with build_runtime(config, judge=ExactJudge()) as rt:
         populate(rt, records, vectors[: len(records)])
     overrides = json.dumps({"store": {"path": str(path)}})

@@ -181,8 +181,9 @@ def _onnx_file_exists(cfg: EmbeddingConfig) -> bool:
     return path.is_file()
 
 
-# Export needs these on top of what loading needs (onnx: torch's exporter writes with it).
-_EXPORT_NEEDS = ("torch", "transformers", "onnx")
+# Making the file needs this on top of what loading needs: the graph is written from the
+# weights with the onnx package, without torch (onnx_build).
+_EXPORT_NEEDS = ("onnx",)
 _ONNX_NEEDS = ("onnxruntime", "tokenizers")
 
 
@@ -193,7 +194,7 @@ def choose_backend(
     """Which embedder ``embedding:`` selects, decided without importing any model library.
 
     ``auto`` picks ONNX Runtime for the packaged model on the CPU when onnxruntime is
-    installed and the ONNX file exists or can be exported; anything else keeps
+    installed and the ONNX file exists or can be made; anything else keeps
     sentence-transformers. ``onnx`` asks for ONNX and is a ConfigError where it cannot
     apply. ``installed`` and ``exported`` are seams for tests.
     """
@@ -219,8 +220,8 @@ def choose_backend(
         return "onnx"
     if not (has_onnx_export(cfg.model) and on_cpu and all(map(installed, _ONNX_NEEDS))):
         return "sentence-transformers"
-    # Checking for the file hashes the weights (~0.15 s), so it is asked only when export
-    # is impossible here.
+    # Checking for the file hashes the weights (~0.15 s), so it is asked only when making
+    # it is impossible here.
     if all(map(installed, _EXPORT_NEEDS)) or exported(cfg):
         return "onnx"
     return "sentence-transformers"
@@ -234,11 +235,11 @@ def check_model_files(cfg: EmbeddingConfig, *, installed: Callable[[str], bool] 
     backend = choose_backend(cfg, installed=installed)
     if backend == "fake":
         return
-    needs = _ONNX_NEEDS if backend == "onnx" else ("sentence_transformers",)
+    needs, extra = (_ONNX_NEEDS, "onnx") if backend == "onnx" else (("sentence_transformers",), "models")
     absent = [module for module in needs if not installed(module)]
     if absent:
         raise ModelMissingError(f"embedding model {cfg.model} needs {', '.join(absent)}; install the "
-                                "`models` extra (pip install 'retold[models]')")
+                                f"`{extra}` extra (pip install 'retold[{extra}]')")
     problem = missing_local_model(resolve_model_path(cfg.model))
     if problem:
         raise ModelMissingError(f"embedding.model: {problem}")

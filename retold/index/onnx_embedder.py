@@ -4,7 +4,8 @@ It gives the vectors sentence-transformers gives (same tokenizer file and trunca
 length, mean pooling over the attention mask, L2 normalisation), so it keeps the model's
 name and version tag and stored vectors stay valid. The int8 variant runs the same way on
 a quantised graph, under a name of its own. The ONNX file comes from the cache of
-``onnx_export``; only when it is missing does the first load make it (an export needs torch).
+``onnx_export``; only when it is missing does the first load make it (a few seconds, with
+the onnx package; never torch).
 Neither onnxruntime nor tokenizers is imported before the first load.
 """
 
@@ -76,7 +77,7 @@ class OnnxEmbedder(CachedEmbedder, LazyModel):
             from tokenizers import Tokenizer
         except ImportError as exc:
             raise ModelError(f"embedding model {self.name} on ONNX needs onnxruntime and tokenizers; "
-                             f"install the `models` extra ({exc})") from exc
+                             f"install the `onnx` extra ({exc})") from exc
         model_dir = Path(resolve_model_path(self.name))
         length = max_seq_length(model_dir)
         path = ensure_onnx_file(self.name, self.version, model_dir,
@@ -96,7 +97,7 @@ class OnnxEmbedder(CachedEmbedder, LazyModel):
         except Exception as exc:
             first = (str(exc).strip().splitlines() or [""])[0]
             raise ModelError(f"cannot load embedding model {self.name} from {path}: "
-                             f"{type(exc).__name__}: {first} (delete the file to export it again)"
+                             f"{type(exc).__name__}: {first} (delete the file to make it again)"
                              ) from exc
         loaded = _Loaded(tokenizer, session, frozenset(i.name for i in session.get_inputs()),
                          pad_id, path)

@@ -1,15 +1,15 @@
 """The ONNX file of the packaged embedding model: where it is cached and how it is made.
 
-Exporting needs torch and transformers, so it happens once per machine, on first use (or
-ahead of time with :func:`ensure_exported`), into a user cache directory; every later
-process loads the file with ONNX Runtime alone (docs/decisions.md, "The ONNX encoder is
-exported on first use into a cache"). Nothing here imports torch until an export runs.
+The file is built from the model's weights by ``onnx_build`` (numpy and onnx, a few
+seconds, no torch), once per machine, on first use (or ahead of time with
+:func:`ensure_exported`), into a user cache directory; every later process loads it with
+ONNX Runtime alone (docs/decisions.md, "The ONNX encoder is built from the weights on
+first use"). The int8 variant is quantised from the float file, once, the same way.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import logging
 import os
 import re
@@ -34,6 +34,7 @@ from retold.index.encoding import (
     normalise,
     resolve_model_path,
 )
+from retold.index.onnx_build import INPUTS, OUTPUT, build_encoder
 
 __all__ = [
     "EXPORT_FORMAT",
@@ -51,16 +52,13 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# Part of every cache key: bump it when the exported graph changes (inputs, outputs,
-# opset, attention implementation), so no process loads a file made the old way.
-EXPORT_FORMAT = "1"
-_OPSET = 17
-_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-_OUTPUT = "last_hidden_state"
+# Part of every cache key: bump it when the graph changes (inputs, outputs, opset, how a
+# layer is written), so no process loads a file made the old way. "1" was torch's export.
+EXPORT_FORMAT = "2"
 # Files whose bytes define the network; the tokenizer is read from the model folder at
 # load time, so it need not be part of the key.
-_WEIGHT_FILES = ("config.json", "model.safetensors", "pytorch_model.bin")
-# Different lengths, so the check below runs padded rows through both graphs.
+_WEIGHT_FILES = ("config.json", "model.safetensors")
+# Different lengths, so the checks below run padded rows through the graph.
 _PROBES = ("probe", "A longer probe sentence, so the batch needs padding.", "ünïcödé 日本語 🎉")
 _MIN_COSINE = 0.9999
 # The int8 graph is another model, not a copy: per-channel weights keep it near the float
@@ -80,7 +78,7 @@ def weights_digest(model_dir: Path) -> str:
     """A short SHA-256 over the model's weight and config files and the export format."""
     files = [model_dir / name for name in _WEIGHT_FILES if (model_dir / name).is_file()]
     if not any(f.name != "config.json" for f in files):
-        raise ModelError(f"no weights (model.safetensors or pytorch_model.bin) in {model_dir}")
+        raise ModelError(f"no weights (model.safetensors) in {model_dir}")
     return _digest(tuple((str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files))
 
 
@@ -128,81 +126,43 @@ def write_atomically(dest: Path, data: bytes) -> None:
 
 
 def export_onnx(model_dir: Path, dest: Path, max_seq_length: int = 256) -> Path:
-    """Export the BERT encoder in ``model_dir`` to ``dest`` (needs torch and transformers).
+    """Build the ONNX graph of the BERT encoder in ``model_dir`` from its weights and write
+    it to ``dest`` (numpy and onnx only; see ``onnx_build``).
 
-    The graph takes ``input_ids``, ``attention_mask`` and ``token_type_ids`` with dynamic
-    batch and sequence axes and returns the last hidden state; pooling and normalisation
-    stay in numpy. The export is checked against torch on a padded batch before it is
-    written, so a bad trace never reaches the cache.
+    Before the file reaches the cache, ONNX Runtime runs the probes through it as one
+    padded batch and one at a time: every vector must be finite, and padding must not
+    move a text's vector. That the weights land where BERT puts them is the model tests'
+    part: they hold the file to sentence-transformers' vectors.
     """
-    try:
-        import torch
-        from transformers import AutoModel
-    except ImportError as exc:
-        raise ModelError(
-            f"exporting {model_dir.name} to ONNX needs torch and transformers (the `models` "
-            f"extra), or an exported file at {dest} ({exc})"
-        ) from exc
+    data = build_encoder(model_dir)
+    session = _session(data)
+    tokenizer = _tokenizer(model_dir, max_seq_length)
+    # The reference for the batch is each probe on its own, where no token is padding: a
+    # mask the graph ignores or applies wrongly shows up as a distance.
+    alone = np.concatenate([_hidden(session, _batch(tokenizer, (probe,))).mean(axis=1)
+                            for probe in _PROBES])
+    _compare(session, _batch(tokenizer, _PROBES), alone, model_dir, _MIN_COSINE, "ONNX graph",
+             "embedding.backend: sentence-transformers")
+    write_atomically(dest, data)
+    log.info("embedding: built %s into %s", model_dir.name, dest)
+    return dest
+
+
+def _tokenizer(model_dir: Path, max_seq_length: int) -> Any:
+    """The model's tokenizer as the embedders use it: no padding, truncation at the
+    model's max_seq_length."""
     from tokenizers import Tokenizer
-
-    try:
-        # Eager attention: the SDPA path decides from the mask's values whether to apply
-        # it, and a trace would freeze that choice; eager always applies the mask.
-        bert = AutoModel.from_pretrained(str(model_dir), local_files_only=True,
-                                         attn_implementation="eager").eval()
-    except Exception as exc:
-        first = (str(exc).strip().splitlines() or [""])[0]
-        raise ModelError(f"cannot load {model_dir} for ONNX export: {type(exc).__name__}: "
-                         f"{first}") from exc
-
-    class _LastHidden(torch.nn.Module):
-        def __init__(self, inner: Any) -> None:
-            super().__init__()
-            self.inner = inner
-
-        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
-            return self.inner(input_ids=input_ids, attention_mask=attention_mask,
-                              token_type_ids=token_type_ids).last_hidden_state
 
     tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
     tokenizer.no_padding()
     tokenizer.enable_truncation(max_seq_length)
-    sample = _batch(tokenizer, _PROBES[:2])
-    check = _batch(tokenizer, _PROBES)
-    # eval() on the wrapper too: the exporter restores the wrapper's mode afterwards, and a
-    # fresh module is in training mode, which would switch dropout on in the model.
-    wrapper = _LastHidden(bert).eval()
-    buffer = io.BytesIO()
-    axes = {name: {0: "batch", 1: "sequence"} for name in (*_INPUTS, _OUTPUT)}
-    try:
-        with torch.no_grad(), warnings.catch_warnings():
-            reference = wrapper(*(torch.from_numpy(a) for a in check)).numpy()
-            # The TorchScript exporter is deprecated in favour of one that needs
-            # onnxscript, and the trace warns about shape checks that are constant here.
-            warnings.simplefilter("ignore")
-            # A file object, so the bytes are checked before anything reaches the cache;
-            # the TorchScript exporter takes one though the annotation says path.
-            torch.onnx.export(
-                wrapper, tuple(torch.from_numpy(a) for a in sample), buffer,  # type: ignore[arg-type]
-                dynamo=False, input_names=list(_INPUTS), output_names=[_OUTPUT],
-                dynamic_axes=axes, opset_version=_OPSET,
-            )
-    except Exception as exc:
-        first = (str(exc).strip().splitlines() or [""])[0]
-        raise ModelError(f"ONNX export of {model_dir.name} failed: {type(exc).__name__}: {first}"
-                         ) from exc
-    data = buffer.getvalue()
-    _compare(data, check, reference, model_dir, _MIN_COSINE, "ONNX export",
-             "embedding.backend: sentence-transformers")
-    write_atomically(dest, data)
-    log.info("embedding: exported %s to %s", model_dir.name, dest)
-    return dest
+    return tokenizer
 
 
 def _batch(tokenizer: Any, texts: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     encodings = [tokenizer.encode(t) for t in texts]
     width = max(len(e.ids) for e in encodings)
-    arrays = tuple(np.zeros((len(texts), width), dtype=np.int64) for _ in _INPUTS)
+    arrays = tuple(np.zeros((len(texts), width), dtype=np.int64) for _ in INPUTS)
     for row, enc in enumerate(encodings):
         for array, values in zip(arrays, (enc.ids, enc.attention_mask, enc.type_ids), strict=True):
             array[row, : len(values)] = values
@@ -210,29 +170,38 @@ def _batch(tokenizer: Any, texts: tuple[str, ...]) -> tuple[np.ndarray, np.ndarr
     return ids, mask, types
 
 
-def _hidden(data: bytes, batch: tuple[np.ndarray, ...]) -> np.ndarray:
-    """The last hidden state the ONNX graph ``data`` gives for ``batch``."""
+def _session(data: bytes) -> Any:
+    """An ONNX Runtime session on the serialised graph ``data``, to check it."""
     try:
         import onnxruntime
     except ImportError as exc:
         raise ModelError(f"checking the ONNX file needs onnxruntime ({exc})") from exc
-    session = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
-    feeds = {i.name: batch[_INPUTS.index(i.name)] for i in session.get_inputs()}
-    (hidden,) = session.run([_OUTPUT], feeds)
+    try:
+        return onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise ModelError(f"ONNX Runtime cannot load the graph: {type(exc).__name__}: {first}"
+                         ) from exc
+
+
+def _hidden(session: Any, batch: tuple[np.ndarray, ...]) -> np.ndarray:
+    """The last hidden state ``session`` gives for ``batch``."""
+    feeds = {i.name: batch[INPUTS.index(i.name)] for i in session.get_inputs()}
+    (hidden,) = session.run([OUTPUT], feeds)
     return np.asarray(hidden, dtype=np.float32)
 
 
-def _compare(data: bytes, batch: tuple[np.ndarray, ...], reference: np.ndarray, model_dir: Path,
+def _compare(session: Any, batch: tuple[np.ndarray, ...], reference: np.ndarray, model_dir: Path,
              floor: float, what: str, instead: str) -> None:
-    """Raise ModelError, suggesting ``instead``, when a pooled vector of ``data`` is
-    further than ``floor`` from the one ``reference`` gives."""
-    mask = batch[1]
-    ours = normalise(mean_pool(_hidden(data, batch), mask))
-    theirs = normalise(mean_pool(reference, mask))
-    cosines = (ours * theirs).sum(axis=1)
-    if float(cosines.min()) < floor:
+    """Raise ModelError, suggesting ``instead``, when a pooled vector of ``session`` on
+    ``batch`` is not finite or is further than ``floor`` from its row of ``reference``
+    (mean-pooled vectors, one per row of the batch)."""
+    ours = normalise(mean_pool(_hidden(session, batch), batch[1]))
+    cosines = (ours * normalise(reference)).sum(axis=1)
+    worst = float(cosines.min())
+    if not np.isfinite(cosines).all() or worst < floor:  # NaN compares false with any floor
         raise ModelError(f"{what} of {model_dir.name} disagrees with the model "
-                         f"(cosine {float(cosines.min()):.6f}); use {instead}")
+                         f"(cosine {worst:.6f}); use {instead}")
 
 
 def quantize_int8(source: Path, dest: Path, model_dir: Path, max_seq_length: int = 256) -> Path:
@@ -247,7 +216,7 @@ def quantize_int8(source: Path, dest: Path, model_dir: Path, max_seq_length: int
     try:
         from onnxruntime.quantization import QuantType, quantize_dynamic
     except ImportError as exc:
-        raise ModelError(f"making the int8 file needs onnxruntime and onnx (the `models` extra) "
+        raise ModelError(f"making the int8 file needs onnxruntime and onnx (the `onnx` extra) "
                          f"({exc})") from exc
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=dest.parent, prefix=f".{dest.name}.") as tmp:
@@ -263,14 +232,9 @@ def quantize_int8(source: Path, dest: Path, model_dir: Path, max_seq_length: int
             raise ModelError(f"int8 quantisation of {source.name} failed: {type(exc).__name__}: "
                              f"{first}") from exc
         data = staged.read_bytes()
-    from tokenizers import Tokenizer
-
-    tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
-    tokenizer.no_padding()
-    tokenizer.enable_truncation(max_seq_length)
-    check = _batch(tokenizer, _PROBES)
-    reference = _hidden(source.read_bytes(), check)
-    _compare(data, check, reference, model_dir, _MIN_INT8_COSINE, "int8 file",
+    check = _batch(_tokenizer(model_dir, max_seq_length), _PROBES)
+    reference = mean_pool(_hidden(_session(source.read_bytes()), check), check[1])
+    _compare(_session(data), check, reference, model_dir, _MIN_INT8_COSINE, "int8 file",
              f"embedding.model: {DEFAULT_MODEL}")
     write_atomically(dest, data)
     log.info("embedding: quantised %s to %s", source.name, dest)
@@ -292,13 +256,14 @@ def _quiet_root() -> Iterator[None]:
 
 def ensure_onnx_file(model: str, version: str, model_dir: Path, cache_dir: Path,
                      max_seq_length: int) -> Path:
-    """The cached ONNX file of ``model``, made now when missing: an export (needs torch),
-    and for the int8 variant a quantisation of the float file on top."""
+    """The cached ONNX file of ``model``, made now when missing: built from the weights,
+    and for the int8 variant quantised from the float file on top."""
     dest = onnx_cache_path(model, version, model_dir, cache_dir)
     if dest.is_file():
         return dest
     if not is_int8(model):
-        _announce(f"exporting {_short(model)} to ONNX once (about 15 s; later runs reuse {dest.parent})")
+        _announce(f"building {_short(model)}'s ONNX file once (a few seconds; later runs reuse "
+                  f"{dest.parent})")
         return export_onnx(model_dir, dest, max_seq_length)
     source = ensure_onnx_file(DEFAULT_MODEL, version, model_dir, cache_dir, max_seq_length)
     _announce(f"quantising {_short(model)} once (a few seconds; later runs reuse {dest.parent})")
@@ -311,15 +276,15 @@ def _short(model: str) -> str:
 
 def _announce(what: str) -> None:
     """Say on stderr, in one line, that a one-off wait starts: the first process on a
-    machine otherwise sits silent for it. Only a real export or quantisation says it."""
+    machine otherwise sits silent for it. Only a real build or quantisation says it."""
     print(f"retold: {what}", file=sys.stderr, flush=True)
 
 
 def ensure_exported(cfg: EmbeddingConfig | None = None) -> Path:
-    """The ONNX file for ``cfg`` (default: the shipped model), exported now if missing.
+    """The ONNX file for ``cfg`` (default: the shipped model), made now if missing.
 
-    For CI images and ``make onnx``: run it once where torch is installed, and every later
-    process starts without torch.
+    For images and ``make onnx``: make the file ahead of time, so no later process waits
+    for it or needs the ``onnx`` package.
     """
     cfg = cfg or EmbeddingConfig()
     if not has_onnx_export(cfg.model):

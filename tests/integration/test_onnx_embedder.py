@@ -1,5 +1,5 @@
-"""The shipped all-MiniLM-L6-v2 on ONNX Runtime: same vectors as sentence-transformers, and
-a process that finds the exported file never imports torch."""
+"""The shipped all-MiniLM-L6-v2 on ONNX Runtime: the graph built from its weights gives
+sentence-transformers' vectors, and neither building nor using it imports torch."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def onnx(_offline: None, cache_dir: Path) -> OnnxEmbedder:
     emb = OnnxEmbedder(threads=1, cache_dir=str(cache_dir), query_cache_entries=3)
     assert not emb.is_loaded
-    emb.load()  # exports into the empty cache first
+    emb.load()  # builds the file into the empty cache first
     return emb
 
 
@@ -82,7 +82,28 @@ def reference(_offline: None) -> SentenceTransformerEmbedder:
     return SentenceTransformerEmbedder(torch_threads=1)
 
 
-def test_the_export_lands_in_the_cache_once(onnx: OnnxEmbedder, cache_dir: Path) -> None:
+def test_the_built_graph_gives_sentence_transformers_vectors(onnx: OnnxEmbedder) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    from retold.index.encoding import resolve_model_path
+    from retold.index.onnx_build import build_encoder
+
+    model_dir = Path(resolve_model_path(DEFAULT_MODEL))
+    # short, truncated at 256 tokens, several scripts and emoji; lengths all differ, so
+    # both sides run one padded batch
+    texts = ["hi", "Marcus Chen took over billing from Dana.", "ünïcödé 日本語 🎉 Привет مرحبا", _LONG,
+             "The quick brown fox jumps over the lazy dog. " * 12]
+    st = SentenceTransformer(str(model_dir), device="cpu")
+    assert len(st.tokenizer(_LONG)["input_ids"]) > st.max_seq_length == 256
+    theirs = st.encode(texts, batch_size=len(texts), normalize_embeddings=True)
+    ours = onnx.embed_documents(texts)
+    cosines = (ours * theirs).sum(axis=1)
+    assert float(cosines.min()) >= 0.9999, cosines.tolist()
+    # the same weights always make the same file, so racing processes write equal bytes
+    assert onnx.onnx_path is not None and onnx.onnx_path.read_bytes() == build_encoder(model_dir)
+
+
+def test_the_file_lands_in_the_cache_once(onnx: OnnxEmbedder, cache_dir: Path) -> None:
     assert onnx.onnx_path is not None and onnx.onnx_path.parent == cache_dir
     assert onnx.onnx_path.name.startswith("all-MiniLM-L6-v2-1-")
     assert [p.name for p in cache_dir.iterdir()] == [onnx.onnx_path.name]  # no temporaries
@@ -142,15 +163,25 @@ def test_wrong_dims_raise_config_error(onnx: OnnxEmbedder, cache_dir: Path) -> N
     assert not wrong.is_loaded
 
 
+_TORCH_STACK = ('torch', 'transformers', 'sentence_transformers')
+
+
 def _write_and_search_in_a_child(cache_dir: Path, store: Path, config_file: str | None,
-                                 attribute: str, content: str, query: str) -> dict[str, Any]:
+                                 attribute: str, content: str, query: str,
+                                 torch_installed: bool = True) -> dict[str, Any]:
     """Build a runtime in a fresh process, write ``content``, search ``query``; report the
-    embedder, the store's family, what was found and which torch modules got imported."""
+    embedder, the store's family, what was found, which torch modules got imported and
+    what the process said on stderr. ``torch_installed=False`` makes the torch stack
+    unimportable there, as in an install without it."""
+    # A None entry in sys.modules makes the import fail and find_spec answer None
+    hide = f"for m in {_TORCH_STACK!r}: sys.modules[m] = None\n" if not torch_installed else ""
     overrides = {"store": {"path": str(store)},
                  "embedding": {"onnx_cache_dir": str(cache_dir), "torch_threads": 1},
                  "ingestion": {"equivalence": {"model": "exact"}}}
     code = (
-        "import json, sys, retold\n"
+        "import json, sys\n"
+        f"{hide}"
+        "import retold\n"
         "from retold import Principal, Scope\n"
         f"rt = retold.build_runtime(retold.load_config({config_file!r}, overrides={overrides!r}))\n"
         "rt.host.grant('agent', Scope('user', 'u1'), read=True, write=True)\n"
@@ -160,7 +191,7 @@ def _write_and_search_in_a_child(cache_dir: Path, store: Path, config_file: str 
         f"res = rt.tools.call('memory_search', p, {{'queries': [{query!r}]}})\n"
         "family = str(rt.store.embedding_family())\n"
         "rt.close()\n"
-        "bad = [m for m in ('torch', 'transformers', 'sentence_transformers') if m in sys.modules]\n"
+        f"bad = [m for m in {_TORCH_STACK!r} if sys.modules.get(m) is not None]\n"
         "print(json.dumps({'bad': bad, 'embedder': type(rt.embedder).__name__, 'family': family,"
         " 'outcome': out.get('outcome', out), 'found': [r['content'] for r in res['results']]}))\n"
     )
@@ -168,23 +199,40 @@ def _write_and_search_in_a_child(cache_dir: Path, store: Path, config_file: str 
                           env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert done.returncode == 0, done.stderr[-2000:]
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return {**result, "stderr": done.stderr}
 
 
-def test_a_process_with_the_exported_file_searches_without_torch(
+def test_a_process_with_the_built_file_searches_without_torch(
     onnx: OnnxEmbedder, cache_dir: Path, tmp_path: Path
 ) -> None:
     result = _write_and_search_in_a_child(
         cache_dir, tmp_path / "m.sqlite", None, "morning_drink",
         "The user prefers green tea in the morning.", "what does the user drink?")
     assert result == {"bad": [], "embedder": "OnnxEmbedder", "family": f"{DEFAULT_MODEL} version 1 (384-d)",
+                      "outcome": "created", "found": ["The user prefers green tea in the morning."],
+                      "stderr": ""}
+
+
+def test_a_process_without_torch_builds_the_file_once_and_searches(
+    onnx: OnnxEmbedder, tmp_path: Path
+) -> None:
+    empty = tmp_path / "cache"
+    result = _write_and_search_in_a_child(
+        empty, tmp_path / "m.sqlite", None, "morning_drink",
+        "The user prefers green tea in the morning.", "what does the user drink?", torch_installed=False)
+    said = result.pop("stderr").splitlines()
+    assert result == {"bad": [], "embedder": "OnnxEmbedder", "family": f"{DEFAULT_MODEL} version 1 (384-d)",
                       "outcome": "created", "found": ["The user prefers green tea in the morning."]}
+    assert said == [f"retold: building all-MiniLM-L6-v2's ONNX file once (a few seconds; later runs "
+                    f"reuse {empty})"]
+    assert onnx.onnx_path is not None
+    assert [p.name for p in empty.iterdir()] == [onnx.onnx_path.name]  # the same file, by name
 
 
 @pytest.fixture(scope="module")
 def int8(onnx: OnnxEmbedder, cache_dir: Path) -> OnnxEmbedder:
     emb = OnnxEmbedder(model=INT8_MODEL, threads=1, cache_dir=str(cache_dir))
-    emb.load()  # quantises the float file the `onnx` fixture exported
+    emb.load()  # quantises the float file the `onnx` fixture built
     return emb
 
 
@@ -225,4 +273,4 @@ def test_a_process_runs_the_shipped_int8_config_without_torch(
         cache_dir, tmp_path / "m.sqlite", shipped, "home_city", "The user lives in Pune.",
         "which city is the user based in?")
     assert result == {"bad": [], "embedder": "OnnxEmbedder", "family": f"{INT8_MODEL} version 1 (384-d)",
-                      "outcome": "created", "found": ["The user lives in Pune."]}
+                      "outcome": "created", "found": ["The user lives in Pune."], "stderr": ""}

@@ -23,7 +23,8 @@ from retold.index.embedder import (
 from retold.index.onnx_embedder import OnnxEmbedder
 
 EVERYTHING = {"onnxruntime", "tokenizers", "torch", "transformers", "onnx"}
-RUNTIME_ONLY = {"onnxruntime", "tokenizers"}  # a torch-free install with a pre-exported file
+ONNX_EXTRA = {"onnxruntime", "tokenizers", "onnx"}  # what `make demo` installs: no torch
+RUNTIME_ONLY = {"onnxruntime", "tokenizers"}  # can load a file made elsewhere, not make one
 
 
 def _cfg(**changes: object) -> EmbeddingConfig:
@@ -59,7 +60,11 @@ def test_auto_picks_onnx_for_the_packaged_model_when_it_can_export() -> None:
             assert choose_backend(cfg, installed=_has(EVERYTHING), exported=_never_asked) == "onnx"
 
 
-def test_auto_without_torch_uses_an_exported_file_and_never_needs_torch() -> None:
+def test_auto_picks_onnx_without_torch_where_the_file_can_be_built() -> None:
+    assert choose_backend(_cfg(), installed=_has(ONNX_EXTRA), exported=_never_asked) == "onnx"
+
+
+def test_auto_without_the_onnx_package_uses_a_file_made_elsewhere() -> None:
     cfg = _cfg()
     assert choose_backend(cfg, installed=_has(RUNTIME_ONLY), exported=_exported(True)) == "onnx"
     # no file and no way to make one: sentence-transformers reports what is missing
@@ -146,6 +151,8 @@ def test_the_fake_needs_nothing_and_a_missing_library_is_named() -> None:
     check_model_files(_cfg(model="fake"), installed=_has(set()))
     with pytest.raises(ModelMissingError, match="needs sentence_transformers; install the `models` extra"):
         check_model_files(_cfg(backend="sentence-transformers"), installed=_has(EVERYTHING))
+    with pytest.raises(ModelMissingError, match=r"needs onnxruntime; install the `onnx` extra"):
+        check_model_files(_cfg(backend="onnx"), installed=_has({"tokenizers"}))
 
 
 @pytest.mark.model

@@ -142,14 +142,14 @@ def test_ensure_exported_refuses_a_model_without_an_export_path() -> None:
 
 
 def _exported_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
-    """A fake model folder and a cache already holding its float file; exporting again fails
-    the test. Returns the cache folder and the float file."""
+    """A fake model folder and a cache already holding its float file; building it again
+    fails the test. Returns the cache folder and the float file."""
     folder = _model_dir(tmp_path)
     cache = tmp_path / "cache"
     monkeypatch.setattr(onnx_export, "resolve_model_path", lambda name: str(folder))
 
     def no_export(*args: object) -> Path:
-        raise AssertionError("exported although the file exists")
+        raise AssertionError("built although the file exists")
 
     monkeypatch.setattr(onnx_export, "export_onnx", no_export)
     source = onnx_cache_path("all-MiniLM-L6-v2", "1", folder, cache)
@@ -194,7 +194,7 @@ def test_the_int8_file_is_quantised_from_an_existing_float_file_without_exportin
     assert ensure_exported(cfg) == dest and len(made) == 1  # made once
 
 
-def test_only_a_real_export_says_so_on_stderr_and_before_it_starts(
+def test_only_a_real_build_says_so_on_stderr_and_before_it_starts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
     cache, _ = _exported_cache(tmp_path, monkeypatch)
@@ -212,7 +212,7 @@ def test_only_a_real_export_says_so_on_stderr_and_before_it_starts(
     empty = tmp_path / "empty-cache"
     ensure_exported(EmbeddingConfig(onnx_cache_dir=str(empty)))
     (line,) = said[0].splitlines()
-    assert "exporting all-MiniLM-L6-v2 to ONNX once" in line and str(empty) in line
+    assert "building all-MiniLM-L6-v2's ONNX file once" in line and str(empty) in line
     ensure_exported(EmbeddingConfig(onnx_cache_dir=str(empty)))
     assert capfd.readouterr() == ("", "") and len(said) == 1
 
