@@ -55,6 +55,7 @@ from retold.models import Scope, SearchRequest  # noqa: E402
 from retold.runtime import Runtime  # noqa: E402
 from retold.store import Embedding, open_store  # noqa: E402
 from retold.store.postgres.url import conninfo  # noqa: E402
+from retold.tenant import DEFAULT_TENANT  # noqa: E402
 from retold.testing import make_record  # noqa: E402
 
 BACKENDS = ("sqlite", "postgres")
@@ -82,9 +83,10 @@ def _write_ms(rt: Runtime, i: int) -> dict[str, float]:
             **{stage: float(timings.get(stage, 0.0)) for stage in WRITE_STAGES}}
 
 
-def _refresh_ms(rt: Runtime, target: str, i: int) -> float:
-    """Another connection writes a record; this process's index catches up by delta."""
-    other = open_store(target, migrate_schema=False)
+def refresh_ms(rt: Runtime, target: str, i: int, tenant: str = DEFAULT_TENANT) -> float:
+    """Another connection writes a record into ``tenant``; this process's index catches up
+    by delta."""
+    other = open_store(target, tenant=tenant, migrate_schema=False)
     try:
         vector = np.ones(rt.embedder.dims, dtype=np.float32) / np.sqrt(rt.embedder.dims)
         other.write_record(make_record(content=f"refresh probe {i}", scope=Scope("user", USER),
@@ -153,7 +155,7 @@ def run_size(n: int, targets: dict[str, str], queries: int, seconds: float) -> d
             for stage, ms in written.items():
                 stages[backend][stage].append(ms)
             if i % 5 == 0:
-                samples[backend]["refresh"].append(_refresh_ms(rt, targets[backend], i))
+                samples[backend]["refresh"].append(refresh_ms(rt, targets[backend], i))
     steps = {backend: concurrency(targets[backend], rt, seconds, searches)
              for backend, rt in runtimes.items()} if seconds > 0 else {}
     for rt in runtimes.values():

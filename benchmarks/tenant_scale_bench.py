@@ -48,12 +48,10 @@ from benchmarks.report import RESULTS, machine, pin_threads, summarize, write_re
 
 pin_threads()
 
-import numpy as np  # noqa: E402
 
+from benchmarks.scale_bench import refresh_ms  # noqa: E402
 from benchmarks.search_data import (  # noqa: E402
-    AGENT,
     PROJECTS,
-    USER,
     fake_vectors,
     generate,
     make_queries,
@@ -65,9 +63,7 @@ from retold.index.embedder import FakeEmbedder  # noqa: E402
 from retold.ingest.equivalence import ExactJudge  # noqa: E402
 from retold.models import Scope  # noqa: E402
 from retold.runtime import Runtime  # noqa: E402
-from retold.store import Embedding, open_store  # noqa: E402
 from retold.store.location import add_tenant, tenant_store_path  # noqa: E402
-from retold.testing import make_record  # noqa: E402
 
 TENANT_RECORDS = 1000
 SERVED = 10  # tenants one agent process serves
@@ -141,23 +137,6 @@ def _write_ms(rt: Runtime, tag: str, i: int) -> float:
     return float(timings["total"]) - float(timings.get("embed", 0.0))
 
 
-def _refresh_ms(rt: Runtime, target: str, tenant: str, i: int) -> float:
-    """Another connection (as another process would) writes one record into ``tenant``;
-    this process's index catches up by delta."""
-    other = open_store(target, tenant=tenant, migrate_schema=False)
-    try:
-        vector = np.ones(rt.embedder.dims, dtype=np.float32) / np.sqrt(rt.embedder.dims)
-        other.write_record(make_record(content=f"refresh probe {i}", scope=Scope("user", USER),
-                                       creator_agent_id=AGENT),
-                           embedding=Embedding(rt.embedder.name, rt.embedder.version, vector))
-    finally:
-        other.close()
-    started = time.perf_counter()
-    outcome = rt.refresh_index()
-    assert outcome == "delta", outcome
-    return (time.perf_counter() - started) * 1000
-
-
 def _agent(target: str, tenants: int, queries: list[list[str]], big_queries: list[list[str]] | None,
            rounds: int, out: Any) -> None:
     """One agent process: ten tenants spread over the store, then a cold one, then (when
@@ -180,7 +159,7 @@ def _agent(target: str, tenants: int, queries: list[list[str]], big_queries: lis
             if j % 2 == 0:
                 write.append(_write_ms(rt, tenant, i))
             if i % 5 == 0 and j == 0:
-                refresh.append(_refresh_ms(rt, target, tenant, i))
+                refresh.append(refresh_ms(rt, target, i, tenant))
     for rt in runtimes.values():
         rt.flush_search_log()
     rss_served = _rss_mb()
