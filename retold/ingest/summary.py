@@ -13,6 +13,7 @@ summary retires with the records it restates").
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from retold.index.embedder import Embedder
@@ -30,16 +31,19 @@ from retold.util import Clock, new_id
 __all__ = ["SummaryWriter", "retire_superseded"]
 
 
-def retire_superseded(store: Store, record_id: str, successor: Record,
-                      event: NewEvent) -> list[tuple[str, int]]:
+def retire_superseded(store: Store, record_id: str, successor: Record, event: NewEvent, *,
+                      ends_validity: datetime | None) -> list[tuple[str, int]]:
     """Mark ``record_id`` superseded by ``successor`` (with ``event``), then retire the live
     summaries of the sessions that stated or reinforced it, inside the caller's transaction.
 
-    The successor's own session is spared: its summary is written knowing the new value.
-    Returns ``(record id, index_version)`` for every row retired, the record first, so the
-    caller can acknowledge them in its vector index after the commit.
+    ``ends_validity`` is where the retired rows' validity windows end (where the
+    successor's starts); None leaves them as they are. The successor's own session is
+    spared: its summary is written knowing the new value. Returns ``(record id,
+    index_version)`` for every row retired, the record first, so the caller can
+    acknowledge them in its vector index after the commit.
     """
-    change = store.transition(record_id, "superseded", from_statuses=ACTIVE_STATUSES, event=event)
+    change = store.transition(record_id, "superseded", from_statuses=ACTIVE_STATUSES,
+                              ends_validity=ends_validity, event=event)
     assert change is not None  # callers read the record as active under this same write lock
     retired = [(record_id, change.index_version)]
     sessions = {session_of(ref) for ref in store.counted_refs(record_id)}
@@ -47,10 +51,11 @@ def retire_superseded(store: Store, record_id: str, successor: Record,
     for session_id in sorted(s for s in sessions if s is not None):
         for summary in store.find_records(source_kind="session_summary", source_ref=f"session:{session_id}",
                                           statuses=ACTIVE_STATUSES):
+            restates = NewEvent("record.superseded", successor.creator_agent_id, {
+                "by": successor.id, "restates": record_id, "reason": "restates a superseded record"},
+                summary.id)
             done = store.transition(summary.id, "superseded", from_statuses=ACTIVE_STATUSES,
-                                    event=NewEvent("record.superseded", successor.creator_agent_id, {
-                                        "by": successor.id, "restates": record_id,
-                                        "reason": "restates a superseded record"}, summary.id))
+                                    ends_validity=ends_validity, event=restates)
             if done is not None:
                 retired.append((summary.id, done.index_version))
     return retired
