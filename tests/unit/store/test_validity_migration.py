@@ -1,0 +1,81 @@
+"""Migration 20 dates the superseded records of a store written before supersession kept
+validity windows: from lineage and events, leaving corrections undated on purpose and
+counting what it could not date. Both backends."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from retold.store import open_store
+from retold.store.migrations import LATEST
+from retold.testing import World
+from retold.tools.handlers import ToolHandlers
+from tests.sql import execute, rows
+
+ACME = [("org", "Acme North", "about")]
+DANA = "Billing contact for Acme North is Dana Reyes."
+MARCUS = "Billing contact for Acme North is Marcus Chen."
+
+
+def _said(world: World, content: str, **fields: object) -> str:
+    world.say("user", content)
+    result = world.write(content=content, source_kind="user_statement", evidence=content, **fields)
+    assert result.record_id is not None, result
+    return result.record_id
+
+
+def test_an_older_store_gets_its_windows_and_hears_what_could_not_be_dated(world: World) -> None:
+    assert LATEST == 20
+    dana = _said(world, DANA, attribute="billing_contact", entities=ACME,
+                 event_at=datetime(2026, 1, 10, tzinfo=UTC))
+    world.judge.table[(DANA, MARCUS)] = "contradicts"
+    _said(world, MARCUS, attribute="billing_contact", entities=ACME,
+          valid_from=datetime(2026, 3, 1, tzinfo=UTC))
+    # History that arrived late: held until the current value started.
+    current = _said(world, "Aditya drinks tea.", attribute="drink", event_at=datetime(2026, 6, 1, tzinfo=UTC))
+    world.judge.table[("Aditya drinks tea.", "Aditya drinks coffee.")] = "contradicts"
+    late = _said(world, "Aditya drinks coffee.", attribute="drink", event_at=datetime(2026, 4, 1, tzinfo=UTC))
+    assert world.record(late).status == "superseded" and world.record(current).valid_until is None
+    # A correction, and a record whose successor is gone.
+    typo = _said(world, "Aditya lives in Lisbn.", attribute="city")
+    world.say("user", "Sorry, I live in Lisbon.")
+    fixed = ToolHandlers(world.rt).call("memory_revise", world.p, {
+        "id": typo, "action": "supersede", "reason": "typo", "content": "Aditya lives in Lisbon.",
+        "source_kind": "user_statement", "evidence": "I live in Lisbon"})
+    assert fixed["outcome"] == f"superseded:{typo}", fixed
+    orphan = _said(world, "Aditya works remotely.", attribute="workplace")
+    world.rt.close()
+
+    # The store as version 19 left it: no windows on superseded records, no migration 20.
+    execute(world.target, "UPDATE records SET status = 'superseded' WHERE id = ?", orphan)
+    assert execute(world.target, "UPDATE records SET valid_until = NULL WHERE status = 'superseded'") == 4
+    execute(world.target, "DELETE FROM schema_migrations WHERE version = 20")
+
+    store = open_store(world.target)
+    try:
+        report = store.migration_report
+        assert report is not None and report.applied == (20,) and report.version == 20
+        assert report.notes == (
+            "migration 20: validity windows: 2 superseded records now end where their successor starts;"
+            " 1 could not be dated (no successor found) and as-of search leaves them out;"
+            " 1 replaced by corrections stay undated",)
+        until = {rid: value for rid, value in rows(store, "SELECT id, valid_until FROM records")}
+        assert until[dana] == "2026-03-01T00:00:00.000000Z"  # Marcus's stated start
+        assert until[late] == "2026-06-01T00:00:00.000000Z"  # tea's event time
+        assert until[typo] is None and until[orphan] is None
+    finally:
+        store.close()
+    again = open_store(world.target)
+    try:
+        assert again.migration_report is not None and again.migration_report.applied == ()
+    finally:
+        again.close()
+
+
+def test_a_new_store_has_no_windows_to_date(store_target: str) -> None:
+    store = open_store(store_target)
+    try:
+        report = store.migration_report
+        assert report is not None and 20 in report.applied and report.notes == ()
+    finally:
+        store.close()
