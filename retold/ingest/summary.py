@@ -106,10 +106,11 @@ class SummaryWriter:
         with store.atomic():
             if live:
                 # The store admits one live summary per session, so the old one retires
-                # first; it stays as history.
+                # first; it stays as history, its window ending where the new account starts.
+                replaced = NewEvent("record.superseded", record.creator_agent_id, {"by": record.id},
+                                    live[0].id)
                 store.transition(live[0].id, "superseded", from_statuses=ACTIVE_STATUSES,
-                                 event=NewEvent("record.superseded", record.creator_agent_id,
-                                                {"by": record.id}, live[0].id))
+                                 ends_validity=record.event_at, event=replaced)
             store.write_record(
                 record, links=links,
                 embedding=Embedding(self.embedder.name, self.embedder.version, vector),
