@@ -5,11 +5,18 @@ counting what it could not date. Both backends."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
 
 from retold.store import open_store
 from retold.store.migrations import LATEST
-from retold.testing import World
+from retold.store.postgres.connection import PgConnection
+from retold.store.postgres.schema import AGENT_ROLE, TENANT_REGISTRY, _validity_windows
+from retold.store.postgres.url import conninfo
+from retold.testing import World, make_world
 from retold.tools.handlers import ToolHandlers
+from tests import postgres
 from tests.sql import execute, rows
 
 ACME = [("org", "Acme North", "about")]
@@ -79,3 +86,36 @@ def test_a_new_store_has_no_windows_to_date(store_target: str) -> None:
         assert report is not None and 20 in report.applied and report.notes == ()
     finally:
         store.close()
+
+
+def test_a_role_held_by_row_level_security_dates_every_tenant(tmp_path: Path, pg_database: str) -> None:
+    """PostgreSQL: a migrating role that row-level security holds (as a table owner that is
+    not a superuser is) sees one tenant at a time; each is dated in its own pass."""
+    pytest.importorskip("psycopg")
+    store_target = postgres.fresh_schema(pg_database)
+    ids = []
+    for tenant in ("default", "beta"):
+        world = make_world(tmp_path / tenant, store=store_target, tenant=tenant)
+        dana = _said(world, DANA, attribute="billing_contact", entities=ACME)
+        world.judge.table[(DANA, MARCUS)] = "contradicts"
+        world.clock.advance(days=3)
+        _said(world, MARCUS, attribute="billing_contact", entities=ACME)
+        ids.append(dana)
+        world.rt.close()
+    execute(store_target, "UPDATE records SET valid_until = NULL")  # the tests' role sees every tenant
+    conn = PgConnection(conninfo(store_target), connect_timeout=5)
+    try:
+        # All in one transaction that is rolled back, the grant that lets the agent role
+        # read the tenant list included: the agent role bypasses nothing and is bound to
+        # no tenant, as a migrating owner is.
+        conn.execute("BEGIN")
+        conn.execute(f"GRANT SELECT ON {TENANT_REGISTRY} TO {AGENT_ROLE}")
+        conn.execute(f"SET LOCAL ROLE {AGENT_ROLE}")
+        note = _validity_windows(conn)
+        conn.execute("RESET ROLE")
+        dated = dict(conn.execute("SELECT id, valid_until FROM records").fetchall())
+        conn.execute("ROLLBACK")
+    finally:
+        conn.close()
+    assert note is not None and note.startswith("validity windows: 2 superseded records now end")
+    assert [dated[rid] for rid in ids] == ["2026-09-06T12:00:00.000000Z"] * 2
