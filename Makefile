@@ -69,6 +69,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.search_bench
 	$(BIN)/python -m benchmarks.longmemeval_bench --all --stores .bench/longmemeval --dump .bench/longmemeval.json
 	$(BIN)/python -m benchmarks.retrieval_bench --dump .bench/conversations.json
+	$(BIN)/python -m benchmarks.point_in_time_bench
 	$(BIN)/python -m benchmarks.fit_gate --lme-dump .bench/longmemeval.json --own-dump .bench/conversations.json
 	$(BIN)/python -m benchmarks.search_bench --config config.int8.yaml --modes real,baseline,cold --sizes 10000
 	$(BIN)/python -m benchmarks.longmemeval_bench --all --config config.int8.yaml --stores .bench/longmemeval-int8 --dump .bench/longmemeval-int8.json

@@ -10,8 +10,13 @@ extraction task when the ``workers`` package provides one; otherwise extraction 
 this process and the output says so. Without ``ANTHROPIC_API_KEY`` the extractor replays
 the recordings shipped in ``retold/demo_data`` (the output says "replayed"). One worker
 serves the whole story. Then the demo searches: the current contact with its explanation,
-Dana's superseded record via ``include_history``, the session summaries and the event
-trail.
+Dana's superseded record via ``include_history``, who held the role in February (an
+``as_of`` search: Dana, with the window supersession gave her record), the session
+summaries and the event trail.
+
+The story is dated: the manager's notes of 10 January name Dana (the write carries that
+as its event time), and the second session's recording dates Marcus from 1 March, the
+month the manager says Dana left. So Dana's window runs from 10 January to 1 March 2026.
 """
 
 from __future__ import annotations
@@ -39,10 +44,12 @@ from retold.models import Principal, Scope
 from retold.quiet import silence_progress_output
 from retold.runtime import Runtime, build_runtime
 
-__all__ = ["AGENT", "QUESTION", "SESSIONS", "USER", "DemoResult", "run_demo"]
+__all__ = ["AGENT", "FEBRUARY", "PAST_QUESTION", "QUESTION", "SESSIONS", "USER", "DemoResult", "run_demo"]
 
 AGENT, USER = "ops-copilot", "am-jordan"
 QUESTION = "Who is the billing contact for Acme North?"
+PAST_QUESTION = "Who was the billing contact for Acme North in February?"
+FEBRUARY = "2026-02-15T00:00:00Z"  # the as_of the February question is asked at
 API_KEY_ENV = "ANTHROPIC_API_KEY"
 WAIT_SECONDS = 30.0
 
@@ -50,7 +57,8 @@ WAIT_SECONDS = 30.0
 # from these user turns, and their evidence_turn numbers match.
 SESSIONS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
     ("acme-north-1", "acme_session1.json", (
-        ("user", "Renewal prep for Acme North. The billing contact for Acme North is Dana Reyes."),
+        ("user", "Renewal prep for Acme North, from my notes of 10 January 2026."
+                 " The billing contact for Acme North is Dana Reyes."),
         ("assistant", "Noted: the Acme North renewal goes to Dana Reyes, their billing contact."),
         ("user", "One more thing: always write my customer emails in British English."),
         ("assistant", "Understood, British English for every customer email."),
@@ -70,6 +78,7 @@ EXPLICIT_WRITE: dict[str, Any] = {
     "type": "semantic", "content": "Billing contact for Acme North is Dana Reyes.",
     "attribute": "billing_contact", "source_kind": "user_statement",
     "evidence": "The billing contact for Acme North is Dana Reyes.",
+    "event_at": "2026-01-10T00:00:00Z",  # when the notes it comes from were taken
     "entities": [{"kind": "org", "name": "Acme North", "role": "about"},
                  {"kind": "person", "name": "Dana Reyes", "role": "mentions"}],
 }
@@ -89,6 +98,7 @@ class DemoResult:
     outcomes: dict[str, str] = field(default_factory=dict)  # session id -> extraction outcome
     current: str | None = None  # content of the top current result for QUESTION
     superseded: list[str] = field(default_factory=list)  # superseded contents via include_history
+    february: str | None = None  # content of the top result for PAST_QUESTION as of FEBRUARY
     summaries: list[str] = field(default_factory=list)
     profile: str = ""  # the profile block session 2 started with
     event_kinds: list[str] = field(default_factory=list)
@@ -297,6 +307,17 @@ def _report(rt: Runtime, principal: Principal, result: DemoResult, say: Callable
         say(f"  [{hit['status']}] {hit['content']}")
         if hit["status"] == "superseded":
             result.superseded.append(hit["content"])
+    say(f"\n== as of February: {PAST_QUESTION}")
+    then = rt.tools.call("memory_search", principal, {"queries": [PAST_QUESTION], "k": 3, "as_of": FEBRUARY})
+    held = [r for r in then.get("results", []) if r["type"] == "semantic"]
+    if held:
+        result.february = held[0]["content"]
+        say(f"billing contact on {FEBRUARY[:10]}: {result.february} (status {held[0]['status']})")
+    else:
+        say(f"no billing contact found for February ({then.get('empty_reason') or then.get('error')})")
+    say("explanation (what the model sees):")
+    for line in str(then.get("rendered", "")).splitlines():
+        say(f"  {line}")
     say("\n== session summaries")
     for record in rt.store.find_records(source_kind="session_summary"):
         result.summaries.append(record.content)

@@ -233,10 +233,13 @@ class SearchRequest:
     context: str | None = None  # host-supplied, never set by the agent
     types: list[str] | None = None
     entities: list[str] | None = None  # alias strings, resolved by the retriever
-    since: datetime | None = None  # applies to event_at
+    since: datetime | None = None  # applies to event_at (when it was said or happened)
     until: datetime | None = None
     k: int | None = None  # None: retrieval.default_k
     include_history: bool = False  # superseded and expired become eligible
+    # What was valid at this moment: records whose validity window covers it, superseded
+    # ones included (docs/decisions.md, "Validity windows and as-of search").
+    as_of: datetime | None = None
     trigger: Literal["tool", "host"] = "tool"
     # The results go to a model that judges them before anyone sees them (the gap searches
     # of host-issued memory): the list is read as a tool search reads it, recall first,

@@ -505,16 +505,17 @@ class Operations:
 
     def search(
         self, agent_id: str, user_id: str, query: str, *, project_id: str | None = None,
-        k: int | None = None,
+        k: int | None = None, as_of: datetime | None = None,
     ) -> SearchReport:
-        """Run retrieval as ``agent_id`` for ``user_id`` and return it with its log row."""
+        """Run retrieval as ``agent_id`` for ``user_id`` (what was valid at ``as_of``, when
+        given) and return it with its log row."""
         if not query.strip():
             raise OperationError("the search query is empty")
         try:
             principal = Principal(agent_id, user_id, None, project_id)
         except ValueError as exc:
             raise OperationError(str(exc)) from exc
-        outcome = self._search(principal, SearchRequest(queries=[query], k=k))
+        outcome = self._search(principal, SearchRequest(queries=[query], k=k, as_of=as_of))
         self._flush_search_log()  # the row is written off the search path
         return SearchReport(outcome, self.store.search_log_row(outcome.response.search_id) or {})
 

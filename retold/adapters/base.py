@@ -117,7 +117,8 @@ class MemorySession:
 
     def search(self, *queries: str, k: int | None = None, **filters: Any) -> dict[str, Any]:
         """``memory_search`` with one to three queries (``types``, ``entities``, ``since``,
-        ``until``, ``include_history`` as keyword filters)."""
+        ``until``, ``include_history``, ``as_of`` as keyword filters; times are ISO 8601
+        text, as the tool takes them)."""
         payload: dict[str, Any] = {"queries": list(queries), **filters}
         if k is not None:
             payload["k"] = k

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from retold.cli.common import (
@@ -17,6 +18,7 @@ from retold.cli.common import (
     resolve_record_id,
     scope_arg,
 )
+from retold.tools.validation import ToolError, parse_time
 from retold.util import to_plain
 
 if TYPE_CHECKING:
@@ -39,6 +41,14 @@ def _maybe_json(value: Any) -> Any:
     return value
 
 
+def _moment(text: str) -> datetime:
+    """An argparse type: an ISO 8601 date-time, checked as the tools check one."""
+    try:
+        return parse_time("--as-of", text)
+    except ToolError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+
+
 def _cmd_search(args: argparse.Namespace) -> int:
     from retold.models import Principal
     from retold.policy.grants import no_grant_reason, readable_scopes
@@ -46,7 +56,8 @@ def _cmd_search(args: argparse.Namespace) -> int:
 
     query = " ".join(args.query).strip()
     with cli_runtime(args) as rt:
-        report = rt.operations.search(args.agent, args.user, query, project_id=args.project, k=args.k)
+        report = rt.operations.search(args.agent, args.user, query, project_id=args.project, k=args.k,
+                                      as_of=args.as_of)
         lacking = None
         if not report.outcome.response.results:
             principal = Principal(args.agent, args.user, None, args.project)
@@ -104,6 +115,8 @@ def register(commands: Any) -> None:
     search.add_argument("--user", required=True, help="user id of the searching principal")
     search.add_argument("--project", help="project id of the principal, if any")
     search.add_argument("--k", type=positive, help="how many results (default: retrieval.default_k)")
+    search.add_argument("--as-of", type=_moment, metavar="TIME",
+                        help="what was valid then, an ISO 8601 date-time (UTC unless it says otherwise)")
     search.add_argument("--json", action="store_true", help="print one JSON object")
     search.add_argument("query", nargs="+", metavar="QUERY", help="the query (words are joined)")
 

@@ -37,6 +37,7 @@ from retold.policy import grants
 from retold.policy.lifecycle import Lifecycle
 from retold.policy.secrets import screen
 from retold.policy.sensitivity import Sensitivity, SensitivityRules
+from retold.policy.validity import closed_at, starts
 from retold.store import Embedding, NewEvent, Store
 from retold.store.write_window import WriteWindow
 from retold.util import Clock, Timer, new_id
@@ -499,6 +500,8 @@ class Ingestor:
         elif decision.action == "superseded_on_arrival":
             assert target is not None
             candidate.status = "superseded"
+            # History that arrived late held until the current value started.
+            candidate.valid_until = closed_at(candidate, starts(target)) or candidate.valid_until
             payload["superseded_on_arrival_by"] = target.id
             outcome = f"superseded_on_arrival:{target.id}"
         elif decision.action == "conflict":
@@ -506,6 +509,8 @@ class Ingestor:
             candidate.status = "provisional"
             candidate.expires_at = self.lifecycle.provisional_expiry(now)
             payload["conflict_with"] = target.id
+            # Nobody has said which one holds, so neither window ends.
+            payload["validity"] = "both windows left open: a conflict ends neither"
             outcome = f"conflict:{target.id}"
         else:
             outcome = "created"
@@ -513,12 +518,14 @@ class Ingestor:
         # successor arrives, so retire it first, with the session summaries restating it.
         if decision.action == "supersede":
             assert target is not None
-            # A pack that versions no instructions replaces the old one instead.
+            # A pack that versions no instructions replaces the old one instead. The old
+            # windows end where the new one starts: the change the write dated (valid_from,
+            # event_at), else when it was recorded.
             keep = candidate.type != "procedural" or self.pack.classes.procedural.versioned
             for old in [target, *decision.also_superseded]:
                 retired = retire_superseded(store, old.id, candidate, NewEvent(
                     "record.superseded", candidate.creator_agent_id, {"by": candidate.id}, old.id),
-                    keep_history=keep)
+                    ends_validity=starts(candidate), keep_history=keep)
                 changes += [(rid, version, None, None) for rid, version in retired]
             payload["also_superseded"] = [r.id for r in decision.also_superseded]
         written = store.write_record(

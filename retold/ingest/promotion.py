@@ -28,6 +28,7 @@ from retold.ingest.subject import EPISODIC_ATTRIBUTE, normalize_attribute, subje
 from retold.ingest.summary import retire_superseded
 from retold.models import ACTIVE_STATUSES, Record
 from retold.policy.lifecycle import Lifecycle
+from retold.policy.validity import starts
 from retold.store import Embedding, NewEvent, Store
 from retold.util import Clock, new_id
 
@@ -97,9 +98,10 @@ class Promotion:
                 return None
             retired = [(record.id, change.index_version)]
             if incumbent is not None:
+                # The instruction it replaces held until the promoted one's window starts.
                 retired += retire_superseded(store, incumbent.id, promoted, NewEvent(
                     "record.superseded", actor, {"by": promoted.id}, incumbent.id),
-                    keep_history=self.keep_history)
+                    ends_validity=starts(promoted), keep_history=self.keep_history)
             written = store.write_record(
                 promoted, links=links,
                 embedding=None if vector is None else Embedding(self.embedder.name, self.embedder.version,

@@ -110,18 +110,30 @@ class Reviser:
         source_kind: str = "agent_inference",
         evidence: str | None = None,
         evidence_turn: int | None = None,
+        valid_from: datetime | None = None,
+        valid_until: datetime | None = None,
     ) -> Revision:
         """Replace ``old`` with a new record that inherits its subject, attribute, tags,
-        scope and entity links with their roles.
+        scope, entity links with their roles, and validity window.
 
-        Raises RevisionError ``invalid_input`` when ``old`` is history or the revision
-        lacks authority over it, naming both source kinds, and ``secret_detected`` when
-        the content, evidence or reason holds a credential.
+        ``valid_from`` and ``valid_until`` fix the window where the correction states
+        them: a stated ``valid_from`` is when the value changed, so ``old``'s window ends
+        there. Without one nothing is invented: a correction may say the old value was
+        never right, so ``old`` gets no end (an as-of search never returns it). Raises
+        RevisionError ``invalid_input`` when ``old`` is history, the revision lacks
+        authority over it (naming both source kinds) or the window would end before it
+        starts, and ``secret_detected`` when the content, evidence or reason holds a
+        credential.
         """
         timer = Timer()
         now = self.clock.now()
         if is_history(old, now):
             raise _history(old.id)
+        window_from = valid_from or old.valid_from
+        window_until = valid_until or old.valid_until
+        if window_from is not None and window_until is not None and window_from > window_until:
+            raise RevisionError("invalid_input", f"the corrected window would end ({to_iso(window_until)})"
+                                f" before it starts ({to_iso(window_from)})")
         refuse_secrets(content=content, evidence=evidence, reason=reason)
         request = WriteRequest(type=old.type, content=content.strip(), source_kind=source_kind,
                                evidence=evidence, evidence_turn=evidence_turn)
@@ -138,7 +150,7 @@ class Reviser:
             # time; a current fact is observed now.
             event_at=old.event_at if old.type == "episodic" else now,
             expires_at=self.lifecycle.initial_expiry(prov.source_kind, now),
-            valid_from=None, valid_until=None, review_at=None, review_flagged_at=None,
+            valid_from=window_from, valid_until=window_until, review_at=None, review_flagged_at=None,
             confidence=self.lifecycle.initial_confidence(prov.source_kind),
             status=self.lifecycle.initial_status(prov.source_kind), supersedes_id=old.id,
             reinforcements=0, last_reinforced_at=None, tags=list(old.tags),
@@ -161,6 +173,7 @@ class Reviser:
             retired = retire_superseded(store, old.id, candidate, NewEvent(
                 "record.superseded", principal.agent_id,
                 {"by": candidate.id, "manual_revision": True, "reason": reason}, old.id),
+                ends_validity=valid_from,
                 keep_history=old.type != "procedural" or self.ingestor.pack.classes.procedural.versioned)
             links = store.record_links(old.id)  # (entity_id, stored role), about first
             candidate.entity_ids = [entity_id for entity_id, _ in links]

@@ -13,6 +13,7 @@ summary retires with the records it restates").
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from retold.index.embedder import Embedder
@@ -31,9 +32,12 @@ __all__ = ["SummaryWriter", "retire_superseded"]
 
 
 def retire_superseded(store: Store, record_id: str, successor: Record, event: NewEvent, *,
-                      keep_history: bool = True) -> list[tuple[str, int]]:
+                      ends_validity: datetime | None, keep_history: bool = True) -> list[tuple[str, int]]:
     """Mark ``record_id`` superseded by ``successor`` (with ``event``), then retire the live
     summaries of the sessions that stated or reinforced it, inside the caller's transaction.
+
+    ``ends_validity`` is where the retired rows' validity windows end (where the
+    successor's starts); None leaves them as they are.
 
     ``keep_history=False`` (a memory pack whose ``classes.procedural.versioned`` is false)
     replaces the old record instead: it is forgotten, not kept as history, with a
@@ -49,7 +53,8 @@ def retire_superseded(store: Store, record_id: str, successor: Record, event: Ne
     record another process forgot.
     """
     if keep_history:
-        change = store.transition(record_id, "superseded", from_statuses=ACTIVE_STATUSES, event=event)
+        change = store.transition(record_id, "superseded", from_statuses=ACTIVE_STATUSES,
+                                  ends_validity=ends_validity, event=event)
     else:
         old = store.get_record(record_id)
         change = store.transition(record_id, "deleted", from_statuses=ACTIVE_STATUSES, event=NewEvent(
@@ -63,10 +68,11 @@ def retire_superseded(store: Store, record_id: str, successor: Record, event: Ne
     for session_id in sorted(s for s in sessions if s is not None):
         for summary in store.find_records(source_kind="session_summary", source_ref=f"session:{session_id}",
                                           statuses=ACTIVE_STATUSES):
+            restates = NewEvent("record.superseded", successor.creator_agent_id, {
+                "by": successor.id, "restates": record_id, "reason": "restates a superseded record"},
+                summary.id)
             done = store.transition(summary.id, "superseded", from_statuses=ACTIVE_STATUSES,
-                                    event=NewEvent("record.superseded", successor.creator_agent_id, {
-                                        "by": successor.id, "restates": record_id,
-                                        "reason": "restates a superseded record"}, summary.id))
+                                    ends_validity=ends_validity, event=restates)
             if done is not None:
                 retired.append((summary.id, done.index_version))
     return retired
@@ -117,10 +123,11 @@ class SummaryWriter:
         with store.atomic():
             if live:
                 # The store admits one live summary per session, so the old one retires
-                # first; it stays as history.
+                # first; it stays as history, its window ending where the new account starts.
+                replaced = NewEvent("record.superseded", record.creator_agent_id, {"by": record.id},
+                                    live[0].id)
                 store.transition(live[0].id, "superseded", from_statuses=ACTIVE_STATUSES,
-                                 event=NewEvent("record.superseded", record.creator_agent_id,
-                                                {"by": record.id}, live[0].id))
+                                 ends_validity=record.event_at, event=replaced)
             store.write_record(
                 record, links=links,
                 embedding=Embedding(self.embedder.name, self.embedder.version, vector),

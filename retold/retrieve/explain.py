@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any, Literal
 
 from retold.models import Candidate, Explanation, GeneratorHit, LexicalMatch, Record, RewriteStatus
+from retold.policy.validity import describe, holds_at
 from retold.util import to_iso, to_plain
 
 __all__ = ["explain", "explanation_dict", "explanation_plain", "render", "short_id"]
@@ -47,10 +49,13 @@ def explain(
     rewritten: list[str] | None,
     rewrite_status: RewriteStatus,
     conflicts: Mapping[str, list[str]],
+    *,
+    as_of: datetime | None = None,
 ) -> list[Explanation]:
     """One Explanation per returned record; ``placements`` carry (candidate, record,
     dedup note, budget note) in response order, ``conflicts`` the eligible conflicting
-    ids of each record."""
+    ids of each record. With ``as_of`` the summary also says each record's validity
+    window, and that a conflict leaves it open."""
     out = []
     for candidate, record, dedup, budget in placements:
         channels, matched = _matched(candidate)
@@ -65,6 +70,10 @@ def explain(
         summary += f"; {gate}"
         if conflicts_with:
             summary += "; conflicts with " + ", ".join(short_id(i) for i in conflicts_with)
+        if as_of is not None:
+            summary += f"; {describe(record)}"
+            if conflicts_with and record.valid_until is None:
+                summary += ", left open while the conflict stands"
         out.append(Explanation(
             raw_queries=raw_queries, rewritten_queries=rewritten, rewrite_status=rewrite_status,
             matched_by=channels, dense=candidate.dense, lexical=candidate.lexical,
@@ -83,22 +92,40 @@ def render(
     raw_queries: list[str],
     rewritten: list[str] | None,
     empty_reason: str | None,
+    *,
+    as_of: datetime | None = None,
 ) -> str:
-    """The text the model sees: a header, then one block per result."""
+    """The text the model sees: a header, then one block per result.
+
+    A result with a validity window says it on its first line; with ``as_of`` every
+    result does, and the ones valid at that time are marked."""
     searched = ", ".join(f'"{q}"' for q in (rewritten or raw_queries))
     header = f"searched for: {searched}"
     if rewritten:
         header += " (rewritten from " + ", ".join(f'"{q}"' for q in raw_queries) + ")"
+    if as_of is not None:
+        header += f" as of {_moment(as_of)}"
     if not results:
         return f"{header}\nno memory found: {empty_reason or 'nothing relevant is stored'}"
     blocks = [header]
     for record, explanation in results:
+        window = ""
+        if as_of is not None or record.valid_from is not None or record.valid_until is not None:
+            window = f" · {describe(record)}"
+            if as_of is not None and holds_at(record, as_of):
+                window += f" (valid at {_moment(as_of)})"
         blocks.append(
             f"[{short_id(record.id)}] {record.type} · {record.status} · {record.source_kind}"
-            f" · event {record.event_at.date().isoformat()} · scope {record.scope}\n"
+            f" · event {record.event_at.date().isoformat()} · scope {record.scope}{window}\n"
             f"{record.content}\n{explanation.summary}"
         )
     return "\n\n".join(blocks)
+
+
+def _moment(at: datetime) -> str:
+    """A date, or a date and time when the moment is not midnight UTC."""
+    text = to_iso(at)
+    return text[:10] if text[10:] == "T00:00:00.000000Z" else text[:16].replace("T", " ") + " UTC"
 
 
 def explanation_dict(ex: Explanation) -> dict[str, Any]:

@@ -229,8 +229,10 @@ class Retriever:
         trace.meta = meta = self._record_meta([c.record_id for c in fused], version)
         fused = [c for c in fused if c.record_id in meta]  # deleted since the eligible set was read
         trace.fused = list(fused)  # the fused order, before freshness re-sorts the list
+        # A search with a time range or an as-of time chose its period: nothing decays.
+        chosen = request.since is not None or request.until is not None or request.as_of is not None
         trace.freshness = apply_freshness(fused, meta, now, cfg.freshness, half_lives=self.half_lives,
-                                          time_window=request.since is not None or request.until is not None)
+                                          time_window=chosen)
         trace.flags["confidence"] = weighed = weighs(queries)
         if weighed:
             apply_confidence(fused, meta)
@@ -262,14 +264,14 @@ class Retriever:
         and lets the lexical generator keep its eligible temp table.
         """
         key = (tuple(scopes), tuple(request.types or ()), request.since, request.until,
-               request.include_history)
+               request.include_history, request.as_of)
         cached = self._eligible_cache.get(key)
         if (cached is not None and cached.records_version == version
                 and (cached.valid_until is None or now <= cached.valid_until)):
             self._eligible_cache.move_to_end(key)
             return cached
         eligible = self.store.eligible_ids(scopes, request.types, request.since, request.until,
-                                           request.include_history, now)
+                                           request.include_history, now, as_of=request.as_of)
         self._eligible_cache[key] = eligible
         if len(self._eligible_cache) > _ELIGIBLE_CACHE_ENTRIES:
             self._eligible_cache.popitem(last=False)
@@ -336,7 +338,9 @@ class Retriever:
             for p in chosen
         ]
         queries = list(trace.request.queries)
-        explanations = explain(placements, queries, trace.rewritten, trace.rewrite_status, conflicts)
+        as_of = trace.request.as_of
+        explanations = explain(placements, queries, trace.rewritten, trace.rewrite_status, conflicts,
+                               as_of=as_of)
         results = [SearchResult(record, candidate.score, ex)
                    for (candidate, record, _, _), ex in zip(placements, explanations, strict=True)]
         trace.returned = [(r.explanation, r.record.id) for r in results]
@@ -347,7 +351,7 @@ class Retriever:
             if lacking := no_grant_reason(self.store, trace.principal, scopes):
                 trace.empty_reason = f"{lacking}; {trace.empty_reason}"
         return results, render([(r.record, r.explanation) for r in results], queries, trace.rewritten,
-                               trace.empty_reason)
+                               trace.empty_reason, as_of=as_of)
 
     def _counterpart(self, record: Record, eligible: EligibleSet, cache: dict[str, Record]) -> Record | None:
         """The eligible authority counterpart of a provisional conflict, shown beside it."""

@@ -89,6 +89,8 @@ class SearchTrace:
                  "until": request.until, "k": request.k, "include_history": request.include_history}
         if request.judged:
             asked["judged"] = True
+        if request.as_of is not None:
+            asked["as_of"] = request.as_of
         beyond = {c.record_id: c.beyond_names for c in self.fused if c.beyond_names is not None}
         # ``ranked`` is the score the tool returned and the order was made by (after
         # freshness and confidence); ``parts`` what each channel added to the fused sum.

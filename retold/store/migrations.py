@@ -19,6 +19,7 @@ from importlib import resources
 from retold.errors import NotADatabaseError, SchemaTooNewError
 from retold.store.family import families_of_vectors, write_family
 from retold.store.fts import create_fts_table, is_stemmed, write_fts_rows
+from retold.store.validity_backfill import backfill_validity
 from retold.util import SystemClock, to_iso
 
 __all__ = [
@@ -420,6 +421,12 @@ def _subject_recent_index(conn: sqlite3.Connection) -> None:
     conn.execute(SUBJECT_RECENT_INDEX)
 
 
+def _validity_windows(conn: sqlite3.Connection) -> str | None:
+    """Superseded records end where their successors start, as supersession now keeps
+    them; see retold.store.validity_backfill."""
+    return backfill_validity(conn).note()
+
+
 _RETURNED_ROWS = ("INSERT OR IGNORE INTO search_returned(record_id, search_id, rank)"
                   " SELECT j.value, NEW.id, j.key + 1")
 
@@ -445,6 +452,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(18, "record sensitivity", _record_sensitivity),
     Migration(19, "access version", _access_version),
     Migration(20, "subject recency index", _subject_recent_index),
+    Migration(21, "validity windows", _validity_windows),
 )
 LATEST = MIGRATIONS[-1].version
 

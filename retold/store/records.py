@@ -141,6 +141,7 @@ class RecordsMixin(StoreBase):
         from_statuses: Sequence[str],
         live_at: datetime | None = None,
         clear_expiry: bool = False,
+        ends_validity: datetime | None = None,
         event: NewEvent | None = None,
     ) -> Transition | None:
         """Move a record to ``status`` only while it is in one of ``from_statuses``, and
@@ -151,7 +152,10 @@ class RecordsMixin(StoreBase):
         None and nothing was written. ``live_at`` also requires that the record has not
         passed its ``expires_at`` then (such a row is already history for retrieval).
         ``clear_expiry`` drops ``expires_at`` (a confirmed record keeps no provisional
-        expiry). Returns the records_version the change committed under and the event id.
+        expiry). ``ends_validity`` closes the record's validity window there, as a
+        supersession does (:func:`retold.policy.validity.closed_at`: an earlier end stays,
+        and no end falls before the window's start). Returns the records_version the
+        change committed under and the event id.
         """
         if status not in RECORD_STATUSES:
             raise ValueError(f"unknown status {status!r}")
@@ -168,6 +172,13 @@ class RecordsMixin(StoreBase):
             version = self.bump_version(conn)
             if clear_expiry:
                 conn.execute("UPDATE records SET expires_at = NULL WHERE id = ?", (record_id,))
+            if ends_validity is not None:
+                at = to_iso(ends_validity)
+                conn.execute(
+                    "UPDATE records SET valid_until = CASE WHEN coalesce(valid_from, event_at) > ?"
+                    " THEN coalesce(valid_from, event_at) ELSE ? END"
+                    " WHERE id = ? AND (valid_until IS NULL OR valid_until > ?)",
+                    (at, at, record_id, at))
             self._set_status(conn, [record_id], status, version)
             event_id = self._insert_event(conn, event) if event is not None else None
             return Transition(version, event_id)

@@ -95,23 +95,40 @@ class SearchMixin(StoreBase):
         until: datetime | None = None,
         include_history: bool = False,
         now: datetime | None = None,
+        as_of: datetime | None = None,
     ) -> EligibleSet:
         """The hard filter as one query over a covering index.
 
         Readable scope, lifecycle status, expiry (``expires_at < now`` is ineligible),
         type and the ``event_at`` window. ``include_history`` admits superseded
         and expired rows; deleted rows are never eligible.
+
+        ``as_of`` keeps what was valid then: a record whose validity window (from
+        ``valid_from``, else ``event_at``, to ``valid_until``) covers it, superseded ones
+        included when their window has an end (:mod:`retold.policy.validity`); expired
+        rows only with ``include_history``. Expiry is retention, not validity, so it
+        still applies to active rows as it does without ``as_of``.
         """
         if not scopes:
             return EligibleSet([], np.empty(0, dtype=np.int64), records_version=self.records_version())
         statuses = (*ACTIVE_STATUSES, "superseded", "expired") if include_history else ACTIVE_STATUSES
+        if as_of is not None and not include_history:
+            statuses = (*ACTIVE_STATUSES, "superseded")
         where = f"scope_kind = ? AND scope_id = ? AND status IN ({marks(statuses)})"
         tail: list[Any] = list(statuses)
         # Unary + keeps the planner on records_scope: scope is the selective, security
         # relevant filter, and without ANALYZE statistics SQLite would pick records_event.
         if not include_history:
-            where += " AND (expires_at IS NULL OR expires_at >= ?)"
-            tail.append(to_iso(now or self.clock.now()))
+            # A superseded row's expiry was never swept: it left the live set another way.
+            lapsed = "status = 'superseded' OR " if as_of is not None else ""
+            where += f" AND ({lapsed}expires_at IS NULL OR expires_at >= ?)"
+            stamp = to_iso(now or self.clock.now())
+            tail.append(stamp)
+        if as_of is not None:
+            moment = to_iso(as_of)
+            where += (" AND coalesce(valid_from, event_at) <= ? AND (valid_until IS NULL OR valid_until > ?)"
+                      " AND (status != 'superseded' OR valid_until IS NOT NULL)")
+            tail += [moment, moment]
         if types:
             unknown = set(types) - set(RECORD_TYPES)
             if unknown:
@@ -135,6 +152,8 @@ class SearchMixin(StoreBase):
             self._scope_indexes_agree(conn, scopes, statuses)
         seqs = np.fromiter((row[1] for row in rows), dtype=np.int64, count=len(rows))
         expiries = [row[2] for row in rows if row[2] is not None]
+        if as_of is not None and not include_history:  # a superseded row's past expiry changes nothing
+            expiries = [e for e in expiries if e >= stamp]
         valid_until = from_iso(min(expiries)) if expiries and not include_history else None
         return EligibleSet([row[0] for row in rows], seqs, records_version=version,
                            valid_until=valid_until)

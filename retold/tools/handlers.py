@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal, Protocol, cast
 
@@ -42,7 +42,7 @@ from retold.store.entities import EntityMergeError
 from retold.store.pins import PinRefusedError
 from retold.tools.export import anthropic_tools, openai_tools
 from retold.tools.schemas import ToolSchema, tool_schemas
-from retold.tools.validation import ToolError, search_request, validate_payload, write_request
+from retold.tools.validation import ToolError, parse_time, search_request, validate_payload, write_request
 from retold.util import Clock, to_iso
 
 __all__ = ["ToolHandlers", "ToolParts", "ToolResult"]
@@ -93,6 +93,11 @@ class ToolParts(Protocol):
     def reviser(self) -> Reviser: ...
     @property
     def activator(self) -> Activator: ...
+
+
+def _time(payload: Mapping[str, Any], name: str) -> datetime | None:
+    """A validated payload's optional date-time field."""
+    return parse_time(name, payload[name]) if name in payload else None
 
 
 def _not_found(raw_id: str) -> ToolError:
@@ -384,6 +389,7 @@ class ToolHandlers:
                     evidence=payload.get("evidence"),
                     # JSON Schema counts 2.0 as an integer; turn numbers are ints.
                     evidence_turn=int(payload["evidence_turn"]) if "evidence_turn" in payload else None,
+                    valid_from=_time(payload, "valid_from"), valid_until=_time(payload, "valid_until"),
                 )
                 # The successor is judged afresh; it never inherits the old activation.
                 activation = self.parts.activator.after_write(principal, rev.record_id)

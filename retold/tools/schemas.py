@@ -45,16 +45,19 @@ TOOL_NAMES: tuple[str, ...] = (
 EVIDENCE_SOURCE_KINDS: tuple[str, ...] = ("user_statement", "tool_result", "agent_inference")
 REVISE_ACTIONS: tuple[str, ...] = ("confirm", "supersede", "expire", "restore", "pin", "unpin")
 REVISE_RECORD_FIELDS: tuple[str, ...] = (
-    "id", "action", "reason", "content", "source_kind", "evidence", "evidence_turn",
+    "id", "action", "reason", "content", "source_kind", "evidence", "evidence_turn", "valid_from",
+    "valid_until",
 )
 REVISE_MERGE_FIELDS: tuple[str, ...] = ("entity_id", "merge_into", "reason")
-SUPERSEDE_ONLY_FIELDS: tuple[str, ...] = ("content", "source_kind", "evidence", "evidence_turn")
+SUPERSEDE_ONLY_FIELDS: tuple[str, ...] = (
+    "content", "source_kind", "evidence", "evidence_turn", "valid_from", "valid_until",
+)
 # The ``tools:`` limit on a string property's length, wherever the property appears.
 _STRING_LIMITS: dict[str, str] = {
     "content": "max_content_chars", "evidence": "max_evidence_chars", "reason": "max_reason_chars",
     "attribute": "max_attribute_chars", "name": "max_entity_name_chars",
-    **dict.fromkeys(("id", "entity_id", "merge_into", "write_target", "since", "until", "event_at"),
-                    "max_id_chars"),
+    **dict.fromkeys(("id", "entity_id", "merge_into", "write_target", "since", "until", "as_of", "event_at",
+                     "valid_from", "valid_until"), "max_id_chars"),
 }
 # Array properties: the limit on the number of items (None: fixed in the schema) and, for
 # arrays of strings, on each item's length.
@@ -86,8 +89,16 @@ _SEARCH: ToolSchema = {
                 "type": "array", "items": {"type": "string"},
                 "description": "Names of people, projects, or repos the task is about.",
             },
-            "since": {"type": "string", "format": "date-time"},
-            "until": {"type": "string", "format": "date-time"},
+            "since": {"type": "string", "format": "date-time",
+                      "description": "Only memories recorded or that happened at or after this time "
+                                     "(when it was said or happened, not when it was true)."},
+            "until": {"type": "string", "format": "date-time",
+                      "description": "Only memories recorded or that happened at or before this time "
+                                     "(when it was said or happened, not when it was true)."},
+            "as_of": {"type": "string", "format": "date-time",
+                      "description": "Answer as of this time: what was true then, replaced values "
+                                     "included, later ones left out. Use it for questions about the "
+                                     "past such as 'who was the contact in February?'."},
             "k": {"type": "integer", "minimum": 1, "maximum": 20, "default": 8},
             "include_history": {"type": "boolean", "default": False},
         },
@@ -179,9 +190,9 @@ _REVISE: ToolSchema = {
     "description": (
         "Change a memory you already know by id: confirm a provisional record, expire one that "
         "no longer holds, or supersede it with corrected content (content, source_kind, "
-        "evidence, and evidence_turn are valid only with supersede, and evidence must be a "
-        "verbatim quote from this session). Superseded and expired records are history and "
-        "cannot be revised; a forgotten one can only be restored (action restore) while "
+        "evidence, evidence_turn, valid_from and valid_until are valid only with supersede, and "
+        "evidence must be a verbatim quote from this session). Superseded and expired records "
+        "are history and cannot be revised; a forgotten one can only be restored (action restore) while "
         "memory_get shows it as restorable, and so can one archived for space. pin keeps a "
         "memory the user wants kept from ageing out (unpin undoes it). With {entity_id, "
         "merge_into, reason} instead, it merges two entities of the same kind that name one "
@@ -202,6 +213,12 @@ _REVISE: ToolSchema = {
                          "description": "supersede only: verbatim quote from this session."},
             "evidence_turn": {"type": "integer", "minimum": 1,
                               "description": "supersede only: the turn number the quote is from."},
+            "valid_from": {"type": "string", "format": "date-time",
+                           "description": "supersede only: when the corrected value started to hold, "
+                                          "if the conversation says; the old one then ends there."},
+            "valid_until": {"type": "string", "format": "date-time",
+                            "description": "supersede only: when the corrected value stopped holding, "
+                                           "if the conversation says."},
             "entity_id": {"type": "string", "description": "Entity merge: the entity to merge away."},
             "merge_into": {"type": "string", "description": "Entity merge: the surviving entity."},
         },

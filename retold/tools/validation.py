@@ -60,7 +60,7 @@ _NOT_BLANK: dict[str, tuple[str, ...]] = {
     "memory_revise": ("content", "evidence", "reason"),
     "memory_forget": ("reason",),
 }
-_TIME_FIELDS = ("since", "until", "event_at")
+_TIME_FIELDS = ("since", "until", "as_of", "event_at", "valid_from", "valid_until")
 _TYPE_NAMES = {"string": "a string", "integer": "an integer", "boolean": "a boolean",
                "array": "an array", "object": "an object", "number": "a number"}
 
@@ -253,6 +253,10 @@ def validate_payload(tool: str, payload: object, limits: ToolsConfig | None = No
     if (tool == "memory_search" and "since" in payload and "until" in payload
             and parse_time("since", payload["since"]) > parse_time("until", payload["until"])):
         raise ToolError("invalid_input", "since must not be later than until")
+    if "valid_from" in payload and "valid_until" in payload and (
+            parse_time("valid_from", payload["valid_from"])
+            > parse_time("valid_until", payload["valid_until"])):
+        raise ToolError("invalid_input", "valid_from must not be later than valid_until")
     if tool == "memory_revise" and "action" in payload:
         _check_revise_fields(payload)
 
@@ -295,6 +299,7 @@ def search_request(payload: Mapping[str, Any], context: str | None = None) -> Se
     ``context``, never the model, so a search call cannot carry a transcript."""
     since = payload.get("since")
     until = payload.get("until")
+    as_of = payload.get("as_of")
     k = payload.get("k")
     return SearchRequest(
         queries=[q.strip() for q in payload["queries"]],
@@ -305,6 +310,7 @@ def search_request(payload: Mapping[str, Any], context: str | None = None) -> Se
         until=parse_time("until", until) if until is not None else None,
         k=int(k) if k is not None else None,  # JSON Schema counts 3.0 as an integer
         include_history=bool(payload.get("include_history", False)),
+        as_of=parse_time("as_of", as_of) if as_of is not None else None,
         trigger="tool",
     )
 

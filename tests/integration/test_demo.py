@@ -49,6 +49,11 @@ def test_demo_tells_the_acme_north_story(tmp_path: Path) -> None:
     assert "Jordan wants customer emails written in British English." in out.split("== session 2", 1)[1]
     assert "current billing contact: Billing contact for Acme North is Marcus Chen." in out
     assert "[superseded] Billing contact for Acme North is Dana Reyes." in out
+    # Asked as of February, the contact then: Dana, with her window marked as the one that held.
+    february = out.split("== as of February:", 1)[1].split("== session summaries", 1)[0]
+    assert "billing contact on 2026-02-15: Billing contact for Acme North is Dana Reyes." in february
+    assert "valid 2026-01-10 to 2026-03-01 (valid at 2026-02-15)" in february
+    assert "Marcus Chen" not in february
     # The first session's summary names Dana as the contact: history, never served as current.
     assert "session:acme-north-1 [superseded]: The account manager prepared the Acme North renewal" in out
     assert "session:acme-north-2 [confirmed]: The account manager reported that Dana Reyes left" in out
@@ -82,6 +87,7 @@ def test_demo_falls_back_to_in_process_extraction(tmp_path: Path) -> None:
         "Billing contact for Acme North is Dana Reyes.",
         "The account manager prepared the Acme North renewal and named Dana Reyes as the billing contact.",
     ]
+    assert result.february == "Billing contact for Acme North is Dana Reyes."
     assert len(result.summaries) == 2
     # Session 2 starts with the standing preference session 1 recorded, and nothing else.
     profile = result.profile.splitlines()

@@ -30,6 +30,7 @@ def test_readme_python_example_runs_and_finds_the_memory(tmp_path: Path) -> None
     assert result.stdout.startswith("created ")
     assert "['Aditya prefers concise answers.'] None" in result.stdout
     assert "semantic · confirmed · user_statement" in result.stdout
+    assert "\n[]\n" in result.stdout  # as of January 2026 nothing held: it was written later
 
 
 def _readme_block(heading: str) -> str:

@@ -20,6 +20,7 @@ from typing import Any
 
 from retold.errors import NotADatabaseError, SchemaTooNewError
 from retold.store.migrations import MIGRATIONS, SUBJECT_RECENT_INDEX, UTILITY_TABLES, MigrationReport
+from retold.store.validity_backfill import Backfill, backfill_validity
 from retold.tenant import DEFAULT_TENANT
 from retold.util import SystemClock, to_iso
 
@@ -280,8 +281,25 @@ def _subject_recent_index(conn: Any) -> None:
     conn.execute(SUBJECT_RECENT_INDEX)
 
 
-# Migrations after the initial PostgreSQL schema: (version, name, apply).
-PG_MIGRATIONS: tuple[tuple[int, str, Callable[[Any], None]], ...] = (
+def _validity_windows(conn: Any) -> str | None:
+    """As on SQLite (retold.store.validity_backfill), once per tenant: row-level security
+    shows a statement only the rows of the tenant it is bound to, here for this
+    transaction alone. A role that bypasses it sees every tenant in one pass."""
+    (everything,) = conn.execute("SELECT rolsuper OR rolbypassrls FROM pg_roles"
+                                 " WHERE rolname = current_user").fetchone()
+    if everything:
+        return backfill_validity(conn).note()
+    done = [Backfill(0, 0, 0)]
+    for (tenant,) in conn.execute(f"SELECT name FROM {TENANT_REGISTRY} ORDER BY name").fetchall():
+        conn.execute("SELECT set_config('retold.tenant', ?, true)", (tenant,))
+        done.append(backfill_validity(conn))
+    return Backfill(sum(b.dated for b in done), sum(b.undated for b in done),
+                    sum(b.corrections for b in done)).note()
+
+
+# Migrations after the initial PostgreSQL schema: (version, name, apply); apply may return
+# a note for the operator.
+PG_MIGRATIONS: tuple[tuple[int, str, Callable[[Any], str | None]], ...] = (
     (10, "search decision column", _search_decision),
     (11, "host trigger name", _host_trigger),
     (12, "record pins", _record_pins),
@@ -293,6 +311,7 @@ PG_MIGRATIONS: tuple[tuple[int, str, Callable[[Any], None]], ...] = (
     (18, "record sensitivity", _record_sensitivity),
     (19, "access version", _access_version),
     (20, "subject recency index", _subject_recent_index),
+    (21, "validity windows", _validity_windows),
 )
 # The version from which every table has a tenant key under row-level security.
 TENANT_VERSION = 17
@@ -384,7 +403,8 @@ def migrate(conn: Any, where: str) -> MigrationReport:
     if check_version(conn, where) >= _PG_LATEST:
         return MigrationReport((), current_version(conn), _unresolved(conn))
     applied: list[int] = []
-    steps: list[tuple[int, str, Callable[[Any], None]]] = [(PG_BASE, "initial schema", _initial)]
+    notes: list[str] = []
+    steps: list[tuple[int, str, Callable[[Any], str | None]]] = [(PG_BASE, "initial schema", _initial)]
     steps += PG_MIGRATIONS
     for version, name, apply in steps:
         conn.execute("BEGIN")
@@ -393,7 +413,7 @@ def migrate(conn: Any, where: str) -> MigrationReport:
             if check_version(conn, where) >= version:  # another process applied it meanwhile
                 conn.execute("ROLLBACK")
                 continue
-            apply(conn)
+            note = apply(conn)
             if apply is not _initial:
                 conn.execute("INSERT INTO schema_migrations(version, name, applied_at) VALUES (?, ?, ?)",
                              (version, name, to_iso(SystemClock().now())))
@@ -402,7 +422,10 @@ def migrate(conn: Any, where: str) -> MigrationReport:
             conn.execute("ROLLBACK")
             raise
         applied += [m.version for m in MIGRATIONS if m.version <= PG_BASE] if apply is _initial else [version]
-    return MigrationReport(tuple(applied), current_version(conn), _unresolved(conn))
+        if note:
+            log.warning("store %s, migration %d: %s", where, version, note)
+            notes.append(f"migration {version}: {note}")
+    return MigrationReport(tuple(applied), current_version(conn), _unresolved(conn), tuple(notes))
 
 
 def _unresolved(conn: Any) -> int:

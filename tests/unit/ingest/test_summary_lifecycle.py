@@ -11,7 +11,7 @@ from importlib import resources
 from typing import Any
 
 from retold import build_runtime
-from retold.demo import EXPLICIT_WRITE, QUESTION, SESSIONS
+from retold.demo import EXPLICIT_WRITE, FEBRUARY, PAST_QUESTION, QUESTION, SESSIONS
 from retold.ingest.extractor import FakeExtractor, ReplayExtractor
 from retold.ingest.reviewer import TableReviewer
 from retold.models import ExtractionOutput, Principal, Record, SessionSummary
@@ -84,6 +84,11 @@ def test_history_shows_the_restating_summary_marked_superseded(world: World) -> 
     marcus = world.rt.store.find_records(content=MARCUS)[0]
     dana = world.rt.store.find_records(content=DANA)[0]
     assert retired["payload"]["by"] == marcus.id and retired["payload"]["restates"] == dana.id
+    # Dana held from the notes of 10 January until Marcus took over on 1 March; the summary
+    # that restated her was written after that, so no time finds it.
+    assert (dana.valid_until, stale.valid_until) == (marcus.valid_from, stale.event_at)
+    february = ask(world, queries=[PAST_QUESTION], as_of=FEBRUARY)
+    assert [r["content"] for r in february["results"]] == [DANA]
 
 
 # -- which summaries retire ------------------------------------------------------------------

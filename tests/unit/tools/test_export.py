@@ -98,6 +98,9 @@ def _with_nulls(schema: dict[str, Any], payload: dict[str, Any]) -> dict[str, An
 
 @pytest.mark.parametrize("name, payload", [
     ("memory_search", {"queries": ["explanation style"]}),
+    ("memory_search", {"queries": ["billing contact"], "as_of": "2026-02-15T00:00:00Z"}),
+    ("memory_revise", {"id": "r", "action": "supersede", "reason": "fixed", "content": "c",
+                       "valid_from": "2026-03-01T00:00:00Z"}),
     ("memory_get", {"ids": ["abc"]}),
     ("memory_write", {"type": "semantic", "content": "Aditya prefers tea.", "attribute": "drink"}),
     ("memory_revise", {"id": "r", "action": "confirm", "reason": "checked"}),

@@ -80,6 +80,7 @@ def _near_valid(name: str, ids: list[str]) -> st.SearchStrategy[dict[str, Any]]:
     good: dict[str, st.SearchStrategy[Any]] = {
         "queries": st.lists(text, min_size=1, max_size=3), "types": st.lists(st.sampled_from(RECORD_TYPES)),
         "since": when, "until": when, "k": st.integers(-1, 22), "include_history": st.booleans(),
+        "as_of": when, "valid_from": when, "valid_until": when,
         "ids": st.lists(some_id, min_size=1, max_size=4), "type": st.sampled_from(RECORD_TYPES),
         "content": text,
         "attribute": st.sampled_from(["explanation_style", "deploy_day", "", "/"]) | st.text(max_size=12),

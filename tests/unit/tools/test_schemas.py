@@ -16,7 +16,7 @@ from retold.tools.schemas import REVISE_SHAPES, TOOL_NAMES, tool_schema, tool_sc
 EXAMPLES: dict[str, dict[str, Any]] = {
     "memory_search": {"queries": ["Aditya explanation style"], "types": ["semantic"],
                       "entities": ["Aditya"], "since": "2026-01-01T00:00:00Z", "k": 5,
-                      "include_history": False},
+                      "include_history": False, "as_of": "2026-02-15T00:00:00Z"},
     "memory_get": {"ids": ["01a228cb-071d-7000-a907-4b24ffb194f9"]},
     "memory_write": {"type": "semantic", "content": "Aditya prefers concise answers.",
                      "attribute": "answer_style", "write_target": "personal",
@@ -27,7 +27,7 @@ EXAMPLES: dict[str, dict[str, Any]] = {
     "memory_revise": {"id": "01a228cb-071d-7000-a907-4b24ffb194f9", "action": "supersede",
                       "reason": "the user corrected it", "content": "Aditya prefers detailed answers.",
                       "source_kind": "user_statement", "evidence": "Actually, give me detail.",
-                      "evidence_turn": 3},
+                      "evidence_turn": 3, "valid_from": "2026-09-01T00:00:00Z"},
     "memory_forget": {"id": "01a228cb-071d-7000-a907-4b24ffb194f9", "reason": "the user asked"},
 }
 
@@ -75,6 +75,17 @@ def test_memory_search_has_no_context_property() -> None:
     assert schema["properties"]["k"] == {"type": "integer", "minimum": 1, "maximum": 20, "default": 8}
 
 
+def test_search_times_say_what_they_filter_on() -> None:
+    props = tool_schema("memory_search")["input_schema"]["properties"]
+    for name in ("since", "until", "as_of"):
+        assert props[name]["type"] == "string" and props[name]["format"] == "date-time"
+        assert props[name]["maxLength"] == 100
+    # since/until filter on when a memory was recorded or happened; as_of on when it held.
+    assert "not when it was true" in props["since"]["description"]
+    assert "not when it was true" in props["until"]["description"]
+    assert "what was true then" in props["as_of"]["description"]
+
+
 def test_every_key_required_by_a_memory_revise_branch_is_declared_at_the_top_level() -> None:
     schema = tool_schema("memory_revise")["input_schema"]
     declared = set(schema["properties"])
@@ -82,7 +93,7 @@ def test_every_key_required_by_a_memory_revise_branch_is_declared_at_the_top_lev
     for branch in REVISE_SHAPES:
         assert set(branch["required"]) <= declared
     assert {"id", "action", "reason", "content", "source_kind", "evidence", "evidence_turn",
-            "entity_id", "merge_into"} == declared
+            "valid_from", "valid_until", "entity_id", "merge_into"} == declared
 
 
 @pytest.mark.parametrize("name", TOOL_NAMES)
