@@ -208,7 +208,7 @@ class Runtime:
         """The activation policy after each write, and people's review decisions."""
         policy = ActivationPolicy(self.config.activation,
                                   review_sample_rate=self.memory_pack.write_policy.review_sample_rate)
-        return Activator(self.store, policy, self.clock)
+        return Activator(self.store, policy, self.clock, self.sensitivity.mask)
 
     @cached_property
     def profiles(self) -> ProfileAssembler:

@@ -12,7 +12,7 @@ profile".
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -56,8 +56,10 @@ class ActivationOutcome:
 class Activator:
     """Applies :class:`ActivationPolicy` to committed records and to people's decisions."""
 
-    def __init__(self, store: Store, policy: ActivationPolicy, clock: Clock) -> None:
+    def __init__(self, store: Store, policy: ActivationPolicy, clock: Clock,
+                 mask: Callable[[str], str] | None = None) -> None:
         self.store, self.policy, self.clock = store, policy, clock
+        self.mask = mask  # the tenant pack's redaction, to find a quote of the masked transcript
 
     # -- after writes ------------------------------------------------------------------------
 
@@ -147,7 +149,11 @@ class Activator:
         if where is None or session is None:
             return None
         found = next((t for t in self.store.turns(where[0]) if t.turn == where[1]), None)
-        return None if found is None else SourceTurn(session.user_id, found.role, found.content)
+        if found is None:
+            return None
+        masked = None if self.mask is None else self.mask(found.content)
+        return SourceTurn(session.user_id, found.role, found.content,
+                          masked if masked != found.content else None)
 
     # -- a person's decisions --------------------------------------------------------------------
 

@@ -171,8 +171,8 @@ class ExtractionRunner:
         self.lifecycle, self.cfg, self.clock = lifecycle, config, clock
         self.extractor, self.reviewer = extractor, reviewer
         self.reload_max = incremental_reload_max
-        # The tenant pack's redaction: summaries are embedded masked, and the stored records
-        # a reviewer is shown are masked in its prompt.
+        # The tenant pack's redaction: the extractor and reviewer read the transcript and the
+        # stored records masked, and summaries are embedded masked.
         self.sensitivity = sensitivity or SensitivityRules()
         self.summaries = SummaryWriter(store, embedder, lifecycle, clock, self.sensitivity)
         # The notice is shared with using()'s runners: one warning per process and setup.
@@ -240,7 +240,8 @@ class ExtractionRunner:
         session = self.store.get_session(session_id)
         assert session is not None
         principal = Principal(session.agent_id, session.user_id, session.id, session.project_id)
-        turns = self.store.turns(session.id)
+        # Hosted models read the transcript masked, and their quotes are checked against it.
+        turns = self.sensitivity.transcript(self.store.turns(session.id))
         timer.mark("transcript_prep")
         with counting() as spend:  # this run's hosted answers and tokens, for its event
             output, extract_meta = self._extract(principal, turns, token)
@@ -293,10 +294,14 @@ class ExtractionRunner:
             raise StageStop("not_configured", "extract", "not_configured",
                         f"no extractor is configured: {self.attempts.setup.missing}")
         store, cfg = self.store, self.cfg  # known entities and subjects, capped by config
-        context = ExtractionContext(principal, store.readable_entities(
-            grants.readable_scopes(store, principal), cfg.extraction_context_max_entities),
-            store.active_subjects(grants.writable_scopes(store, principal), self.clock.now(),
-                                  cfg.extraction_context_max_subjects), extractor.prompt_version)
+        known = store.readable_entities(grants.readable_scopes(store, principal),
+                                        cfg.extraction_context_max_entities)
+        subjects = store.active_subjects(grants.writable_scopes(store, principal), self.clock.now(),
+                                         cfg.extraction_context_max_subjects)
+        # Names and subjects go to the model masked as the transcript is (an id still links them).
+        mask = self.sensitivity.mask
+        context = ExtractionContext(principal, [(e, kind, mask(name)) for e, kind, name in known],
+                                    [mask(s) for s in subjects], extractor.prompt_version)
         answer, withheld = screen_output(
             call_model("extract", lambda: extractor.extract(list(turns), context)))
         self._withheld(principal.session_id, withheld)  # before anything holding them is stored
@@ -466,7 +471,8 @@ class ExtractionRunner:
             # Under the write lock the claim cannot change hands before this commits.
             stop_unless_held("apply", self.store.holds_claim(session.id, token))
             # Revalidation reads the transcript and grants again under the write lock.
-            scope, turns = self._destination(principal), self.store.turns(session.id)
+            scope = self._destination(principal)
+            turns = self.sensitivity.transcript(self.store.turns(session.id))
             timer.skip("writes")
             for item, cand in final:
                 try:  # revalidate under the write lock, then use the explicit-write path

@@ -183,7 +183,11 @@ class Ingestor:
         ``agent_inference`` with a note rather than refused."""
         if request.source_kind == "system":  # the host's own API vouches for it
             return Provenance("system", None, request.evidence, [], None)
-        turns = self.store.turns(principal.session_id) if principal.session_id else []
+        said = self.store.turns(principal.session_id) if principal.session_id else []
+        # A quote may come from the transcript as said or as the tenant's pack masks it (what
+        # the extractor reads): the masked turns are searched after the raw ones.
+        turns = [*said, *(t for t, raw in zip(self.sensitivity.transcript(said), said, strict=True)
+                          if t.content != raw.content)]
         check = validate_evidence(
             turns, request.evidence, request.source_kind, turn_hint=request.evidence_turn,
             min_characters=self.config.evidence.min_characters,
@@ -553,7 +557,9 @@ class Ingestor:
         """Only an independent source reference counts as more support."""
         ref = candidate.source_ref
         independent = ref is not None and ref not in self.store.counted_refs(target.id)
-        payload.update(counted=independent, incoming_evidence=candidate.evidence,
+        # The audit trail keeps the quote masked: the raw text stays in the record alone.
+        incoming = None if candidate.evidence is None else self.sensitivity.mask(candidate.evidence)
+        payload.update(counted=independent, incoming_evidence=incoming,
                        incoming_source_kind=candidate.source_kind)
         if not independent:
             payload["reason"] = ("source reference already counted" if ref

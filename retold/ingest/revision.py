@@ -135,6 +135,7 @@ class Reviser:
             raise RevisionError("invalid_input", f"the corrected window would end ({to_iso(window_until)})"
                                 f" before it starts ({to_iso(window_from)})")
         refuse_secrets(content=content, evidence=evidence, reason=reason)
+        reason = self._masked(reason)
         request = WriteRequest(type=old.type, content=content.strip(), source_kind=source_kind,
                                evidence=evidence, evidence_turn=evidence_turn)
         # The memory_write evidence path, shared rather than repeated.
@@ -243,6 +244,7 @@ class Reviser:
         ``invalid_input`` when the record is neither forgotten nor archived.
         """
         refuse_secrets(reason=reason)
+        reason = self._masked(reason)
         if record.status == "expired" and (archived := self.store.archived_from(record.id)) is not None:
             target = archived if archived in ACTIVE_STATUSES else "provisional"
             return self._bring_back(actor, record, reason, target, "expired", {"archived": True})
@@ -280,6 +282,11 @@ class Reviser:
         assert change.event_id is not None
         return StatusChange(record.id, "restore", from_status, target, change.event_id)
 
+    def _masked(self, reason: str) -> str:
+        # A reason lands in the audit trail and may restate the record: it is kept masked as
+        # the tenant's pack masks the record's text, which stays raw in the record alone.
+        return self.ingestor.sensitivity.mask(reason)
+
     def _check_authority(self, new: Record, old: Record, notes: list[str]) -> None:
         """Authority: source rank first, then event time, then write time."""
         if self.lifecycle.has_authority(new, old):
@@ -304,6 +311,7 @@ class Reviser:
         ``invalid_input`` otherwise; nothing is written then.
         """
         refuse_secrets(reason=reason)
+        reason = self._masked(reason)
         now = self.clock.now()
         if action == "forget":
             target, sources = "deleted", tuple(s for s in RECORD_STATUSES if s != "deleted")

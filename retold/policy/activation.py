@@ -78,6 +78,9 @@ class SourceTurn:
     session_user_id: str  # whose session it is
     role: Role
     content: str  # "" once retention blanked the transcript
+    # The content as the tenant's pack masks it, when that differs: extraction quotes the
+    # masked transcript, so its quote is found there.
+    masked: str | None = None
 
 
 @dataclass(frozen=True)
@@ -181,7 +184,8 @@ class ActivationPolicy:
             problem = "its quote comes from another user's session"
         elif turn.role != "user":
             problem = "its quote is not from a user turn"
-        elif turn.content and f" {_squash(record.evidence)} " not in f" {_squash(turn.content)} ":
+        elif turn.content and not any(f" {_squash(record.evidence)} " in f" {_squash(text)} "
+                                      for text in (turn.content, turn.masked) if text):
             problem = "its quote is no longer in the turn it names"
         if problem is None:
             return None

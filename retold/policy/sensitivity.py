@@ -16,16 +16,22 @@ identifier a later pattern class masks. Only a ``pattern`` class can be redacted
 pack check refuses any other), since a class decided by a category or a label names no
 span of text to mask. The masked form is what the embedder, the word index and hosted
 models get; the raw content stays in the record for the readers it is shown to.
+
+Session extraction reads the transcript masked (:meth:`SensitivityRules.transcript`), so
+what it writes can only hold a class's placeholder where the identifier was: a redacted
+class claims a text that holds its placeholder as it claims one its pattern matches, and
+such a text counts as masked already (docs/decisions.md, "Sensitive text is masked before
+it leaves the record").
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 from retold.config.pack import BUILTIN_PACK, NO_CLASS, Governance
-from retold.models import Record
+from retold.models import Record, Turn
 
 __all__ = ["Sensitivity", "SensitivityRules", "placeholder"]
 
@@ -51,6 +57,7 @@ class _Rule:
     name: str
     decided_by: str
     pattern: re.Pattern[str] | None
+    shown: str | None  # the placeholder of a redacted class, None for one left as is
 
 
 class SensitivityRules:
@@ -58,12 +65,13 @@ class SensitivityRules:
 
     def __init__(self, governance: Governance = BUILTIN_PACK.governance,
                  categorize: Categorize | None = None) -> None:
-        self._rules = tuple(
-            _Rule(c.name, c.decided_by, re.compile(c.pattern) if c.pattern is not None else None)
-            for c in governance.sensitivity_classes if c.name != NO_CLASS)
         redacted = set(governance.redact_before_embedding)
-        self._masks = tuple((r.pattern, placeholder(r.name)) for r in self._rules
-                            if r.name in redacted and r.pattern is not None)
+        self._rules = tuple(
+            _Rule(c.name, c.decided_by, re.compile(c.pattern) if c.pattern is not None else None,
+                  placeholder(c.name) if c.name in redacted and c.pattern is not None else None)
+            for c in governance.sensitivity_classes if c.name != NO_CLASS)
+        self._masks = tuple((r.pattern, r.shown) for r in self._rules
+                            if r.pattern is not None and r.shown is not None)
         self._categorize = categorize
 
     @property
@@ -78,6 +86,13 @@ class SensitivityRules:
             text = pattern.sub(shown, text)
         return text
 
+    def transcript(self, turns: Sequence[Turn]) -> list[Turn]:
+        """Each turn with its content masked: the transcript a hosted model is shown, and
+        the one a quote taken from it is found in."""
+        if not self.redacts:
+            return list(turns)
+        return [replace(t, content=self.mask(t.content)) for t in turns]
+
     def apply(self, record: Record, *, label: str | None = None) -> Sensitivity:
         """Put ``record`` in its class and set its masked content, from its own text; the
         classification, for a caller that acts on it (an import drops a vector made from
@@ -91,8 +106,11 @@ class SensitivityRules:
                  label: str | None = None) -> Sensitivity:
         """The class of a record about to be written, and its content masked."""
         masked = self.mask(content)
+        # Text written from the masked transcript is masked already, and says so.
+        was_masked = masked != content or any(
+            r.shown is not None and r.shown in content for r in self._rules)
         return Sensitivity(self._claimant(content, evidence, attribute, label),
-                           masked if masked != content else None)
+                           masked if was_masked else None)
 
     def _claimant(self, content: str, evidence: str | None, attribute: str | None,
                   label: str | None) -> str:
@@ -100,7 +118,8 @@ class SensitivityRules:
         categorized = False
         for rule in self._rules:
             if rule.pattern is not None:
-                if rule.pattern.search(content) or (evidence and rule.pattern.search(evidence)):
+                if any(text and (rule.pattern.search(text) or (rule.shown and rule.shown in text))
+                       for text in (content, evidence)):
                     return rule.name
             elif rule.decided_by == "category":
                 if not categorized and self._categorize is not None:

@@ -50,7 +50,7 @@ class AmbientLine:
     """What the profile shows of one ambient record."""
 
     record_id: str
-    content: str
+    content: str  # the record's masked text where its tenant's pack masked it
     category: str | None
     scope_kind: str
 
@@ -147,7 +147,9 @@ class ActivationMixin(RecordsMixin):
         order = (f"CASE a.category {rank} ELSE {len(categories)} END, " if categories else "") + (
             "CASE a.scope_kind WHEN 'user' THEN 0 WHEN 'agent' THEN 1 WHEN 'project' THEN 2 ELSE 3 END,"
             " r.seq")
-        sql = ("SELECT a.record_id, r.content, a.category, a.scope_kind FROM record_activation a"
+        # A block is stored and shown as it is: a record's masked text, never its raw one.
+        sql = ("SELECT a.record_id, coalesce(r.redacted_content, r.content), a.category, a.scope_kind"
+               " FROM record_activation a"
                f" JOIN records r ON r.id = a.record_id WHERE a.activation = 'ambient' AND {where}"
                f" AND {_LIVE} ORDER BY {order}")
         if limit is not None:

@@ -2,7 +2,8 @@
 embedder, word index, search log, hosted prompt or metric, and its reader still gets it.
 
 One canary, a made-up identifier matching the pack's ``pii`` pattern, is planted in a
-record; every sink is then searched for it. Runs on SQLite and PostgreSQL.
+record or said in a session; every sink is then searched for it (the request bodies a
+provider SDK sends included). Runs on SQLite and PostgreSQL.
 """
 
 from __future__ import annotations
@@ -18,17 +19,34 @@ import pytest
 from retold import build_runtime
 from retold.config.pack import load_pack_file
 from retold.errors import ConfigError
-from retold.hosted import CompletionRequest, FakeCompletionClient
+from retold.hosted import (
+    AnthropicClient,
+    CompletionClient,
+    CompletionRequest,
+    FakeCompletionClient,
+    OpenAIClient,
+)
 from retold.ingest import extractor as extraction_schema
 from retold.ingest.extractor import StructuredLLMExtractor
 from retold.ingest.reviewer import StructuredLLMReviewer
 from retold.ingest.session import InProcessScheduler
-from retold.models import CandidateRecord, EntityMention, ExtractionOutput, SearchRequest, SessionSummary
+from retold.models import (
+    CandidateRecord,
+    EntityMention,
+    ExtractionOutput,
+    Principal,
+    SearchRequest,
+    SessionSummary,
+)
 from retold.observability import collect_metrics, families
 from retold.policy.sensitivity import SensitivityRules
 from retold.testing import AGENT, Gap, ScriptedJudge, ScriptedPlanner, World, make_world
+from retold.testing import anthropic_stub as claude
+from retold.testing import openai_stub as oai
+from retold.testing.anthropic_stub import AnthropicStub
+from retold.testing.openai_stub import OpenAIStub
 from retold.util import to_plain
-from tests.sql import rows
+from tests.sql import dump_lines, rows
 
 CANARY = "123-45-6789"  # a made-up identifier in the shape the pack's pii pattern masks
 PACK = r"""
@@ -40,6 +58,12 @@ default:
       - {name: health, decided_by: category}
     redact_before_embedding: [pii]
 """
+# A standing instruction that carries an identifier: a communication fact about the user,
+# so it enters the profile when its quote is found in the turn it names; QUOTE and WANTS
+# are what a model shown the masked turn can write.
+SAID = f"Please always answer me in British English and sign off with my badge number {CANARY}."
+QUOTE = "always answer me in British English and sign off with my badge number [pii]"
+WANTS = "Aditya wants answers in British English, signed with badge [pii]."
 
 
 def _world(tmp_path: Path, store_target: str, pack: str | None) -> World:
@@ -209,3 +233,106 @@ def test_erasing_a_redacted_record_takes_its_masked_text_too(redacting: World) -
     redacting.rt.operations.erase_record(record_id, "asked to")
     assert rows(redacting.rt.store, "SELECT content, redacted_content FROM records WHERE id = ?",
                 record_id) == [("", None)]
+
+
+
+@pytest.fixture(params=["anthropic", "openai"])
+def provider(request: pytest.FixtureRequest) -> tuple[CompletionClient, AnthropicStub | OpenAIStub]:
+    """A real provider SDK pointed at its loopback stub, whose ``requests`` are the bodies sent."""
+    if request.param == "anthropic":
+        stub: AnthropicStub | OpenAIStub = request.getfixturevalue("anthropic_stub")
+        return AnthropicClient("claude-haiku-4-5-20251001", "test-key", base_url=stub.base_url), stub
+    stub = request.getfixturevalue("openai_stub")
+    return OpenAIClient("gpt-4o-mini", "test-key", base_url=stub.base_url), stub
+
+
+def _answer(stub: AnthropicStub | OpenAIStub, obj: dict[str, Any]) -> Any:
+    return claude.tool_use(obj) if isinstance(stub, AnthropicStub) else oai.answer(obj)
+
+
+def _holding(world: World, text: str) -> set[str]:
+    """The tables with a row that holds ``text``."""
+    return {line.split('"')[1] for line in dump_lines(world.rt.store)
+            if line.startswith("INSERT INTO") and text in line}
+
+
+def _profile(world: World, session_id: str) -> str:
+    principal = Principal(AGENT, "aditya", session_id)
+    world.rt.hooks.on_session_start(principal)
+    return world.rt.profiles.for_session(principal).text
+
+
+@pytest.mark.hosted
+def test_extraction_reads_the_transcript_masked_and_keeps_what_it_read(
+        redacting: World, provider: tuple[CompletionClient, AnthropicStub | OpenAIStub]) -> None:
+    w, (client, stub) = redacting, provider
+    w.say("user", SAID)
+    w.say("assistant", "Understood, British English it is.")
+    w.rt.hooks.on_session_end(w.p)
+    session_id = w.p.session_id
+    assert session_id is not None
+    # The model can only quote what it was shown: the masked turn.
+    output = ExtractionOutput([CandidateRecord(
+        type="semantic", content=WANTS, attribute="answer_language", source_kind="user_statement",
+        evidence=QUOTE, evidence_turn=1, entity_mentions=[EntityMention("person", "Aditya", "about")],
+        confidence=0.9)], SessionSummary("Aditya asked for a sign-off with badge [pii].", [], []))
+    stub.script(_answer(stub, extraction_schema.output_to_json(output)),
+                _answer(stub, {"decisions": [{"index": 0, "action": "accept", "reason": "stated",
+                                              "revision": None}]}))
+    cfg = w.rt.config.ingestion
+    runner = w.rt.extraction.using(StructuredLLMExtractor(client, cfg), StructuredLLMReviewer(client, cfg))
+
+    result = runner.run(session_id)
+
+    assert result.outcome == "extracted" and result.counts["written"] == 1, result
+    # Nothing raw went to the provider: the transcript and the review window were masked.
+    extract_body, review_body = stub.requests
+    sent = json.dumps(stub.requests, ensure_ascii=False)
+    assert CANARY not in sent
+    assert SAID.replace(CANARY, "[pii]") in json.dumps(extract_body, ensure_ascii=False)
+    assert SAID.replace(CANARY, "[pii]") in json.dumps(review_body, ensure_ascii=False)
+    # The memory is written as extracted, its masked quote found in the turn it names, so it
+    # keeps the user's authority and enters the profile.
+    (record,) = w.rt.store.find_records(content=WANTS)
+    assert (record.content, record.evidence) == (WANTS, QUOTE)
+    assert (record.source_kind, record.source_ref) == ("user_statement", f"session:{session_id}<turn:1>")
+    assert (record.sensitivity, record.redacted_content) == ("pii", WANTS)
+    activation = w.rt.store.activation_of(record.id)
+    assert activation is not None and activation.activation == "ambient"
+    (summary,) = w.rt.store.find_records(source_kind="session_summary")
+    assert summary.sensitivity == "pii" and CANARY not in summary.content
+    assert WANTS in _profile(w, "s2")
+    # The raw identifier is left in the transcript alone.
+    assert _holding(w, CANARY) == {"session_turns"}
+
+
+def test_a_profile_block_and_the_audit_trail_hold_the_masked_text(redacting: World) -> None:
+    w = redacting
+    w.say("user", SAID)
+    said = {"type": "semantic", "content": WANTS.replace("[pii]", CANARY), "attribute": "answer_language",
+            "source_kind": "user_statement", "evidence": QUOTE.replace("[pii]", CANARY)}
+    written = w.rt.tools.call("memory_write", w.p, said)
+    assert written["activation"] == "ambient", written
+    again = w.rt.tools.call("memory_write", w.p, said)  # its reinforcement event quotes the evidence
+    assert again["outcome"] == "already_reinforced", again
+
+    # The stored block, served to the agent and kept for audit, shows the record masked; the
+    # agent reads the raw text with memory_get, as the block's header says.
+    block = _profile(w, "s2")
+    assert WANTS in block and CANARY not in block
+    got = w.rt.tools.call("memory_get", w.p, {"ids": [written["record_id"]]})
+    assert [r["content"] for r in got["records"]] == [said["content"]]
+
+    w.say("user", "My badge was reissued, the number is 987-65-4321 from today.")
+    revised = w.rt.tools.call("memory_revise", w.p, {
+        "id": written["record_id"], "action": "supersede", "reason": f"the badge {CANARY} was reissued",
+        "content": "Aditya wants answers in British English, signed with badge 987-65-4321.",
+        "source_kind": "user_statement", "evidence": "the number is 987-65-4321 from today"})
+    assert "error" not in revised, revised
+    forgot = w.rt.tools.call("memory_forget", w.p, {"id": revised["record_id"],
+                                                     "reason": "badge 987-65-4321 is private"})
+    assert "error" not in forgot, forgot
+    events = json.dumps(w.rt.store.events())
+    assert CANARY not in events and "987-65-4321" not in events
+    assert "the badge [pii] was reissued" in events
+    assert _holding(w, CANARY) == {"session_turns", "records"}
