@@ -13,7 +13,6 @@ bearer request needs none, since no other site can make a browser add that heade
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import secrets
 import threading
@@ -22,16 +21,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from retold.config import UiTokenConfig
+from retold.config.tokens import token_digest
 from retold.models import Principal
 
 __all__ = ["BrowserSession", "Sessions", "TokenBook", "Viewer", "same_token", "token_digest"]
 
 SESSION_SECONDS = 8 * 3600  # a browser session ends after a working day, whatever it did
-
-
-def token_digest(token: str) -> str:
-    """The lowercase hex SHA-256 of a token: the only form config keeps."""
-    return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True)

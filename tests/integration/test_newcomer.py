@@ -5,6 +5,7 @@ exits 0 at every step, and the numbers agree from one step to the next."""
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -14,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from retold import build_runtime, load_config
+from retold.models import Principal
 from tests.integration.test_readme import ROOT, _run_example
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
@@ -83,3 +86,28 @@ def test_a_newcomer_goes_from_the_readme_to_a_second_store_without_a_surprise(tm
     moved = _search(tmp_path, "new.sqlite")
     assert [h["content"] for h in moved] == [MEMORY]
     assert moved[0]["score"] == pytest.approx(hits[0]["score"], abs=0.05)
+
+    # The inspector's search page shows the block the model reads, with its numbers.
+    _inspector_agrees(tmp_path / "mem.sqlite")
+
+
+def _inspector_agrees(store: Path) -> None:
+    pytest.importorskip("starlette")
+    from starlette.testclient import TestClient
+
+    from retold.config.tokens import token_digest
+    from retold.ui.app import create_app
+
+    token = "newcomer-inspector-token-0001"
+    config = load_config(overrides={"store": {"path": str(store)}, "ui": {"tokens": [
+        {"sha256": token_digest(token), "agent_id": AGENT, "user_id": USER}]}})
+    question = "which answer style does Aditya prefer?"
+    with build_runtime(config, environ={}) as rt:
+        tool = rt.tools.call("memory_search", Principal(AGENT, USER, None, None), {"queries": [question]})
+        page = TestClient(create_app(rt), headers={"authorization": f"Bearer {token}"}).get(
+            "/search", params={"q": question})
+    assert page.status_code == 200, page.text
+    block = re.search(r"<h2>What the model reads</h2>\s*<pre>(.*?)</pre>", page.text, re.S)
+    assert block is not None and html.unescape(block.group(1)) == tool["rendered"]
+    scores = re.findall(r'<tr class="candidate" data-id="([^"]+)">', page.text)
+    assert scores[: len(tool["results"])] == [r["id"] for r in tool["results"]]
