@@ -303,6 +303,7 @@ class Runtime:
             self.store, self.index, self.embedder, rewriter,
             self._reranker or reranker_from_config(self.config.reranker), self.config,
             self.lifecycle, self.clock, search_log=self.search_log, pack=self.memory_pack,
+            mask=self.sensitivity.mask if self.sensitivity.redacts else None,
         )
 
     def comparison_retriever(self) -> Retriever:
@@ -315,7 +316,7 @@ class Runtime:
             self._reranker or reranker_from_config(self.config.reranker), self.config,
             self.lifecycle, self.clock,
             search_log=SearchLogWriter(self.store, self.config.retrieval.search_log, discard=True),
-            pack=self.memory_pack,
+            pack=self.memory_pack, mask=self.sensitivity.mask if self.sensitivity.redacts else None,
         )
 
     @cached_property

@@ -15,7 +15,7 @@ stage can surface a record the caller may not read. The finished row goes to the
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, cast
@@ -98,6 +98,7 @@ class Retriever:
         *,
         search_log: SearchLogWriter,
         pack: MemoryPack | None = None,
+        mask: Callable[[str], str] | None = None,
     ) -> None:
         self.store, self.index, self.embedder = store, index, embedder
         # Per-type ranking half-lives and token-budget shares, from the pack the runtime
@@ -111,6 +112,11 @@ class Retriever:
         self.rewriter, self.reranker = rewriter, reranker
         self.config, self.lifecycle, self.clock = config, lifecycle, clock
         self.search_log = search_log
+        # The tenant's redaction, when its pack masks anything: a question that quotes a
+        # masked span is searched, rewritten and logged with the placeholder, as the
+        # records' own indexes hold it (docs/decisions.md, "Sensitive text is masked before
+        # it leaves the record").
+        self.mask = mask
         self.encoder = QueryEncoder(embedder, config.retrieval.encode_alongside)
         self.scopes = ScopeCache(store)
         self._eligible_cache: OrderedDict[tuple[Any, ...], EligibleSet] = OrderedDict()
@@ -121,6 +127,10 @@ class Retriever:
     def search(self, principal: Principal, request: SearchRequest) -> SearchOutcome:
         """Run one search; return the response and its rendered text."""
         cfg, timer = self.config.retrieval, Timer()
+        if self.mask is not None:
+            mask = self.mask
+            request = replace(request, queries=[mask(q) for q in request.queries],
+                              context=None if request.context is None else mask(request.context))
         trace = SearchTrace(new_id(), self.clock.now(), principal, request,
                             warm=self.embedder.is_loaded and self.index.is_loaded)
         k = request.k or (cfg.trigger.host_k if request.trigger == "host" else cfg.default_k)

@@ -149,7 +149,10 @@ class UtilityOrchestrator:
         if len(turn.text.strip()) < self._config.retrieval.trigger.host_min_query_chars:
             decision.disposition = "skipped"
             return draft
-        asked = PlannerInput(turn.text, turn.context, self._sensitivity.mask(turn.profile), settings.max_gaps)
+        # Every text a hosted stage reads is masked: the user's turn and the draft can quote
+        # what the pack keeps out of hosted models as well as the records can.
+        mask = self._sensitivity.mask
+        asked = PlannerInput(mask(turn.text), mask(turn.context), mask(turn.profile), settings.max_gaps)
         decision.gaps = self._stage("planner", decision, deadline,
                                     lambda ms: self._need(self._planner, "planner").plan(asked, ms))
         if not decision.gaps:
@@ -160,7 +163,7 @@ class UtilityOrchestrator:
             decision.disposition = "no_candidates"
             return draft
         shown = [Shown(record_id, self._sensitivity.mask(content)) for record_id, content in found.items()]
-        judged = AdmissionInput(turn.text, draft, decision.gaps, shown)
+        judged = AdmissionInput(mask(turn.text), mask(draft), decision.gaps, shown)
         decision.verdicts = self._stage("admission", decision, deadline,
                                         lambda ms: self._need(self._judge, "admission").judge(judged, ms))
         admitted = [(v.record_id, found[v.record_id], v) for v in decision.verdicts if v.admitted]

@@ -35,6 +35,7 @@ from retold.models import (
     EntityMention,
     ExtractionOutput,
     Principal,
+    RewriteResult,
     SearchRequest,
     SessionSummary,
 )
@@ -220,12 +221,44 @@ def test_the_utility_planner_and_admission_judge_read_records_masked(redacting: 
     with build_runtime(config, clock=w.clock, embedder=w.embedder, judge=w.judge,
                        scheduler=InProcessScheduler(), environ={}, planner=planner, admission=judge) as rt:
         s = rt.session(AGENT, "aditya", session_id="chat")
-        s.say("user", "How do I reformat this file in my editor?")
-        s.respond(lambda recalled: "Most editors reformat with a menu command.")
+        s.say("user", f"How do I reformat this file in my editor? My badge is {CANARY}.")
+        s.respond(lambda recalled: f"Most editors reformat with a menu command, badge {CANARY}.")
         assert s.last_decision.admitted  # the judge was shown the record, and admitted it
     (shown,) = [c.content for c in judge.calls[0].candidates]
     assert shown == "Aditya edits code in vim; his badge number is [pii]."
     assert all(CANARY not in asked.profile for asked in planner.calls)
+    # The user's turn and the draft reach the hosted stages masked too.
+    assert planner.calls and all(CANARY not in asked.turn + asked.context for asked in planner.calls)
+    assert "My badge is [pii]." in planner.calls[0].turn
+    assert all(CANARY not in judged.turn + judged.draft for judged in judge.calls)
+
+
+class RecordingRewriter:
+    """A rewriter that hands the queries back and keeps what it was shown."""
+
+    def __init__(self) -> None:
+        self.shown: list[tuple[list[str], str | None]] = []
+
+    def rewrite(self, queries: list[str], context: str | None) -> RewriteResult:
+        self.shown.append((list(queries), context))
+        return RewriteResult(list(queries), "unchanged")
+
+
+def test_a_question_is_searched_rewritten_and_logged_masked(redacting: World) -> None:
+    w = redacting
+    rewriter = RecordingRewriter()
+    config = w.rt.config.replace({"retrieval": {"rewrite": {"enabled": True}}})
+    with build_runtime(config, clock=w.clock, embedder=w.embedder, judge=w.judge,
+                       scheduler=InProcessScheduler(), environ={}, rewriter=rewriter) as rt:
+        found = rt.tools.call("memory_search", w.p, {"queries": [f"whose badge number is {CANARY}?"]},
+                              context=f"The user pasted {CANARY} a moment ago.")
+        assert "error" not in found, found
+    ((queries, context),) = rewriter.shown
+    assert queries == ["whose badge number is [pii]?"] and context == "The user pasted [pii] a moment ago."
+    # The search itself, and its log row, hold the placeholder too.
+    assert found["rewritten_queries"] is None or CANARY not in json.dumps(found["rewritten_queries"])
+    logged = rows(w.rt.store, "SELECT request, context FROM search_log")  # closing flushed it
+    assert logged and CANARY not in json.dumps(logged, default=str)
 
 
 def test_erasing_a_redacted_record_takes_its_masked_text_too(redacting: World) -> None:
