@@ -37,6 +37,7 @@ def setup(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
     store = tmp_path / "memory.sqlite"
     with build_runtime(load_config(config, overrides={"store": {"path": str(store)}})) as rt:
         rt.store.write_record(make_record(scope=Scope("user", "u"), content="Walks along the river."))
+        rt.host.grant("a", Scope("user", "u"), read=True, write=False)  # the search reads what it finds
     env = {k: v for k, v in os.environ.items() if k not in QUIET_ENVIRONMENT}
     return config, store, {**env, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 
