@@ -78,7 +78,7 @@ rt = build_runtime(config)
   ([models.md](models.md#hosted-models)).
 - `OPENBLAS_NUM_THREADS=1` (or `OMP_NUM_THREADS=1`): one BLAS thread for agents and
   workers, set before numpy loads ([models.md](models.md#cpu-threads)).
-- `XDG_CACHE_HOME`: where the exported ONNX encoder is kept, unless
+- `XDG_CACHE_HOME`: where the ONNX encoder built from the weights is kept, unless
   `embedding.onnx_cache_dir` says otherwise.
 - `HF_HUB_CACHE`, `HF_HOME`: where the equivalence judge's model is looked for.
 - `HF_HUB_DISABLE_PROGRESS_BARS=0`, `TRANSFORMERS_VERBOSITY=info`: bring back the model
