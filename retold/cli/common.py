@@ -8,7 +8,6 @@ import argparse
 import json
 import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from retold.cli_failure import EXIT_ERROR
@@ -24,7 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EXIT_PENDING", "EXIT_REFUSED", "EXIT_UNRESOLVED", "EXIT_USAGE", "RECORD_ID_HELP", "SESSION_ID_HELP",
-    "Parser", "Refused", "actor", "add_command", "cli_config", "cli_runtime", "missing_store_file",
+    "Parser", "Refused", "actor", "add_command", "cli_config", "cli_runtime", "missing_store_of",
     "positive", "print_json", "resolve_record_id", "resolve_session_id", "scope_arg",
 ]
 
@@ -149,24 +148,21 @@ def cli_runtime(
     ``models=False`` marks one that never embeds (it only reads what the store recorded),
     so missing model files or another embedding family do not stop it either."""
     from retold.runtime import build_runtime
-    from retold.store.location import missing_store
 
     config = cli_config(args)
-    # Only `retold migrate` and the commands that write on purpose create a store; another
-    # tenant is checked by build_runtime, which refuses a tenant never added.
-    if existing and (config.store.url or config.tenancy.tenant == DEFAULT_TENANT):
-        missing = missing_store(config.store.url or config.store.path)
-        if missing is not None:
-            raise Refused(missing)
+    if existing and (missing := missing_store_of(config)) is not None:
+        raise Refused(missing)
     return build_runtime(config, allow_embedding_mismatch=repairs or not models)
 
 
-def missing_store_file(config: Config) -> str | None:
-    """The store file ``config`` names when it does not exist yet, else None. Another
-    tenant's file is checked by build_runtime, which refuses a tenant never added."""
-    if (not config.store.url and config.store.path != ":memory:"
-            and config.tenancy.tenant == DEFAULT_TENANT and not Path(config.store.path).exists()):
-        return config.store.path
+def missing_store_of(config: Config) -> str | None:
+    """Why the store ``config`` names does not exist yet, with the command that creates it,
+    or None. Only `retold migrate` and the commands that write on purpose create a store;
+    another tenant is checked by build_runtime, which refuses a tenant never added."""
+    from retold.store.location import missing_store
+
+    if config.store.url or config.tenancy.tenant == DEFAULT_TENANT:
+        return missing_store(config.store.url or config.store.path)
     return None
 
 

@@ -15,7 +15,7 @@ from retold.cli.common import (
     add_command,
     cli_config,
     cli_runtime,
-    missing_store_file,
+    missing_store_of,
     scope_arg,
 )
 
@@ -59,8 +59,12 @@ def _cmd_import(args: argparse.Namespace) -> int:
     path = Path(args.file)
     if not path.is_file():
         raise Refused(f"no file {args.file}")
-    if (missing := missing_store_file(cli_config(args))) is not None:
-        raise Refused(f"no store at {missing}; {_how_to_create(missing, path, args)}")
+    config = cli_config(args)
+    if (missing := missing_store_of(config)) is not None:
+        if config.store.url:
+            raise Refused(missing)
+        # The file an import needs is a store its agent may write: say how to make that one.
+        raise Refused(f"no store at {config.store.path}; {_how_to_create(config.store.path, path, args)}")
     principal = Principal(args.agent, args.user, None, args.project)
     with cli_runtime(args) as rt, path.open(encoding="utf-8") as lines:
         try:
