@@ -212,14 +212,19 @@ def test_stdio_stops_on_sigterm_with_stdin_open_and_ends_its_session(store: tupl
 # -- streamable HTTP -------------------------------------------------------------------------------
 
 
+def _serve_http(path: Path, config: Path, port: int) -> subprocess.Popen[str]:
+    """``retold mcp --http`` on ``port``, started; the caller waits for it to listen."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "retold.cli", "mcp", "--store", str(path), "--config", str(config),
+         "--http", f"127.0.0.1:{port}"],
+        cwd=ROOT, env={**os.environ, **ENV}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
 @pytest.fixture
 def http_server(store: tuple[Path, Path]) -> Iterator[str]:
     path, config = store
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "retold.cli", "mcp", "--store", str(path), "--config", str(config),
-         "--http", f"127.0.0.1:{port}"],
-        cwd=ROOT, env={**os.environ, **ENV}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = _serve_http(path, config, port)
     try:
         wait_listening(port, proc, "the MCP HTTP server", WAIT)
         yield f"http://127.0.0.1:{port}/mcp"
@@ -236,10 +241,7 @@ def http_server(store: tuple[Path, Path]) -> Iterator[str]:
 def test_http_says_where_it_listens_and_nothing_before(store: tuple[Path, Path]) -> None:
     path, config = store
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "retold.cli", "mcp", "--store", str(path), "--config", str(config),
-         "--http", f"127.0.0.1:{port}"],
-        cwd=ROOT, env={**os.environ, **ENV}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = _serve_http(path, config, port)
     try:
         wait_listening(port, proc, "the MCP HTTP server", WAIT)
         assert proc.stderr is not None
