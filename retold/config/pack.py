@@ -128,6 +128,11 @@ class ClassPolicies:
         policy: ClassPolicy = getattr(self, record_class)
         return policy
 
+    def keeps_history(self, record_class: str) -> bool:
+        """Whether a superseded record of ``record_class`` stays as history; only
+        instructions may be replaced outright (``procedural.versioned: false``)."""
+        return record_class != "procedural" or self.procedural.versioned
+
 
 @dataclass(frozen=True, slots=True)
 class RetrievalOverrides:

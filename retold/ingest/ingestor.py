@@ -525,7 +525,7 @@ class Ingestor:
             # A pack that versions no instructions replaces the old one instead. The old
             # windows end where the new one starts: the change the write dated (valid_from,
             # event_at), else when it was recorded.
-            keep = candidate.type != "procedural" or self.pack.classes.procedural.versioned
+            keep = self.pack.classes.keeps_history(candidate.type)
             for old in [target, *decision.also_superseded]:
                 retired = retire_superseded(store, old.id, candidate, NewEvent(
                     "record.superseded", candidate.creator_agent_id, {"by": candidate.id}, old.id),

@@ -129,11 +129,7 @@ class Reviser:
         now = self.clock.now()
         if is_history(old, now):
             raise _history(old.id)
-        window_from = valid_from or old.valid_from
-        window_until = valid_until or old.valid_until
-        if window_from is not None and window_until is not None and window_from > window_until:
-            raise RevisionError("invalid_input", f"the corrected window would end ({to_iso(window_until)})"
-                                f" before it starts ({to_iso(window_from)})")
+        window_from, window_until = _corrected_window(old, valid_from, valid_until)
         refuse_secrets(content=content, evidence=evidence, reason=reason)
         reason = self._masked(reason)
         request = WriteRequest(type=old.type, content=content.strip(), source_kind=source_kind,
@@ -175,7 +171,7 @@ class Reviser:
                 "record.superseded", principal.agent_id,
                 {"by": candidate.id, "manual_revision": True, "reason": reason}, old.id),
                 ends_validity=valid_from,
-                keep_history=old.type != "procedural" or self.ingestor.pack.classes.procedural.versioned)
+                keep_history=self.ingestor.pack.classes.keeps_history(old.type))
             links = store.record_links(old.id)  # (entity_id, stored role), about first
             candidate.entity_ids = [entity_id for entity_id, _ in links]
 
@@ -336,3 +332,14 @@ class Reviser:
         else:
             self.index.acknowledge(record.id, change.index_version)
         return StatusChange(record.id, action, record.status, target, change.event_id)
+
+
+def _corrected_window(old: Record, valid_from: datetime | None,
+                      valid_until: datetime | None) -> tuple[datetime | None, datetime | None]:
+    """The correction's validity window: what it states, else ``old``'s; RevisionError
+    ``invalid_input`` when it would end before it starts."""
+    window_from, window_until = valid_from or old.valid_from, valid_until or old.valid_until
+    if window_from is not None and window_until is not None and window_from > window_until:
+        raise RevisionError("invalid_input", f"the corrected window would end ({to_iso(window_until)})"
+                            f" before it starts ({to_iso(window_from)})")
+    return window_from, window_until
