@@ -135,7 +135,7 @@ def _weighted(store: Store, terms: list[QueryTerm]) -> list[QueryTerm]:
     singles = sorted({term.stems[0] for term in terms if len(term.tokens) == 1})
     if not singles:
         return terms
-    rows, counts = store.fts_document_counts(singles)
+    rows, counts = store.fts_document_counts(singles, min_rows=WEIGHTLESS_MIN_ROWS)
     if rows < WEIGHTLESS_MIN_ROWS:
         return terms
     weightless = {stem for stem, docs in counts.items() if 2 * docs >= rows}

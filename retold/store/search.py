@@ -86,6 +86,7 @@ class SearchMixin(StoreBase):
 
     _eligible_token: int | None = None  # which EligibleSet temp.retold_eligible_seq holds
     _fts_rows: tuple[int, int] = (-1, 0)  # (records_version, rows of records_fts) last read
+    _fts_vocab = False  # temp.retold_fts_vocab exists on this connection
 
     def eligible_ids(
         self,
@@ -338,9 +339,10 @@ class SearchMixin(StoreBase):
             out.append(FtsRow(record_id, int(seq), float(score), content, subject, aliases))
         return out
 
-    def fts_document_counts(self, tokens: Sequence[str]) -> tuple[int, dict[str, int]]:
+    def fts_document_counts(self, tokens: Sequence[str], *, min_rows: int = 0) -> tuple[int, dict[str, int]]:
         """How many rows the lexical index holds, and in how many of them each of these
         indexed tokens (stems, as the index stores them) occurs; a token in none is absent.
+        Below ``min_rows`` rows no token is looked up (the caller needs none).
 
         The row count is read once per ``records_version``; the counts come from FTS5's own
         vocabulary (one lookup a token), never from a scan of the matches."""
@@ -351,8 +353,12 @@ class SearchMixin(StoreBase):
             if self._fts_rows[0] != version:
                 rows = int(conn.execute("SELECT count(*) FROM records_fts").fetchone()[0])
                 self._fts_rows = (version, rows)
-            conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.retold_fts_vocab"
-                         " USING fts5vocab(main, records_fts, row)")
+            if self._fts_rows[1] < min_rows:
+                return self._fts_rows[1], {}
+            if not self._fts_vocab:  # a temp table lives as long as this connection
+                conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.retold_fts_vocab"
+                             " USING fts5vocab(main, records_fts, row)")
+                self._fts_vocab = True
             counts = {str(term): int(doc) for term, doc in conn.execute(
                 f"SELECT term, doc FROM temp.retold_fts_vocab WHERE term IN ({marks(tokens)})", list(tokens))}
         return self._fts_rows[1], counts

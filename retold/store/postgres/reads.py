@@ -180,7 +180,7 @@ class PgReads(Store):
         return [FtsRow(rid, int(seq), float(score), content, subject, aliases)
                 for seq, score, rid, content, subject, aliases in rows]
 
-    def fts_document_counts(self, tokens: Sequence[str]) -> tuple[int, dict[str, int]]:
+    def fts_document_counts(self, tokens: Sequence[str], *, min_rows: int = 0) -> tuple[int, dict[str, int]]:
         """No counts: this index weighs each phrase by the inverse document frequency it
         computes itself, so the retriever keeps every term here."""
         return 0, {}
