@@ -402,14 +402,18 @@ def main() -> None:
     parser.add_argument("--dump", type=Path, default=None, help="write logged rows here (JSON)")
     parser.add_argument("--config", type=Path, default=None, help="config file to start from")
     parser.add_argument("--no-report", action="store_true", help="do not write benchmarks/results")
+    parser.add_argument("--ids", nargs="+", default=None,
+                        help="only these question ids (a change's effect on the questions it can touch)")
     args = parser.parse_args()
     if not args.data.exists():
         raise SystemExit(f"no LongMemEval data at {args.data}: pass --data or set LONGMEMEVAL_DATA")
-    questions = sample(load_questions(args.data), None if args.all else args.per_type)
+    questions = sample(load_questions(args.data), None if args.all or args.ids else args.per_type)
+    if args.ids:
+        questions = [q for q in questions if q["question_id"] in set(args.ids)]
     searches, write_times, dumped = run_all(questions, args.stores, args.config)
     report = {
         "machine": machine(), "k": K, "questions": len(questions),
-        "sample": "all" if args.all else f"first {args.per_type} per type",
+        "sample": ("chosen ids" if args.ids else "all" if args.all else f"first {args.per_type} per type"),
         "config": str(args.config or "defaults"),
         "write_s_per_question": round(statistics.median(write_times), 2) if write_times else None,
         "scores": score(searches),

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 __all__ = [
     "FreshnessConfig",
+    "NamedPeriodsConfig",
     "FusionConfig",
     "GateConfig",
     "PerTrigger",
@@ -131,6 +132,14 @@ class FreshnessConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class NamedPeriodsConfig:
+    """``retrieval.named_periods:`` - the dates a question names (retold.retrieve.periods)."""
+
+    boost: float = 1.2  # score factor for a record that meets a named period (1 = off)
+    host_as_of: bool = True  # a host-issued "who was X in February?" searches as of then
+
+
+@dataclass(frozen=True, slots=True)
 class SearchLogConfig:
     """``retrieval.search_log:`` - how each search's log row reaches the store
     (docs/decisions.md, "Search-log rows are written off the search path")."""
@@ -158,6 +167,7 @@ class RetrievalConfig:
     fusion: FusionConfig = field(default_factory=FusionConfig)
     gate: GateConfig = field(default_factory=GateConfig)
     freshness: FreshnessConfig = field(default_factory=FreshnessConfig)
+    named_periods: NamedPeriodsConfig = field(default_factory=NamedPeriodsConfig)
     search_log: SearchLogConfig = field(default_factory=SearchLogConfig)
 
 

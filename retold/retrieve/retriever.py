@@ -55,6 +55,7 @@ from retold.retrieve.generators import (
     resolve_entity_aliases,
     written_name_groups,
 )
+from retold.retrieve.periods import apply_periods, asks_what_held, named_periods
 from retold.retrieve.query_encoding import PendingQueries, QueryEncoder
 from retold.retrieve.rewrite import QueryRewriter, rewrite_stage
 from retold.retrieve.search_log import SearchLogWriter
@@ -62,7 +63,7 @@ from retold.retrieve.signals import measure
 from retold.retrieve.trace import RerankLog, SearchTrace
 from retold.store import EligibleSet, Store
 from retold.store.search import RecordMeta
-from retold.util import Clock, Timer, new_id, to_plain
+from retold.util import Clock, Timer, new_id, to_iso, to_plain
 
 __all__ = ["Retriever", "SearchOutcome"]
 
@@ -131,8 +132,21 @@ class Retriever:
             mask = self.mask
             request = replace(request, queries=[mask(q) for q in request.queries],
                               context=None if request.context is None else mask(request.context))
-        trace = SearchTrace(new_id(), self.clock.now(), principal, request,
+        now = self.clock.now()
+        periods = named_periods(" ".join(request.queries), now)
+        implied = None
+        if (request.trigger == "host" and cfg.named_periods.host_as_of and request.as_of is None
+                and request.since is None and request.until is None):
+            implied = asks_what_held(" ".join(request.queries), periods, now)
+            if implied is not None:
+                request = replace(request, as_of=implied)
+        trace = SearchTrace(new_id(), now, principal, request,
                             warm=self.embedder.is_loaded and self.index.is_loaded)
+        trace.periods = periods
+        if periods:
+            trace.flags["named_periods"] = [{"text": p.text, "period": p.label()} for p in periods]
+        if implied is not None:
+            trace.flags["implied_as_of"] = to_iso(implied)
         k = request.k or (cfg.trigger.host_k if request.trigger == "host" else cfg.default_k)
         queries, trace.rewrite_status = rewrite_stage(self.rewriter, list(request.queries),
                                                       request.context, cfg.rewrite)
@@ -239,13 +253,18 @@ class Retriever:
         trace.meta = meta = self._record_meta([c.record_id for c in fused], version)
         fused = [c for c in fused if c.record_id in meta]  # deleted since the eligible set was read
         trace.fused = list(fused)  # the fused order, before freshness re-sorts the list
-        # A search with a time range or an as-of time chose its period: nothing decays.
-        chosen = request.since is not None or request.until is not None or request.as_of is not None
+        # A search with a time range, an as-of time or a period its question names chose
+        # its period: nothing decays.
+        chosen = (request.since is not None or request.until is not None or request.as_of is not None
+                  or bool(trace.periods))
         trace.freshness = apply_freshness(fused, meta, now, cfg.freshness, half_lives=self.half_lives,
                                           time_window=chosen)
         trace.flags["confidence"] = weighed = weighs(queries)
         if weighed:
             apply_confidence(fused, meta)
+        if trace.periods:
+            trace.flags["period_lifted"] = len(apply_periods(fused, meta, trace.periods,
+                                                             cfg.named_periods.boost))
         timer.mark("freshness")  # and confidence, the other factor after fusion
         trace.flags["index_refresh"] = refresh
         return fused, eligible, scopes

@@ -18,6 +18,7 @@ from retold.models import Candidate, LexicalTerm, Principal, QueryShape, Rewrite
 from retold.retrieve.explain import explanation_dict
 from retold.retrieve.gate import Decision, GateResult
 from retold.retrieve.generators import LexicalHit
+from retold.retrieve.periods import NamedPeriod
 from retold.retrieve.search_log import LogJson, log_json
 from retold.store.search import RecordMeta
 from retold.util import to_iso
@@ -80,6 +81,7 @@ class SearchTrace:
     empty_reason: str | None = None
     flags: dict[str, Any] = field(default_factory=dict)
     warm: bool = False
+    periods: tuple[NamedPeriod, ...] = ()  # the periods the question names
 
     def log_row(self, timings: Mapping[str, float]) -> dict[str, Any]:
         """The search_log row; JSON columns as :class:`LogJson`, serialised by the writer."""

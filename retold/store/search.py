@@ -67,6 +67,8 @@ class RecordMeta:
     status: str
     event_at: datetime
     confidence: float
+    valid_from: datetime | None = None
+    valid_until: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -160,15 +162,18 @@ class SearchMixin(StoreBase):
                            valid_until=valid_until)
 
     def record_meta(self, ids: Sequence[str]) -> dict[str, RecordMeta]:
-        """Type, source kind, status, event time and confidence of each record, by id."""
+        """Type, source kind, status, event time, confidence and validity window of each
+        record, by id."""
         out: dict[str, RecordMeta] = {}
         with self._lock:
             for chunk in chunks(ids):
-                for rid, type_, source, status, event_at, confidence in self._conn.execute(
-                    "SELECT id, type, source_kind, status, event_at, confidence FROM records"
-                    f" WHERE id IN ({marks(chunk)})", chunk,
+                for rid, type_, source, status, event_at, confidence, since, until in self._conn.execute(
+                    "SELECT id, type, source_kind, status, event_at, confidence, valid_from, valid_until"
+                    f" FROM records WHERE id IN ({marks(chunk)})", chunk,
                 ):
-                    out[rid] = RecordMeta(rid, type_, source, status, from_iso(event_at), float(confidence))
+                    out[rid] = RecordMeta(rid, type_, source, status, from_iso(event_at), float(confidence),
+                                          from_iso(since) if since else None,
+                                          from_iso(until) if until else None)
         return out
 
     def records_about_mentioned(

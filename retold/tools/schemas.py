@@ -177,6 +177,12 @@ _WRITE: ToolSchema = {
             "evidence": {"type": "string",
                          "description": "Verbatim quote from this session. Required for user_statement."},
             "event_at": {"type": "string", "format": "date-time"},
+            "valid_from": {"type": "string", "format": "date-time",
+                           "description": "When this value started to hold, if the conversation says "
+                                          "(\"since March\"); a value it replaces then ends there."},
+            "valid_until": {"type": "string", "format": "date-time",
+                            "description": "When this value stops or stopped holding, if the "
+                                           "conversation says."},
             "entities": {"type": "array", "items": _ENTITY},
             "tags": {"type": "array", "items": {"type": "string"}},
         },

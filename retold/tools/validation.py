@@ -319,6 +319,8 @@ def write_request(payload: Mapping[str, Any]) -> WriteRequest:
     """The WriteRequest for a validated memory_write payload. ``write_target`` stays a
     symbolic label; the ingestor resolves it against this session's offer."""
     event_at = payload.get("event_at")
+    valid_from = payload.get("valid_from")
+    valid_until = payload.get("valid_until")
     return WriteRequest(
         type=payload["type"],
         content=payload["content"],
@@ -327,6 +329,8 @@ def write_request(payload: Mapping[str, Any]) -> WriteRequest:
         source_kind=payload.get("source_kind", "agent_inference"),
         evidence=payload.get("evidence"),
         event_at=parse_time("event_at", event_at) if event_at is not None else None,
+        valid_from=parse_time("valid_from", valid_from) if valid_from is not None else None,
+        valid_until=parse_time("valid_until", valid_until) if valid_until is not None else None,
         entities=tuple(
             EntityMention(kind=e["kind"], text=e["name"], role=e["role"], entity_id=e.get("entity_id"))
             for e in payload.get("entities", [])

@@ -78,6 +78,30 @@ def test_as_of_reaches_the_session_api_and_the_search_log(world: World) -> None:
     assert row is not None and '"as_of": "2026-02-15T00:00:00.000000Z"' in row["request"]
 
 
+def test_a_model_dates_the_change_it_writes_through_memory_write(world: World) -> None:
+    said = "The billing contact for Acme North is Dana Reyes."
+    world.say("user", said)
+    dana = world.write(content=DANA, attribute="billing_contact", source_kind="user_statement",
+                       evidence=said, entities=ACME, event_at=datetime(2026, 1, 10, tzinfo=UTC))
+    world.judge.table[(DANA, MARCUS)] = "contradicts"
+    quote = "Marcus Chen took over billing for Acme North in March"
+    world.say("user", quote + ".")
+    entities = [{"kind": "org", "name": "Acme North", "role": "about"}]
+    written = world.rt.tools.call("memory_write", world.p, {
+        "type": "semantic", "content": MARCUS, "attribute": "billing_contact",
+        "source_kind": "user_statement", "evidence": quote, "entities": entities,
+        "valid_from": "2026-03-01T00:00:00Z"})
+    assert written.get("outcome") == f"superseded:{dana.record_id}", written
+    assert _contents(_search(world, as_of=FEBRUARY)) == [DANA]
+    assert _contents(_search(world, as_of="2026-03-02T00:00:00Z")) == [MARCUS]
+    before = world.counts()
+    backwards = world.rt.tools.call("memory_write", world.p, {
+        "type": "semantic", "content": "Acme North pays by card.", "attribute": "payment_method",
+        "valid_from": "2026-05-01T00:00:00Z", "valid_until": "2026-04-01T00:00:00Z"})
+    assert backwards["error"]["code"] == "invalid_input", backwards
+    assert world.counts() == before
+
+
 def test_a_bad_as_of_is_refused_and_changes_nothing(world: World) -> None:
     _acme(world)
     before = world.counts()
