@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from retold import load_config
+from retold.clock import new_id
 from retold.config import Config
 from retold.index.embedder import _TOKEN, Embedder, FakeEmbedder, _token_vector
 from retold.ingest.entities import normalize_alias
@@ -29,7 +30,6 @@ from retold.models import Principal, Scope
 from retold.runtime import Runtime
 from retold.store import Embedding
 from retold.testing import make_record
-from retold.util import new_id
 
 AGENT, USER = "bench-agent", "priya"
 

@@ -14,8 +14,8 @@ from retold.cli_failure import EXIT_ERROR
 from retold.config import Config
 from retold.config.env import load_config_from_environment, store_target
 from retold.models import Scope
+from retold.plain import to_plain
 from retold.tenant import DEFAULT_TENANT
-from retold.util import to_plain
 
 if TYPE_CHECKING:
     from retold.runtime import Runtime

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
+from retold.clock import Clock, Timer, new_id
 from retold.config import IngestionConfig
 from retold.config.pack import BUILTIN_PACK, MemoryPack
 from retold.hosted.spend import counting
@@ -54,7 +55,6 @@ from retold.policy.sensitivity import SensitivityRules
 from retold.store import Store
 from retold.store.claims import ResumeStage
 from retold.store.sessions import SessionRow, Stage
-from retold.util import Clock, Timer, new_id
 
 __all__ = ["ACTOR", "FAILED_OUTCOMES", "ExtractionOutcome", "ExtractionResult", "ExtractionRunner"]
 

@@ -34,6 +34,7 @@ from typing import Any, get_args
 
 import numpy as np
 
+from retold.clock import Clock, from_iso
 from retold.config import Config
 from retold.index.embedder import Embedder
 from retold.index.vector import VectorIndex
@@ -54,7 +55,6 @@ from retold.portable.lines import ExportHeader, ImportRefused, decode_vector, re
 from retold.store import Embedding, NewEvent, Store
 from retold.store.family import EmbeddingFamily
 from retold.store.pins import PinRefusedError
-from retold.util import Clock, from_iso
 
 __all__ = ["ImportResult", "Importer", "LineFailure"]
 

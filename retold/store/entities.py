@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
+from retold.clock import from_iso, new_id, to_iso
 from retold.errors import StoreError
 from retold.models import ACTIVE_STATUSES, ENTITY_KINDS, Entity, EntityKind, Scope, ScopeKind
 from retold.store.base import LINK_ROLES, NewEvent, StoreBase, chunks, marks, scope_clause, ts
-from retold.util import from_iso, new_id, to_iso
 
 if TYPE_CHECKING:
     from retold.models import EntityStatus
