@@ -44,9 +44,9 @@ pin_threads()
 
 from retold import build_runtime, load_config  # noqa: E402
 from retold.clock import from_iso, new_id  # noqa: E402
-from retold.ingest.entities import normalize_alias  # noqa: E402
 from retold.ingest.subject import subject_of  # noqa: E402
 from retold.models import Scope  # noqa: E402
+from retold.names import normalize_alias  # noqa: E402
 from retold.policy.hygiene import duplicate_clusters, normalised_text  # noqa: E402
 from retold.store import Embedding  # noqa: E402
 from retold.testing import make_record  # noqa: E402

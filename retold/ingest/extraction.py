@@ -26,7 +26,6 @@ from retold.hosted.spend import counting
 from retold.index.embedder import Embedder
 from retold.index.vector import VectorIndex
 from retold.ingest import extractor as schema  # the JSON form of stage outputs
-from retold.ingest.entities import normalize_alias
 from retold.ingest.evidence import normalize_ws, validate_evidence
 from retold.ingest.extractor import Extractor
 from retold.ingest.ingestor import WriteRequest, WriteResult
@@ -48,6 +47,7 @@ from retold.models import (
     SessionSummary,
     Turn,
 )
+from retold.names import normalize_alias
 from retold.policy import grants
 from retold.policy.lifecycle import Lifecycle
 from retold.policy.secrets import screen

@@ -38,7 +38,6 @@ from retold.clock import Clock, from_iso
 from retold.config import Config
 from retold.index.embedder import Embedder
 from retold.index.vector import VectorIndex
-from retold.ingest.entities import normalize_alias, normalize_canonical
 from retold.models import (
     ACTIVE_STATUSES,
     ENTITY_KINDS,
@@ -48,6 +47,7 @@ from retold.models import (
     Scope,
     SourceKind,
 )
+from retold.names import normalize_alias, normalize_canonical
 from retold.policy.grants import can_write, readable_scopes
 from retold.policy.secrets import screen
 from retold.policy.sensitivity import SensitivityRules

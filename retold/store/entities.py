@@ -1,6 +1,6 @@
 """Entities, aliases, record links and merges.
 
-Aliases are stored already normalised (``retold.ingest.entities.normalize_alias``); this
+Aliases are stored already normalised (``retold.names.normalize_alias``); this
 module only compares them exactly, through the ``entity_aliases_lookup`` index. The FTS
 ``aliases`` column is a denormalised copy of the aliases of every entity a record links
 to, so every change here that alters that set rewrites the affected FTS rows in
