@@ -37,11 +37,11 @@ from benchmarks.report import machine, pin_threads, summarize, write_report
 pin_threads()
 
 from retold import build_runtime, load_config  # noqa: E402
+from retold.clock import new_id  # noqa: E402
 from retold.models import Principal, Scope  # noqa: E402
 from retold.runtime import Runtime  # noqa: E402
 from retold.store import NewEvent  # noqa: E402
 from retold.testing import T0, FakeEmbedder, FakeJudge, InProcessScheduler, ManualClock, make_record  # noqa: E402
-from retold.util import new_id  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "benchmarks" / "data" / "activation.json"

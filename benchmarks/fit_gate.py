@@ -80,10 +80,10 @@ from retold.config import GateConfig, PerTrigger, RetrievalConfig, SignalWeights
 from retold.ingest.equivalence import ExactJudge  # noqa: E402
 from retold.ingest.ingestor import WriteRequest  # noqa: E402
 from retold.models import EntityMention, Principal, Scope, SearchRequest  # noqa: E402
+from retold.plain import to_plain  # noqa: E402
 from retold.retrieve.fusion import Scale, scaled  # noqa: E402
 from retold.retrieve.replay import logged_signals, replay  # noqa: E402
 from retold.retrieve.signals import SIGNAL_NAMES  # noqa: E402
-from retold.util import to_plain  # noqa: E402
 
 HAND = ROOT / "benchmarks" / "data" / "calibration.json"
 RIDGE = 1.0

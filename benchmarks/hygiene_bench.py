@@ -43,13 +43,13 @@ from benchmarks.report import machine, pin_threads, write_report
 pin_threads()
 
 from retold import build_runtime, load_config  # noqa: E402
-from retold.ingest.entities import normalize_alias  # noqa: E402
+from retold.clock import from_iso, new_id  # noqa: E402
 from retold.ingest.subject import subject_of  # noqa: E402
 from retold.models import Scope  # noqa: E402
+from retold.names import normalize_alias  # noqa: E402
 from retold.policy.hygiene import duplicate_clusters, normalised_text  # noqa: E402
 from retold.store import Embedding  # noqa: E402
 from retold.testing import make_record  # noqa: E402
-from retold.util import from_iso, new_id  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "conversations.json"
 THRESHOLDS = (0.75, 0.8, 0.85, 0.88, 0.9, 0.92, 0.94, 0.95, 0.96, 0.97, 0.98)

@@ -23,11 +23,11 @@ pin_threads()
 
 import numpy as np  # noqa: E402
 
+from retold.clock import new_id  # noqa: E402
 from retold.index.vector import VectorIndex  # noqa: E402
 from retold.models import Scope  # noqa: E402
 from retold.store import Store  # noqa: E402
 from retold.testing import make_record  # noqa: E402
-from retold.util import new_id  # noqa: E402
 
 DIMS, MODEL, VERSION = 384, "bench-model", "1"
 SCOPES = [Scope("user", f"user{i}") for i in range(10)]

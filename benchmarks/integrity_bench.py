@@ -28,11 +28,11 @@ pin_threads()
 
 import numpy as np  # noqa: E402
 
+from retold.clock import new_id  # noqa: E402
 from retold.models import Scope  # noqa: E402
 from retold.store import Embedding, Store  # noqa: E402
 from retold.store.integrity import check_connection, check_file  # noqa: E402
 from retold.testing import make_record  # noqa: E402
-from retold.util import new_id  # noqa: E402
 
 TOPICS = ["deploy", "billing", "editor", "timezone", "review", "testing", "release", "oncall",
           "coffee", "language", "framework", "database", "dashboard", "meeting", "travel"]

@@ -62,10 +62,10 @@ import numpy as np  # noqa: E402
 
 from benchmarks.baselines import Hybrid  # noqa: E402
 from retold import build_runtime, load_config  # noqa: E402
+from retold.clock import ManualClock  # noqa: E402
 from retold.ingest.equivalence import ExactJudge  # noqa: E402
 from retold.models import Principal, Scope, SearchRequest  # noqa: E402
 from retold.retrieve.budget import record_tokens  # noqa: E402
-from retold.util import ManualClock  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "longmemeval-s-dev.jsonl.gz"

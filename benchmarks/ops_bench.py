@@ -30,9 +30,9 @@ pin_threads()
 import numpy as np  # noqa: E402
 
 from retold import build_runtime, load_config  # noqa: E402
+from retold.clock import new_id  # noqa: E402
 from retold.models import Scope  # noqa: E402
 from retold.testing import make_record  # noqa: E402
-from retold.util import new_id  # noqa: E402
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 TOPICS = ["deploy", "billing", "editor", "timezone", "review", "testing", "release", "oncall",

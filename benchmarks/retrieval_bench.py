@@ -66,8 +66,8 @@ from retold import build_runtime, load_config  # noqa: E402
 from retold.ingest.equivalence import ExactJudge  # noqa: E402
 from retold.ingest.ingestor import WriteRequest  # noqa: E402
 from retold.models import EntityMention, Principal, Scope, SearchRequest  # noqa: E402
+from retold.plain import to_plain  # noqa: E402
 from retold.retrieve.budget import record_tokens  # noqa: E402
-from retold.util import to_plain  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "conversations.json"
 UNSEEN = DATA.parent / "unseen_wordings.json"

@@ -22,14 +22,14 @@ from typing import Any
 import numpy as np
 
 from retold import load_config
+from retold.clock import new_id
 from retold.config import Config
 from retold.index.embedder import _TOKEN, Embedder, FakeEmbedder, _token_vector
-from retold.ingest.entities import normalize_alias
 from retold.models import Principal, Scope
+from retold.names import normalize_alias
 from retold.runtime import Runtime
 from retold.store import Embedding
 from retold.testing import make_record
-from retold.util import new_id
 
 AGENT, USER = "bench-agent", "priya"
 

@@ -61,9 +61,9 @@ from benchmarks.extraction_bench import session_script  # noqa: E402
 from benchmarks.pipeline_bench import CANDIDATES as PIPELINE_CANDIDATES  # noqa: E402
 from benchmarks.pipeline_bench import LatencyStub  # noqa: E402
 from retold import build_runtime, load_config  # noqa: E402
+from retold.clock import from_iso  # noqa: E402
 from retold.models import Principal, Scope  # noqa: E402
 from retold.runtime import Runtime  # noqa: E402
-from retold.util import from_iso  # noqa: E402
 from tests.ports import free_port  # noqa: E402
 
 AGENTS = 4

@@ -26,12 +26,12 @@ pin_threads()
 import numpy as np  # noqa: E402
 
 from retold import build_runtime, load_config  # noqa: E402
+from retold.clock import new_id  # noqa: E402
 from retold.ingest.equivalence import ExactJudge  # noqa: E402
 from retold.ingest.ingestor import WriteRequest  # noqa: E402
 from retold.models import Principal, Scope  # noqa: E402
 from retold.runtime import Runtime  # noqa: E402
 from retold.testing import make_record  # noqa: E402
-from retold.util import new_id  # noqa: E402
 
 AGENT, USER = "bench-agent", "aditya"
 STAGES = ["permission", "evidence", "embed", "entities", "dedup_search", "judge", "supersession",

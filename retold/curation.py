@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from retold.clock import Clock
 from retold.config import Config
 from retold.index.embedder import Embedder
 from retold.index.vector import VectorIndex
@@ -21,7 +22,6 @@ from retold.models import SCOPE_KINDS, Scope
 from retold.policy.capacity import Archival, choose_archivals
 from retold.policy.hygiene import Cluster, duplicate_clusters, stale_provisional, unused
 from retold.store import Store
-from retold.util import Clock
 
 __all__ = ["BackfillResult", "CapacityResult", "Curation", "HygieneReport"]
 

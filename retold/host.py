@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from retold.clock import Clock
 from retold.errors import RetoldError
-from retold.ingest.entities import normalize_alias, normalize_canonical
 from retold.models import Entity, Scope
+from retold.names import normalize_alias, normalize_canonical
 from retold.store import Store
 from retold.store.members import SHARED_KINDS, Member
 from retold.store.pins import PinRefusedError
-from retold.util import Clock
 
 __all__ = ["HostError", "MemoryHost"]
 

@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
+from retold.clock import Clock
 from retold.config import Config
 from retold.config.pack import MemoryPack, RecordClass, pack_for_config
 from retold.curation import BackfillResult, CapacityResult, Curation, HygieneReport
@@ -27,6 +28,7 @@ from retold.index.embedder import Embedder, embedder_from_config
 from retold.index.vector import VectorIndex
 from retold.models import ACTIVE_STATUSES, RECORD_TYPES, Principal, Record, Scope, SearchRequest
 from retold.pack_apply import PackApplyResult, apply_pack
+from retold.plain import to_plain
 from retold.policy.sensitivity import SensitivityRules
 from retold.portable.exporter import ExportResult, export_scope
 from retold.portable.importer import Importer, ImportResult
@@ -36,7 +38,6 @@ from retold.store.erasure import Erasure
 from retold.store.integrity import IntegrityReport, check_file
 from retold.store.location import check_store_at
 from retold.store.sweeps import MigrationIssue
-from retold.util import Clock, to_plain
 
 if TYPE_CHECKING:
     from retold.retrieve.retriever import SearchOutcome

@@ -20,6 +20,7 @@ from typing import Any
 
 from retold.adapters.base import MemorySession, new_session_id
 from retold.broker.scheduler import CeleryScheduler, scheduler_from_config
+from retold.clock import Clock, SystemClock
 from retold.config import Config, config_to_dict, is_database_url
 from retold.config.env import SCRIPTED_MODEL_ENV, load_config_from_environment
 from retold.config.pack import EffectivePack, effective_pack, resolve_with_config
@@ -51,7 +52,6 @@ from retold.retrieve.search_log import SearchLogWriter
 from retold.store import EmbeddingFamily, Store, open_store
 from retold.tenant import check_tenant
 from retold.tools.handlers import ToolHandlers
-from retold.util import Clock, SystemClock
 from retold.utility.admission import ADMISSION_PROMPT_VERSION, AdmissionJudge, HostedAdmissionJudge
 from retold.utility.bundles import bundle_components
 from retold.utility.orchestrator import UtilityOrchestrator

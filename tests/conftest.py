@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from retold.clock import ManualClock
 from retold.host import MemoryHost
 from retold.models import Record
 from retold.store import Store, open_store
 from retold.testing import T0, World, make_record, make_world
 from retold.testing.anthropic_stub import AnthropicStub, serve_anthropic_stub
 from retold.testing.openai_stub import OpenAIStub, serve_openai_stub
-from retold.util import ManualClock
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 BACKENDS = ("sqlite", "postgres")

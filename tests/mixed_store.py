@@ -16,12 +16,12 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from retold.clock import new_id, to_iso
 from retold.ingest.extractor import FakeExtractor
 from retold.ingest.reviewer import TableReviewer
 from retold.models import ExtractionOutput, Principal, Scope, SessionSummary
 from retold.store import EmbeddingFamily
 from retold.testing import AGENT, T0, TEST_GATE, FakeEmbedder, World, make_world
-from retold.util import new_id, to_iso
 from retold.utility.decision import TurnDecision
 
 __all__ = ["EMPTY_TABLES", "MixedStore", "build_mixed_store", "config_text"]

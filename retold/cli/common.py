@@ -14,17 +14,17 @@ from retold.cli_failure import EXIT_ERROR
 from retold.config import Config
 from retold.config.env import load_config_from_environment, store_target
 from retold.models import Scope
+from retold.plain import to_plain
 from retold.tenant import DEFAULT_TENANT
-from retold.util import to_plain
 
 if TYPE_CHECKING:
     from retold.runtime import Runtime
     from retold.store import Store
 
 __all__ = [
-    "EXIT_PENDING", "EXIT_REFUSED", "EXIT_UNRESOLVED", "EXIT_USAGE", "RECORD_ID_HELP", "SESSION_ID_HELP",
-    "Parser", "Refused", "actor", "add_command", "cli_config", "cli_runtime", "missing_store_of",
-    "positive", "print_json", "resolve_record_id", "resolve_session_id", "scope_arg",
+    "COMMON_FLAGS", "EXIT_PENDING", "EXIT_REFUSED", "EXIT_UNRESOLVED", "EXIT_USAGE", "RECORD_ID_HELP",
+    "SESSION_ID_HELP", "Parser", "Refused", "actor", "add_command", "cli_config", "cli_runtime",
+    "missing_store_of", "positive", "print_json", "resolve_record_id", "resolve_session_id", "scope_arg",
 ]
 
 EXIT_UNRESOLVED = 2  # migrate exits 2 while unmapped legacy rows remain
@@ -33,7 +33,8 @@ EXIT_PENDING = 3  # extract: no hosted model is configured, so the session stays
 EXIT_USAGE = 2  # mcp: a transport asked for without what it needs (identity, tokens, the extra)
 
 
-_COMMON_FLAGS = frozenset({"help", "store", "tenant", "config", "actor", "verbose"})
+# The flags every command takes (the dests ``_common`` adds, and ``-h``).
+COMMON_FLAGS = frozenset({"help", "store", "tenant", "config", "actor", "verbose"})
 
 
 class Parser(argparse.ArgumentParser):
@@ -65,13 +66,13 @@ class Parser(argparse.ArgumentParser):
         command's own options, without the flags every command shares."""
         parts: list[str] = []
         for action in self._actions:
-            if action.option_strings or action.dest in _COMMON_FLAGS:
+            if action.option_strings or action.dest in COMMON_FLAGS:
                 continue
             name = _shown(action)
             parts.append({"?": f"[{name}]", "+": f"{name}...", "*": f"[{name}...]"}.get(
                 str(action.nargs), name))
         for action in self._actions:
-            if not action.option_strings or action.dest in _COMMON_FLAGS or action.help == argparse.SUPPRESS:
+            if not action.option_strings or action.dest in COMMON_FLAGS or action.help == argparse.SUPPRESS:
                 continue
             flag = max(action.option_strings, key=len)
             text = flag if action.nargs == 0 else f"{flag} {_shown(action)}"

@@ -29,10 +29,10 @@ from retold.cli.common import (
     scope_arg,
 )
 from retold.cli_failure import EXIT_ERROR
+from retold.clock import to_iso
 from retold.host import HostError
 from retold.ingest.revision import RevisionError
 from retold.retrieve.explain import short_id
-from retold.util import to_iso
 
 __all__ = ["register"]
 

@@ -13,8 +13,8 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from retold.cli.common import add_command, cli_runtime, scope_arg
+from retold.clock import to_iso
 from retold.models import Scope
-from retold.util import to_iso
 
 if TYPE_CHECKING:
     from retold.store.members import Member

@@ -23,9 +23,10 @@ from retold.cli.common import (
     resolve_session_id,
 )
 from retold.cli_failure import EXIT_DAMAGED
+from retold.clock import from_iso
+from retold.plain import to_plain
 from retold.store.event_log import EventQuery, LoggedEvent
 from retold.store.session_states import SESSION_STATES, SessionQuery, SessionStatus
-from retold.util import from_iso, to_plain
 
 if TYPE_CHECKING:
     from retold.observability import Metrics

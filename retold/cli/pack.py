@@ -14,7 +14,7 @@ from typing import Any
 
 from retold.cli.common import Refused, actor, add_command, cli_config, cli_runtime, print_json
 from retold.config.pack import EffectivePack, effective_pack, load_pack_file
-from retold.util import to_plain
+from retold.plain import to_plain
 
 __all__ = ["register"]
 

@@ -18,8 +18,8 @@ from retold.cli.common import (
     resolve_record_id,
     scope_arg,
 )
+from retold.plain import to_plain
 from retold.tools.validation import ToolError, parse_time
-from retold.util import to_plain
 
 if TYPE_CHECKING:
     from retold.models import Record

@@ -17,7 +17,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 from retold.cli.common import RECORD_ID_HELP, add_command, cli_runtime, resolve_record_id
-from retold.util import to_iso
+from retold.clock import to_iso
 
 if TYPE_CHECKING:
     from retold.ingest.activator import Resolution

@@ -20,8 +20,8 @@ __all__ = ["host_port", "register"]
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    from retold.clock import Timer
     from retold.demo import run_demo
-    from retold.util import Timer
 
     timer = Timer()
     store = Path(args.store or ".demo/memory.sqlite").resolve()

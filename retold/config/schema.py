@@ -51,8 +51,8 @@ from retold.config.tokens import (
 )
 from retold.config.utility import RollbackConfig, UtilityConfig, utility_errors
 from retold.errors import ConfigError
+from retold.plain import to_plain
 from retold.tenant import check_tenant
-from retold.util import to_plain
 
 __all__ = [
     "ActivationConfig",

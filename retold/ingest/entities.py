@@ -8,13 +8,12 @@ creates a provisional entity in the writer's scope.
 
 from __future__ import annotations
 
-import functools
-import unicodedata
 from collections.abc import Sequence
 from typing import Literal
 
 from retold.errors import RetoldError
 from retold.models import ENTITY_KINDS, Entity, EntityMention, Principal, Resolution, Scope
+from retold.names import normalize_alias, normalize_canonical
 from retold.policy.grants import readable_scopes, writable_scopes
 from retold.store import Store
 
@@ -22,8 +21,6 @@ __all__ = [
     "EntityError",
     "EntityErrorCode",
     "EntityResolver",
-    "normalize_alias",
-    "normalize_canonical",
 ]
 
 EntityErrorCode = Literal[
@@ -38,24 +35,6 @@ class EntityError(RetoldError):
         super().__init__(message)
         self.code: EntityErrorCode = code
         self.message = message
-
-
-@functools.lru_cache(maxsize=8192)
-def normalize_alias(text: str) -> str:
-    """The lookup form of a name: diacritics stripped, casefolded, spaces collapsed.
-
-    ``"  José  Núñez "`` becomes ``"jose nunez"``. NFKD also folds compatibility forms
-    (full-width letters, ligatures), so visually equal spellings meet. Remembered per
-    text: every search normalises each query n-gram and term, and agents repeat words.
-    """
-    decomposed = unicodedata.normalize("NFKD", text)
-    stripped = "".join(ch for ch in decomposed if not unicodedata.combining(ch))
-    return " ".join(stripped.casefold().split())
-
-
-def normalize_canonical(text: str) -> str:
-    """The display form of a name: whitespace collapsed, accents kept."""
-    return " ".join(text.split())
 
 
 class EntityResolver:

@@ -19,13 +19,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
+from retold.clock import Clock, Timer, new_id
 from retold.config import IngestionConfig
 from retold.config.pack import BUILTIN_PACK, MemoryPack
 from retold.hosted.spend import counting
 from retold.index.embedder import Embedder
 from retold.index.vector import VectorIndex
 from retold.ingest import extractor as schema  # the JSON form of stage outputs
-from retold.ingest.entities import normalize_alias
 from retold.ingest.evidence import normalize_ws, validate_evidence
 from retold.ingest.extractor import Extractor
 from retold.ingest.ingestor import WriteRequest, WriteResult
@@ -47,6 +47,7 @@ from retold.models import (
     SessionSummary,
     Turn,
 )
+from retold.names import normalize_alias
 from retold.policy import grants
 from retold.policy.lifecycle import Lifecycle
 from retold.policy.secrets import screen
@@ -54,7 +55,6 @@ from retold.policy.sensitivity import SensitivityRules
 from retold.store import Store
 from retold.store.claims import ResumeStage
 from retold.store.sessions import SessionRow, Stage
-from retold.util import Clock, Timer, new_id
 
 __all__ = ["ACTOR", "FAILED_OUTCOMES", "ExtractionOutcome", "ExtractionResult", "ExtractionRunner"]
 

@@ -21,6 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Protocol
 
+from retold.clock import from_iso, to_iso
 from retold.config import IngestionConfig
 from retold.errors import RetoldError
 from retold.hosted import CompletionClient, CompletionRequest, HostedError, Message
@@ -34,7 +35,6 @@ from retold.models import (
     SessionSummary,
     Turn,
 )
-from retold.util import from_iso, to_iso
 
 __all__ = [
     "EXTRACTION_SCHEMA",

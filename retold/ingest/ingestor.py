@@ -17,6 +17,7 @@ from typing import Any, Literal, cast
 
 import numpy as np
 
+from retold.clock import Clock, Timer, new_id
 from retold.config import IngestionConfig
 from retold.config.pack import BUILTIN_PACK, MemoryPack, RecordClass
 from retold.index.embedder import Embedder
@@ -40,7 +41,6 @@ from retold.policy.sensitivity import Sensitivity, SensitivityRules
 from retold.policy.validity import closed_at, starts
 from retold.store import Embedding, NewEvent, Store
 from retold.store.write_window import WriteWindow
-from retold.util import Clock, Timer, new_id
 
 __all__ = ["Ingestor", "Provenance", "WriteError", "WriteRequest", "WriteResult"]
 

@@ -14,8 +14,8 @@ import logging
 import threading
 from datetime import timedelta
 
+from retold.clock import Clock
 from retold.store import Store
-from retold.util import Clock
 
 __all__ = ["ClaimLease"]
 

@@ -14,7 +14,7 @@ import threading
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from retold.util import Clock
+from retold.clock import Clock
 
 __all__ = ["RETRY_AFTER", "OutageEnd", "QueueOutage"]
 

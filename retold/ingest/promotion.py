@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+from retold.clock import Clock, new_id
 from retold.index.embedder import Embedder
 from retold.index.vector import VectorIndex
 from retold.ingest.evidence import normalize_ws, session_of
@@ -30,7 +31,6 @@ from retold.models import ACTIVE_STATUSES, Record
 from retold.policy.lifecycle import Lifecycle
 from retold.policy.validity import starts
 from retold.store import Embedding, NewEvent, Store
-from retold.util import Clock, new_id
 
 __all__ = ["Promoted", "Promotion"]
 

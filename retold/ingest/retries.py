@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from retold.clock import Clock, to_iso
 from retold.config import IngestionConfig, QueueConfig
 from retold.ingest.lease import ClaimLease
 from retold.store import Store
 from retold.store.claims import ClaimOutcome, ClaimTerms, ResumeStage
 from retold.store.sessions import SessionRow, Stage
-from retold.util import Clock, to_iso
 
 __all__ = ["Attempts", "ConfigNotice", "ModelSetup", "RecoverTerms", "RetryPolicy", "refusal_reason",
            "stable_digest"]

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
+from retold.clock import to_iso
 from retold.config import IngestionConfig
 from retold.errors import RetoldError
 from retold.hosted import CompletionClient, CompletionRequest, HostedError, Message
@@ -28,7 +29,6 @@ from retold.ingest.extractor import (
     parse_moment,
 )
 from retold.models import CandidateRecord, Record, ReviewContext, ReviewDecision
-from retold.util import to_iso
 
 __all__ = [
     "REVIEW_PROMPT_VERSION",

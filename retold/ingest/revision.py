@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
+from retold.clock import Clock, Timer, from_iso, new_id, to_iso
 from retold.errors import RetoldError
 from retold.index.embedder import Embedder
 from retold.index.vector import VectorIndex
@@ -26,7 +27,6 @@ from retold.models import ACTIVE_STATUSES, RECORD_STATUSES, Principal, Record
 from retold.policy.lifecycle import Lifecycle
 from retold.policy.secrets import screen
 from retold.store import Embedding, NewEvent, Store
-from retold.util import Clock, Timer, from_iso, new_id, to_iso
 
 __all__ = [
     "Revision", "RevisionError", "Reviser", "StatusAction", "StatusChange", "is_history", "refuse_secrets",

@@ -22,6 +22,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Protocol, get_args
 
+from retold.clock import Clock
 from retold.errors import (
     RetoldError,
     StoreCorruptError,
@@ -32,7 +33,6 @@ from retold.errors import (
 from retold.ingest.outage import RETRY_AFTER, QueueOutage
 from retold.models import Principal, Role, Turn
 from retold.store import Store
-from retold.util import Clock
 
 __all__ = ["ExtractionScheduler", "InProcessScheduler", "SessionBuffer", "SessionHooks", "is_deferred"]
 

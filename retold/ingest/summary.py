@@ -16,6 +16,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+from retold.clock import Clock, new_id
 from retold.index.embedder import Embedder
 from retold.ingest.entities import EntityError, EntityResolver
 from retold.ingest.evidence import normalize_ws, session_of
@@ -26,7 +27,6 @@ from retold.policy.lifecycle import Lifecycle
 from retold.policy.sensitivity import SensitivityRules
 from retold.store import Embedding, NewEvent, Store
 from retold.store.sessions import SessionRow
-from retold.util import Clock, new_id
 
 __all__ = ["SummaryWriter", "retire_superseded"]
 

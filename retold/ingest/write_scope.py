@@ -26,10 +26,10 @@ from datetime import datetime
 
 import numpy as np
 
+from retold.clock import from_iso, to_iso
 from retold.models import ACTIVE_STATUSES, Scope
 from retold.store import EligibleSet, Store
 from retold.store.scope_rows import ScopeRow
-from retold.util import from_iso, to_iso
 
 __all__ = ["WriteScopes"]
 

@@ -13,10 +13,10 @@ import time
 from dataclasses import dataclass
 from typing import TextIO
 
+from retold.clock import Clock
 from retold.models import ACTIVE_STATUSES, Scope
 from retold.portable.lines import dumps, entity_line, header_line, record_line
 from retold.store import Store
-from retold.util import Clock
 
 __all__ = ["ExportResult", "export_scope"]
 

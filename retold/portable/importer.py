@@ -34,10 +34,10 @@ from typing import Any, get_args
 
 import numpy as np
 
+from retold.clock import Clock, from_iso
 from retold.config import Config
 from retold.index.embedder import Embedder
 from retold.index.vector import VectorIndex
-from retold.ingest.entities import normalize_alias, normalize_canonical
 from retold.models import (
     ACTIVE_STATUSES,
     ENTITY_KINDS,
@@ -47,6 +47,7 @@ from retold.models import (
     Scope,
     SourceKind,
 )
+from retold.names import normalize_alias, normalize_canonical
 from retold.policy.grants import can_write, readable_scopes
 from retold.policy.secrets import screen
 from retold.policy.sensitivity import SensitivityRules
@@ -54,7 +55,6 @@ from retold.portable.lines import ExportHeader, ImportRefused, decode_vector, re
 from retold.store import Embedding, NewEvent, Store
 from retold.store.family import EmbeddingFamily
 from retold.store.pins import PinRefusedError
-from retold.util import Clock, from_iso
 
 __all__ = ["ImportResult", "Importer", "LineFailure"]
 

@@ -18,12 +18,12 @@ from typing import Any
 
 import numpy as np
 
+from retold.clock import to_iso
 from retold.errors import RetoldError
 from retold.models import Entity, Scope
 from retold.store.family import EmbeddingFamily
 from retold.store.migrations import LATEST
 from retold.store.portable import PortableRecord
-from retold.util import to_iso
 
 __all__ = ["FORMAT", "ExportHeader", "ImportRefused", "decode_vector", "dumps", "encode_vector",
            "entity_line", "header_line", "read_header", "record_line"]

@@ -6,9 +6,10 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal
 
+from retold.clock import to_iso
 from retold.models import Candidate, Explanation, GeneratorHit, LexicalMatch, Record, RewriteStatus
+from retold.plain import to_plain
 from retold.policy.validity import describe, holds_at
-from retold.util import to_iso, to_plain
 
 __all__ = ["explain", "explanation_dict", "explanation_plain", "render", "short_id"]
 

@@ -16,8 +16,8 @@ from datetime import datetime
 import numpy as np
 
 from retold.index.vector import VectorIndex
-from retold.ingest.entities import normalize_alias
 from retold.models import ACTIVE_STATUSES, LexicalMatch, LexicalTerm, QueryShape, Scope
+from retold.names import normalize_alias
 from retold.retrieve.stemmer import porter_stem
 from retold.retrieve.terms import QueryTerm, alias_ngrams, fts_tokens, name_groups, query_terms
 from retold.store import EligibleSet, Store

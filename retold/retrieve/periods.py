@@ -55,8 +55,8 @@ _PATTERNS = (
     ("iso_month", r"\b" + _YEAR + r"-(?P<mm>0[1-9]|1[0-2])\b(?!-\d)"),
     ("day_month", r"\b" + _DAY + r"\s+(?:of\s+)?" + _M + r"(?:,?\s+" + _YEAR + r")?\b"),
     ("month_day", r"\b" + _M + r"\s+" + _DAY + r"\b(?!:)(?:,?\s+" + _YEAR + r")?(?!\s*(?:am|pm|%))"),
-    ("month_range", r"\b(?:between|from)\s+" + _M.replace("month", "first") + r"\s+(?:and|to|until|through)\s+"
-                    + _M + r"(?:,?\s+" + _YEAR + r")?\b"),
+    ("month_range", r"\b(?:between|from)\s+" + _M.replace("month", "first")
+                    + r"\s+(?:and|to|until|through)\s+" + _M + r"(?:,?\s+" + _YEAR + r")?\b"),
     ("month", r"\b(?:(?P<cue>" + "|".join(_CUES) + r")\s+)?(?:the\s+)?(?:(?P<part>early|mid|late)[-\s]+)?"
               + _M + r"(?:,?\s+" + _YEAR + r")?\b"),
     ("year", r"\b(?:in|during|since|of|from|before|after|until|by|through)\s+(?:the\s+year\s+)?"

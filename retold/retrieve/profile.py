@@ -15,13 +15,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+from retold.clock import Clock
 from retold.config.activation import ActivationConfig
 from retold.models import Principal, ProfileBlock
 from retold.policy import grants
 from retold.retrieve.explain import short_id
 from retold.store import NewEvent, Store
 from retold.store.activation import AmbientLine
-from retold.util import Clock
 
 __all__ = ["PROFILE_HEADER", "ProfileAssembler", "render_profile", "text_tokens"]
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, cast
 
+from retold.clock import Clock, Timer, new_id, to_iso
 from retold.config import Config
 from retold.config.pack import MemoryPack, RecordClass, pack_for_config
 from retold.index.embedder import Embedder, Matrix
@@ -36,6 +37,7 @@ from retold.models import (
     SearchResponse,
     SearchResult,
 )
+from retold.plain import to_plain
 from retold.policy.grants import ScopeCache, no_grant_reason
 from retold.policy.lifecycle import Lifecycle
 from retold.retrieve.beyond_names import beyond_names, dense_beyond_names
@@ -63,7 +65,6 @@ from retold.retrieve.signals import measure
 from retold.retrieve.trace import RerankLog, SearchTrace
 from retold.store import EligibleSet, Store
 from retold.store.search import RecordMeta
-from retold.util import Clock, Timer, new_id, to_iso, to_plain
 
 __all__ = ["Retriever", "SearchOutcome"]
 

@@ -35,9 +35,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from retold.clock import to_iso
 from retold.config import SearchLogConfig
 from retold.store import Store
-from retold.util import to_iso
 
 __all__ = ["LogJson", "SearchLogStats", "SearchLogWriter", "log_json"]
 

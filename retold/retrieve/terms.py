@@ -15,7 +15,7 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from retold.ingest.entities import normalize_alias
+from retold.names import normalize_alias
 from retold.retrieve.stemmer import porter_stem
 from retold.retrieve.stopwords import STOPWORDS
 

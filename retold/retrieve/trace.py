@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from retold.clock import to_iso
 from retold.models import Candidate, LexicalTerm, Principal, QueryShape, RewriteStatus, SearchRequest
 from retold.retrieve.explain import explanation_dict
 from retold.retrieve.gate import Decision, GateResult
@@ -21,7 +22,6 @@ from retold.retrieve.generators import LexicalHit
 from retold.retrieve.periods import NamedPeriod
 from retold.retrieve.search_log import LogJson, log_json
 from retold.store.search import RecordMeta
-from retold.util import to_iso
 
 __all__ = ["LOG_FORMAT", "RerankLog", "SearchTrace", "logged_dense_score", "logged_terms"]
 

@@ -14,11 +14,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from retold.clock import to_iso
 from retold.errors import StoreError
 from retold.models import Activation, Record, Scope
 from retold.store.base import NewEvent, chunks, dt, marks, scope_clause
 from retold.store.records import RecordsMixin
-from retold.util import to_iso
 
 __all__ = ["ActivationMixin", "ActivationRow", "AmbientLine", "ReviewBacklog", "delete_activation_rows"]
 

@@ -24,6 +24,7 @@ from typing import Any, Self
 
 import numpy as np
 
+from retold.clock import Clock, SystemClock, from_iso, new_id, to_iso
 from retold.errors import (
     MigrationIssuesError,
     NotADatabaseError,
@@ -40,7 +41,6 @@ from retold.store.migrations import LATEST, MigrationReport, check_is_retold, ch
 from retold.store.opening import connect, journal_mode, read_only_reason
 from retold.store.write_window import WriteWindow, read_window
 from retold.tenant import DEFAULT_TENANT
-from retold.util import Clock, SystemClock, from_iso, new_id, to_iso
 
 __all__ = ["ACTIVE_SQL", "LINK_ROLES", "Embedding", "NewEvent", "StoreBase", "chunks", "dt", "marks",
            "scope_clause", "ts"]

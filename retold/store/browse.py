@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from retold.clock import from_iso
 from retold.models import RECORD_STATUSES, Record, Scope
 from retold.store.base import marks, scope_clause
 from retold.store.records import RecordsMixin
-from retold.util import from_iso
 
 __all__ = ["BrowseFilter", "BrowseMixin", "ReturnedBy", "ScopeCounts"]
 

@@ -12,8 +12,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from retold.clock import new_id, to_iso
 from retold.store.base import NewEvent, StoreBase
-from retold.util import new_id, to_iso
 
 __all__ = ["BundleResult", "BundlesMixin"]
 

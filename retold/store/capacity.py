@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from retold.clock import from_iso, to_iso
 from retold.models import Scope
 from retold.store.base import ACTIVE_SQL, NewEvent, StoreBase, chunks, dt, marks
 from retold.store.sweeps import ChangedRow
-from retold.util import from_iso, to_iso
 
 __all__ = ["ARCHIVED", "CapacityMixin", "CapacityRow"]
 

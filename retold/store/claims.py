@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
+from retold.clock import to_iso
 from retold.store.base import StoreBase, marks
-from retold.util import to_iso
 
 __all__ = ["ClaimOutcome", "ClaimTerms", "ClaimsMixin", "FailedAttempt", "ResumeStage"]
 

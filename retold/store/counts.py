@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from retold.clock import to_iso
 from retold.store.base import StoreBase
 from retold.store.event_log import prefix_range
-from retold.util import to_iso
 
 __all__ = ["CountsMixin"]
 

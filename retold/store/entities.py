@@ -1,6 +1,6 @@
 """Entities, aliases, record links and merges.
 
-Aliases are stored already normalised (``retold.ingest.entities.normalize_alias``); this
+Aliases are stored already normalised (``retold.names.normalize_alias``); this
 module only compares them exactly, through the ``entity_aliases_lookup`` index. The FTS
 ``aliases`` column is a denormalised copy of the aliases of every entity a record links
 to, so every change here that alters that set rewrites the affected FTS rows in
@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
+from retold.clock import from_iso, new_id, to_iso
 from retold.errors import StoreError
 from retold.models import ACTIVE_STATUSES, ENTITY_KINDS, Entity, EntityKind, Scope, ScopeKind
 from retold.store.base import LINK_ROLES, NewEvent, StoreBase, chunks, marks, scope_clause, ts
-from retold.util import from_iso, new_id, to_iso
 
 if TYPE_CHECKING:
     from retold.models import EntityStatus

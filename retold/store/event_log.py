@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from retold.clock import from_iso, to_iso
 from retold.store.base import StoreBase
-from retold.util import from_iso, to_iso
 
 __all__ = ["EventLogMixin", "EventQuery", "LoggedEvent", "prefix_range"]
 

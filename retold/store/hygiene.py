@@ -14,12 +14,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from retold.clock import to_iso
 from retold.models import Scope
 from retold.store.base import ACTIVE_SQL, NewEvent, chunks, marks
 from retold.store.capacity import CapacityMixin
 from retold.store.family import EmbeddingFamily
 from retold.store.sweeps import ChangedRow
-from retold.util import to_iso
 
 __all__ = ["HygieneMixin"]
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from retold.clock import from_iso
 from retold.models import Scope
 from retold.store.base import StoreBase, ts
-from retold.util import from_iso
 
 __all__ = ["SHARED_KINDS", "Member", "MembersMixin"]
 

@@ -16,11 +16,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import resources
 
+from retold.clock import SystemClock, to_iso
 from retold.errors import NotADatabaseError, SchemaTooNewError
 from retold.store.family import families_of_vectors, write_family
 from retold.store.fts import create_fts_table, is_stemmed, write_fts_rows
 from retold.store.validity_backfill import backfill_validity
-from retold.util import SystemClock, to_iso
 
 __all__ = [
     "LATEST", "MIGRATIONS", "Migration", "MigrationReport", "check_is_retold", "check_not_newer",

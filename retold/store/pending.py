@@ -11,8 +11,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from retold.clock import to_iso
 from retold.store.base import StoreBase, chunks, marks
-from retold.util import to_iso
 
 __all__ = ["PendingMixin"]
 

@@ -8,10 +8,10 @@ something, and a scope where everything is pinned keeps nothing in particular.
 
 from __future__ import annotations
 
+from retold.clock import to_iso
 from retold.errors import StoreError
 from retold.models import ACTIVE_STATUSES
 from retold.store.base import NewEvent, StoreBase
-from retold.util import to_iso
 
 __all__ = ["PinRefusedError", "PinsMixin"]
 

@@ -13,9 +13,9 @@ import json
 import sqlite3
 from collections.abc import Sequence
 
+from retold.clock import from_iso, to_iso
 from retold.models import ProfileBlock
 from retold.store.base import NewEvent, StoreBase, chunks, marks
-from retold.util import from_iso, to_iso
 
 __all__ = ["ProfilesMixin", "blank_profiles_of_records", "blank_profiles_of_user"]
 

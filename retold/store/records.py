@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from retold.clock import from_iso, to_iso
 from retold.errors import StoreError
 from retold.models import RECORD_STATUSES, Record, Scope
 from retold.store.base import (
@@ -29,7 +30,6 @@ from retold.store.base import (
     scope_clause,
     ts,
 )
-from retold.util import from_iso, to_iso
 
 __all__ = ["RecordWrite", "Transition", "RecordsMixin", "record_from_row"]
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from retold.clock import from_iso, to_iso
 from retold.store.base import NewEvent, StoreBase
-from retold.util import from_iso, to_iso
 
 __all__ = ["KEPT_EVENT_KEYS", "RetentionMixin", "Swept", "kept_payload"]
 

@@ -1,5 +1,5 @@
 -- Retold schema, version 1. Applied by migration 1 (retold/store/migrations.py) in one transaction.
--- Timestamps are fixed-width ISO 8601 UTC text (retold.util.to_iso), so text order is
+-- Timestamps are fixed-width ISO 8601 UTC text (retold.clock.to_iso), so text order is
 -- time order. Ids are UUIDv7 text, so id order is creation order.
 
 CREATE TABLE records (

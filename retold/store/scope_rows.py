@@ -13,9 +13,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import NamedTuple
 
+from retold.clock import to_iso
 from retold.models import ACTIVE_STATUSES, Scope
 from retold.store.base import StoreBase, marks
-from retold.util import to_iso
 
 __all__ = ["ScopeRow", "ScopeRowsMixin"]
 

@@ -28,11 +28,11 @@ from typing import Any
 
 import numpy as np
 
+from retold.clock import from_iso, to_iso
 from retold.errors import StoreError
 from retold.models import ACTIVE_STATUSES, RECORD_TYPES, Scope
 from retold.store.base import StoreBase, chunks, marks
 from retold.store.eligible import EligibleSet
-from retold.util import from_iso, to_iso
 
 __all__ = ["ELIGIBLE_TEMP_TABLE_MAX", "SEARCH_LOG_COLUMNS", "FtsRow", "RecordMeta", "SearchMixin"]
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from retold.clock import from_iso, to_iso
 from retold.store.base import StoreBase, dt
-from retold.util import from_iso, to_iso
 
 __all__ = ["SESSION_STATES", "SessionQuery", "SessionState", "SessionStatesMixin", "SessionStatus"]
 

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, cast, get_args
 
+from retold.clock import from_iso, to_iso
 from retold.errors import StoreError
 from retold.models import Role, Turn
 from retold.store.base import StoreBase, dt, ts
-from retold.util import from_iso, to_iso
 
 __all__ = ["IdleSession", "SessionRow", "SessionsMixin", "Stage", "StageRow"]
 

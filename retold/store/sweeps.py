@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from retold.clock import to_iso
 from retold.errors import StoreError
 from retold.models import ACTIVE_STATUSES
 from retold.store.base import ACTIVE_SQL, NewEvent, StoreBase
 from retold.store.damage import clear_damage
 from retold.store.migrations import check_not_newer
-from retold.util import to_iso
 
 __all__ = ["ChangedRow", "SweepsMixin", "MigrationIssue"]
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from retold.clock import to_iso
 from retold.store.base import StoreBase
-from retold.util import to_iso
 
 __all__ = ["DecisionSummary", "TurnDecisionsMixin"]
 

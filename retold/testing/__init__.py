@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from retold.clock import ManualClock, new_id
 from retold.config import is_database_url, read_config
 from retold.hosted import FakeCompletionClient
 from retold.index.embedder import FakeEmbedder
@@ -32,7 +33,6 @@ from retold.retrieve.rewrite import FakeRewriter, NoRewriter
 from retold.runtime import Runtime, build_runtime
 from retold.store.location import add_tenant
 from retold.tenant import DEFAULT_TENANT
-from retold.util import ManualClock, new_id
 from retold.utility.admission import ScriptedJudge
 from retold.utility.decision import Gap
 from retold.utility.planner import ScriptedPlanner

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal, Protocol, cast
 
+from retold.clock import Clock, to_iso
 from retold.config import Config
 from retold.errors import (
     ModelError,
@@ -43,7 +44,6 @@ from retold.store.pins import PinRefusedError
 from retold.tools.export import anthropic_tools, openai_tools
 from retold.tools.schemas import ToolSchema, tool_schemas
 from retold.tools.validation import ToolError, parse_time, search_request, validate_payload, write_request
-from retold.util import Clock, to_iso
 
 __all__ = ["ToolHandlers", "ToolParts", "ToolResult"]
 

@@ -20,6 +20,7 @@ from typing import Any, cast
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
+from retold.clock import from_iso, to_iso
 from retold.config import ToolsConfig
 from retold.ingest.ingestor import WriteRequest
 from retold.models import EntityMention, SearchRequest
@@ -29,7 +30,6 @@ from retold.tools.schemas import (
     TOOL_NAMES,
     validation_schema,
 )
-from retold.util import from_iso, to_iso
 
 __all__ = [
     "ERROR_CODES",
@@ -279,7 +279,7 @@ def parse_time(name: str, value: object) -> datetime:
     """An ISO 8601 date-time as an aware UTC datetime; a value without an offset is UTC.
 
     Years outside 1000-9999 are refused: the store compares fixed-width timestamp text
-    (``retold.util.to_iso``), which only four-digit years keep in order.
+    (``retold.clock.to_iso``), which only four-digit years keep in order.
     """
     problem = ToolError("invalid_input", f"{name} must be an ISO 8601 date-time such as 2026-09-03T12:00:00Z")
     if not isinstance(value, str):

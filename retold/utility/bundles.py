@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 from retold.config import Config
-from retold.util import to_plain
+from retold.plain import to_plain
 
 __all__ = ["bundle_components", "bundle_hash"]
 

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from retold.clock import Clock, new_id, to_iso
 from retold.config import Config
 from retold.errors import StoreError
 from retold.hosted.client import HostedError
@@ -40,7 +41,6 @@ from retold.policy.sensitivity import SensitivityRules
 from retold.retrieve.explain import short_id
 from retold.store import Store
 from retold.tools.handlers import ToolHandlers
-from retold.util import Clock, new_id, to_iso
 from retold.utility.admission import AdmissionInput, AdmissionJudge, Shown
 from retold.utility.bundles import bundle_hash
 from retold.utility.decision import Stage, TurnDecision, Verdict

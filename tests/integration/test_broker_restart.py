@@ -21,11 +21,11 @@ import redis
 from retold import build_runtime
 from retold.broker.identity import broker_instance
 from retold.broker.waiting import waiting_sessions
+from retold.clock import ManualClock
 from retold.config import read_config
 from retold.models import Principal, Scope
 from retold.runtime import Runtime
 from retold.testing import T0
-from retold.util import ManualClock
 from tests.celery_support import wait_for
 from tests.conftest import IN_CI
 from tests.ports import free_port

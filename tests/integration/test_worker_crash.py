@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 
 from retold import load_config
+from retold.clock import to_iso
 from retold.ingest.extractor import output_to_json
 from retold.models import CandidateRecord, ExtractionOutput, Principal, SessionSummary
 from retold.runtime import Runtime
 from retold.testing.anthropic_stub import AnthropicStub, serve_anthropic_stub, tool_use
-from retold.util import to_iso
 from tests.celery_support import StartWorker, agent_runtime, solo_workers, store_yaml
 from tests.celery_support import flushed_redis as flushed
 from tests.celery_support import wait_for as shared_wait_for

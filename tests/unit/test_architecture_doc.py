@@ -5,8 +5,8 @@ The rules, applied to every span between single backticks in the page:
 1. A trailing argument list is dropped: `VectorIndex.refresh(store, n)` is
    `VectorIndex.refresh`.
 2. A span ending in a file suffix (``.py``, ``.sql``, ``.md``, ``.json``) is a path. It must
-   exist relative to the repository root, to ``retold/``, or to one of ``retold``'s
-   packages (the tables name ``records.py`` under their ``retold/store/`` heading).
+   exist relative to the repository root, or to one of the packages of ``retold/`` or
+   ``workers/`` (the tables name ``records.py`` under their ``retold/store/`` heading).
 3. A span starting with ``retold.`` is a dotted module path: its longest prefix that is a
    module must exist, and the part after it must be a name defined in that module. A
    Celery task name (``retold.extract_session``, a string ``workers/tasks.py`` registers)
@@ -120,6 +120,15 @@ def _module_defines(module: str) -> set[str]:
     return _names_in(ast.parse(Path(spec.origin).read_text(encoding="utf-8")))
 
 
+def _is_module(name: str) -> bool:
+    """Whether ``name`` is an importable module; ``a.b.f``, a function of module ``a.b``,
+    is not (``find_spec`` raises for it rather than answering None)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+
+
 def _looks_like_code(part: str) -> bool:
     camel = part[0].isupper() and any(c.islower() for c in part)
     return camel or "_" in part.strip("_")
@@ -132,7 +141,8 @@ def _spans() -> list[str]:
 
 def test_every_file_path_the_page_names_exists() -> None:
     missing = []
-    bases = [ROOT, ROOT / "retold", *(p for p in (ROOT / "retold").rglob("*") if p.is_dir())]
+    packages = [ROOT / "retold", ROOT / "workers"]
+    bases = [ROOT, *packages, *(p for package in packages for p in package.rglob("*") if p.is_dir())]
     for path in _spans():
         if not path.endswith(PATH_SUFFIXES) or " " in path:
             continue
@@ -148,7 +158,7 @@ def test_every_dotted_module_path_exists() -> None:
             continue
         parts = path.split(".")
         module = next((".".join(parts[:n]) for n in range(len(parts), 0, -1)
-                       if importlib.util.find_spec(".".join(parts[:n])) is not None), None)
+                       if _is_module(".".join(parts[:n]))), None)
         if module is None:
             missing.append(path)
             continue

@@ -17,10 +17,10 @@ import pytest
 
 from retold import build_runtime, load_config
 from retold.cli import build_parser
+from retold.clock import SystemClock
 from retold.config.env import store_key
 from retold.models import Principal, Scope
 from retold.testing import make_record
-from retold.util import SystemClock
 from tests.sql import execute, rows
 
 AGENT, USER = "cli-agent", "cleo"

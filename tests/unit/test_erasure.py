@@ -9,11 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from retold.clock import new_id, to_iso
 from retold.ingest.ingestor import WriteRequest
 from retold.models import EntityMention, Principal, Scope, SearchRequest
 from retold.store import open_store
 from retold.testing import AGENT, World, make_world
-from retold.util import new_id, to_iso
 from retold.utility.decision import Gap, TurnDecision, Verdict
 from tests.sql import fts_ids, rows, stored_bytes
 

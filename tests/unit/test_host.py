@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from retold.host import HostError, MemoryHost
-from retold.ingest.entities import normalize_alias
 from retold.models import Principal, Scope
+from retold.names import normalize_alias
 from retold.policy.grants import readable_scopes, writable_scopes
 from retold.store import Store
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from retold import build_runtime, load_config
+from retold.clock import ManualClock, to_iso
 from retold.config.env import store_target as store_keys
 from retold.errors import EmbeddingMismatchError, MigrationIssuesError
 from retold.index.embedder import FakeEmbedder
@@ -21,7 +22,6 @@ from retold.operations import OperationError, Operations
 from retold.runtime import Runtime
 from retold.store import EmbeddingFamily, open_store
 from retold.testing import ADITYA, T0, TEST_GATE, World, make_record
-from retold.util import ManualClock, to_iso
 from tests.sql import execute, rows
 
 

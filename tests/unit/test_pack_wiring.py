@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
+from retold.clock import to_iso
 from retold.ingest.extractor import FakeExtractor
 from retold.ingest.reviewer import TableReviewer
 from retold.models import CandidateRecord, ExtractionOutput, Record, SessionSummary
 from retold.retrieve.budget import fill_budget
 from retold.testing import World, make_record, make_world
-from retold.util import to_iso
 
 Worlds = Callable[..., tuple[World, World]]
 
@@ -274,8 +274,8 @@ def test_a_sampled_write_waits_in_review_before_it_enters_the_profile(worlds: Wo
 
 
 def test_sampling_is_by_record_id_and_takes_the_share_asked_for() -> None:
+    from retold.clock import new_id
     from retold.policy.activation import sampled
-    from retold.util import new_id
 
     ids = [new_id() for _ in range(4000)]
     share = sum(sampled(i, 0.25) for i in ids) / len(ids)

@@ -40,13 +40,13 @@ from retold.models import (
     SessionSummary,
 )
 from retold.observability import collect_metrics, families
+from retold.plain import to_plain
 from retold.policy.sensitivity import SensitivityRules
 from retold.testing import AGENT, Gap, ScriptedJudge, ScriptedPlanner, World, make_world
 from retold.testing import anthropic_stub as claude
 from retold.testing import openai_stub as oai
 from retold.testing.anthropic_stub import AnthropicStub
 from retold.testing.openai_stub import OpenAIStub
-from retold.util import to_plain
 from tests.sql import dump_lines, rows
 
 CANARY = "123-45-6789"  # a made-up identifier in the shape the pack's pii pattern masks

@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from retold.clock import to_iso
 from retold.models import SearchRequest
 from retold.retrieve.replay import replay
 from retold.testing import World, make_world
-from retold.util import to_iso
 from tests.sql import execute, rows, stored_bytes
 
 CANARY = "zq-retain-5c1d"

@@ -18,11 +18,11 @@ from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import Any
 
+from retold.clock import SystemClock, to_iso
 from retold.errors import NotADatabaseError, SchemaTooNewError
 from retold.store.migrations import MIGRATIONS, SUBJECT_RECENT_INDEX, UTILITY_TABLES, MigrationReport
 from retold.store.validity_backfill import Backfill, backfill_validity
 from retold.tenant import DEFAULT_TENANT
-from retold.util import SystemClock, to_iso
 
 __all__ = ["AGENT_ROLE", "PG_BASE", "PG_MIGRATIONS", "SCHEMA_LOCK", "TENANT_REGISTRY", "TENANT_VERSION",
            "check_version", "current_version", "migrate", "parents_first", "tenant_tables"]

@@ -16,6 +16,7 @@ import logging
 from contextlib import closing
 from typing import Any
 
+from retold.clock import SystemClock, to_iso
 from retold.errors import StoreError, StoreMissingError
 from retold.store.postgres.connection import PgConnection
 from retold.store.postgres.schema import (
@@ -27,7 +28,6 @@ from retold.store.postgres.schema import (
 )
 from retold.store.postgres.url import conninfo, redact
 from retold.tenant import DEFAULT_TENANT, check_tenant
-from retold.util import SystemClock, to_iso
 
 __all__ = ["add_tenant", "drop_tenant", "list_tenants", "schema_version", "tenant_exists"]
 

@@ -7,8 +7,9 @@ import sqlite3
 import pytest
 
 from retold.host import MemoryHost
-from retold.ingest.entities import EntityError, EntityResolver, normalize_alias, normalize_canonical
+from retold.ingest.entities import EntityError, EntityResolver
 from retold.models import EntityMention, Principal, Scope
+from retold.names import normalize_alias, normalize_canonical
 from retold.store import Store
 from retold.store.base import marks
 from retold.store.entities import EntityMergeError

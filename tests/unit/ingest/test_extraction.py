@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from retold import build_runtime
+from retold.clock import to_iso
 from retold.hosted import HostedError
 from retold.ingest.extraction import ExtractionResult
 from retold.ingest.extractor import FakeExtractor, ReplayExtractor, output_to_json
@@ -36,7 +37,6 @@ from retold.models import (
 from retold.store import Store
 from retold.store.claims import ClaimTerms
 from retold.testing import ADITYA, T0, World, make_world
-from retold.util import to_iso
 from tests.sql import execute
 
 USER_SAYS = "Please keep every answer short and technical, I read them on my phone."

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from retold.clock import ManualClock
 from retold.ingest.session import InProcessScheduler, SessionBuffer, SessionHooks
 from retold.models import Principal
 from retold.store import Store, open_store
 from retold.store.claims import ClaimTerms
 from retold.testing import T0
-from retold.util import ManualClock
 from tests.conditions import FullDiskStore, write_lock_held
 
 IDLE = timedelta(minutes=30)

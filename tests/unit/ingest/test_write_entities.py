@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from retold.ingest.entities import normalize_alias
 from retold.models import EntityMention, Scope
+from retold.names import normalize_alias
 from retold.testing import ADITYA, World
 from tests.sql import rows
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from retold.clock import ManualClock
 from retold.ingest.write_scope import WriteScopes
 from retold.models import Scope
 from retold.store import Store, open_store
 from retold.testing import ADITYA, T0, make_record
-from retold.util import ManualClock
 
 OTHER = Scope("user", "vera")
 

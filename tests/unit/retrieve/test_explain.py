@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 import numpy as np
 
 from retold.models import Explanation, GeneratorHit, LexicalMatch, LexicalTerm
+from retold.plain import to_plain
 from retold.retrieve.explain import explanation_plain
-from retold.util import to_plain
 
 AT = datetime(2026, 3, 4, 5, 6, 7, 890123, tzinfo=UTC)
 

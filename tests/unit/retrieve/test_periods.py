@@ -36,7 +36,8 @@ def _read(question: str, reference: datetime | None = ASKED) -> list[tuple[str, 
     ("How many trips this year?", [("this year", "2023-01-01 to 2023-12-31")]),
     ("Between January and March, who led billing?",
      [("Between January and March", "2023-01-01 to 2023-03-31")]),
-    ("What did I pay from November to February?", [("from November to February", "2022-11-01 to 2023-02-28")]),
+    ("What did I pay from November to February?",
+     [("from November to February", "2022-11-01 to 2023-02-28")]),
 ])
 def test_the_parser_reads_the_period_a_question_names(question: str, expected: list[tuple[str, str]]) -> None:
     got = _read(question)

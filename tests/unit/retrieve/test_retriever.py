@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from retold.clock import new_id
 from retold.index.reranker import FakeReranker
 from retold.models import Principal, Scope, SearchRequest
 from retold.retrieve.explain import short_id
@@ -19,7 +20,6 @@ from retold.retrieve.retriever import SearchOutcome
 from retold.retrieve.rewrite import FakeRewriter
 from retold.store import Embedding
 from retold.testing import AGENT, T0, World, make_record, make_world
-from retold.util import new_id
 
 
 def search(world: World, *queries: str, principal: Principal | None = None, **fields: Any) -> SearchOutcome:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from retold import build_runtime, load_config
+from retold.clock import new_id, to_iso
 from retold.config import SearchLogConfig
 from retold.models import SearchRequest
 from retold.retrieve.retriever import SearchOutcome
@@ -21,7 +22,6 @@ from retold.retrieve.search_log import LogJson, SearchLogWriter
 from retold.runtime import Runtime
 from retold.store import Store, open_store
 from retold.testing import TEST_GATE, World, make_world
-from retold.util import new_id, to_iso
 from tests.conditions import write_lock_held
 from tests.sql import rows
 

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from retold.cli import main
+from retold.clock import new_id
 from retold.config import ScopeCaps
 from retold.models import ACTIVE_STATUSES, Scope
 from retold.testing import World, make_record
-from retold.util import new_id
 from tests.unit.tools.test_handlers import tools, user_fact
 
 ADITYA = Scope("user", "aditya")

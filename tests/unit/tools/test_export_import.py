@@ -15,6 +15,7 @@ import pytest
 
 from retold.cli import main
 from retold.cli.common import EXIT_REFUSED
+from retold.clock import ManualClock
 from retold.config import is_database_url, read_config
 from retold.ingest.equivalence import FakeJudge
 from retold.ingest.extractor import FakeExtractor
@@ -24,7 +25,6 @@ from retold.portable.lines import ImportRefused
 from retold.runtime import Runtime, build_runtime
 from retold.store.migrations import LATEST
 from retold.testing import AGENT, T0, TEST_GATE, FakeEmbedder, InProcessScheduler, World, make_world
-from retold.util import ManualClock
 from tests.mixed_store import config_text
 from tests.unit.tools.test_handlers import tools, user_fact
 

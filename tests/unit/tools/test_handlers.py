@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from retold.clock import new_id
 from retold.models import Principal, Scope
 from retold.testing import AGENT, World
 from retold.tools.handlers import ToolHandlers
-from retold.util import new_id
 from tests.sql import rows
 
 CONCISE = "Aditya prefers concise technical explanations."

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
+from retold.clock import new_id
 from retold.models import EntityMention, Principal, Scope
 from retold.retrieve.explain import short_id
 from retold.testing import AGENT, World
-from retold.util import new_id
 
 APOLLO = Scope("project", "apollo")
 SECRET = "Apollo launches from pad 39A."

@@ -15,9 +15,9 @@ import pytest
 
 from retold.cli import main
 from retold.cli.common import EXIT_REFUSED
+from retold.clock import to_iso
 from retold.runtime import build_runtime
 from retold.testing import World
-from retold.util import to_iso
 from tests.sql import fts_ids, rows, stored_bytes
 from tests.unit.tools.test_handlers import CONCISE, tools, user_fact
 

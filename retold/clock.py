@@ -1,16 +1,16 @@
-"""Small shared values: UUIDv7 ids, the injectable clock, ISO timestamps and Timer."""
+"""Time as Retold keeps it: the injectable clock, the store's timestamp text, stage timers,
+and UUIDv7 ids, which sort by the time they were made."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import Protocol
 
 __all__ = [
     "Clock",
@@ -20,7 +20,6 @@ __all__ = [
     "from_iso",
     "new_id",
     "to_iso",
-    "to_plain",
 ]
 
 _id_lock = threading.Lock()
@@ -157,42 +156,3 @@ class Timer:
         out = {name: round(ms, 3) for name, ms in self._marks.items()}
         out["total"] = round(self.total_ms(), 3)
         return out
-
-
-def to_plain(value: Any) -> Any:
-    """``value`` as plain JSON data: dataclasses as dicts of their fields, datetimes as
-    store text, tuples as lists, numpy scalars as Python numbers.
-
-    A dataclass that defines its own ``__str__`` is a value with a canonical text form
-    (a Scope is ``user:aditya``) and becomes that text.
-    """
-    kind: Any = type(value)
-    if kind in _PLAIN_SCALARS:
-        return value
-    names = _dataclass_fields(kind)
-    if names is not None:
-        if kind.__str__ is not object.__str__:
-            return str(value)
-        return {name: to_plain(getattr(value, name)) for name in names}
-    if isinstance(value, datetime):
-        return to_iso(value)
-    if isinstance(value, Mapping):
-        return {str(k): to_plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [to_plain(v) for v in value]
-    if kind.__module__ == "numpy" and hasattr(value, "item"):
-        return value.item()  # a numpy scalar score is not JSON
-    return value
-
-
-# Returned as they are; checked first because most leaves of a tool result are these.
-_PLAIN_SCALARS = frozenset({str, int, float, bool, type(None)})
-
-
-@functools.lru_cache(maxsize=256)
-def _dataclass_fields(kind: Any) -> tuple[str, ...] | None:
-    """The field names of a dataclass type, None for any other type; asked per value, so
-    remembered per type (a search result converts hundreds of values)."""
-    if not dataclasses.is_dataclass(kind):
-        return None
-    return tuple(f.name for f in dataclasses.fields(kind))

@@ -7,7 +7,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from retold.util import from_iso, to_iso
+from retold.clock import from_iso, to_iso
 
 
 def test_every_zone_formats_the_same_instant_as_the_same_text() -> None:
