@@ -264,8 +264,8 @@ class Retriever:
         if weighed:
             apply_confidence(fused, meta)
         if trace.periods:
-            trace.flags["period_lifted"] = len(apply_periods(fused, meta, trace.periods,
-                                                             cfg.named_periods.boost))
+            lifted = apply_periods(fused, meta, trace.periods, cfg.named_periods.boost)
+            trace.flags["period_lifted"] = {"boost": cfg.named_periods.boost, "ids": lifted}
         timer.mark("freshness")  # and confidence, the other factor after fusion
         trace.flags["index_refresh"] = refresh
         return fused, eligible, scopes

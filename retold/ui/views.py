@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, get_args
 
 from retold.config import PerTrigger
@@ -76,6 +76,7 @@ class CandidateRow:
     fused_rank: int | None
     freshness: float | None
     confidence: float | None
+    period: float | None  # the lift for meeting a period the question names
     via: str | None
     link_part: float | None  # what the link hop from ``via`` added to the fused sum
     dense: Vote | None
@@ -187,17 +188,19 @@ class Inspector:
                 for t in self.rt.store.turns(where[0]) if abs(t.turn - where[1]) <= CONTEXT_TURNS]
 
     def search(self, viewer: Viewer, query: str, principal: Principal, trigger: str,
-               answer_at: tuple[float, ...] = ()) -> SearchView:
+               answer_at: tuple[float, ...] = (), as_of: datetime | None = None) -> SearchView:
         """Run ``query`` as ``principal`` (a principal viewer can only search as itself)
         through the tools' search, then read its log row for the channels' votes; for each
-        threshold in ``answer_at``, also decide the logged search again there.
+        threshold in ``answer_at``, also decide the logged search again there. ``as_of``
+        searches what was valid then, as the tool's ``as_of`` does.
 
         The table is the search's own account, never a recomputation: the records the tool
         returned come first, in its order and with its scores, and the rest follow as the
         search ranked them, so the page and the block the model reads cannot disagree."""
         if viewer.principal is not None and principal != viewer.principal:
             raise PermissionError("a principal's token searches only as that principal")
-        result = self.rt.tools.search(principal, SearchRequest(queries=[query], trigger=trigger))  # type: ignore[arg-type]
+        result = self.rt.tools.search(principal, SearchRequest(queries=[query], trigger=trigger,  # type: ignore[arg-type]
+                                                               as_of=as_of))
         self.rt.flush_search_log()
         row = self.rt.store.search_log_row(str(result["search_id"])) or {}
         returned = {str(r["id"]): float(r["score"]) for r in result["results"]}
@@ -394,7 +397,10 @@ def _candidates(row: dict[str, Any], returned: dict[str, float]) -> list[Candida
     lexical = {h["id"]: h for h in (load("lexical") or {}).get("hits", [])}
     entity = {e["id"]: e for e in load("entity") or []}
     freshness = {f["id"]: f["multiplier"] for f in load("freshness") or []}
-    weighed = (load("config_flags") or {}).get("confidence", True)
+    flags = load("config_flags") or {}
+    weighed = flags.get("confidence", True)
+    lift = flags.get("period_lifted") or {}
+    lifted = set(lift.get("ids", [])) if isinstance(lift, dict) else set()
     left_out = {rid: "did not fit: k results or the token budget were reached"
                 for rid in load("budget_out") or []}
     for rid, why, _ in load("reranked_out") or []:
@@ -417,7 +423,8 @@ def _candidates(row: dict[str, Any], returned: dict[str, float]) -> list[Candida
             id=rid, content=None,
             score=returned[rid] if rid in returned else None if ranked is None else float(ranked),
             fused=f.get("score"), fused_rank=f.get("rank"), freshness=freshness.get(rid),
-            confidence=f.get("confidence") if weighed else None, via=f.get("via"),
+            confidence=f.get("confidence") if weighed else None,
+            period=float(lift["boost"]) if rid in lifted else None, via=f.get("via"),
             link_part=parts.get("link"),
             dense=None if d is None else Vote(parts.get("dense"), d["rank"], logged_dense_score(d)),
             lexical=None if h is None else Vote(parts.get("lexical"), h["rank"], float(h["bm25"]),

@@ -8,7 +8,7 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -254,6 +254,33 @@ def test_the_search_page_shows_the_numbers_and_order_of_the_block_the_model_read
         assert cell is not None, shown[result["id"]]
         assert cell.group(1) != "0.000" and float(shown[result["id"]]["lexical_part"]) > 0
         assert (cell.group(3), cell.group(2)) == said.groups()
+
+
+def test_the_search_page_searches_as_of_a_time_and_refuses_a_bad_one(rt: Runtime, world: World) -> None:
+    old = "Aditya's locker is number 12."
+    new = "Aditya's locker is number 40."
+    world.judge.table[(old, new)] = "contradicts"
+    assert world.write(content=old, attribute="locker", event_at=datetime(2026, 1, 5, tzinfo=UTC)).ok
+    moved = world.write(content=new, attribute="locker", valid_from=datetime(2026, 3, 1, tzinfo=UTC))
+    assert moved.outcome.startswith("superseded:"), moved
+    client = _client(rt, PRINCIPAL_TOKEN)
+    then = client.get("/search", params={"q": "Aditya locker number", "as_of": "2026-02-10T00:00:00Z"})
+    assert then.status_code == 200, then.text
+    block = then.text.split("What the model reads")[1].split("Candidates")[0]
+    assert "number 12" in block and "number 40" not in block
+    assert "valid 2026-01-05 to 2026-03-01" in block
+    today = client.get("/search", params={"q": "Aditya locker number"}).text
+    assert "number 40" in today.split("What the model reads")[1].split("Candidates")[0]
+    bad = client.get("/search", params={"q": "Aditya locker number", "as_of": "February"})
+    assert bad.status_code == 400 and "as_of" in bad.text
+
+
+def test_the_search_page_shows_the_lift_of_a_named_period(rt: Runtime, world: World) -> None:
+    assert world.write(type="episodic", content="Aditya repotted the fern.",
+                       event_at=datetime(2026, 2, 10, tzinfo=UTC)).ok
+    page = _client(rt, PRINCIPAL_TOKEN).get("/search", params={"q": "what did Aditya repot in February"})
+    assert page.status_code == 200, page.text
+    assert "× named period 1.20" in page.text
 
 
 def test_the_search_page_names_the_entity_a_record_was_found_through(rt: Runtime) -> None:
