@@ -16,7 +16,8 @@
     │   └── StoreCorruptError      SQLite found damaged pages
     ├── ModelError             an embedding or other local model failed to load or run
     │   └── ModelMissingError      the configured model's files are not where it says
-    └── ExtractionError        a session's extraction applied nothing: failed, not configured or parked
+    ├── ExtractionError        a session's extraction applied nothing: failed, not configured or parked
+    └── GoldenSetError         a golden-set file is malformed, changed after freezing, or refuses a change
 
 Every store error leaves the file as it was: a refused write has rolled back. Their
 messages are one line that says what to do, and never suggest deleting a store that is
@@ -95,3 +96,9 @@ class ExtractionError(RetoldError):
     """A session's extraction ran and applied nothing: it failed, found no hosted model,
     or the session is parked after its last allowed attempt. A worker task raises it so
     the task ends in the FAILURE state with the reason, instead of a success."""
+
+
+class GoldenSetError(RetoldError):
+    """A golden-set file cannot be used as asked: it is not a golden set, its content no
+    longer matches the hash it was frozen with, or it refuses a change (a frozen set takes
+    no new label). The message is one line naming the file and what is wrong."""

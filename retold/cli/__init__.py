@@ -26,6 +26,7 @@ from retold.cli import (
     observe,
     pack,
     portable,
+    quality,
     records,
     retry,
     reviews,
@@ -49,7 +50,7 @@ def build_parser() -> Parser:
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     for group in (maintenance, migrate_store, retry, check, serve, records, portable, access, members,
-                  reviews, observe, bundles, ui, tenants, pack, tokens):
+                  reviews, observe, bundles, ui, tenants, pack, tokens, quality):
         group.register(commands)
     return parser
 

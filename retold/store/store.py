@@ -24,6 +24,7 @@ from retold.store.pending import PendingMixin
 from retold.store.pins import PinsMixin
 from retold.store.portable import PortableMixin
 from retold.store.profiles import ProfilesMixin
+from retold.store.quality import QualityMixin
 from retold.store.reclassify import ReclassifyMixin
 from retold.store.records import RecordsMixin
 from retold.store.retention import RetentionMixin
@@ -66,8 +67,10 @@ class Store(
     BundlesMixin,
     IdsMixin,
     ReclassifyMixin,
+    QualityMixin,
 ):
     """The store: records, vectors, entities, sessions and their extraction claims, grants,
     members, search logs and sweeps, activation and profile blocks, the operator's reads
     of session states, events and counts, turn decisions and bundle results, the ids a
-    person names by part of them, and the re-classification a changed memory pack asks for."""
+    person names by part of them, the re-classification a changed memory pack asks for, and
+    the reads that measure search quality."""
