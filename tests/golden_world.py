@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from retold.config import config_to_dict
-from retold.models import Principal, Scope
+from retold.models import Principal, Scope, SearchRequest
 from retold.testing import AGENT, World, make_world
 
 __all__ = ["QUESTIONS", "GoldenWorld", "build"]
@@ -41,6 +41,7 @@ class GoldenWorld:
     world: World
     config: Path  # a config file for the CLI: this store, the fake embedder, the test gate
     ids: dict[str, str] = field(default_factory=dict)  # record key -> id
+    scores: dict[str, float] = field(default_factory=dict)  # question key -> answer score, when read
 
     def principal(self, user: str, project: str | None = None) -> Principal:
         return Principal(AGENT, user, f"s-{user}", project)
@@ -50,6 +51,16 @@ class GoldenWorld:
         who = self.principal(user, project)
         out = self.world.rt.tools.call("memory_search", who, {"queries": [question]})
         return [hit["id"] for hit in out["results"]]
+
+    def answer_scores(self) -> dict[str, float]:
+        """Each question's answer-or-abstain score, from searches that leave no log row."""
+        retriever = self.world.rt.comparison_retriever()
+        try:
+            return {key: float(retriever.search(self.principal(user, project), SearchRequest([question]))
+                               .response.decision["score"])  # type: ignore[arg-type]
+                    for key, user, project, question in QUESTIONS}
+        finally:
+            retriever.close()
 
     def ask_all(self) -> dict[str, list[str]]:
         found = {key: self.ask(user, question, project) for key, user, project, question in QUESTIONS}

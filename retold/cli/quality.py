@@ -102,6 +102,7 @@ def _label(args: argparse.Namespace) -> int:
     if bool(args.expect) == bool(args.nothing):
         raise Refused("golden label needs --expect ID... or --nothing, not both", EXIT_USAGE)
     golden = read_golden(args.file)
+    golden.refuse_if_frozen()
     item = golden.item(args.item)
     expected, added = _expected(args, golden, item)
     golden = label(golden, item.id, expected=expected, nothing_stored=args.nothing, answer=args.answer,

@@ -39,7 +39,8 @@ from retold.quality.golden import GoldenItem, GoldenSet
 from retold.retrieve.budget import record_tokens
 from retold.store import Store
 
-__all__ = ["CANARY", "METRICS", "Evaluation", "ItemResult", "Leak", "Metrics", "Searcher", "evaluate"]
+__all__ = ["CANARY", "METRICS", "Evaluation", "ItemResult", "Leak", "Metrics", "Searcher", "evaluate",
+           "metrics_of"]
 
 Search = Callable[[Principal, SearchRequest], SearchResponse]
 
@@ -162,11 +163,11 @@ def evaluate(golden: GoldenSet, home: Searcher, *, k: int = 10,
     scopes = sorted({item.scope for item in labelled})
     conflicts = home.store.scope_conflicts([Scope.parse(s) for s in scopes])
     by_scope = {
-        scope: _metrics([r for r in results if r.scope == scope],
+        scope: metrics_of([r for r in results if r.scope == scope],
                         conflicts[Scope.parse(scope)].open_conflicts, conflicts[Scope.parse(scope)].live)
         for scope in scopes
     }
-    overall = _metrics(results, sum(c.open_conflicts for c in conflicts.values()),
+    overall = metrics_of(results, sum(c.open_conflicts for c in conflicts.values()),
                        sum(c.live for c in conflicts.values()))
     return Evaluation(golden.content_hash(), golden.header.frozen is not None, home.store.tenant, k, results,
                       overall, by_scope, len(golden.items) - len(labelled), probes, sorted(others),
@@ -275,7 +276,8 @@ def _mean(values: Sequence[float]) -> float | None:
     return round(statistics.fmean(values), 4) if values else None
 
 
-def _metrics(results: Sequence[ItemResult], open_conflicts: int, live: int) -> Metrics:
+def metrics_of(results: Sequence[ItemResult], open_conflicts: int, live: int) -> Metrics:
+    """The numbers of a group of item results, with its scopes' open conflicts and live records."""
     answerable = [r for r in results if r.kind == "answerable"]
     nothing = [r for r in results if r.kind == "nothing_stored"]
     return Metrics(

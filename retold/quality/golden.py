@@ -159,6 +159,12 @@ class GoldenSet:
     def content_hash(self) -> str:
         return content_hash(self.items)
 
+    def refuse_if_frozen(self) -> None:
+        """A GoldenSetError when the set is frozen: its labels no longer change."""
+        if self.header.frozen is not None:
+            raise GoldenSetError(f"the set is frozen (sha256 {self.header.frozen.sha256[:12]}): its labels no"
+                                 " longer change; label a copy that is not frozen, then freeze that")
+
 
 # -- lines ---------------------------------------------------------------------------------
 
@@ -390,9 +396,7 @@ def label(golden: GoldenSet, item_id: str, *, expected: Sequence[str] = (), noth
     ``nothing_stored``; ``answer`` is the expected answer text, if any. ``added`` are
     snapshots of expected records the logged search did not return, kept beside its
     candidates so the file shows what each label names. Refused on a frozen set."""
-    if golden.header.frozen is not None:
-        raise GoldenSetError(f"the set is frozen (sha256 {golden.header.frozen.sha256[:12]}): its labels no"
-                             " longer change; label a copy that is not frozen, then freeze that")
+    golden.refuse_if_frozen()
     if bool(expected) == nothing_stored:
         raise GoldenSetError("a label names the expected records or says nothing stored answers it, not both"
                              " and not neither")
