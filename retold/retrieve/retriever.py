@@ -179,8 +179,10 @@ class Retriever:
                                             gated.empty_reason)
         timer.mark("explain")
         trace.flags.update(self._flags(k))
-        # Handed over, not written: the answer never waits for the store's write lock.
-        self.search_log.submit(trace.log_row(timer.as_dict()))
+        # Handed over, not written: the answer never waits for the store's write lock. A
+        # writer that keeps no row (a read-only store, an evaluation) is spared building one.
+        if not self.search_log.discard:
+            self.search_log.submit(trace.log_row(timer.as_dict()))
         timer.mark("log")
         response = SearchResponse(trace.search_id, list(request.queries), trace.rewritten,
                                   trace.rewrite_status, results, trace.empty_reason, timer.as_dict(),

@@ -145,14 +145,14 @@ def test_every_scope_probe_asks_someone_who_cannot_read_the_item_scope(golden_wo
     run = evaluate(golden, Searcher(rt.store, recording), k=10)
     assert run.overall.leaks == 0
     for item in golden.items:
-        probes = [p for q, p in asked if q == item.question[0]][1:]
+        probes = [p for q, p in asked[len(golden.items):] if q == item.question[0]]
         assert len(probes) == 1 and probes[0] != CANARY
         assert item.scope not in {str(s) for s in readable_scopes(rt.store, probes[0])}
     # A set with one principal has nobody else to ask: an agent with no grant asks instead.
     mei_only = replace(golden, items=tuple(i for i in golden.items if i.principal.user_id == "mei"))
     asked.clear()
     evaluate(mei_only, Searcher(rt.store, recording), k=10)
-    assert [p for _, p in asked[1::2]] == [CANARY] * len(mei_only.items)
+    assert [p for _, p in asked[len(mei_only.items):]] == [CANARY] * len(mei_only.items)
 
 
 def test_other_tenants_are_asked_every_question_and_must_show_nothing_of_this_one(
