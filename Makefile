@@ -87,6 +87,8 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.inspector_bench
 	$(BIN)/python -m benchmarks.scale_bench
 	$(BIN)/python -m benchmarks.tenant_scale_bench
+	$(BIN)/python -m benchmarks.golden_bench
+	$(BIN)/python -m benchmarks.golden_own
 
 clean:
 	rm -rf .demo .bench .pytest_cache .mypy_cache .ruff_cache

@@ -2,10 +2,11 @@
 the item's principal, and what came back measured.
 
 Per item: recall of its expected records in the top ``k``, whether it came back empty,
-stale results (a record some later record supersedes, returned in a search that did not
-ask for history, or ranked above its successor in one that did; a search at an ``as_of``
-moment asked for the past and is not judged stale), contradictions (two returned records
-in an open conflict, both still live), leaks, tokens and time. Per scope and overall:
+stale results (a superseded record, or one a later record supersedes, returned in a search
+that did not ask for history; in one that did, a record whose successor is not ranked
+above it; a search at an ``as_of`` moment asked for the past and is not judged stale),
+contradictions (two returned records in an open conflict, both still live), leaks, tokens
+and time. Per scope and overall:
 
 - ``recall_at_k``: the mean, over answerable items, of the share of expected records returned;
 - ``empty_rate``: answerable items that came back empty;
@@ -198,9 +199,10 @@ def _measure(item: GoldenItem, hits: Sequence[SearchResult], links: Mapping[str,
             successors = [rid for rid, _ in links.get(hit.record.id, [])]
             if hit.record.status != "superseded" and not successors:
                 continue
-            above = any(position.get(rid, len(returned)) < n for rid in successors)
-            if not item.filters.include_history or not above:
-                stale.append(hit.record.id)
+            if not item.filters.include_history:
+                stale.append(hit.record.id)  # history the search did not ask for
+            elif successors and not any(position.get(rid, len(returned)) < n for rid in successors):
+                stale.append(hit.record.id)  # history shown where what replaced it should be
     live = {hit.record.id for hit in hits if hit.record.status in ACTIVE_STATUSES}
     pairs = sorted({tuple(sorted((rid, other)))
                     for rid, others in store.conflicts_among(returned).items() if rid in live
