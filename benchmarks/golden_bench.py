@@ -51,11 +51,11 @@ from benchmarks.search_data import (  # noqa: E402
     real_vectors,
 )
 from retold import build_runtime, load_config  # noqa: E402
+from retold.clock import SystemClock  # noqa: E402
 from retold.index.embedder import FakeEmbedder  # noqa: E402
 from retold.models import Principal, Scope  # noqa: E402
 from retold.quality.capture import capture  # noqa: E402
 from retold.quality.golden import freeze, label, write_golden  # noqa: E402
-from retold.util import SystemClock  # noqa: E402
 
 TARGET_S = 30.0
 ASKERS = USERS[:5]  # the users whose agent searches

@@ -47,6 +47,7 @@ from benchmarks.retrieval_bench import AGENT as CONVERSATION_AGENT  # noqa: E402
 from benchmarks.retrieval_bench import load_conversation  # noqa: E402
 from retold import build_runtime, load_config  # noqa: E402
 from retold.cli import main as retold  # noqa: E402
+from retold.clock import SystemClock  # noqa: E402
 from retold.demo import AGENT as DEMO_AGENT  # noqa: E402
 from retold.demo import USER as DEMO_USER  # noqa: E402
 from retold.demo import run_demo  # noqa: E402
@@ -55,7 +56,6 @@ from retold.portable.lines import read_header  # noqa: E402
 from retold.quality.capture import capture, snapshot  # noqa: E402
 from retold.quality.golden import GoldenItem, GoldenSet, freeze, label, write_golden  # noqa: E402
 from retold.runtime import Runtime  # noqa: E402
-from retold.util import SystemClock  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data"
 GOLDEN = DATA / "golden_own.jsonl"

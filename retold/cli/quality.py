@@ -156,8 +156,8 @@ def _expected(args: argparse.Namespace, golden: GoldenSet,
 
 
 def _freeze(args: argparse.Namespace) -> int:
+    from retold.clock import SystemClock
     from retold.quality.golden import freeze, read_golden, write_golden
-    from retold.util import SystemClock
 
     golden = freeze(read_golden(args.file), SystemClock().now(), drop_unlabelled=args.drop_unlabelled)
     write_golden(args.file, golden)

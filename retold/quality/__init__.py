@@ -1,5 +1,8 @@
-"""Quality a team can track per release: golden sets captured from a deployment's own
-searches (:mod:`retold.quality.golden`, :mod:`retold.quality.capture`), their evaluation
-against a store (:mod:`retold.quality.evaluation`) and the dated reports that compare one
-release with the last (:mod:`retold.quality.report`). See docs/operations.md, "Tracking
-quality per release"."""
+"""Quality a team tracks per release: golden sets from its own searches, their evaluation
+against a store, and reports that compare one release with the last.
+
+A set is captured from the search log (:mod:`retold.quality.capture`) into a file people
+label and freeze (:mod:`retold.quality.golden`); :mod:`retold.quality.evaluation` asks it
+again through the store's own search path, and :mod:`retold.quality.report` writes the
+dated report and finds the regressions. See docs/operations.md, "Tracking quality per
+release"."""

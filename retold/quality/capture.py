@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from retold.clock import to_iso
 from retold.models import Record, Scope
 from retold.quality.golden import (
     Filters,
@@ -36,7 +37,6 @@ from retold.quality.golden import (
 )
 from retold.store import Store
 from retold.store.quality import LoggedSearch
-from retold.util import to_iso
 
 __all__ = ["CaptureResult", "allocate", "capture", "snapshot"]
 

@@ -30,9 +30,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, cast
 
+from retold.clock import from_iso, to_iso
 from retold.errors import GoldenSetError
 from retold.models import Principal, Scope
-from retold.util import from_iso, to_iso
 
 __all__ = [
     "FORMAT", "VERSION", "Filters", "Frozen", "GoldenHeader", "GoldenItem", "GoldenSet", "Snapshot",

@@ -27,9 +27,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from retold.clock import to_iso
 from retold.errors import GoldenSetError
 from retold.quality.evaluation import METRICS, Evaluation, ItemResult, Metrics
-from retold.util import to_iso
 
 __all__ = [
     "DEFAULT_TOLERANCES", "REPORT_FORMAT", "TIMING_FLOOR_MS", "Regression", "Tolerance", "compare",
