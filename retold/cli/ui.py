@@ -10,6 +10,7 @@ from typing import Any
 from retold.cli.common import EXIT_USAGE, Refused, add_command, cli_config, cli_runtime
 from retold.cli.serve import host_port
 from retold.config.tokens import tokens_for
+from retold.quality.golden import GoldenFile
 
 __all__ = ["register"]
 
@@ -47,12 +48,23 @@ def _cmd_ui(args: argparse.Namespace) -> int:
         if not (exc.name or "").startswith(("starlette", "jinja2", "uvicorn", "multipart")):
             raise
         raise Refused("the inspector is not installed; pip install 'retold[ui]'", EXIT_USAGE) from None
+    golden = _golden_set(args.golden, config.tenancy.tenant) if args.golden else None
     with cli_runtime(args) as rt:
         scheme = "https" if all(tls) else "http"
         print(f"retold ui: {scheme}://{host}:{port}/ (Ctrl-C stops it)", flush=True)
-        uvicorn.run(create_app(rt), host=host, port=port, log_level="warning",
+        uvicorn.run(create_app(rt, golden_set=golden), host=host, port=port, log_level="warning",
                     ssl_certfile=args.tls_cert, ssl_keyfile=args.tls_key)
     return 0
+
+
+def _golden_set(path: str, tenant: str) -> GoldenFile:
+    """The golden set the labelling page changes: it must be one, of the tenant served."""
+    golden = GoldenFile(path)
+    header = golden.read().header  # a file that is no golden set is refused here, in one line
+    if header.tenant != tenant:
+        raise Refused(f"{path} holds searches of tenant {header.tenant}; this inspector serves {tenant}",
+                      EXIT_USAGE)
+    return golden
 
 
 def register(commands: Any) -> None:
@@ -60,14 +72,17 @@ def register(commands: Any) -> None:
     ui = add_command(commands, "ui", _cmd_ui, "serve the memory inspector in a browser",
                      "Serve the inspector: scopes with their counts, records with filters, each"
                      " record with its evidence, lineage, conflicts and events (forget, restore, pin,"
-                     " unpin, confirm), a search with every channel's vote, sessions and the review"
-                     " queue. Only holders of a token listed (as its SHA-256) in"
-                     " ui.tokens get in: a principal's token shows what that principal's memory tools"
-                     " show, an operator's every scope. Listens on loopback unless told otherwise."
-                     " Needs the ui extra.")
+                     " unpin, confirm), a search with every channel's vote, sessions, the review"
+                     " queue and, with --golden, a golden set to label. Only holders of a token"
+                     " listed (as its SHA-256) in ui.tokens get in: a principal's token shows what"
+                     " that principal's memory tools show, an operator's every scope. Listens on"
+                     " loopback unless told otherwise. Needs the ui extra.")
     ui.add_argument("--listen", default="127.0.0.1:8765",
                     help="HOST:PORT to listen on (default 127.0.0.1:8765)")
     ui.add_argument("--tls-cert", help="certificate file (PEM), to serve HTTPS")
     ui.add_argument("--tls-key", help="its private key file (PEM)")
     ui.add_argument("--insecure-http", action="store_true",
                     help="allow plain HTTP on an address other machines reach (behind a TLS proxy)")
+    ui.add_argument("--golden", metavar="FILE",
+                    help="a golden set (retold golden capture) for operators to label at /golden;"
+                    " the page changes this file and no other")

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -35,8 +36,8 @@ from retold.errors import GoldenSetError
 from retold.models import Principal, Scope
 
 __all__ = [
-    "FORMAT", "VERSION", "Filters", "Frozen", "GoldenHeader", "GoldenItem", "GoldenSet", "Snapshot",
-    "Who", "content_hash", "freeze", "label", "read_golden", "write_golden",
+    "FORMAT", "VERSION", "Filters", "Frozen", "GoldenFile", "GoldenHeader", "GoldenItem", "GoldenSet",
+    "Snapshot", "Who", "content_hash", "freeze", "label", "read_golden", "write_golden",
 ]
 
 FORMAT = "retold-golden"
@@ -429,3 +430,32 @@ def freeze(golden: GoldenSet, at: datetime, *, drop_unlabelled: bool = False) ->
         raise GoldenSetError("no item is labelled: there is nothing to freeze")
     header = replace(golden.header, frozen=Frozen(content_hash(items), to_iso(at)))
     return GoldenSet(header, items)
+
+
+class GoldenFile:
+    """One golden-set file that several requests label (the inspector's labelling page):
+    each change reads the file, changes it and writes it whole under one lock, so two
+    people labelling at once never lose each other's labels."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+
+    def read(self) -> GoldenSet:
+        return read_golden(self.path)
+
+    def label(self, item_id: str, *, expected: Sequence[str] = (), nothing_stored: bool = False,
+              answer: str | None = None) -> GoldenSet:
+        """:func:`label` on the file as it is now, written back."""
+        with self._lock:
+            golden = label(read_golden(self.path), item_id, expected=expected, nothing_stored=nothing_stored,
+                           answer=answer)
+            write_golden(self.path, golden)
+            return golden
+
+    def freeze(self, at: datetime) -> GoldenSet:
+        """:func:`freeze` on the file as it is now, written back."""
+        with self._lock:
+            golden = freeze(read_golden(self.path), at)
+            write_golden(self.path, golden)
+            return golden

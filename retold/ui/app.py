@@ -10,17 +10,18 @@ from __future__ import annotations
 
 from starlette.applications import Starlette
 
+from retold.quality.golden import GoldenFile
 from retold.runtime import Runtime
 from retold.ui.guard import COOKIE, DAMAGED, PageContext
-from retold.ui.pages import access, entities, login, records, reviews, scopes, search, sessions
+from retold.ui.pages import access, entities, golden, login, records, reviews, scopes, search, sessions
 
 __all__ = ["COOKIE", "DAMAGED", "PAGE_GROUPS", "create_app"]
 
-PAGE_GROUPS = (login, scopes, records, search, sessions, access, entities, reviews)
+PAGE_GROUPS = (login, scopes, records, search, sessions, access, entities, reviews, golden)
 
 
-def create_app(rt: Runtime) -> Starlette:
+def create_app(rt: Runtime, *, golden_set: GoldenFile | None = None) -> Starlette:
     """The inspector over ``rt``, for the tokens in ``rt.config.ui.tokens`` that name its
-    tenant."""
-    ctx = PageContext(rt)
+    tenant; ``golden_set`` is the one golden-set file its labelling page may change."""
+    ctx = PageContext(rt, golden_set)
     return Starlette(routes=[route for group in PAGE_GROUPS for route in group.routes(ctx)])

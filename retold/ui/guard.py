@@ -22,6 +22,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from retold.config.tokens import tokens_for
 from retold.errors import StoreCorruptError
+from retold.quality.golden import GoldenFile
 from retold.runtime import Runtime
 from retold.ui.access import Sessions, TokenBook, Viewer, same_token
 from retold.ui.fields import readable_fields
@@ -54,10 +55,12 @@ OpenHandler = Callable[["PageContext", Request], Awaitable[Response]]
 
 class PageContext:
     """What the pages of one inspector share: the runtime, its reads and actions, the
-    templates, the tokens let in and the browser sessions open."""
+    templates, the tokens let in, the browser sessions open, and the golden set being
+    labelled, when ``retold ui --golden`` named one."""
 
-    def __init__(self, rt: Runtime) -> None:
+    def __init__(self, rt: Runtime, golden: GoldenFile | None = None) -> None:
         self.rt = rt
+        self.golden = golden
         self.inspector = Inspector(rt, rt.config.ui.page_size)
         self.tokens = TokenBook(tokens_for(rt.config.ui.tokens, rt.tenant))
         self.sessions = Sessions()
