@@ -168,11 +168,11 @@ def evaluate(golden: GoldenSet, home: Searcher, *, k: int = 10,
     conflicts = home.store.scope_conflicts([Scope.parse(s) for s in scopes])
     by_scope = {
         scope: metrics_of([r for r in results if r.scope == scope],
-                        conflicts[Scope.parse(scope)].open_conflicts, conflicts[Scope.parse(scope)].live)
+                          conflicts[Scope.parse(scope)].open_conflicts, conflicts[Scope.parse(scope)].live)
         for scope in scopes
     }
     overall = metrics_of(results, sum(c.open_conflicts for c in conflicts.values()),
-                       sum(c.live for c in conflicts.values()))
+                         sum(c.live for c in conflicts.values()))
     return Evaluation(golden.content_hash(), golden.header.frozen is not None, home.store.tenant, k, results,
                       overall, by_scope, len(golden.items) - len(labelled), len(probes), sorted(others),
                       time.perf_counter() - started)
