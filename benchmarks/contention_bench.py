@@ -8,7 +8,7 @@ One SQLite file, six processes:
   assistant's turn. Ending a session hands its id to the extraction queue, as the Celery
   scheduler does, through a ``multiprocessing`` queue instead of a broker;
 - two extraction workers that take session ids off that queue and run the extraction
-  task's body, ``rt.extraction.run(session_id)``: claim, extract, review, then one apply
+  task's body, ``rt.session_end.run(session_id)``: claim, extract, review, then one apply
   transaction that writes every accepted candidate and the session summary. The models
   are stand-ins: ``TranscriptExtractor`` proposes one memory per user turn (quoting it)
   and ``TableReviewer`` from ``retold.testing`` accepts each one.
@@ -234,7 +234,7 @@ def worker(path: str, mode: str, model: str, index: int, seconds: float, ids: An
         except queue.Empty:
             continue
         started = time.perf_counter()
-        result = rt.extraction.run(session_id)
+        result = rt.session_end.run(session_id)
         run_ms.append((time.perf_counter() - started) * 1000)
         outcomes[result.outcome] += 1
         written += int(result.counts.get("written", 0))
@@ -320,7 +320,7 @@ def notes(data: dict[str, Any], seconds: float) -> str:
     model = "fake embedder" if data["model"] == "fake" else "MiniLM on one thread per process"
     return (f"{AGENTS} agent processes (sessions of {SESSION_OPS} operations: a user turn, a "
             f"memory_search or every {WRITE_EVERY}th a memory_write, an assistant turn) and "
-            f"{WORKERS} extraction workers (`rt.extraction.run` on each ended session: one "
+            f"{WORKERS} extraction workers (`rt.session_end.run` on each ended session: one "
             f"memory per user turn, all accepted, applied in one transaction with the summary) "
             f"on one store, {model}, a {JUDGE_S * 1000:.0f} ms judge stand-in per call, "
             f"{seconds:.0f} s per phase. Search wall time per call; the log step is the "

@@ -142,7 +142,7 @@ def run_shape(tmp: Path, stub: AnthropicStub, turns: int, candidates: int, sessi
         stub.script(tool_use(answer), tool_use(review_answer(candidates)))
         requests_before, trip_before = len(stub.requests), sum(t.ms for t in trips)
         started = time.perf_counter()
-        result = rt.extraction.run(principal.session_id)
+        result = rt.session_end.run(principal.session_id)
         elapsed = (time.perf_counter() - started) * 1000
         assert result.outcome == "extracted", result
         assert result.counts.get("written") == candidates, result.counts

@@ -282,7 +282,7 @@ def run_backlog(tmp: Path, stub: LatencyStub, sessions: int, sweep_s: float) -> 
             p = made.talk()
             rt.hooks.on_session_end(p)
             ids.append(p.session_id or "")
-        assert len(rt.extraction.pending()) == sessions
+        assert len(rt.session_end.pending()) == sessions
         worker = Worker(work, config_path, REDIS_URL, 1)
         worker.wait_ready()
         started, sweeps = time.monotonic(), 0

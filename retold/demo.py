@@ -219,8 +219,8 @@ def _worker_supported() -> bool:
 def _extract_in_process(rt: Runtime, principal: Principal, recording: Path | None) -> str:
     assert principal.session_id is not None
     if recording is None:  # hosted: the runtime's extractor and reviewer
-        return rt.extraction.run(principal.session_id).outcome
-    replay = rt.extraction.using(extractor=ReplayExtractor(recording), reviewer=TableReviewer())
+        return rt.session_end.run(principal.session_id).outcome
+    replay = rt.session_end.using(extractor=ReplayExtractor(recording), reviewer=TableReviewer())
     return replay.run(principal.session_id).outcome
 
 

@@ -31,15 +31,15 @@ from retold.index.embedder import Embedder, check_model_files, embedder_from_con
 from retold.index.reranker import Reranker, reranker_from_config
 from retold.index.vector import RefreshOutcome, VectorIndex
 from retold.ingest.activator import Activator
+from retold.ingest.attempts import ModelSetup, RecoverTerms, stable_digest
 from retold.ingest.equivalence import EquivalenceJudge, judge_from_config
-from retold.ingest.extraction import ExtractionRunner
 from retold.ingest.extractor import Extractor, StructuredLLMExtractor
 from retold.ingest.ingestor import Ingestor
 from retold.ingest.promotion import Promotion
-from retold.ingest.retries import ModelSetup, RecoverTerms, stable_digest
 from retold.ingest.reviewer import CandidateReviewer, StructuredLLMReviewer
 from retold.ingest.revision import Reviser
 from retold.ingest.session import ExtractionScheduler, SessionHooks
+from retold.ingest.session_end import Models, Parts, Rules, SessionEnd
 from retold.models import Principal
 from retold.operations import Operations
 from retold.policy.activation import ActivationPolicy
@@ -173,18 +173,18 @@ class Runtime:
                        restore_days=self.config.lifecycle.restore_days)
 
     @cached_property
-    def extraction(self) -> ExtractionRunner:
-        """Session extraction with the configured models: ``rt.extraction.run(session_id)``;
-        ``rt.extraction.using(extractor=...)`` runs it with other models."""
-        return ExtractionRunner(
-            self.store, lambda principal, request: self.ingestor.write(principal, request,
-                                                                       origin="extraction"),
-            self.embedder, self.index, self.lifecycle,
-            self.config.ingestion, self.clock, self.extractor, self.reviewer,
-            incremental_reload_max=self.config.embedding.incremental_reload_max,
-            setup=self.model_setup(), recover=RecoverTerms.from_config(self.config.queue),
-            activate=self.activator.after_extraction, sensitivity=self.sensitivity,
-            pack=self.memory_pack)
+    def session_end(self) -> SessionEnd:
+        """What an ended session goes through, with the configured models:
+        ``rt.session_end.run(session_id)``; ``rt.session_end.using(extractor=...)`` runs it
+        with other models."""
+        config = self.config
+        # The ingestor is built on its first write, not with the session end.
+        parts = Parts(self.store, lambda principal, request: self.ingestor.write(principal, request,
+                                                                                 origin="extraction"),
+                      self.embedder, self.index, self.clock, activate=self.activator.after_extraction)
+        rules = Rules(config.ingestion, self.lifecycle, self.sensitivity, self.memory_pack,
+                      RecoverTerms.from_config(config.queue), config.embedding.incremental_reload_max)
+        return SessionEnd(parts, rules, Models(self.extractor, self.reviewer, self.model_setup()))
 
     def model_setup(self) -> ModelSetup:
         """What decides whether this process has hosted models, as a digest with no secret
@@ -327,7 +327,7 @@ class Runtime:
 
     def _extract_now(self, session_id: str) -> None:
         """``queue.scheduler: in_process``: extract an ended session in this process."""
-        self.extraction.run(session_id)
+        self.session_end.run(session_id)
 
     def refresh_index(self) -> RefreshOutcome:
         """Bring this process's vector index up to the store's records_version."""

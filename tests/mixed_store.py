@@ -105,7 +105,7 @@ def build_mixed_store(tmp_path: Path) -> MixedStore:
                            EmbeddingFamily("other-model", "2", 8))
     rt.hooks.on_session_end(p)
     summary = SessionSummary("Aditya talked about his editor and his coffee.", [], [])
-    ran = rt.extraction.using(FakeExtractor(ExtractionOutput([], summary)), TableReviewer()).run("s1")
+    ran = rt.session_end.using(FakeExtractor(ExtractionOutput([], summary)), TableReviewer()).run("s1")
     assert ran.outcome == "extracted", ran
     rt.flush_search_log()
     assert rt.store.get_record(old).status == "superseded"  # type: ignore[union-attr]

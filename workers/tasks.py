@@ -1,12 +1,12 @@
 """The Celery tasks: each loads ids, calls one part the worker's runtime built
-(``rt.extraction``, ``rt.operations``, ``rt.hooks``) and returns a small JSON dict, so the logic stays
+(``rt.session_end``, ``rt.operations``, ``rt.hooks``) and returns a small JSON dict, so the logic stays
 testable without Celery. A session's task names its tenant (none: the default tenant) and
 runs in that tenant's runtime; a periodic sweep runs once in every tenant of the store,
 each through its own runtime, and reports the totals. Every task is idempotent, so
 a redelivered or re-enqueued message is harmless: the session claim makes a second
 extraction of the same session a no-op, the sweeps change only rows still due, and
 ``recover`` only enqueues what is due and not already queued
-(``rt.extraction.enqueue_due``), in bounded batches.
+(``rt.session_end.enqueue_due``), in bounded batches.
 
 An extraction that applies nothing because something is wrong (a failed run, no hosted
 model, a session parked after its last attempt) raises :class:`ExtractionError`, so the
@@ -14,9 +14,10 @@ task ends FAILURE with the reason in Flower and in Celery's events. It is declar
 an expected error: the worker logs one line, not a traceback, and the message is
 acknowledged, because SQLite, not the broker, decides when the session is tried again.
 
-Extraction runs the whole resumable pipeline (extract, review, apply) in one task;
-``review_session`` resumes a session whose extract stage is already persisted (what
-``recover`` enqueues for stage ``review``), so the extractor is never paid twice.
+Extraction runs the whole resumable session end (claim, extract, review, apply) in one
+call, ``rt.session_end.run``; ``review_session`` resumes a session whose extract stage is
+already persisted (what ``recover`` enqueues for stage ``review``), so the extractor is
+never paid twice.
 
 ``reembed`` reports its progress (records done / total) as the ``PROGRESS`` state
 (:mod:`workers.progress`) and resumes from the vectors it staged when a killed worker's
@@ -64,9 +65,9 @@ MAINTENANCE_ACTOR = "admin"
 
 
 def _extract(session_id: str, tenant: str) -> dict[str, Any]:
-    # The runner resumes at the stage the session has persisted, so both extraction
+    # The session end resumes at the stage the session has persisted, so both extraction
     # tasks run the same body; their names keep the queue's view of the work honest.
-    result = current_runtime(tenant).extraction.run(session_id)
+    result = current_runtime(tenant).session_end.run(session_id)
     if result.failed:
         raise ExtractionError(f"session {session_id} {result.outcome}: {result.reason}")
     return {"session_id": session_id, "outcome": result.outcome, "counts": result.counts}
@@ -112,7 +113,7 @@ def _waiting(rt: Runtime, url: str) -> frozenset[str] | None:
 def recover() -> dict[str, Any]:
     url = str(app.conf.broker_url)
     instance = broker_instance(url)
-    found = _each_tenant(lambda rt: rt.extraction.enqueue_due(_sender(rt.tenant), instance,
+    found = _each_tenant(lambda rt: rt.session_end.enqueue_due(_sender(rt.tenant), instance,
                                                               _waiting(rt, url)))
     return {"enqueued": [sid for _tenant, sids in found for sid in sids]}
 

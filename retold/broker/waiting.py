@@ -6,7 +6,7 @@ restores it only after the visibility timeout (two hours), while the store still
 session as queued; the recover sweep would leave it alone just as long. A live worker
 claims a session as soon as it starts its task, so a session that is marked queued, is not
 claimed, and has no message waiting in the queue is held by nobody: the sweep hands it over
-again (:meth:`retold.ingest.retries.Attempts.enqueue_due`). A second delivery of the same
+again (:meth:`retold.ingest.attempts.Attempts.enqueue_due`). A second delivery of the same
 session is harmless, because the run claims it.
 
 This reads the waiting messages of Redis's lists; for any other broker, or a Redis that

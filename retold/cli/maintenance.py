@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 from retold.cli.common import (
@@ -277,10 +275,8 @@ def _cmd_extract(args: argparse.Namespace) -> int:
         session = resolve_session_id(rt.store, args.session_id)
         if rt.store.get_session(session) is None:
             raise Refused(f"no session {session}")
-        # The runner logs a failure with its traceback for worker logs; here the one line
-        # below reports it, and -v shows the logged details too.
-        with _quiet_logger("retold.ingest.extraction", unless=args.verbose):
-            result = rt.extraction.run(session, force=True)
+        # A forced run logs its failure at info level only: the one line below reports it.
+        result = rt.session_end.run(session, force=True)
     if result.outcome == "not_configured":
         raise Refused(f"{session} stays pending: {result.reason}", EXIT_PENDING)
     if result.outcome == "not_ended":
@@ -289,19 +285,6 @@ def _cmd_extract(args: argparse.Namespace) -> int:
         raise Refused(f"extraction {result.outcome}: {result.reason or session}")
     print(f"{session}: {result.outcome} {json.dumps(result.counts, sort_keys=True)}")
     return 0
-
-
-@contextmanager
-def _quiet_logger(name: str, *, unless: bool) -> Iterator[None]:
-    """Let logger ``name`` pass only errors while the block runs (unless ``unless``)."""
-    logger = logging.getLogger(name)
-    level = logger.level
-    if not unless:
-        logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
 
 
 def register(commands: Any) -> None:

@@ -278,7 +278,7 @@ def _settings(rt: Runtime) -> dict[str, str]:
     """What the report records of the configuration the searches ran under: the model, the
     backend, and a digest of every setting but where the store is (a changed threshold shows
     as a new digest)."""
-    from retold.ingest.retries import stable_digest
+    from retold.ingest.attempts import stable_digest
 
     plain = config_to_dict(rt.config)
     plain.pop("store", None)

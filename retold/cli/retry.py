@@ -41,7 +41,7 @@ def register(commands: Any) -> None:
 def retry(rt: Runtime, session_id: str) -> str:
     """Reset one session's attempts and schedule it; return the line to print. Raises
     ValueError for a session that is not ended and unextracted."""
-    if not rt.extraction.reset(session_id):
+    if not rt.session_end.reset(session_id):
         raise ValueError(f"{session_id} is not an ended session waiting for extraction")
     from retold.ingest.session import is_deferred
 

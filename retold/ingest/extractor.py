@@ -1,4 +1,4 @@
-"""Session extraction: the Extractor protocol and its implementations.
+"""The extractor: the model that reads an ended session and proposes candidates.
 
 ``StructuredLLMExtractor`` (one hosted structured call with the versioned prompt
 ``prompts/extract_v1.md``), ``FakeExtractor`` (tests) and ``ReplayExtractor`` (serves a
@@ -7,7 +7,7 @@ recorded ExtractionOutput from a JSON file; every event it produces says "replay
 The JSON form of an ExtractionOutput is :data:`EXTRACTION_SCHEMA`, the same for a model
 answer and a recorded file; :func:`output_from_json` and :func:`output_to_json` convert
 both ways. Every extractor has a ``replayed`` attribute (True only for the replay
-extractor) so the extraction runner can mark its events without an isinstance check.
+extractor) so the session end can mark its events without an isinstance check.
 """
 
 from __future__ import annotations
@@ -252,7 +252,7 @@ class ReplayExtractor:
     at start-up with :class:`ExtractionOutputError`; a folder's files are read and
     checked when their session is extracted, and a session without one fails closed with
     that error. Each ``extract`` returns a fresh copy of the recorded output whatever the
-    transcript. ``replayed`` is True so the runner marks every event it writes as replayed.
+    transcript. ``replayed`` is True so the session end marks every event it writes as replayed.
     """
 
     replayed = True

@@ -6,7 +6,8 @@ per candidate. ``StructuredLLMReviewer`` uses the versioned prompt ``prompts/rev
 
 A revision may only narrow a candidate, never make it claim more than its evidence:
 :func:`apply_revision` applies one and raises :class:`InvalidReviewRevision` for anything
-else.
+else. :func:`decision_to_json` and :func:`decision_from_json` are the form a decision is
+persisted in by the review stage.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from retold.hosted import CompletionClient, CompletionRequest, HostedError, Mess
 from retold.ingest.extractor import (
     TEMPORAL_FIELDS,
     ExtractionOutputError,
+    candidate_from_json,
     candidate_to_json,
     format_turn,
     load_prompt,
@@ -38,6 +40,8 @@ __all__ = [
     "StructuredLLMReviewer",
     "TableReviewer",
     "apply_revision",
+    "decision_from_json",
+    "decision_to_json",
 ]
 
 # Names the prompt file; recorded with each review decision beside the model, so every
@@ -115,10 +119,10 @@ def apply_revision(original: CandidateRecord, revision: Mapping[str, object]) ->
       an unchanged value, because the prompt asks for changed fields only;
     - ``content`` must be a non-empty string at most twice as long as the original: room
       for a qualifier, not for a second fact. Whether the evidence still entails it is
-      the runner's revalidation before apply, not a text heuristic here;
+      the session end's revalidation before apply, not a text heuristic here;
     - ``attribute`` is a non-empty string or null (dropping the hint);
     - a temporal field is an ISO 8601 date-time or null, and ``valid_from`` may not end
-      up after ``valid_until``; evidence support is revalidated by the runner;
+      up after ``valid_until``; evidence support is revalidated by the session end;
     - ``confidence`` is a number that may only stay or go down.
     """
     changes: dict[str, Any] = {}
@@ -224,6 +228,20 @@ class StructuredLLMReviewer:
         answer = self.client.complete(self.build_request(items))
         by_index = _decisions_by_index(answer, len(items))
         return [_decide(candidate, by_index[i]) for i, (candidate, _context) in enumerate(items)]
+
+
+def decision_to_json(decision: ReviewDecision) -> dict[str, Any]:
+    """A decision as the review stage persists it: action, reason and the revised candidate."""
+    cand = decision.candidate and candidate_to_json(decision.candidate)
+    return {"action": decision.action, "reason": decision.reason, "candidate": cand}
+
+
+def decision_from_json(data: dict[str, Any]) -> ReviewDecision:
+    """The decision :func:`decision_to_json` persisted; raises for one that does not fit."""
+    cand = data["candidate"] and candidate_from_json(data["candidate"])
+    if data["action"] not in ("accept", "reject", "revise"):
+        raise ValueError(f"unknown review action {data['action']!r}")
+    return ReviewDecision(data["action"], cand, str(data["reason"]))
 
 
 def _decisions_by_index(answer: Mapping[str, Any], count: int) -> dict[int, Mapping[str, Any]]:

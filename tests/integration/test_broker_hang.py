@@ -143,7 +143,7 @@ def test_a_stopped_redis_costs_an_agent_two_seconds_once_and_recover_enqueues_wh
                                capture_output=True, text=True, timeout=60, check=True)
         assert float(fresh.stdout.splitlines()[-1]) <= BUDGET_S, fresh.stdout
         assert "could not schedule extraction of session s-fresh" in fresh.stderr
-        pending = [sid for sid, _stage in rt.extraction.pending()]
+        pending = [sid for sid, _stage in rt.session_end.pending()]
         assert pending == ["s-before", "s-hung", "s-later", "s-fresh"]  # nothing extracted, nothing lost
 
         own_redis.process.send_signal(signal.SIGCONT)

@@ -104,7 +104,7 @@ def test_sessions_a_restarted_redis_forgot_are_queued_again_at_the_next_sweep(
         queue = rt.config.queue.extraction_queue
 
         def sweep() -> list[str]:  # what the recover task does, without a worker
-            return rt.extraction.enqueue_due(lambda session_id, stage: rt.scheduler.schedule(session_id),
+            return rt.session_end.enqueue_due(lambda session_id, stage: rt.scheduler.schedule(session_id),
                                              broker_instance(own_redis.url))
 
         _end(rt, "s-1")
@@ -144,7 +144,7 @@ def test_a_message_a_dead_worker_took_is_handed_over_again_after_one_lease(
         queue = rt.config.queue.extraction_queue
 
         def sweep() -> list[str]:  # what the recover task does, without a worker
-            return rt.extraction.enqueue_due(lambda session_id, stage: rt.scheduler.schedule(session_id),
+            return rt.session_end.enqueue_due(lambda session_id, stage: rt.scheduler.schedule(session_id),
                                              broker_instance(own_redis.url),
                                              waiting_sessions(own_redis.url, [queue]))
 

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from retold.hosted import AnthropicClient, CompletionClient, OpenAIClient
-from retold.ingest.extraction import ExtractionResult
 from retold.ingest.extractor import EXTRACTION_SCHEMA, StructuredLLMExtractor, output_to_json
 from retold.ingest.reviewer import REVIEW_SCHEMA, StructuredLLMReviewer
+from retold.ingest.session_end import ExtractionResult
 from retold.models import CandidateRecord, ExtractionOutput, SessionSummary
 from retold.testing import World, make_world
 from retold.testing import anthropic_stub as claude
@@ -112,7 +112,7 @@ def end_session(world: World) -> str:
 def extract(world: World, provider: Provider, session_id: str) -> ExtractionResult:
     client = provider.client()
     cfg = world.rt.config.ingestion
-    runner = world.rt.extraction.using(extractor=StructuredLLMExtractor(client, cfg),
+    runner = world.rt.session_end.using(extractor=StructuredLLMExtractor(client, cfg),
                                        reviewer=StructuredLLMReviewer(client, cfg))
     return runner.run(session_id)
 

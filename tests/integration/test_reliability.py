@@ -184,7 +184,7 @@ def crash_config(tmp_path: Path, stub: AnthropicStub, broker_url: str | None, st
 def sweep(rt: Runtime, config: Config) -> None:
     """What the recover beat would do: hand every due session to the queue again."""
     app = create_app(config)
-    rt.extraction.enqueue_due(lambda session_id, stage: app.send_task(
+    rt.session_end.enqueue_due(lambda session_id, stage: app.send_task(
         "retold.review_session" if stage == "review" else "retold.extract_session", args=[session_id]))
 
 

@@ -49,8 +49,8 @@ def store(tmp_path: Path, store_target: str) -> Iterator[list[str]]:
             rt.hooks.on_turn(principal, "user", "What a sunny day it is in Berlin today.")
             if session_id != "chat":
                 rt.hooks.on_session_end(principal)
-        assert rt.extraction.run("stuck").outcome == "not_configured"
-        assert rt.extraction.using(FakeExtractor(QUIET), TableReviewer()).run("done").outcome == "extracted"
+        assert rt.session_end.run("stuck").outcome == "not_configured"
+        assert rt.session_end.using(FakeExtractor(QUIET), TableReviewer()).run("done").outcome == "extracted"
     yield ["--store", path, "--config", str(config)]
 
 

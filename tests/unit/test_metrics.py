@@ -21,7 +21,7 @@ def _extracted_after(world: World, session_id: str, wait_seconds: int) -> None:
     world.rt.hooks.on_turn(principal, "user", "What a sunny day it is in Berlin today.")
     world.rt.hooks.on_session_end(principal)
     world.clock.advance(timedelta(seconds=wait_seconds))
-    runner = world.rt.extraction.using(FakeExtractor(QUIET), TableReviewer())
+    runner = world.rt.session_end.using(FakeExtractor(QUIET), TableReviewer())
     assert runner.run(session_id).outcome == "extracted"
 
 

@@ -70,7 +70,7 @@ def _plant(world: World) -> str:
     world.say("assistant", "Noted.")
     world.rt.hooks.on_session_end(world.p)
     summary = SessionSummary(f"Aditya shared his gym locker code {CANARY}.", [], [])
-    ran = world.rt.extraction.using(FakeExtractor(ExtractionOutput([], summary)), TableReviewer()).run("s1")
+    ran = world.rt.session_end.using(FakeExtractor(ExtractionOutput([], summary)), TableReviewer()).run("s1")
     assert ran.outcome == "extracted", ran
     later = Principal(AGENT, "aditya", "s2", None)
     world.rt.hooks.on_session_start(later)

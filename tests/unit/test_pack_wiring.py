@@ -104,7 +104,7 @@ def _extract(world: World) -> dict[str, Any]:
         world.say(role, text)
     world.rt.hooks.on_session_end(world.p)
     extractor = FakeExtractor(ExtractionOutput(_candidates(), SessionSummary("Short answers.", [], [])))
-    result = world.rt.extraction.using(extractor, TableReviewer()).run("s1")
+    result = world.rt.session_end.using(extractor, TableReviewer()).run("s1")
     assert result.outcome == "extracted", result
     payload: dict[str, Any] = world.events("extraction.run")[-1]["payload"]
     return payload

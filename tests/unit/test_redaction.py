@@ -158,7 +158,7 @@ def test_a_redacted_identifier_reaches_no_sink_and_its_reader_still_gets_it(reda
         SessionSummary("Aditya asked for short answers.", [], []))
     extract_client = FakeCompletionClient([extraction_schema.output_to_json(output)])
     review_client = FakeCompletionClient([_accept_all])
-    runner = w.rt.extraction.using(StructuredLLMExtractor(extract_client, w.rt.config.ingestion),
+    runner = w.rt.session_end.using(StructuredLLMExtractor(extract_client, w.rt.config.ingestion),
                                    StructuredLLMReviewer(review_client, w.rt.config.ingestion))
     assert runner.run(w.p.session_id).outcome == "extracted"
     (review,) = review_client.calls
@@ -313,7 +313,7 @@ def test_extraction_reads_the_transcript_masked_and_keeps_what_it_read(
                 _answer(stub, {"decisions": [{"index": 0, "action": "accept", "reason": "stated",
                                               "revision": None}]}))
     cfg = w.rt.config.ingestion
-    runner = w.rt.extraction.using(StructuredLLMExtractor(client, cfg), StructuredLLMReviewer(client, cfg))
+    runner = w.rt.session_end.using(StructuredLLMExtractor(client, cfg), StructuredLLMReviewer(client, cfg))
 
     result = runner.run(session_id)
 

@@ -27,7 +27,7 @@ from workers.app import purge_consumed_messages
 DEAD_BROKER = "redis://127.0.0.1:1/0"
 TASKS = ("extract_session", "review_session", "recover", "end_idle_sessions", "temporal_review",
          "expire", "retain", "capacity", "backfill", "reembed", "queue_maintenance")
-RETOLD_CALLS = ("_extract(", ".extraction.", ".operations.", ".hooks.")
+RETOLD_CALLS = ("_extract(", ".session_end.", ".operations.", ".hooks.")
 
 
 @pytest.mark.parametrize("name", TASKS)
@@ -74,7 +74,7 @@ def test_sessions_ended_while_the_broker_is_unreachable_log_one_warning_and_stay
     assert max(ended) < 2
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "could not schedule extraction of session s0" in warnings[0]
-    assert [sid for sid, _stage in world.rt.extraction.pending()] == ["s0", "s1", "s2"]
+    assert [sid for sid, _stage in world.rt.session_end.pending()] == ["s0", "s1", "s2"]
 
 
 def serve_only(monkeypatch: pytest.MonkeyPatch, rt: Any) -> None:

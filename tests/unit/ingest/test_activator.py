@@ -80,7 +80,7 @@ def test_extraction_judges_each_record_after_its_commit(world: World) -> None:
     ]
     summary = SessionSummary("Answers in British English.", [], [])
     extractor = FakeExtractor(ExtractionOutput(candidates, summary))
-    result = world.rt.extraction.using(extractor, TableReviewer()).run("s1")
+    result = world.rt.session_end.using(extractor, TableReviewer()).run("s1")
     assert result.outcome == "extracted"
     events = world.events("record.activation")
     assert [(e["payload"]["activation"], e["actor"], e["payload"]["origin"]) for e in events] == [

@@ -39,7 +39,7 @@ def tell_demo_story(world: World) -> None:
                 assert "error" not in world.rt.tools.call("memory_write", p, EXPLICIT_WRITE)
         world.rt.hooks.on_session_end(p)
         with resources.as_file(resources.files("retold.demo_data") / recording) as path:
-            replay = world.rt.extraction.using(ReplayExtractor(path), TableReviewer())
+            replay = world.rt.session_end.using(ReplayExtractor(path), TableReviewer())
             assert replay.run(session_id).outcome == "extracted"
 
 
@@ -105,7 +105,7 @@ def session(world: World, session_id: str, said: str, summary: str, write: dict[
         assert "error" not in world.rt.tools.call("memory_write", p, write)
     world.rt.hooks.on_session_end(p)
     extractor = FakeExtractor(ExtractionOutput([], SessionSummary(summary, [], [])))
-    assert world.rt.extraction.using(extractor, TableReviewer()).run(session_id).outcome == "extracted"
+    assert world.rt.session_end.using(extractor, TableReviewer()).run(session_id).outcome == "extracted"
 
 
 MARCUS_WRITE = {**EXPLICIT_WRITE, "content": MARCUS, "evidence": MARCUS_SAYS,
@@ -127,7 +127,7 @@ def test_summaries_of_every_session_that_stated_or_reinforced_the_fact_retire(wo
 def test_a_rerun_does_not_bring_back_a_retired_summary(world: World) -> None:
     tell_demo_story(world)
     stale = summary_of(world, "acme-north-1")
-    rerun = world.rt.extraction.using(TableReviewer()).run("acme-north-1", force=True)
+    rerun = world.rt.session_end.using(TableReviewer()).run("acme-north-1", force=True)
     assert rerun.outcome == "extracted"
     payload = world.events("extraction.run")[-1]["payload"]
     assert payload["summary"] == {"outcome": "already_superseded", "record_id": stale.id}

@@ -118,7 +118,7 @@ def _ended(world: World) -> str:
 
 
 def _extract(world: World, output: ExtractionOutput, reviewer: TableReviewer | None = None) -> dict[str, Any]:
-    result = world.rt.extraction.using(FakeExtractor(output), reviewer or TableReviewer()).run("s1")
+    result = world.rt.session_end.using(FakeExtractor(output), reviewer or TableReviewer()).run("s1")
     assert result.outcome == "extracted", result
     payload: dict[str, Any] = world.events("extraction.run")[-1]["payload"]
     return payload

@@ -59,7 +59,7 @@ def _session(world: World, session_id: str, *, user: str = "aditya", end: bool =
 
 def _extract(world: World, session_id: str, *, fail: bool) -> str:
     extractor = TimingOut() if fail else FakeExtractor(QUIET)
-    outcome = world.rt.extraction.using(extractor, TableReviewer()).run(session_id).outcome
+    outcome = world.rt.session_end.using(extractor, TableReviewer()).run(session_id).outcome
     world.clock.advance(timedelta(seconds=5))
     return outcome
 

@@ -94,7 +94,7 @@ def _one_scope_store(tmp_path: Path) -> Path:
     world.rt.profiles.for_session(world.p)
     world.rt.hooks.on_session_end(world.p)
     summary = SessionSummary("Aditya talked about his editor and his coffee.", [], [])
-    ran = world.rt.extraction.using(FakeExtractor(ExtractionOutput([], summary)), TableReviewer()).run("s1")
+    ran = world.rt.session_end.using(FakeExtractor(ExtractionOutput([], summary)), TableReviewer()).run("s1")
     assert ran.outcome == "extracted", ran
     world.rt.close()
     return tmp_path / "memory.sqlite"

@@ -1,4 +1,4 @@
-"""Session extraction: evidence checks, resumable stages, timed claims and review.
+"""The session end: evidence checks, resumable stages, timed claims and review.
 
 A real store file, the fake extractor and table reviewer at the model boundaries; the
 models' own call logs (``FakeExtractor.calls``, ``TableReviewer.batches``) count how often
@@ -20,10 +20,10 @@ import pytest
 from retold import build_runtime
 from retold.clock import to_iso
 from retold.hosted import HostedError
-from retold.ingest.extraction import ExtractionResult
 from retold.ingest.extractor import FakeExtractor, ReplayExtractor, output_to_json
 from retold.ingest.ingestor import WriteRequest, WriteResult
 from retold.ingest.reviewer import TableReviewer
+from retold.ingest.session_end import ExtractionResult
 from retold.models import (
     CandidateRecord,
     EntityMention,
@@ -93,7 +93,7 @@ def ended_session(world: World, turns: tuple[tuple[str, str], ...] | None = None
 
 
 def run(world: World, extractor: Any, reviewer: Any = None, *, force: bool = False) -> ExtractionResult:
-    return world.rt.extraction.using(extractor, reviewer or TableReviewer()).run("s1", force=force)
+    return world.rt.session_end.using(extractor, reviewer or TableReviewer()).run("s1", force=force)
 
 
 def last_run(world: World) -> dict[str, Any]:
@@ -235,7 +235,7 @@ def test_reviewer_failure_writes_nothing_and_permits_claim_recovery(world: World
     failed = world.events("extraction.failed")[-1]["payload"]
     assert (failed["stage"], failed["kind"]) == ("review", error.kind)
     assert USER_SAYS not in json.dumps(failed) and PREFERS.content not in json.dumps(failed)
-    assert world.rt.extraction.pending() == [(sid, "review")]
+    assert world.rt.session_end.pending() == [(sid, "review")]
     assert run(world, extractor, TableReviewer()).outcome == "deferred"  # its backoff first
     world.clock.advance(seconds=world.rt.config.ingestion.extraction_retry_seconds)
     retried = run(world, extractor, TableReviewer())
@@ -260,9 +260,9 @@ def test_stale_claim_is_reclaimed_after_the_timeout(world: World) -> None:
     with pytest.raises(Crash):
         run(world, extractor, FailingReviewer(Crash()))
     assert run(world, extractor).outcome == "busy"
-    assert world.rt.extraction.pending() == []
+    assert world.rt.session_end.pending() == []
     world.clock.advance(minutes=31)
-    assert world.rt.extraction.pending() == [("s1", "review")]
+    assert world.rt.session_end.pending() == [("s1", "review")]
     assert run(world, extractor).outcome == "extracted"
     reclaimed = world.events("extraction.reclaimed")
     assert len(reclaimed) == 1 and reclaimed[0]["payload"]["stale_claim"] == to_iso(T0)
@@ -382,7 +382,7 @@ def test_a_finished_session_is_already_extracted(world: World) -> None:
     assert run(world, extractor, reviewer).outcome == "extracted"
     assert run(world, extractor, reviewer).outcome == "already_extracted"
     assert (len(extractor.calls), len(reviewer.batches)) == (1, 1)
-    assert world.rt.extraction.pending() == []
+    assert world.rt.session_end.pending() == []
 
 
 def test_forced_rerun_reports_already_reinforced_and_duplicates_nothing(world: World) -> None:
@@ -417,16 +417,16 @@ def test_rerun_with_a_new_summary_supersedes_the_old_one(world: World) -> None:
 
 def test_not_configured_is_recorded_and_releases_the_claim(world: World) -> None:
     sid = ended_session(world)
-    result = world.rt.extraction.run(sid)
+    result = world.rt.session_end.run(sid)
     assert result.outcome == "not_configured"
     assert world.events("extraction.not_configured")[-1]["payload"]["stage"] == "extract"
     session = world.rt.store.get_session(sid)
     assert session is not None and session.extracted_at is None and session.extraction_started_at is None
-    assert world.rt.extraction.pending() == [(sid, "extract")]
+    assert world.rt.session_end.pending() == [(sid, "extract")]
     # With an extractor but no reviewer the extract stage is kept for the next attempt.
-    missing_reviewer = world.rt.extraction.using(FakeExtractor(output(PREFERS))).run(sid)
+    missing_reviewer = world.rt.session_end.using(FakeExtractor(output(PREFERS))).run(sid)
     assert missing_reviewer.outcome == "not_configured"
-    assert world.rt.extraction.pending() == [(sid, "review")]
+    assert world.rt.session_end.pending() == [(sid, "review")]
 
 
 def test_replayed_runs_say_so(world: World, tmp_path: Path) -> None:

@@ -8,11 +8,12 @@ it writes, with a deadline.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
+from retold.ingest.attempts import Claim
 from retold.ingest.extractor import FakeExtractor
-from retold.ingest.lease import ClaimLease
 from retold.ingest.reviewer import TableReviewer
 from retold.models import CandidateRecord, ExtractionOutput, SessionSummary
 from retold.store.claims import ClaimTerms
@@ -41,9 +42,9 @@ def test_a_claim_lives_while_its_heartbeat_does_and_is_taken_over_after(world: W
     assert store.claim_session(sid, at(20), TERMS, token="b") == "busy"
     assert store.renew_claim(sid, "a", at(20))
     assert store.claim_session(sid, at(45), TERMS, token="b") == "busy"  # beat 25 s ago
-    assert world.rt.extraction.pending() == []
+    assert world.rt.session_end.pending() == []
     world.clock.set(at(51))
-    assert world.rt.extraction.pending() == [(sid, "extract")]  # beat 31 s ago: a dead worker
+    assert world.rt.session_end.pending() == [(sid, "extract")]  # beat 31 s ago: a dead worker
     assert store.claim_session(sid, at(51), TERMS, token="b") == "reclaimed"
     assert not store.renew_claim(sid, "a", at(52)) and not store.holds_claim(sid, "a")
     assert store.holds_claim(sid, "b")
@@ -54,9 +55,9 @@ def test_a_claim_lives_while_its_heartbeat_does_and_is_taken_over_after(world: W
 
 def test_a_worker_whose_lease_lapsed_before_apply_applies_nothing(world: World) -> None:
     sid = ended(world)
-    slow = world.rt.extraction.using(FakeExtractor(OUTPUT), TableReviewer())
-    other = world.rt.extraction.using(FakeExtractor(OUTPUT), TableReviewer())
-    embedder = slow.embedder
+    slow = world.rt.session_end.using(FakeExtractor(OUTPUT), TableReviewer())
+    other = world.rt.session_end.using(FakeExtractor(OUTPUT), TableReviewer())
+    embedder = slow.parts.embedder
 
     class Stalls:
         """The slow worker's summary embedding, during which its lease lapses and another
@@ -70,7 +71,7 @@ def test_a_worker_whose_lease_lapsed_before_apply_applies_nothing(world: World) 
             assert other.run(sid).outcome == "extracted"
             return embedder.embed_documents(texts)
 
-    slow.embedder = Stalls()  # type: ignore[assignment]
+    slow.parts = replace(slow.parts, embedder=Stalls())
     result = slow.run(sid)
     assert result.outcome == "busy" and not result.failed
     assert [r.content for r in world.rt.store.find_records(content=PREFERS.content)] == [PREFERS.content]
@@ -99,14 +100,14 @@ def test_the_lease_thread_renews_the_heartbeat_until_the_claim_is_lost(world: Wo
         row = store.get_session(sid)
         return row and row.claim_heartbeat_at
 
-    with ClaimLease(store, sid, "a", world.clock, timedelta(seconds=0.03)) as lease:
+    attempts = world.rt.session_end.attempts
+    attempts.terms = replace(attempts.terms, lease=timedelta(seconds=0.03))
+    with attempts.lease(Claim(sid, "a", forced=False)) as lost:
         deadline = time.monotonic() + 10
         while beat() != T0 + timedelta(seconds=20) and time.monotonic() < deadline:
             time.sleep(0.01)
         assert beat() == T0 + timedelta(seconds=20)
         # The thread beats at the manual clock's T0+20s, so at T0+51s the beat is stale.
         assert store.claim_session(sid, T0 + timedelta(seconds=51), TERMS, token="b") == "reclaimed"
-        while not lease.lost and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert lease.lost
+        assert lost.wait(timeout=deadline - time.monotonic())
     assert store.holds_claim(sid, "b")

@@ -1,12 +1,26 @@
-"""When a session's extraction is tried again.
+"""A session's extraction attempts: the claim a run holds, how a run stops, and when the
+session is tried again.
 
-A failed run counts an attempt and waits before the next one, twice as long after each
-failure, until the attempt limit parks the session as failed (``retold retry`` or
+A run takes an ended session under a claim token of its own (:meth:`Attempts.claim`) and
+keeps it with a lease: a daemon thread renews the claim's heartbeat three times per lease
+(:meth:`Attempts.lease`), so a live worker waiting on a slow model keeps its session, and a
+dead one (whose thread died with it) loses it one lease after its last heartbeat. A
+heartbeat that cannot be written (the store busy with another process's long write) is
+tried again at the next beat: at worst the lease lapses and another worker takes the
+session over, which the claim token makes harmless (docs/decisions.md, "A claim is a
+lease").
+
+A model call that fails, an answer or stored stage that does not fit its schema, and a
+write refused because another worker took the claim over each end the run with a
+:class:`StageStop`, closed: nothing is applied. :meth:`Attempts.record` then settles what
+follows. A failure counts an attempt and waits before the next one, twice as long after
+each failure, until the attempt limit parks the session as failed (``retold retry`` or
 ``retold extract`` starts it again). A run that finds no hosted model is not a failure of
 the session: it is blocked under the process's model setup, a fingerprint of what decides
 whether a hosted model exists, and waits without retries until a process with another
-setup (a key added, a model renamed) looks at it. The ``recover`` sweep hands the queue
-only sessions that are due and not already waiting there, in bounded batches
+setup (a key added, a model renamed) looks at it. A lost claim changes nothing: its new
+holder decides. The ``recover`` sweep (:meth:`Attempts.enqueue_due`) hands the queue only
+sessions that are due and not already waiting there, in bounded batches
 (docs/decisions.md, "Failed extractions are retried, then parked").
 """
 
@@ -16,24 +30,83 @@ import hashlib
 import json
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
-from retold.clock import Clock, to_iso
+from retold.clock import Clock, new_id, to_iso
 from retold.config import IngestionConfig, QueueConfig
-from retold.ingest.lease import ClaimLease
+from retold.hosted import HostedError
+from retold.ingest.extractor import ExtractionOutputError
 from retold.store import Store
 from retold.store.claims import ClaimOutcome, ClaimTerms, ResumeStage
 from retold.store.sessions import SessionRow, Stage
 
-__all__ = ["Attempts", "ConfigNotice", "ModelSetup", "RecoverTerms", "RetryPolicy", "refusal_reason",
-           "stable_digest"]
+__all__ = [
+    "BEATS_PER_LEASE", "MALFORMED", "Attempts", "Claim", "ConfigNotice", "ExtractionOutcome",
+    "ModelSetup", "RecoverTerms", "RetryPolicy", "StageStop", "stable_digest",
+]
 
 log = logging.getLogger(__name__)
 
+ExtractionOutcome = Literal[
+    "extracted", "already_extracted", "not_configured", "failed", "parked", "deferred", "busy",
+    "missing", "not_ended",
+]
+"""What one extraction run came to."""
+
+_REFUSALS: dict[str, ExtractionOutcome] = {
+    "missing": "missing", "open": "not_ended", "done": "already_extracted", "busy": "busy",
+    "parked": "parked", "waiting": "deferred", "blocked": "not_configured"}
 _STAGES: tuple[Stage, ...] = ("extract", "review")
+
+BEATS_PER_LEASE = 3
+"""Heartbeats per lease: two may be missed (a busy store, a paused process) without loss."""
+
+MALFORMED: tuple[type[Exception], ...] = (
+    ExtractionOutputError, KeyError, TypeError, ValueError, AttributeError)
+"""What converting a model answer or a stored stage raises when it does not fit the schema."""
+
+
+# -- how a run stops ------------------------------------------------------------------------------
+
+
+class StageStop(Exception):
+    """Ends a run without writing: ``not_configured``, ``failed`` or, when the claim was
+    taken over, ``busy`` (kind + message)."""
+
+    def __init__(self, outcome: ExtractionOutcome, stage: str, kind: str, message: str) -> None:
+        super().__init__(f"{stage} {kind}: {message}")
+        self.outcome, self.stage, self.kind, self.message = outcome, stage, kind, message
+
+    @classmethod
+    def model_failed(cls, stage: str, exc: Exception) -> StageStop:
+        """A model call that raised: a provider's error by its kind (no hosted model is
+        ``not_configured``), anything else closed by its type only."""
+        if isinstance(exc, HostedError):
+            outcome: ExtractionOutcome = "not_configured" if exc.kind == "not_configured" else "failed"
+            return cls(outcome, stage, exc.kind, str(exc))
+        return cls("failed", stage, "error", type(exc).__name__)
+
+    @classmethod
+    def malformed(cls, stage: str, exc: Exception) -> StageStop:
+        """A model answer or persisted stage that does not fit the schema (one of :data:`MALFORMED`)."""
+        return cls("failed", stage, "malformed", f"{type(exc).__name__}: {exc}"[:300])
+
+    @classmethod
+    def claim_lost(cls, stage: str) -> StageStop:
+        """A write refused because the claim changed hands: the run applies nothing."""
+        return cls("busy", stage, "claim_lost", "another worker took the claim over")
+
+    @classmethod
+    def of(cls, exc: Exception, stage: str = "run") -> StageStop:
+        """``exc`` itself when it is a stop, else an unexpected error at ``stage``, by type only."""
+        return exc if isinstance(exc, StageStop) else cls("failed", stage, "error", type(exc).__name__)
+
+
+# -- the terms of a session's attempts ------------------------------------------------------------
 
 
 def stable_digest(value: object) -> str:
@@ -107,10 +180,29 @@ class ConfigNotice:
             log.debug("extraction is not configured: %s", message)
 
 
+# -- the claim and its lease ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What claiming a session came to: the run holds it under ``token`` unless
+    ``refused`` says why it does not start (``reason`` the details); nothing is recorded
+    for a refused run."""
+
+    session_id: str
+    token: str
+    forced: bool
+    refused: ExtractionOutcome | None = None
+    reason: str | None = None
+
+
+# -- the bookkeeping ------------------------------------------------------------------------------
+
+
 class Attempts:
-    """The claim, attempt and recovery bookkeeping of one extraction runner: the claim
+    """The claim, attempt and recovery bookkeeping of one session end: the claim
     terms from ``ingestion``, the retry policy, and ``setup_id``, the fingerprint of the
-    model setup (with the names of the runner's models) a not-configured run is blocked
+    model setup (with the names of its models) a not-configured run is blocked
     under."""
 
     def __init__(self, store: Store, clock: Clock, cfg: IngestionConfig, setup: ModelSetup,
@@ -122,51 +214,80 @@ class Attempts:
         self.setup_id = setup.fingerprint(*model_names)
         self.actor = actor
 
-    def claim(self, session_id: str, token: str, *, force: bool) -> ClaimOutcome:
-        """Claim the session now under ``token`` (see :meth:`Store.claim_session`)."""
-        return self.store.claim_session(session_id, self.clock.now(), self.terms, token=token,
-                                        setup=self.setup_id, force=force)
-
-    def note_claim(self, claim: ClaimOutcome, before: SessionRow, *, force: bool) -> None:
-        """Append what a claim took over: a finished session's re-run
-        (``extraction.rerun``) or a stale claim (``extraction.reclaimed``)."""
+    def claim(self, session_id: str, *, force: bool) -> Claim:
+        """Claim the session now under a new token (see :meth:`Store.claim_session`). A
+        claim that takes over a finished session (``force``) or a stale claim appends
+        ``extraction.rerun`` or ``extraction.reclaimed``."""
+        token = new_id()
+        before = self.store.get_session(session_id)
+        outcome = self.store.claim_session(session_id, self.clock.now(), self.terms, token=token,
+                                           setup=self.setup_id, force=force)
+        if before is None or outcome in _REFUSALS:
+            refused = _REFUSALS.get(outcome, "missing")
+            return Claim(session_id, token, force, refused, _refusal(outcome, before))
         if force and before.extracted_at is not None:
             self.store.append_event("extraction.rerun", self.actor, {
                 "session_id": before.id, "previous_extracted_at": to_iso(before.extracted_at)})
-        if claim == "reclaimed":
+        if outcome == "reclaimed":
             stale, beat = before.extraction_started_at, before.claim_heartbeat_at
             self.store.append_event("extraction.reclaimed", self.actor, {
                 "session_id": before.id, "stale_claim": None if stale is None else to_iso(stale),
                 "last_heartbeat": None if beat is None else to_iso(beat),
                 "claim_timeout_minutes": round(self.terms.timeout.total_seconds() / 60),
                 "lease_seconds": None if self.terms.lease is None else self.terms.lease.total_seconds()})
+        return Claim(session_id, token, force)
 
-    def lease(self, session_id: str, token: str) -> ClaimLease:
-        """The heartbeat that keeps the claim ``token`` while a run works."""
+    @contextmanager
+    def lease(self, claim: Claim) -> Iterator[threading.Event]:
+        """Keep ``claim`` while the block runs: a daemon thread renews its heartbeat every
+        ``lease / BEATS_PER_LEASE``. The event it yields is set once a renewal finds the
+        claim taken over (the heartbeat then stops)."""
         assert self.terms.lease is not None
-        return ClaimLease(self.store, session_id, token, self.clock, self.terms.lease)
+        every_s = self.terms.lease.total_seconds() / BEATS_PER_LEASE
+        done, lost = threading.Event(), threading.Event()
+        thread = threading.Thread(target=self._beat, args=(claim, every_s, done, lost),
+                                  name=f"retold-lease-{claim.session_id}", daemon=True)
+        thread.start()
+        try:
+            yield lost
+        finally:
+            done.set()
+            thread.join()
 
-    def record(self, session_id: str, token: str, outcome: str, stage: str, kind: str, message: str,
-               error: Exception, *, forced: bool = False) -> str:
+    def _beat(self, claim: Claim, every_s: float, done: threading.Event, lost: threading.Event) -> None:
+        """The lease thread: one heartbeat per ``every_s`` until ``done`` or the claim is lost."""
+        while not done.wait(every_s):
+            try:
+                held = self.store.renew_claim(claim.session_id, claim.token, self.clock.now())
+            except Exception as exc:  # a missed beat is not fatal; the next one may land
+                log.debug("heartbeat for session %s not written: %s", claim.session_id, exc)
+                continue
+            if not held:
+                lost.set()
+                log.info("the claim on session %s was taken over; its heartbeat stops", claim.session_id)
+                return
+
+    def record(self, claim: Claim, stop: StageStop, error: Exception) -> str:
         """Record a run that applied nothing: a failure counts an attempt (parking the
         session after the last), a missing model blocks it under this setup, a lost claim
         changes nothing. Appends ``extraction.<failed|not_configured|claim_lost>``, which
         names the failure but never transcript or candidate text; returns its id.
 
-        A ``forced`` run is an operator's command whose caller reports the outcome, so it
+        A forced run is an operator's command whose caller reports the outcome, so it
         logs at info level instead of warning a second time."""
+        session_id, stage, forced = claim.session_id, stop.stage, claim.forced
         persisted = [s for s in _STAGES if self.store.stage_row(session_id, s) is not None]
-        payload: dict[str, Any] = {"session_id": session_id, "stage": stage, "kind": kind,
-                                   "message": message, "persisted_stages": persisted}
-        reason = f"{stage} {kind}: {message}"
-        if outcome == "busy":  # the claim's new holder decides what happens next
+        payload: dict[str, Any] = {"session_id": session_id, "stage": stage, "kind": stop.kind,
+                                   "message": stop.message, "persisted_stages": persisted}
+        reason = f"{stage} {stop.kind}: {stop.message}"
+        if stop.outcome == "busy":  # the claim's new holder decides what happens next
             log.warning("extraction of session %s stopped at %s: its claim was taken over", session_id, stage)
-        elif outcome == "not_configured":
-            self.store.block_session(session_id, token, self.setup_id, reason)
+        elif stop.outcome == "not_configured":
+            self.store.block_session(session_id, claim.token, self.setup_id, reason)
             if not forced:
-                self.notice.tell(self.setup_id, message)
+                self.notice.tell(self.setup_id, stop.message)
         else:
-            attempt = self.store.fail_attempt(session_id, token, self.clock.now(), reason[:500],
+            attempt = self.store.fail_attempt(session_id, claim.token, self.clock.now(), reason[:500],
                                               self.policy.delay_after)
             next_at = attempt and attempt.next_attempt_at
             payload.update(attempt=attempt and attempt.attempts, max_attempts=self.policy.max_attempts,
@@ -176,8 +297,8 @@ class Attempts:
                     "extraction of session %s failed at %s (attempt %s of %d)%s", session_id, stage,
                     payload["attempt"], self.policy.max_attempts,
                     "; parked as failed until `retold retry`" if payload["parked"] else "",
-                    exc_info=error if kind == "error" else None)  # a bug, not a provider's failure
-        kind_name = "claim_lost" if outcome == "busy" else outcome
+                    exc_info=error if stop.kind == "error" else None)  # a bug, not a provider's failure
+        kind_name = "claim_lost" if stop.outcome == "busy" else stop.outcome
         return self.store.append_event(f"extraction.{kind_name}", self.actor, payload)
 
     def pending(self) -> list[ResumeStage]:
@@ -241,7 +362,7 @@ class Attempts:
         return ids
 
 
-def refusal_reason(claim: ClaimOutcome, before: SessionRow | None) -> str:
+def _refusal(claim: ClaimOutcome, before: SessionRow | None) -> str:
     """Why a run did not start, from the claim's answer and the row read before it."""
     if before is not None and claim == "parked":
         return f"parked after {before.attempts} failed attempts; last: {before.last_error}"

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from retold.hosted import HostedError
-from retold.ingest.extraction import ExtractionRunner
 from retold.ingest.extractor import FakeExtractor
 from retold.ingest.reviewer import TableReviewer
 from retold.ingest.session import SessionHooks
+from retold.ingest.session_end import SessionEnd
 from retold.models import CandidateRecord, ExtractionOutput, ReviewContext, ReviewDecision, SessionSummary
 from retold.store.sessions import Stage
 from retold.testing import World, make_world
@@ -74,12 +74,12 @@ def session(world: World, session_id: str) -> Any:
     return row
 
 
-def failing(world: World) -> ExtractionRunner:
-    return world.rt.extraction.using(FakeExtractor(OUTPUT), DownReviewer())
+def failing(world: World) -> SessionEnd:
+    return world.rt.session_end.using(FakeExtractor(OUTPUT), DownReviewer())
 
 
-def working(world: World) -> ExtractionRunner:
-    return world.rt.extraction.using(FakeExtractor(OUTPUT), TableReviewer())
+def working(world: World) -> SessionEnd:
+    return world.rt.session_end.using(FakeExtractor(OUTPUT), TableReviewer())
 
 
 @pytest.fixture
@@ -114,10 +114,10 @@ def test_failed_runs_back_off_doubling_then_park_the_session(world: World) -> No
     world.clock.advance(days=30)
     parked = working(world).run(sid)
     assert parked.outcome == "parked" and parked.failed and "after 3 failed attempts" in (parked.reason or "")
-    assert Queue().sent == [] and world.rt.extraction.enqueue_due(Queue().send) == []
+    assert Queue().sent == [] and world.rt.session_end.enqueue_due(Queue().send) == []
     # An operator's retry starts the count again; the stored extract stage is reused.
-    assert world.rt.extraction.reset(sid)
-    assert world.rt.extraction.enqueue_due(Queue().send) == [sid]
+    assert world.rt.session_end.reset(sid)
+    assert world.rt.session_end.enqueue_due(Queue().send) == [sid]
     assert working(world).run(sid).outcome == "extracted"
     row = session(world, sid)
     assert (row.attempts, row.last_error, row.failed_at) == (0, None, None)
@@ -140,7 +140,7 @@ def test_not_configured_warns_once_names_the_key_and_blocks_until_the_setup_chan
 ) -> None:
     first, second = end(world, "s-a"), end(world, "s-b")
     with caplog.at_level(logging.WARNING, logger="retold"):
-        results = [world.rt.extraction.run(sid) for sid in (first, second, first)]
+        results = [world.rt.session_end.run(sid) for sid in (first, second, first)]
     assert [r.outcome for r in results] == ["not_configured"] * 3 and all(r.failed for r in results)
     assert "ANTHROPIC_API_KEY" in (results[2].reason or "")
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
@@ -151,7 +151,7 @@ def test_not_configured_warns_once_names_the_key_and_blocks_until_the_setup_chan
     # The same setup sends nothing, however long it waits; another setup takes them.
     world.clock.advance(days=1)
     queue = Queue()
-    assert world.rt.extraction.enqueue_due(queue.send) == []
+    assert world.rt.session_end.enqueue_due(queue.send) == []
     configured = working(world)
     assert configured.enqueue_due(queue.send) == [first, second]
     assert configured.run(first).outcome == "extracted"
@@ -165,19 +165,19 @@ def test_recover_hands_over_due_sessions_in_batches_and_never_twice_while_queued
 ) -> None:
     world = make_world(tmp_path, store=store_target)
     try:
-        attempts = world.rt.extraction.attempts
+        attempts = world.rt.session_end.attempts
         attempts.recover = replace(attempts.recover, batch_size=2, requeue_after=timedelta(minutes=120))
         ids = [end(world, f"s-{n}") for n in range(5)]
         queue = Queue()
-        sweeps = [world.rt.extraction.enqueue_due(queue.send) for _ in range(4)]
+        sweeps = [world.rt.session_end.enqueue_due(queue.send) for _ in range(4)]
         assert sweeps == [ids[:2], ids[2:4], ids[4:], []]  # oldest first, each once
         assert working(world).run(ids[0]).outcome == "extracted"
         assert failing(world).run(ids[1]).outcome == "failed"
         world.clock.advance(seconds=61)  # the failed one is due again after its backoff
-        assert world.rt.extraction.enqueue_due(queue.send) == [ids[1]]
+        assert world.rt.session_end.enqueue_due(queue.send) == [ids[1]]
         # A message that never reached a worker is handed over again after requeue_after.
         world.clock.advance(minutes=121)
-        assert world.rt.extraction.enqueue_due(queue.send) == ids[1:3]
+        assert world.rt.session_end.enqueue_due(queue.send) == ids[1:3]
         assert queue.sent == [*ids, ids[1], *ids[1:3]]
     finally:
         world.rt.close()
@@ -193,12 +193,12 @@ def test_a_session_the_queue_took_is_not_sent_again_and_one_it_refused_is(world:
     assert queue.sent == [taken]
     assert session(world, taken).enqueued_at == world.clock.now()
     assert session(world, refused).enqueued_at is None
-    assert world.rt.extraction.enqueue_due(queue.send) == [refused]
+    assert world.rt.session_end.enqueue_due(queue.send) == [refused]
     # The worker that takes a message clears its mark, so a failed run waits for its backoff only.
     assert failing(world).run(taken).outcome == "failed"
     assert session(world, taken).enqueued_at is None
     world.clock.advance(seconds=60)
-    assert world.rt.extraction.enqueue_due(queue.send) == [taken]
+    assert world.rt.session_end.enqueue_due(queue.send) == [taken]
 
 
 def test_a_broker_failure_mid_sweep_leaves_the_rest_due(world: World) -> None:
@@ -211,10 +211,10 @@ def test_a_broker_failure_mid_sweep_leaves_the_rest_due(world: World) -> None:
         sent.append(session_id)
 
     with pytest.raises(ConnectionError):
-        world.rt.extraction.enqueue_due(send)
+        world.rt.session_end.enqueue_due(send)
     assert sent == ids[:1]
     queue.down = False
-    assert world.rt.extraction.enqueue_due(queue.send) == ids[1:]
+    assert world.rt.session_end.enqueue_due(queue.send) == ids[1:]
 
 
 def test_a_broker_that_restarted_gets_what_it_held_at_the_next_sweep_once(world: World) -> None:
@@ -223,14 +223,14 @@ def test_a_broker_that_restarted_gets_what_it_held_at_the_next_sweep_once(world:
     held = [end(world, f"s-{n}", hooks) for n in range(2)]
     assert queue.sent == held  # published, marked queued
     # The first sweep only learns which broker instance it reached: nothing is due.
-    assert world.rt.extraction.enqueue_due(queue.send, "instance-1") == []
-    assert world.rt.extraction.enqueue_due(queue.send, "instance-1") == []
-    assert world.rt.extraction.enqueue_due(queue.send) == []  # a sweep that could not tell
+    assert world.rt.session_end.enqueue_due(queue.send, "instance-1") == []
+    assert world.rt.session_end.enqueue_due(queue.send, "instance-1") == []
+    assert world.rt.session_end.enqueue_due(queue.send) == []  # a sweep that could not tell
     # The broker restarted and forgot its messages: the next sweep hands them over again,
     # well before requeue_after, and the sweep after that does not repeat it.
     world.clock.advance(seconds=30)
-    assert world.rt.extraction.enqueue_due(queue.send, "instance-2") == held
-    assert world.rt.extraction.enqueue_due(queue.send, "instance-2") == []
+    assert world.rt.session_end.enqueue_due(queue.send, "instance-2") == held
+    assert world.rt.session_end.enqueue_due(queue.send, "instance-2") == []
     assert queue.sent == [*held, *held]
     [event] = world.events("queue.broker_restarted")
     assert event["payload"] == {"instance": "instance-2", "requeued": 2}
@@ -246,16 +246,16 @@ def test_a_queued_session_whose_message_nobody_holds_is_handed_over_after_one_le
     lease = world.rt.config.ingestion.extraction_lease_seconds
     # Within one lease a worker may still be starting the task: nothing is due yet.
     world.clock.advance(seconds=lease // 2)
-    assert world.rt.extraction.enqueue_due(queue.send, waiting=frozenset()) == []
+    assert world.rt.session_end.enqueue_due(queue.send, waiting=frozenset()) == []
     world.clock.advance(seconds=lease)
     # A broker that cannot say what waits leaves both to requeue_after, as before.
-    assert world.rt.extraction.enqueue_due(queue.send) == []
+    assert world.rt.session_end.enqueue_due(queue.send) == []
     # s-waiting's message still waits for a worker; s-orphan's was taken by one that died.
-    assert world.rt.extraction.enqueue_due(queue.send, waiting=frozenset({waiting_id})) == [orphan]
-    assert world.rt.extraction.enqueue_due(queue.send, waiting=frozenset({waiting_id, orphan})) == []
+    assert world.rt.session_end.enqueue_due(queue.send, waiting=frozenset({waiting_id})) == [orphan]
+    assert world.rt.session_end.enqueue_due(queue.send, waiting=frozenset({waiting_id, orphan})) == []
     [event] = world.events("queue.orphans_requeued")
     assert event["payload"] == {"sessions": [orphan]}
     # A session a live worker has claimed is never an orphan, whatever the queue holds.
     world.clock.advance(seconds=2 * lease)
     assert working(world).run(orphan).outcome == "extracted"
-    assert orphan not in world.rt.extraction.enqueue_due(queue.send, waiting=frozenset())
+    assert orphan not in world.rt.session_end.enqueue_due(queue.send, waiting=frozenset())
