@@ -22,6 +22,9 @@ only make sense with one kind of broker, ``"brokers"``. The Celery app
   damaged page, so without it a damaged store keeps taking writes until something reads
   the damage; a damaged SQLite store is marked, and every process refuses writes to it.
   It costs about 2 s of reading at 50K records, 0.4 s of it holding the write lock.
+- ``audit_sample`` puts a sample of the records extraction wrote in the past week into
+  the extraction audit's queue, for a person to judge (``retold audit``); weekly, and
+  harmless when run again, since a week's sample is taken once.
 - ``queue_maintenance`` deletes consumed messages from the embedded broker's file, which
   kombu's SQLAlchemy transport never deletes; a Redis broker needs no such sweep.
 """
@@ -47,6 +50,7 @@ SCHEDULE: dict[str, dict[str, Any]] = {
     "capacity": {"task": "retold.capacity", "seconds": 86400},
     "backfill": {"task": "retold.backfill", "seconds": 300},
     "check": {"task": "retold.check", "seconds": 900},
+    "audit_sample": {"task": "retold.audit_sample", "seconds": 7 * 86400},
     "queue_maintenance": {"task": "retold.queue_maintenance", "seconds": 3600, "brokers": [EMBEDDED]},
 }
 

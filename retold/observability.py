@@ -1,11 +1,12 @@
 """The operator's numbers and their Prometheus form.
 
 :class:`Metrics` says what writes decided, how often searches came back empty, how
-extraction went and how long it lagged behind the end of a session, and how much work
-waits in the queues. ``retold metrics`` prints them; :func:`serve_metrics` is the small
-HTTP server a worker runs to export the same values (``metrics.port``). Only that server
-needs the ``monitor`` extra, so ``prometheus_client`` is imported inside the functions
-that use it and ``retold metrics`` works without it.
+extraction went and how long it lagged behind the end of a session, what the extraction
+audit's answers say (:mod:`retold.quality.audit`), and how much work waits in the queues.
+``retold metrics`` prints them; :func:`serve_metrics` is the small HTTP server a worker
+runs to export the same values (``metrics.port``). Only that server needs the ``monitor``
+extra, so ``prometheus_client`` is imported inside the functions that use it and
+``retold metrics`` works without it.
 
 Everything except the queue depths is read from the store, so any process that opens it
 reports the same numbers, and no counter lives in a worker's memory to be lost on restart:
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from retold.broker.depth import QueueDepths
 from retold.errors import RetoldError
+from retold.quality.audit import AuditSummary, audit_summary
 from retold.store import Store
 
 if TYPE_CHECKING:
@@ -91,6 +93,9 @@ class Metrics:
     # Per bundle, the host-issued memory decisions (retold.utility.rollback); filled by
     # `retold metrics`.
     turns: dict[str, TurnStats] = field(default_factory=dict)
+    # The extraction audit's rates and queue (retold.quality.audit); always its own window
+    # of answers, whatever ``since`` says.
+    audit: AuditSummary | None = None
 
 
 def collect_metrics(
@@ -119,6 +124,7 @@ def collect_metrics(
         queue=queue,
         embeddings_pending=store.pending_count(),
         vectors_indexed=store.indexed_count(),
+        audit=audit_summary(store, now=now),
     )
 
 
@@ -165,6 +171,7 @@ def families(readings: Mapping[str, Metrics]) -> list[Metric]:
     indexed = GaugeMetricFamily("retold_index_vectors",
                                 "Vectors a process serving the tenant holds once its index is loaded.",
                                 labels=by)
+    audit = _audit_families(readings)
     for tenant, m in readings.items():
         indexed.add_metric([tenant], m.vectors_indexed)
         for outcome, n in m.writes.items():
@@ -182,7 +189,8 @@ def families(readings: Mapping[str, Metrics]) -> list[Metric]:
             if value is not None:
                 quantiles.add_metric([tenant, name], value)
         pending.add_metric([tenant], m.embeddings_pending)
-    out: list[Metric] = [writes, searches, empty, extractions, sessions, lag, quantiles, pending, indexed]
+    out: list[Metric] = [writes, searches, empty, extractions, sessions, lag, quantiles, pending, indexed,
+                         *audit]
     queue = next((m.queue for m in readings.values() if m.queue is not None), None)
     if queue is not None:
         out.append(GaugeMetricFamily("retold_broker_up", "1 when the broker answered within 2 s.",
@@ -192,6 +200,33 @@ def families(readings: Mapping[str, Metrics]) -> list[Metric]:
             depth.add_metric([name], n)
         out.append(depth)
     return out
+
+
+def _audit_families(readings: Mapping[str, Metrics]) -> list[Metric]:
+    """The extraction audit per tenant: answers in its window, the share answered yes to
+    each question (only once something is answered), and the open queue and its age."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    by = ["tenant"]
+    answered = GaugeMetricFamily("retold_audit_answered", "Extraction audit items answered, of those"
+                                 " sampled in the rates' window.", labels=by)
+    rates = GaugeMetricFamily("retold_audit_rate", "Share of answered extraction audit items a person"
+                              " called true, atomic or worth keeping.", labels=[*by, "question"])
+    waiting = GaugeMetricFamily("retold_audit_open", "Extraction audit items waiting for an answer.",
+                                labels=by)
+    age = GaugeMetricFamily("retold_audit_queue_age_seconds",
+                            "Age of the longest-waiting unanswered audit item; 0 when none waits.", labels=by)
+    for tenant, m in readings.items():
+        if m.audit is None:
+            continue
+        answered.add_metric([tenant], m.audit.answered)
+        for question, value in (("true", m.audit.true_rate), ("atomic", m.audit.atomic_rate),
+                                ("keep", m.audit.keep_rate)):
+            if value is not None:
+                rates.add_metric([tenant, question], value)
+        waiting.add_metric([tenant], m.audit.open)
+        age.add_metric([tenant], m.audit.queue_age_seconds or 0.0)
+    return [answered, rates, waiting, age]
 
 
 class RetoldCollector:

@@ -2,11 +2,12 @@
 
 What the ``retold`` CLI and the Celery maintenance tasks call: expiry, retention (of
 transcripts, search logs, turn decisions and event payloads), capacity, hygiene and the
-backfill (in :mod:`retold.curation`), export and import, erasure with compaction, resumable
-re-embedding refused under a gate fitted for another model, snapshots, due-review flags,
-unmapped legacy rows, re-applying a changed memory pack, and the debugging reads ``search``,
-``get`` and ``dump``. Each returns a small typed result. Nothing here imports torch: only
-``reembed``, ``apply_pack`` and ``search`` embed.
+backfill (in :mod:`retold.curation`), the extraction audit's weekly sample, export and
+import, erasure with compaction, resumable re-embedding refused under a gate fitted for
+another model, snapshots, due-review flags, unmapped legacy rows, re-applying a changed
+memory pack, and the debugging reads ``search``, ``get`` and ``dump``. Each returns a
+small typed result. Nothing here imports torch: only ``reembed``, ``apply_pack`` and
+``search`` embed.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from retold.plain import to_plain
 from retold.policy.sensitivity import SensitivityRules
 from retold.portable.exporter import ExportResult, export_scope
 from retold.portable.importer import Importer, ImportResult
+from retold.quality.audit import AuditSample, sample_for_audit
 from retold.retrieve.search_log import SearchLogWriter
 from retold.store import EmbeddingFamily, Store
 from retold.store.erasure import Erasure
@@ -257,6 +259,12 @@ class Operations:
                             sensitivity=self.sensitivity)
         return importer.run(lines, principal, into=into, confirm=confirm, actor=actor, progress=progress,
                             from_tenant=from_tenant)
+
+    def audit_sample(self, actor: str = "admin") -> AuditSample:
+        """Sample the records extraction wrote in the past week into the audit queue, at
+        the memory pack's ``write_policy.review_sample_rate`` (:mod:`retold.quality.audit`)."""
+        return sample_for_audit(self.store, self.pack.write_policy.review_sample_rate, self.clock.now(),
+                                actor=actor)
 
     def review_due(self, actor: str = TEMPORAL_REVIEWER) -> int:
         """Flag one bounded batch of records whose ``review_at`` has arrived; returns how

@@ -3,9 +3,9 @@
 Written through the tools, the host, the hooks and an extraction, as a store in use would
 be: confirmed statements, one superseded by a newer value, one erased, a conflict, a
 shared project record, a pin, a search, a write stored without its vector (the encoder was
-down), an ended and extracted session with its stages and
-summary, a profile block and a re-embed half staged. Every table but ``migration_issues``
-(only a legacy store has rows there) ends up holding rows.
+down), an ended and extracted session with its stages, summary and one record (sampled for
+the extraction audit and answered), a profile block and a re-embed half staged. Every
+table but ``migration_issues`` (only a legacy store has rows there) ends up holding rows.
 """
 
 from __future__ import annotations
@@ -19,8 +19,10 @@ import yaml
 from retold.clock import new_id, to_iso
 from retold.ingest.extractor import FakeExtractor
 from retold.ingest.reviewer import TableReviewer
-from retold.models import ExtractionOutput, Principal, Scope, SessionSummary
+from retold.models import CandidateRecord, ExtractionOutput, Principal, Scope, SessionSummary
+from retold.quality.audit import answer_audit, sample_for_audit
 from retold.store import EmbeddingFamily
+from retold.store.audit import Verdicts
 from retold.testing import AGENT, T0, TEST_GATE, FakeEmbedder, World, make_world
 from retold.utility.decision import TurnDecision
 
@@ -105,8 +107,15 @@ def build_mixed_store(tmp_path: Path) -> MixedStore:
                            EmbeddingFamily("other-model", "2", 8))
     rt.hooks.on_session_end(p)
     summary = SessionSummary("Aditya talked about his editor and his coffee.", [], [])
-    ran = rt.session_end.using(FakeExtractor(ExtractionOutput([], summary)), TableReviewer()).run("s1")
+    morning = CandidateRecord(type="semantic", content="Aditya has coffee every morning.",
+                              attribute="morning_routine", source_kind="user_statement",
+                              evidence="I drink oat milk flat whites every morning.", evidence_turn=3,
+                              entity_mentions=[], confidence=0.8)
+    ran = rt.session_end.using(FakeExtractor(ExtractionOutput([morning], summary)), TableReviewer()).run("s1")
     assert ran.outcome == "extracted", ran
+    # The extraction audit's sample of that run, answered.
+    (sampled,) = sample_for_audit(rt.store, 0.0).added
+    answer_audit(rt.store, sampled, Verdicts(True, True, False), "ops")
     rt.flush_search_log()
     assert rt.store.get_record(old).status == "superseded"  # type: ignore[union-attr]
     last_seq = max(r.seq or 0 for r in rt.store.find_records())

@@ -43,8 +43,8 @@ from workers.process_runtime import current_runtime, served_tenants
 from workers.progress import task_progress
 
 __all__ = [
-    "backfill", "capacity", "check", "end_idle_sessions", "expire", "extract_session", "queue_maintenance",
-    "recover", "reembed", "retain", "review_session", "temporal_review",
+    "audit_sample", "backfill", "capacity", "check", "end_idle_sessions", "expire", "extract_session",
+    "queue_maintenance", "recover", "reembed", "retain", "review_session", "temporal_review",
 ]
 
 
@@ -174,6 +174,13 @@ def capacity() -> dict[str, Any]:
     results = [r for _tenant, found in _each_tenant(lambda rt: rt.operations.capacity(MAINTENANCE_ACTOR))
                for r in found]
     return {"scopes_over": len(results), "archived": sum(len(r.archived) for r in results)}
+
+
+@_task("retold.audit_sample")
+def audit_sample() -> dict[str, Any]:
+    samples = _each_tenant(lambda rt: rt.operations.audit_sample(MAINTENANCE_ACTOR))
+    return {"sampled": sum(len(s.added) for _tenant, s in samples),
+            "written": sum(s.written for _tenant, s in samples)}
 
 
 @_task("retold.reembed", bind=True)

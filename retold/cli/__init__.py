@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from retold.cli import (
     access,
+    audit,
     bundles,
     check,
     maintenance,
@@ -50,7 +51,7 @@ def build_parser() -> Parser:
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     for group in (maintenance, migrate_store, retry, check, serve, records, portable, access, members,
-                  reviews, observe, bundles, ui, tenants, pack, tokens, quality):
+                  reviews, audit, observe, bundles, ui, tenants, pack, tokens, quality):
         group.register(commands)
     return parser
 

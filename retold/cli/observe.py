@@ -30,6 +30,7 @@ from retold.store.session_states import SESSION_STATES, SessionQuery, SessionSta
 
 if TYPE_CHECKING:
     from retold.observability import Metrics
+    from retold.quality.audit import AuditSummary
 
 __all__ = ["register"]
 
@@ -185,6 +186,8 @@ def _metrics_text(path: str, m: Metrics) -> list[str]:
                      f" {t.hosted_tokens} hosted tokens")
     if not m.turns:
         lines.append("turns:       no host-issued memory decisions")
+    if m.audit is not None:
+        lines.append("audit:       " + _audit_text(m.audit))
     queue = m.queue
     if queue is None:
         lines.append("queues:      not asked (--no-queue)")
@@ -194,6 +197,19 @@ def _metrics_text(path: str, m: Metrics) -> list[str]:
     else:
         lines.append(f"queues:      broker unreachable ({queue.broker}): {queue.error}")
     return lines
+
+
+def _audit_text(a: AuditSummary) -> str:
+    """The extraction audit in one line: the three rates, then the open queue."""
+    if a.answered:
+        shares = ", ".join(f"{name} {100 * (rate or 0):.0f}%" for name, rate in (
+            ("true", a.true_rate), ("atomic", a.atomic_rate), ("worth keeping", a.keep_rate)))
+        answers = f"{a.answered} answered (sampled in the last {a.window_days} days): {shares}"
+    else:
+        answers = f"no answers to items sampled in the last {a.window_days} days"
+    waiting = ("none waiting" if a.queue_age_seconds is None else
+               f"{a.open} waiting, oldest {a.queue_age_seconds / 86400:.1f} days")
+    return f"{answers}; {waiting} (`retold audit list`)"
 
 
 def register(commands: Any) -> None:
@@ -232,7 +248,8 @@ def register(commands: Any) -> None:
     metrics = add_command(
         commands, "metrics", _cmd_metrics, "print write, search, extraction and queue metrics",
         "Print write outcomes, searches and their empty rate, extraction outcomes, session states,"
-        " the lag from a session's end to its extraction, and the queue depths when the broker"
+        " the lag from a session's end to its extraction, the extraction audit's rates and queue age,"
+        " and the queue depths when the broker"
         " answers within 2 s (the values a worker exports to Prometheus, metrics.port), and per scope"
         " the share of duplicates and stale provisional records, as `retold hygiene` counts them, and per"
         " bundle the host-issued memory decisions (dispositions, admission, regeneration and failure"

@@ -39,7 +39,7 @@ from retold.policy.categories import Categorized, CategoryRules, words
 from retold.policy.secrets import find_secret
 
 __all__ = [
-    "ActivationDecision", "ActivationFacts", "ActivationPolicy", "SourceTurn", "sampled",
+    "ActivationDecision", "ActivationFacts", "ActivationPolicy", "SourceTurn", "sample_position", "sampled",
 ]
 
 SecretScreen = Callable[[str], object]  # truthy when the text holds a credential
@@ -213,14 +213,18 @@ class ActivationPolicy:
         return None
 
 
+def sample_position(record_id: str) -> float:
+    """Where ``record_id`` falls in [0, 1), from its hash: a ``rate`` share of records is
+    those below ``rate``, so the records a small rate picks are the first a larger one does."""
+    digest = hashlib.sha256(record_id.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
 def sampled(record_id: str, rate: float) -> bool:
     """Whether ``record_id`` falls in a ``rate`` share of records. The record id's hash
     decides, not a random draw, so a record is judged the same way every time it is
     judged again and a test with a given id is stable."""
-    if rate <= 0:
-        return False
-    digest = hashlib.sha256(record_id.encode("utf-8")).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64 < rate
+    return rate > 0 and sample_position(record_id) < rate
 
 
 def _squash(text: str) -> str:

@@ -23,8 +23,8 @@ from retold.store.fts import create_fts_table, is_stemmed, write_fts_rows
 from retold.store.validity_backfill import backfill_validity
 
 __all__ = [
-    "LATEST", "MIGRATIONS", "Migration", "MigrationReport", "check_is_retold", "check_not_newer",
-    "current_version", "migrate",
+    "AUDIT_COLUMNS", "AUDIT_INDEX", "LATEST", "MIGRATIONS", "Migration", "MigrationReport", "check_is_retold",
+    "check_not_newer", "current_version", "migrate",
 ]
 
 log = logging.getLogger(__name__)
@@ -427,6 +427,33 @@ def _validity_windows(conn: sqlite3.Connection) -> str | None:
     return backfill_validity(conn).note()
 
 
+# The extraction audit's queue (retold.store.audit): one row per sampled record, with a
+# person's three answers once given. Its columns after the record's id, the same on both
+# backends; PostgreSQL puts its tenant key in front (retold.store.postgres.schema).
+AUDIT_COLUMNS = ("session_id TEXT NOT NULL, written_at TEXT NOT NULL, sampled_at TEXT NOT NULL,"
+                 " rule TEXT NOT NULL CHECK (rule IN ('rate','weekly')),"
+                 " verdict_true INTEGER CHECK (verdict_true IN (0, 1)),"
+                 " verdict_atomic INTEGER CHECK (verdict_atomic IN (0, 1)),"
+                 " verdict_keep INTEGER CHECK (verdict_keep IN (0, 1)),"
+                 " answered_by TEXT, answered_at TEXT,"
+                 # answered whole or not at all: three answers, who gave them and when
+                 " CHECK ((answered_at IS NULL) = (answered_by IS NULL)"
+                 " AND (answered_at IS NULL) = (verdict_true IS NULL)"
+                 " AND (answered_at IS NULL) = (verdict_atomic IS NULL)"
+                 " AND (answered_at IS NULL) = (verdict_keep IS NULL))")
+AUDIT_INDEX = "CREATE INDEX audit_items_sampled ON audit_items(sampled_at)"
+
+
+def _audit_items(conn: sqlite3.Connection) -> None:
+    """The extraction audit's queue: records extraction wrote, sampled each week for a
+    person to answer whether each is true, atomic and worth keeping. A table of its own
+    rather than columns on the record: most records are never sampled, and an answer
+    carries who gave it and when."""
+    conn.execute("CREATE TABLE audit_items (record_id TEXT PRIMARY KEY REFERENCES records(id),"
+                 f" {AUDIT_COLUMNS})")
+    conn.execute(AUDIT_INDEX)
+
+
 _RETURNED_ROWS = ("INSERT OR IGNORE INTO search_returned(record_id, search_id, rank)"
                   " SELECT j.value, NEW.id, j.key + 1")
 
@@ -453,6 +480,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(19, "access version", _access_version),
     Migration(20, "subject recency index", _subject_recent_index),
     Migration(21, "validity windows", _validity_windows),
+    Migration(23, "extraction audit", _audit_items),
 )
 LATEST = MIGRATIONS[-1].version
 

@@ -8,6 +8,7 @@ helpers every part shares). See docs/architecture.md, "The store".
 from __future__ import annotations
 
 from retold.store.activation import ActivationMixin
+from retold.store.audit import AuditMixin
 from retold.store.browse import BrowseMixin
 from retold.store.bundles import BundlesMixin
 from retold.store.capacity import CapacityMixin
@@ -68,9 +69,10 @@ class Store(
     IdsMixin,
     ReclassifyMixin,
     QualityMixin,
+    AuditMixin,
 ):
     """The store: records, vectors, entities, sessions and their extraction claims, grants,
     members, search logs and sweeps, activation and profile blocks, the operator's reads
     of session states, events and counts, turn decisions and bundle results, the ids a
-    person names by part of them, the re-classification a changed memory pack asks for, and
-    the reads that measure search quality."""
+    person names by part of them, the re-classification a changed memory pack asks for, the
+    reads that measure search quality, and the extraction audit's queue."""

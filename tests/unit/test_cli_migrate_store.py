@@ -53,22 +53,22 @@ def test_moves_a_store_and_reports_counts_and_searches(
     assert code == 0, err
     report = json.loads(out)
     assert report["ok"] and all(row["ok"] for row in report["tables"])
-    assert {row["table"]: row["postgres"] for row in report["tables"]}["records"] == 9
+    assert {row["table"]: row["postgres"] for row in report["tables"]}["records"] == 10
     assert report["records_version"] == mixed.records_version
     search = report["search"]
-    # The live records with a reader: five of Aditya's (one without a vector), the
+    # The live records with a reader: six of Aditya's (one without a vector), the
     # project's and the summary.
-    assert search["sampled"] == 7 and search["lost"] == [] and search["agreeing"] == 7
-    assert search["found_in_both"] >= 6
+    assert search["sampled"] == 8 and search["lost"] == [] and search["agreeing"] == 8
+    assert search["found_in_both"] >= 7
 
     again = postgres.fresh_schema(pg_database)
     code, out, err = _run(capsys, "--from", str(mixed.path), "--to", again, "--config", config)
     assert code == 0, err
     lines = out.splitlines()
     assert lines[0].startswith(f"moved {mixed.path} -> postgresql://")
-    assert any(line.split() == ["records", "9", "9"] for line in lines)
+    assert any(line.split() == ["records", "10", "10"] for line in lines)
     assert any(line.split()[:2] == ["records_fts", "(rebuilt)"] for line in lines)
-    assert "search check, top 5 of 7 sampled records: 7 agree" in lines[-1]
+    assert "search check, top 5 of 8 sampled records: 8 agree" in lines[-1]
 
 
 def test_the_check_searches_leave_no_search_log_rows(

@@ -73,6 +73,7 @@ def test_tasks_route_to_the_configured_queues_and_the_broker_settings_fit_it(tmp
         "retold.extract_session", "retold.review_session", "retold.recover", "retold.temporal_review",
         "retold.expire", "retold.retain", "retold.reembed", "retold.queue_maintenance",
         "retold.end_idle_sessions", "retold.capacity", "retold.backfill", "retold.check",
+        "retold.audit_sample",
     }
     config = read_config(overrides={"store": {"path": str(tmp_path / "m.sqlite")},
                                     "queue": {"broker_url": "redis://127.0.0.1:6379/0"}})
@@ -112,4 +113,5 @@ def test_schedule_for_drops_embedded_only_entries_for_redis() -> None:
     assert set(schedule_for(read_config())) == set(SCHEDULE)
     redis = read_config(overrides={"queue": {"broker_url": "redis://127.0.0.1:6379/0"}})
     assert set(schedule_for(redis)) == set(SCHEDULE) - {"queue_maintenance"}
-    assert {entry["seconds"] for entry in SCHEDULE.values()} == {30, 60, 300, 600, 900, 3600, 86400}
+    assert {entry["seconds"] for entry in SCHEDULE.values()} == {30, 60, 300, 600, 900, 3600, 86400, 604800}
+    assert SCHEDULE["audit_sample"] == {"task": "retold.audit_sample", "seconds": 7 * 86400}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import urllib.request
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
@@ -15,7 +16,10 @@ from retold.broker.depth import QueueDepths
 from retold.errors import StoreError
 from retold.models import SearchRequest
 from retold.observability import Metrics, collect_metrics, serve_metrics
-from retold.testing import World
+from retold.quality.audit import answer_audit, sample_for_audit
+from retold.store.audit import Verdicts
+from retold.testing import World, make_world
+from tests.extracted import extract_facts
 from tests.ports import free_port
 
 pytest.importorskip("prometheus_client")
@@ -53,6 +57,34 @@ def test_a_scrape_shows_the_stores_counts_and_follows_new_rows(world: World) -> 
         assert 'retold_searches_empty_total{tenant="default",trigger="tool"} 1.0' in second
     finally:
         endpoint.close()
+
+
+def test_a_scrape_shows_each_tenants_extraction_audit(world: World, tmp_path: Path) -> None:
+    other = make_world(tmp_path, store=world.target, tenant="acme")
+    try:
+        extract_facts(world, "lockers", 2)
+        sample_for_audit(world.rt.store, 0.0)
+        world.clock.advance(hours=1)
+        first = world.rt.store.audit_items()[0]
+        answer_audit(world.rt.store, first.record_id, Verdicts(True, False, True), "ops")
+        readings = {**_reading(world), "acme": collect_metrics(other.rt.store, other.clock.now(),
+                                                               timedelta(minutes=30))}
+        endpoint = serve_metrics(lambda: readings, "127.0.0.1", 0)
+        try:
+            lines = _scrape(endpoint.port)
+        finally:
+            endpoint.close()
+    finally:
+        other.rt.close()
+    assert 'retold_audit_answered{tenant="default"} 1.0' in lines
+    assert 'retold_audit_rate{question="true",tenant="default"} 1.0' in lines
+    assert 'retold_audit_rate{question="atomic",tenant="default"} 0.0' in lines
+    assert 'retold_audit_open{tenant="default"} 1.0' in lines
+    assert 'retold_audit_queue_age_seconds{tenant="default"} 3600.0' in lines
+    # The other tenant has sampled nothing: no rate, an empty queue of age 0.
+    assert 'retold_audit_open{tenant="acme"} 0.0' in lines
+    assert 'retold_audit_queue_age_seconds{tenant="acme"} 0.0' in lines
+    assert not any(line.startswith("retold_audit_rate") and 'tenant="acme"' in line for line in lines)
 
 
 def test_an_unreadable_store_scrapes_as_down_not_as_an_error(world: World) -> None:

@@ -19,14 +19,16 @@ import workers.tasks
 from retold.broker import CeleryScheduler
 from retold.config import read_config
 from retold.errors import ExtractionError
-from retold.ingest.extractor import ReplayExtractor
+from retold.ingest.extractor import FakeExtractor, ReplayExtractor
+from retold.ingest.reviewer import TableReviewer
+from retold.models import CandidateRecord, ExtractionOutput, SessionSummary
 from retold.testing import T0, InProcessScheduler, World, make_record
 from workers.app import app as worker_app
 from workers.app import purge_consumed_messages
 
 DEAD_BROKER = "redis://127.0.0.1:1/0"
 TASKS = ("extract_session", "review_session", "recover", "end_idle_sessions", "temporal_review",
-         "expire", "retain", "capacity", "backfill", "reembed", "queue_maintenance")
+         "expire", "retain", "capacity", "backfill", "reembed", "queue_maintenance", "audit_sample")
 RETOLD_CALLS = ("_extract(", ".session_end.", ".operations.", ".hooks.")
 
 
@@ -116,6 +118,25 @@ def test_the_sweep_tasks_call_operations_on_the_process_runtime(
     world.rt.hooks.on_session_end(world.p)
     with pytest.raises(ExtractionError, match="s1 not_configured: .*no extractor is configured"):
         workers.tasks.extract_session.run("s1")
+
+
+def test_the_weekly_audit_task_samples_the_weeks_extraction_writes_once(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    serve_only(monkeypatch, world.rt)
+    said = "I keep my bike in the basement storage room next to the boiler."
+    world.say("user", said)
+    world.say("assistant", "Noted, the basement storage room.")
+    world.rt.hooks.on_session_end(world.p)
+    fact = CandidateRecord(type="semantic", content="Aditya keeps his bike in the basement storage room.",
+                           attribute="bike_location", source_kind="user_statement", evidence=said,
+                           evidence_turn=1, entity_mentions=[], confidence=0.9)
+    output = ExtractionOutput([fact], SessionSummary("Aditya said where his bike is.", [], []))
+    assert world.rt.session_end.using(FakeExtractor(output), TableReviewer()).run("s1").outcome == "extracted"
+    assert workers.tasks.audit_sample.run() == {"sampled": 1, "written": 1}
+    assert workers.tasks.audit_sample.run() == {"sampled": 0, "written": 1}  # a record is sampled once
+    (item,) = world.rt.store.audit_items()
+    assert world.record(item.record_id).content == fact.content
 
 
 def test_the_idle_task_ends_quiet_sessions_and_schedules_them(

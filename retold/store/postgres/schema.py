@@ -20,7 +20,14 @@ from typing import Any
 
 from retold.clock import SystemClock, to_iso
 from retold.errors import NotADatabaseError, SchemaTooNewError
-from retold.store.migrations import MIGRATIONS, SUBJECT_RECENT_INDEX, UTILITY_TABLES, MigrationReport
+from retold.store.migrations import (
+    AUDIT_COLUMNS,
+    AUDIT_INDEX,
+    MIGRATIONS,
+    SUBJECT_RECENT_INDEX,
+    UTILITY_TABLES,
+    MigrationReport,
+)
 from retold.store.validity_backfill import Backfill, backfill_validity
 from retold.tenant import DEFAULT_TENANT
 
@@ -204,14 +211,20 @@ def _tenant_key(conn: Any) -> None:
             conn.execute(f"ALTER TABLE {table} ADD CONSTRAINT {name} " + _FOREIGN_KEY.sub(
                 r"FOREIGN KEY (tenant, \g<cols>) REFERENCES \g<parent>(tenant, \g<keys>)", definition))
     for table in tenant_tables(conn):
-        # The setting is read once per statement (an InitPlan), not once per row.
-        conn.execute(f"DROP POLICY IF EXISTS retold_tenant ON {table}")
-        conn.execute(f"CREATE POLICY retold_tenant ON {table} USING (tenant = (SELECT retold_tenant()))"
-                     " WITH CHECK (tenant = (SELECT retold_tenant()))")
-        conn.execute(f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY")
-        conn.execute(f"ALTER TABLE {table} FORCE ROW LEVEL SECURITY")
+        _tenant_policy(conn, table)
     _grant_agent(conn)
     _lexical_match_leakproof(conn)
+
+
+def _tenant_policy(conn: Any, table: str) -> None:
+    """Row-level security on ``table``: reads and writes see only the connection's tenant,
+    its owner included."""
+    # The setting is read once per statement (an InitPlan), not once per row.
+    conn.execute(f"DROP POLICY IF EXISTS retold_tenant ON {table}")
+    conn.execute(f"CREATE POLICY retold_tenant ON {table} USING (tenant = (SELECT retold_tenant()))"
+                 " WITH CHECK (tenant = (SELECT retold_tenant()))")
+    conn.execute(f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY")
+    conn.execute(f"ALTER TABLE {table} FORCE ROW LEVEL SECURITY")
 
 
 # Row-level security lets the planner run a query's own conditions before the policy's only
@@ -297,6 +310,20 @@ def _validity_windows(conn: Any) -> str | None:
                     sum(b.corrections for b in done)).note()
 
 
+def _audit_items(conn: Any) -> None:
+    """As on SQLite (retold.store.migrations), keyed by tenant as the tenant key's migration
+    left every table: the tenant is filled from the connection and leads the primary and
+    foreign keys, and the tenant policy and the agent role's grants cover the table."""
+    columns = AUDIT_COLUMNS.replace(" TEXT", ' TEXT COLLATE "C"')
+    conn.execute(f'CREATE TABLE audit_items (tenant TEXT COLLATE "C" NOT NULL DEFAULT retold_tenant()'
+                 f' REFERENCES {TENANT_REGISTRY}(name), record_id TEXT COLLATE "C" NOT NULL, {columns},'
+                 " PRIMARY KEY (tenant, record_id),"
+                 " FOREIGN KEY (tenant, record_id) REFERENCES records(tenant, id))")
+    conn.execute(AUDIT_INDEX)
+    _tenant_policy(conn, "audit_items")
+    conn.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON audit_items TO {AGENT_ROLE}")
+
+
 # Migrations after the initial PostgreSQL schema: (version, name, apply); apply may return
 # a note for the operator.
 PG_MIGRATIONS: tuple[tuple[int, str, Callable[[Any], str | None]], ...] = (
@@ -312,6 +339,7 @@ PG_MIGRATIONS: tuple[tuple[int, str, Callable[[Any], str | None]], ...] = (
     (19, "access version", _access_version),
     (20, "subject recency index", _subject_recent_index),
     (21, "validity windows", _validity_windows),
+    (23, "extraction audit", _audit_items),
 )
 # The version from which every table has a tenant key under row-level security.
 TENANT_VERSION = 17

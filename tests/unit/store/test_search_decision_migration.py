@@ -46,7 +46,8 @@ def test_an_older_store_keeps_its_rows_but_refuses_to_replay_them(tmp_path: Path
     store = Store(path)
     try:
         report = store.migration_report
-        assert report is not None and report.applied == tuple(range(_DECISION, LATEST + 1))
+        assert report is not None
+        assert report.applied == tuple(m.version for m in MIGRATIONS if m.version >= _DECISION)
         assert report.notes == (f"migration {_DECISION}: search_log rows written before this migration are "
                                 "kept but cannot be replayed",)
         row = store.search_log_row("old-search")
