@@ -112,8 +112,9 @@ def sample_for_audit(store: Store, rate: float, now: datetime | None = None, *,
 
 
 def audit_entries(store: Store, *, answered: bool | None = False, limit: int = 50) -> list[AuditEntry]:
-    """The queue's items with their records and evidence turns, longest waiting first:
-    open ones (``answered=False``), answered ones (True) or both (None). Reads only."""
+    """The queue's items with their records and evidence turns: open ones
+    (``answered=False``) longest waiting first, answered ones (True) latest answer first,
+    or all (None) in the order they were sampled. Reads only."""
     items = store.audit_items(answered=answered, limit=limit)
     records = {record.id: record for record in store.records([item.record_id for item in items])}
     transcripts: dict[str, list[Turn]] = {}

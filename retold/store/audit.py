@@ -30,6 +30,7 @@ _NEW_ROW = frozenset({"created", "superseded", "superseded_on_arrival", "conflic
 # A record whose text is still there: an erased one is a tombstone with nothing to judge,
 # a forgotten one (deleted, restorable for a while) is still the record extraction wrote.
 _WITH_TEXT = "record_id IN (SELECT id FROM records WHERE NOT (status = 'deleted' AND content = ''))"
+_SAMPLED_ORDER = "sampled_at, written_at, record_id"
 _COLUMNS = ("record_id", "session_id", "written_at", "sampled_at", "rule", "verdict_true", "verdict_atomic",
             "verdict_keep", "answered_by", "answered_at")
 
@@ -154,11 +155,13 @@ class AuditMixin(StoreBase):
         return item[0]
 
     def audit_items(self, *, answered: bool | None = False, limit: int = 50) -> list[AuditItem]:
-        """Sampled items of records not erased, longest waiting first: open ones
-        (``answered=False``), answered ones (True) or both (None)."""
+        """Sampled items of records not erased: open ones (``answered=False``) longest
+        waiting first, answered ones (True) latest answer first, or all (None) in the
+        order they were sampled."""
         where = {False: "answered_at IS NULL", True: "answered_at IS NOT NULL", None: "1 = 1"}[answered]
+        order = "answered_at DESC, record_id" if answered else _SAMPLED_ORDER
         with self._lock:
-            return self._audit_rows(self._conn, f"{where} AND {_WITH_TEXT}", [], limit)
+            return self._audit_rows(self._conn, f"{where} AND {_WITH_TEXT}", [], limit, order)
 
     def audit_item(self, record_id: str) -> AuditItem | None:
         """One sampled record's item, erased or not, or None when it was never sampled."""
@@ -166,11 +169,10 @@ class AuditMixin(StoreBase):
             found = self._audit_rows(self._conn, "record_id = ?", [record_id], 1)
         return found[0] if found else None
 
-    def _audit_rows(self, conn: sqlite3.Connection, where: str, params: Sequence[object],
-                    limit: int) -> list[AuditItem]:
-        rows = conn.execute(
-            f"SELECT {', '.join(_COLUMNS)} FROM audit_items WHERE {where}"
-            " ORDER BY sampled_at, written_at, record_id LIMIT ?", [*params, limit]).fetchall()
+    def _audit_rows(self, conn: sqlite3.Connection, where: str, params: Sequence[object], limit: int,
+                    order: str = _SAMPLED_ORDER) -> list[AuditItem]:
+        rows = conn.execute(f"SELECT {', '.join(_COLUMNS)} FROM audit_items WHERE {where} ORDER BY {order}"
+                            " LIMIT ?", [*params, limit]).fetchall()
         return [AuditItem(rid, session, from_iso(written), from_iso(sampled), rule,
                           None if true is None else Verdicts(bool(true), bool(atomic), bool(keep)),
                           by, None if at is None else from_iso(at))

@@ -145,6 +145,18 @@ def test_answers_move_the_rates_and_the_queue_age(world: World) -> None:
     assert audit_summary(world.rt.store).answered == 0
 
 
+def test_the_latest_answer_is_listed_first(world: World) -> None:
+    extract_facts(world, "s6", 3)
+    sample_for_audit(world.rt.store, 0.0)
+    first, second, third = queue(world)
+    for record_id in (second, third, first):
+        world.clock.advance(minutes=5)
+        answer_audit(world.rt.store, record_id, Verdicts(YES, YES, YES), "ops")
+
+    assert [e.record.id for e in audit_entries(world.rt.store, answered=True)] == [first, third, second]
+    assert audit_entries(world.rt.store) == []
+
+
 def test_an_erased_record_leaves_the_queue_and_cannot_be_answered(world: World) -> None:
     extract_facts(world, "s3", 2)
     sample_for_audit(world.rt.store, 0.0)
