@@ -1,5 +1,5 @@
-"""Answer accuracy: can a model answer each labelled question from the memory retrieved
-for it?
+"""Answer accuracy: whether a model answers each labelled question right from the memory
+retrieved for it.
 
 For every item a hosted model answers the question from the retrieved memory texts alone,
 under the fixed prompt :data:`ANSWER_PROMPT_VERSION` (``prompts/answer_v1.md``: answer only

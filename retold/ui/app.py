@@ -13,11 +13,11 @@ from starlette.applications import Starlette
 from retold.quality.golden import GoldenFile
 from retold.runtime import Runtime
 from retold.ui.guard import COOKIE, DAMAGED, PageContext
-from retold.ui.pages import access, entities, golden, login, records, reviews, scopes, search, sessions
+from retold.ui.pages import access, audit, entities, golden, login, records, reviews, scopes, search, sessions
 
 __all__ = ["COOKIE", "DAMAGED", "PAGE_GROUPS", "create_app"]
 
-PAGE_GROUPS = (login, scopes, records, search, sessions, access, entities, reviews, golden)
+PAGE_GROUPS = (login, scopes, records, search, sessions, access, entities, reviews, golden, audit)
 
 
 def create_app(rt: Runtime, *, golden_set: GoldenFile | None = None) -> Starlette:

@@ -5,8 +5,9 @@ A principal logs in through the form and sees only its own user's memory on ever
 follows a superseded fact's lineage, runs a search and reads why a record is there,
 forgets and restores a record, and resolves a review; a page on another site that posts
 a forged form to the inspector changes nothing; a visitor without a token is sent to the
-login page. Screenshots of the main pages are written to the test's folder (set
-``RETOLD_UI_SHOTS`` to a folder to keep them, as docs/images/ was made).
+login page; an operator answers the extraction audit. Screenshots of the main pages are
+written to the test's folder (set ``RETOLD_UI_SHOTS`` to a folder to keep them, as
+docs/images/ was made).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,8 +32,10 @@ pytestmark = pytest.mark.browser
 
 from retold import build_runtime, load_config  # noqa: E402
 from retold.models import Principal, Scope  # noqa: E402
+from retold.quality.audit import sample_for_audit  # noqa: E402
 from retold.testing import make_record, make_world  # noqa: E402
 from retold.ui.access import token_digest  # noqa: E402
+from tests.extracted import extract_facts  # noqa: E402
 from tests.ports import free_port, wait_listening  # noqa: E402
 from tests.sql import rows  # noqa: E402
 
@@ -84,11 +88,39 @@ def served(tmp_path: Path) -> Iterator[Served]:
                                       creator_agent_id="other-agent"))
     path = rt.store.path
     rt.close()
+    config = _config(tmp_path, world.embedder, (
+        f"    - sha256: {token_digest(TOKEN)}\n      agent_id: {world.p.agent_id}\n"
+        f"      user_id: {world.p.user_id}\n"))
+    with _inspector(path, config) as url:
+        yield Served(url, path, {"old": old, "plain": plain, "ferns": ferns}, config,
+                     Principal(world.p.agent_id, world.p.user_id))
+
+
+@pytest.fixture
+def audited(tmp_path: Path) -> Iterator[tuple[str, str, list[str]]]:
+    """An inspector over a store whose extraction audit holds two sampled records: its
+    URL, the store's path and the records' ids."""
+    world = make_world(tmp_path / "w")
+    extract_facts(world, "lockers", 2)
+    sampled = list(sample_for_audit(world.rt.store, 0.0).added)
+    path = world.rt.store.path
+    world.rt.close()
+    with _inspector(path, _config(tmp_path, world.embedder, "")) as url:
+        yield url, path, sampled
+
+
+def _config(tmp_path: Path, embedder: Any, tokens: str) -> Path:
+    """A config for the fake embedder with ``tokens`` (YAML list items) and the operator's."""
     config = tmp_path / "config.yaml"
     config.write_text(
-        f"embedding:\n  model: fake\n  version: {world.embedder.version}\n  dims: {world.embedder.dims}\n"
-        f"ui:\n  tokens:\n    - sha256: {token_digest(TOKEN)}\n      agent_id: {world.p.agent_id}\n"
-        f"      user_id: {world.p.user_id}\n    - sha256: {token_digest(OPERATOR)}\n      operator: dana\n")
+        f"embedding:\n  model: fake\n  version: {embedder.version}\n  dims: {embedder.dims}\n"
+        f"ui:\n  tokens:\n{tokens}    - sha256: {token_digest(OPERATOR)}\n      operator: dana\n")
+    return config
+
+
+@contextmanager
+def _inspector(path: str, config: Path) -> Iterator[str]:
+    """``retold ui`` on ``path`` in a process of its own until the block ends; its URL."""
     port = free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.Popen(
@@ -97,8 +129,7 @@ def served(tmp_path: Path) -> Iterator[Served]:
         stderr=subprocess.PIPE, text=True)
     try:
         wait_listening(port, proc, "the inspector", WAIT)
-        yield Served(f"http://127.0.0.1:{port}", path, {"old": old, "plain": plain, "ferns": ferns}, config,
-                     Principal(world.p.agent_id, world.p.user_id))
+        yield f"http://127.0.0.1:{port}"
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=WAIT)
     finally:
@@ -264,6 +295,26 @@ def test_a_visitor_opening_the_inspector_is_sent_to_log_in(served: Served, brows
     assert page.inner_text("dt:has-text('subject') + dd") == "aditya / editor"
     events = page.inner_text("h2:has-text('Events') + table")
     assert "origin_scope: user:aditya" in events and "{" not in events
+
+
+def test_an_operator_answers_the_extraction_audit_from_its_page(
+        audited: tuple[str, str, list[str]], browser: Any, tmp_path: Path) -> None:
+    url, path, (first, second) = audited
+    page = browser.new_page()
+    _log_in(page, url, OPERATOR)
+    page.click("header >> text=Audit")
+    page.wait_for_url(f"{url}/audit")
+    assert "2 waiting" in page.content()
+    assert "My locker at the gym is number 0 and the code is 1000 for it." in page.content()
+    _shot(page, tmp_path, "audit")
+    row = page.locator(f"#audit-{first}")
+    for name, value in (("true", "yes"), ("atomic", "yes"), ("keep", "no")):
+        row.locator(f"input[name={name}][value={value}]").check()
+    row.locator("button:has-text('Answer')").click()
+    page.wait_for_selector("text=answered")
+    assert "1 waiting" in page.content() and page.locator(f"#audit-{second}").count() == 1
+    assert rows(path, "SELECT verdict_true, verdict_atomic, verdict_keep, answered_by FROM audit_items"
+                " WHERE record_id = ?", first) == [(1, 1, 0, "operator:dana")]
 
 
 def _status(served: Served, name: str) -> str:
