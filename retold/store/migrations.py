@@ -480,7 +480,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(19, "access version", _access_version),
     Migration(20, "subject recency index", _subject_recent_index),
     Migration(21, "validity windows", _validity_windows),
-    Migration(23, "extraction audit", _audit_items),
+    Migration(22, "extraction audit", _audit_items),
 )
 LATEST = MIGRATIONS[-1].version
 

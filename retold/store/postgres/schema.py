@@ -339,7 +339,7 @@ PG_MIGRATIONS: tuple[tuple[int, str, Callable[[Any], str | None]], ...] = (
     (19, "access version", _access_version),
     (20, "subject recency index", _subject_recent_index),
     (21, "validity windows", _validity_windows),
-    (23, "extraction audit", _audit_items),
+    (22, "extraction audit", _audit_items),
 )
 # The version from which every table has a tenant key under row-level security.
 TENANT_VERSION = 17
