@@ -27,6 +27,7 @@ from retold.cli.common import (
 from retold.config import Config, config_to_dict
 
 if TYPE_CHECKING:
+    from retold.quality.answering import AnswerReport, TokenPrice
     from retold.quality.golden import GoldenItem, GoldenSet, Snapshot
     from retold.quality.report import Tolerance
     from retold.runtime import Runtime
@@ -217,6 +218,9 @@ def _tolerance(text: str) -> tuple[str, Tolerance]:
 
 
 def _eval(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from retold.quality.audit import audit_summary
     from retold.quality.evaluation import Searcher, evaluate
     from retold.quality.golden import read_golden
     from retold.quality.report import DEFAULT_TOLERANCES, compare, latest_report, report_data, write_report
@@ -244,6 +248,8 @@ def _eval(args: argparse.Namespace) -> int:
         evaluation = evaluate(golden, Searcher(rt.store, _search(rt)), k=args.k, other_tenants=others)
         settings = _settings(rt)
         now = rt.clock.now()
+        audit = audit_summary(rt.store, tenant, now=now)
+        answers = _answers(rt, golden, evaluation, args) if args.answer else None
     directory = Path(args.report_dir) if args.report_dir else path.with_name(f"{path.stem}.reports")
     previous = latest_report(directory, evaluation.set_sha256, evaluation.k)
     regressions = compare(evaluation, previous[1] if previous else None, tolerances)
@@ -251,6 +257,9 @@ def _eval(args: argparse.Namespace) -> int:
                        previous=previous[1] if previous else None,
                        previous_name=previous[0] if previous else None, regressions=regressions,
                        accepted=args.accept)
+    data["audit"] = asdict(audit)
+    if answers is not None:
+        data["answers"] = asdict(answers)
     written = write_report(directory, data, args.report_name)
     o = evaluation.overall
     print(f"evaluated {o.items} items of {path.name} (sha256 {evaluation.set_sha256[:12]}) in"
@@ -259,6 +268,8 @@ def _eval(args: argparse.Namespace) -> int:
           f" contradictions {_g(o.contradiction_rate)},"
           f" open conflicts/1K {_g(o.open_conflicts_per_1k)}, leaks {o.leaks},"
           f" tokens/search {_g(o.tokens_per_search)}, p50 {_g(o.search_p50_ms)} ms")
+    if answers is not None:
+        print(answers.summary())
     print(f"report: {written} and {written.with_suffix('.md').name}")
     print(f"compared with {previous[0]}" if previous else "no previous report of this set to compare with")
     for regression in regressions:
@@ -267,6 +278,45 @@ def _eval(args: argparse.Namespace) -> int:
         print("accepted: later runs compare with this report")
         return 0
     return EXIT_REGRESSED if regressions else 0
+
+
+def _answers(rt: Runtime, golden: GoldenSet, evaluation: Any, args: argparse.Namespace) -> AnswerReport:
+    """Each labelled item that says what its answer is (an answer text, or nothing stored)
+    answered from the records its search returned, and graded. The memories go to the
+    hosted model masked, as every text the tenant's pack masks does."""
+    from retold.quality.answering import AnswerItem, grade_answers
+
+    results = {r.id: r for r in evaluation.items}
+    items = []
+    for item in golden.labelled:
+        result = results.get(item.id)
+        if result is None or (item.answer is None and not item.nothing_stored):
+            continue  # no expected answer to grade against
+        records = {r.id: r for r in rt.store.records(result.returned)}
+        memories = tuple(records[i].redacted_content or records[i].content
+                         for i in result.returned if i in records)
+        items.append(AnswerItem(" ".join(item.question), memories,
+                                None if item.nothing_stored else item.answer, item.id))
+    ingestion = rt.config.ingestion
+    answer_model = args.answer_model or ingestion.extraction_model
+    judge_model = args.judge_model or ingestion.review_model
+    return grade_answers(items, rt.hosted_client(answer_model), rt.hosted_client(judge_model),
+                         prices=dict(args.price or []))
+
+
+def _price(text: str) -> tuple[str, TokenPrice]:
+    """``MODEL=IN,OUT``: US dollars per million input and output tokens."""
+    from retold.quality.answering import TokenPrice
+
+    model, _, cost = text.partition("=")
+    wrong = argparse.ArgumentTypeError(f"{text!r}: give MODEL=IN,OUT in dollars per million tokens")
+    try:
+        per_in, per_out = (float(v) for v in cost.split(","))
+    except ValueError:
+        raise wrong from None
+    if not model or per_in < 0 or per_out < 0:
+        raise wrong
+    return model, TokenPrice(per_in, per_out)
 
 
 def _search(rt: Runtime) -> Any:
@@ -336,6 +386,15 @@ def register(commands: Any) -> None:
     ev.add_argument("--accept", action="store_true",
                     help="make this run the baseline later runs compare with even if a metric regressed"
                     " (a deliberate change; exit 0). A run that leaked is never accepted")
+    ev.add_argument("--answer", action="store_true",
+                    help="also answer each item that has an expected answer (or nothing stored) from the"
+                    " records its search returned, with a hosted model, and grade the answer with a judge"
+                    " prompt; without a configured provider it says so in one line and skips")
+    ev.add_argument("--answer-model", help="the model that answers (default: ingestion.extraction_model)")
+    ev.add_argument("--judge-model", help="the model that grades (default: ingestion.review_model)")
+    ev.add_argument("--price", action="append", type=_price, metavar="MODEL=IN,OUT",
+                    help="a model's price in US dollars per million input and output tokens, for the"
+                    " cost line; repeatable")
     ev.add_argument("--tolerance", action="append", type=_tolerance, metavar="METRIC=VALUE[%]",
                     help="how far METRIC may move the wrong way: absolute (recall_at_k=0.05) or"
                     " relative (search_p50_ms=50%%); repeatable")

@@ -297,6 +297,7 @@ def render_markdown(data: Mapping[str, Any]) -> str:
                      else "Not a baseline: the next run compares with the same previous report.")
     elif compared is not None:
         lines.append("No metric regressed beyond its tolerance.")
+    lines += _audit_lines(data.get("audit")) + _answer_lines(data.get("answers"))
     problems = [i for i in data["items"] if i["missing"] or i["stale"] or i["contradictions"] or i["leaks"]
                 or (i["kind"] == "nothing_stored" and not i["empty"])]
     if problems:
@@ -317,6 +318,34 @@ def render_markdown(data: Mapping[str, Any]) -> str:
         if len(problems) > 30:
             lines.append(f"- and {len(problems) - 30} more (the JSON report lists every item)")
     return "\n".join(lines) + "\n"
+
+
+def _audit_lines(audit: Mapping[str, Any] | None) -> list[str]:
+    """The weekly extraction audit's rates beside the set's metrics: what people said of the
+    records extraction wrote, which no golden set measures."""
+    if not audit:
+        return []
+    age = audit.get("queue_age_seconds")
+    waiting = f"{audit['open']} waiting" + ("" if age is None else f", the oldest {age / 86400:.1f} days")
+    return ["", "## Extraction audit", "",
+            f"Over the last {audit['window_days']} days, {audit['answered']} sampled records answered:"
+            f" true {_cell(audit.get('true_rate'))}, atomic {_cell(audit.get('atomic_rate'))},"
+            f" worth keeping {_cell(audit.get('keep_rate'))}; {waiting}."]
+
+
+def _answer_lines(answers: Mapping[str, Any] | None) -> list[str]:
+    if not answers:
+        return []
+    if answers["status"] == "skipped":
+        return ["", "## Answer accuracy", "", f"Skipped: {answers['reason']}."]
+    tokens = [answers["answer_tokens"], answers["judge_tokens"]]
+    spent = sum(t["input_tokens"] for t in tokens), sum(t["output_tokens"] for t in tokens)
+    cost = "" if answers.get("cost_usd") is None else f", ${answers['cost_usd']:.4f}"
+    return ["", "## Answer accuracy", "",
+            f"{_cell(answers.get('accuracy'))} ({answers['correct']}/{answers['graded']} correct,"
+            f" {answers['failed']} failed): answered by {answers['answer_model']}"
+            f" ({answers['answer_prompt']}), judged by {answers['judge_model']} ({answers['judge_prompt']});"
+            f" {spent[0]} tokens in, {spent[1]} out{cost}."]
 
 
 def _cell(value: Any) -> str:

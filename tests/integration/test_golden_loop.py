@@ -18,6 +18,8 @@ import yaml
 from retold.cli import main
 from retold.config import is_database_url
 from retold.quality.golden import read_golden
+from retold.testing import anthropic_stub as claude
+from retold.testing.anthropic_stub import AnthropicStub
 from tests.golden_world import QUESTIONS, GoldenWorld, build
 from tests.sql import execute, rows
 
@@ -153,3 +155,57 @@ def test_a_frozen_set_refuses_edits_and_labels_in_one_line(deployment: GoldenWor
     edited = retold("eval", str(golden), "--config", config)
     assert edited.returncode == 1 and "changed after freezing" in edited.stderr
     assert len(edited.stderr.splitlines()) == 1
+
+
+def test_eval_grades_answers_through_a_provider_and_reports_the_audit(
+        deployment: GoldenWorld, tmp_path: Path, anthropic_stub: AnthropicStub) -> None:
+    gw, target = deployment, deployment.world.target
+    golden, reports = tmp_path / "answers.jsonl", tmp_path / "reports"
+    assert retold("golden", "capture", "--config", str(gw.config), "--out", str(golden)).returncode == 0
+    keys = {question: key for key, _, _, question in QUESTIONS}
+    for item in read_golden(golden).items:
+        key = keys[item.question[0]]
+        answer = [gw.ids[k] for k in ANSWERS[key]]
+        # Only the billing question and the two "nothing stored" ones say what the answer is.
+        args = (["--nothing"] if not answer else ["--expect", *answer]) + (
+            ["--answer", "Marcus Chen"] if key == "billing" else [])
+        assert main(["golden", "label", str(golden), item.id, *args]) == 0
+    assert main(["golden", "freeze", str(golden)]) == 0
+    before = fingerprint(target)
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")} | {"HF_HUB_OFFLINE": "1"}
+
+    def run_eval(config: Path, *extra: str, key: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "retold.cli", "eval", str(golden), "--config", str(config), "--answer",
+             "--report-dir", str(reports), *STEADY, *extra], capture_output=True, text=True, timeout=180,
+            env=env | ({"ANTHROPIC_API_KEY": key} if key else {}))
+
+    skipped = run_eval(gw.config)
+    assert skipped.returncode == 0, skipped.stderr
+    assert "answer accuracy: skipped (" in skipped.stdout
+    assert newest(reports)["answers"]["status"] == "skipped"
+    audit = newest(reports)["audit"]
+    assert audit["tenant"] == "default" and audit["open"] == 0 and audit["true_rate"] is None
+
+    # Each graded item: the answer, then (for an expected answer) the judge's verdict.
+    script = []
+    for item in read_golden(golden).labelled:
+        if item.nothing_stored:
+            script.append(claude.tool_use({"answer": "I don't know.", "known": False}))
+        elif item.answer is not None:
+            script += [claude.tool_use({"answer": "Marcus Chen handles billing.", "known": True}),
+                       claude.tool_use({"verdict": "correct", "reason": "names Marcus Chen"})]
+    anthropic_stub.script(*script)
+    hosted = yaml.safe_load(Path(gw.config).read_text())
+    hosted["hosted"] = {"provider": "anthropic", "base_url": anthropic_stub.base_url}
+    config = tmp_path / "hosted.yaml"
+    config.write_text(yaml.safe_dump(hosted))
+    graded = run_eval(config, "--price", "claude-haiku-4-5-20251001=1,5", key="test-key")
+    assert graded.returncode == 0, graded.stderr
+    assert "answer accuracy: 100.0% (3/3 correct)" in graded.stdout, graded.stdout
+    answers = newest(reports)["answers"]
+    assert answers["answer_model"] == "claude-haiku-4-5-20251001" and answers["cost_usd"] > 0
+    assert len(anthropic_stub.requests) == len(script)
+    markdown = sorted(reports.glob("eval-*.md"))[-1].read_text()
+    assert "## Answer accuracy" in markdown and "## Extraction audit" in markdown
+    assert fingerprint(target) == before
