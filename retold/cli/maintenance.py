@@ -288,7 +288,16 @@ def _cmd_extract(args: argparse.Namespace) -> int:
 
 
 def register(commands: Any) -> None:
-    """Add the maintenance commands."""
+    """Add the maintenance commands, in the order ``retold --help`` lists them."""
+    _add_migrate(commands)
+    _add_sweeps(commands)
+    _add_record_commands(commands)
+    _add_store_rewrites(commands)
+    _add_one_off_runs(commands)
+
+
+def _add_migrate(commands: Any) -> None:
+    """``migrate``: bring the schema forward."""
     migrate = add_command(commands, "migrate", _cmd_migrate, "apply pending schema migrations to the store",
                           "Apply forward-only schema migrations, print the embedding family the store's"
                           " vectors belong to, and list legacy records a migration could not map; exit 2"
@@ -298,6 +307,10 @@ def register(commands: Any) -> None:
     migrate.add_argument("--allow-unmapped", action="store_true",
                          help="acknowledge unmapped legacy records and exit 0")
 
+
+def _add_sweeps(commands: Any) -> None:
+    """``expire``, ``retain``, ``capacity``, ``backfill`` and ``hygiene``: sweeps across
+    the store for what is past its age, over its cap, without its vector or repeated."""
     add_command(commands, "expire", _cmd_expire, "expire every active record past its expiry",
                 "Mark every active record whose expires_at has passed, or that is older than its"
                 " type's retention_days in the tenant's memory pack, as expired, one record.status"
@@ -337,6 +350,10 @@ def register(commands: Any) -> None:
     hygiene.add_argument("--apply", action="store_true", help="merge the duplicates (default: report only)")
     hygiene.add_argument("--show", type=positive, default=10, help="clusters listed (default 10)")
 
+
+def _add_record_commands(commands: Any) -> None:
+    """``erase``, ``forget``, ``restore``, ``pin`` and ``unpin``: changes to one record,
+    session or user that an operator asks for."""
     erase = add_command(commands, "erase", _cmd_erase, "irreversibly erase a record, session or user",
                         "Irreversibly erase durable content, keep ids, kinds and timestamps,"
                         " then compact the file so no residue remains. Needs --yes.")
@@ -369,6 +386,9 @@ def register(commands: Any) -> None:
         pin.add_argument("id", help=RECORD_ID_HELP)
         pin.add_argument("--reason", required=True, help="why; recorded on the audit event")
 
+
+def _add_store_rewrites(commands: Any) -> None:
+    """``reembed`` and ``snapshot``: commands that rewrite or replace the whole store."""
     reembed = add_command(commands, "reembed", _cmd_reembed, "re-embed every record with another model",
                           "Re-embed every record with text beside the live vectors (searches keep them;"
                           " a stopped run resumes), then swap: drop the old vectors, log one"
@@ -388,6 +408,9 @@ def register(commands: Any) -> None:
     snapshot.add_argument("path", help="snapshot file")
     snapshot.add_argument("--yes", action="store_true", help="confirm replacing the store (load)")
 
+
+def _add_one_off_runs(commands: Any) -> None:
+    """``review-due`` and ``extract``: one batch of a worker's job, run in this process."""
     add_command(commands, "review-due", _cmd_review_due, "flag one batch of records due for review",
                 "Atomically flag at most ingestion.temporal_review_batch_size records whose review_at"
                 " has arrived, one record.review_due event each.")

@@ -17,16 +17,19 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
+import numpy as np
+
 from retold.clock import Clock, Timer, from_iso, new_id, to_iso
 from retold.errors import RetoldError
 from retold.index.embedder import Embedder
 from retold.index.vector import VectorIndex
 from retold.ingest.ingestor import Ingestor, WriteRequest
 from retold.ingest.summary import retire_superseded
+from retold.ingest.write_request import Provenance
 from retold.models import ACTIVE_STATUSES, RECORD_STATUSES, Principal, Record
 from retold.policy.lifecycle import Lifecycle
 from retold.policy.secrets import screen
-from retold.store import Embedding, NewEvent, Store
+from retold.store import Embedding, NewEvent, RecordWrite, Store
 
 __all__ = [
     "Revision", "RevisionError", "Reviser", "StatusAction", "StatusChange", "is_history", "refuse_secrets",
@@ -79,6 +82,22 @@ class StatusChange:
     event_id: str
 
 
+@dataclass(frozen=True)
+class _Correction:
+    """A supersede that passed its checks outside the transaction: what its write, its
+    creation event and its index update share."""
+
+    principal: Principal
+    old: Record
+    candidate: Record  # the successor; its entity links are filled in under the lock
+    prov: Provenance
+    reason: str  # masked as the audit trail keeps it
+    requested_kind: str  # the source kind the caller asked for, before the evidence check
+    ends_validity: datetime | None  # the stated valid_from, where ``old``'s window ends
+    vector: np.ndarray | None
+    pending: str | None  # why the vector is late, when it is
+
+
 def is_history(record: Record, now: datetime) -> bool:
     """Superseded, expired, deleted, or past its expiry: no revision applies."""
     if record.status not in ACTIVE_STATUSES:
@@ -129,7 +148,7 @@ class Reviser:
         now = self.clock.now()
         if is_history(old, now):
             raise _history(old.id)
-        window_from, window_until = _corrected_window(old, valid_from, valid_until)
+        window = _corrected_window(old, valid_from, valid_until)
         refuse_secrets(content=content, evidence=evidence, reason=reason)
         reason = self._masked(reason)
         request = WriteRequest(type=old.type, content=content.strip(), source_kind=source_kind,
@@ -137,8 +156,29 @@ class Reviser:
         # The memory_write evidence path, shared rather than repeated.
         prov = self.ingestor.provenance(principal, request)
         timer.mark("evidence")
-        candidate = Record(
-            id=new_id(), type=old.type, version=old.version + 1, content=request.content,
+        candidate = self._successor(principal, old, request.content, prov, now, window)
+        self.ingestor.sensitivity.apply(candidate)
+        self._check_authority(candidate, old, prov.notes)
+        timer.mark("permission")
+        vector, pending = self.ingestor.vector_for(candidate.indexed_content)
+        timer.mark("embed")
+        fix = _Correction(principal, old, candidate, prov, reason, source_kind, valid_from, vector, pending)
+        written, event_id, retired = self._write_correction(fix, now, timer)
+        timer.mark("transaction")
+        self._index_correction(fix, written, retired)
+        timer.mark("index_update")
+        notes = [*prov.notes, *([f"stored without its vector ({pending}): found by its words and entities"
+                                 " until the backfill embeds it"] if pending is not None else [])]
+        return Revision(candidate.id, old.id, candidate.status, candidate.source_kind,
+                        candidate.version, "; ".join(notes) or None, prov.entailment,
+                        event_id, timer.as_dict())
+
+    def _successor(self, principal: Principal, old: Record, content: str, prov: Provenance, now: datetime,
+                   window: tuple[datetime | None, datetime | None]) -> Record:
+        """The record that replaces ``old``: its subject, attribute, scope and tags, the
+        corrected ``window``, and the lifecycle's starting state for its source kind."""
+        return Record(
+            id=new_id(), type=old.type, version=old.version + 1, content=content,
             subject=old.subject, subject_entity_id=old.subject_entity_id, attribute=old.attribute,
             scope=old.scope, source_kind=prov.source_kind,  # type: ignore[arg-type]
             source_ref=prov.source_ref, creator_agent_id=principal.agent_id,
@@ -147,70 +187,71 @@ class Reviser:
             # time; a current fact is observed now.
             event_at=old.event_at if old.type == "episodic" else now,
             expires_at=self.lifecycle.initial_expiry(prov.source_kind, now),
-            valid_from=window_from, valid_until=window_until, review_at=None, review_flagged_at=None,
+            valid_from=window[0], valid_until=window[1], review_at=None, review_flagged_at=None,
             confidence=self.lifecycle.initial_confidence(prov.source_kind),
             status=self.lifecycle.initial_status(prov.source_kind), supersedes_id=old.id,
             reinforcements=0, last_reinforced_at=None, tags=list(old.tags),
         )
-        self.ingestor.sensitivity.apply(candidate)
-        self._check_authority(candidate, old, prov.notes)
-        timer.mark("permission")
-        vector, pending = self.ingestor.vector_for(candidate.indexed_content)
-        timer.mark("embed")
-        store = self.store
+
+    def _write_correction(self, fix: _Correction, now: datetime,
+                          timer: Timer) -> tuple[RecordWrite, str, list[tuple[str, int]]]:
+        """Retire ``fix.old`` and write its successor in one transaction: the write, its
+        creation event's id, and the ``(record_id, index_version)`` of the rows retired."""
+        store, old, candidate = self.store, fix.old, fix.candidate
         with store.atomic():
             # Re-read under the write lock: another writer may have changed the record
             # since the handler loaded it.
             fresh = store.get_record(old.id)
             if fresh is None or is_history(fresh, now):
                 raise _history(old.id)
-            self._check_authority(candidate, fresh, prov.notes)
+            self._check_authority(candidate, fresh, fix.prov.notes)
             # Checked active under this same lock just above; the session summaries that
             # restate the old record retire with it.
             retired = retire_superseded(store, old.id, candidate, NewEvent(
-                "record.superseded", principal.agent_id,
-                {"by": candidate.id, "manual_revision": True, "reason": reason}, old.id),
-                ends_validity=valid_from,
+                "record.superseded", fix.principal.agent_id,
+                {"by": candidate.id, "manual_revision": True, "reason": fix.reason}, old.id),
+                ends_validity=fix.ends_validity,
                 keep_history=self.ingestor.pack.classes.keeps_history(old.type))
             links = store.record_links(old.id)  # (entity_id, stored role), about first
             candidate.entity_ids = [entity_id for entity_id, _ in links]
-
-            def created() -> NewEvent:
-                timer.mark("persistence")
-                return NewEvent("record.created", principal.agent_id, {
-                    "manual_revision": True, "reason": reason, "outcome": f"superseded:{old.id}",
-                    "supersedes_id": old.id, "requested_source_kind": source_kind,
-                    "source_kind": prov.source_kind, "source_ref": prov.source_ref,
-                    "notes": prov.notes, "evidence_note": "; ".join(prov.notes) or None,
-                    "entailment": prov.entailment, "judge": self.ingestor.judge.name,
-                    "origin_scope": str(candidate.scope),
-                    "timings_ms": {k: v for k, v in timer.as_dict().items() if k != "total"},
-                    "timings_pending": _PENDING,
-                    **({"embedding_pending": pending} if pending is not None else {}),
-                }, candidate.id)
-
             written = store.write_record(
                 candidate, links=links,
-                embedding=None if vector is None else Embedding(self.embedder.name, self.embedder.version,
-                                                                vector), event=created)
-            if pending is not None:
-                store.mark_pending(candidate.id, pending)
+                embedding=None if fix.vector is None else Embedding(self.embedder.name, self.embedder.version,
+                                                                    fix.vector),
+                event=lambda: self._creation_event(fix, timer))
+            if fix.pending is not None:
+                store.mark_pending(candidate.id, fix.pending)
             assert written.event_id is not None
             event_id = written.event_id
             timer.mark("event_log")
-        timer.mark("transaction")
+        return written, event_id, retired
+
+    def _creation_event(self, fix: _Correction, timer: Timer) -> NewEvent:
+        """The successor's ``record.created`` event, built as the write lands so that its
+        timings include persistence."""
+        timer.mark("persistence")
+        prov, old = fix.prov, fix.old
+        return NewEvent("record.created", fix.principal.agent_id, {
+            "manual_revision": True, "reason": fix.reason, "outcome": f"superseded:{old.id}",
+            "supersedes_id": old.id, "requested_source_kind": fix.requested_kind,
+            "source_kind": prov.source_kind, "source_ref": prov.source_ref,
+            "notes": prov.notes, "evidence_note": "; ".join(prov.notes) or None,
+            "entailment": prov.entailment, "judge": self.ingestor.judge.name,
+            "origin_scope": str(fix.candidate.scope),
+            "timings_ms": {k: v for k, v in timer.as_dict().items() if k != "total"},
+            "timings_pending": _PENDING,
+            **({"embedding_pending": fix.pending} if fix.pending is not None else {}),
+        }, fix.candidate.id)
+
+    def _index_correction(self, fix: _Correction, written: RecordWrite,
+                          retired: list[tuple[str, int]]) -> None:
+        """Bring the vector index up to the committed supersede."""
         for retired_id, version in retired:
             self.index.acknowledge(retired_id, version)
-        if vector is not None:
-            self.index.upsert(candidate.id, vector, written.index_version, written.seq)
+        if fix.vector is not None:
+            self.index.upsert(fix.candidate.id, fix.vector, written.index_version, written.seq)
         else:  # found by its words until the backfill embeds it
-            self.index.acknowledge(candidate.id, written.index_version)
-        timer.mark("index_update")
-        notes = [*prov.notes, *([f"stored without its vector ({pending}): found by its words and entities"
-                                 " until the backfill embeds it"] if pending is not None else [])]
-        return Revision(candidate.id, old.id, candidate.status, candidate.source_kind,
-                        candidate.version, "; ".join(notes) or None, prov.entailment,
-                        event_id, timer.as_dict())
+            self.index.acknowledge(fix.candidate.id, written.index_version)
 
     # -- restore ---------------------------------------------------------------------------
 

@@ -329,90 +329,13 @@ class EntitiesMixin(StoreBase):
         if source_id == target_id:
             raise EntityMergeError("an entity cannot be merged into itself")
         with self.atomic() as conn:
-            found = {
-                row[0]: row
-                for row in conn.execute(
-                    "SELECT id, kind, status FROM entities WHERE id IN (?, ?)", (source_id, target_id)
-                )
-            }
-            for ident in (source_id, target_id):
-                if ident not in found:
-                    raise EntityMergeError(f"no entity {ident}")
-                if found[ident][2] not in ACTIVE_STATUSES:
-                    raise EntityMergeError(f"entity {ident} is {found[ident][2]}, not active")
-            if found[source_id][1] != found[target_id][1]:
-                raise EntityMergeError(
-                    f"cannot merge a {found[source_id][1]} entity into a {found[target_id][1]} entity"
-                )
-
-            links_repointed = int(
-                conn.execute(
-                    "SELECT count(*) FROM record_entities WHERE entity_id = ?", (source_id,)
-                ).fetchone()[0]
-            )
-            # A record linked to both keeps the target row, promoted to about when the
-            # source link was the primary one, so the record keeps its primary entity.
-            conn.execute(
-                "UPDATE record_entities SET role = 'about' WHERE entity_id = ?1 AND role = 'mentions'"
-                " AND record_id IN (SELECT record_id FROM record_entities"
-                "                   WHERE entity_id = ?2 AND role = 'about')",
-                (target_id, source_id),
-            )
-            conn.execute(
-                "DELETE FROM record_entities WHERE entity_id = ?2"
-                " AND record_id IN (SELECT record_id FROM record_entities WHERE entity_id = ?1)",
-                (target_id, source_id),
-            )
-            conn.execute(
-                "UPDATE record_entities SET entity_id = ? WHERE entity_id = ?", (target_id, source_id)
-            )
-
-            aliases_added = [
-                alias
-                for (alias,) in conn.execute(
-                    "SELECT alias_norm FROM entity_aliases WHERE entity_id = ?1 AND alias_norm NOT IN"
-                    " (SELECT alias_norm FROM entity_aliases WHERE entity_id = ?2) ORDER BY alias_norm",
-                    (source_id, target_id),
-                )
-            ]
-            conn.executemany(
-                "INSERT INTO entity_aliases(entity_id, alias_norm) VALUES (?, ?) ON CONFLICT DO NOTHING",
-                [(target_id, alias) for alias in aliases_added],
-            )
-
-            # subject is derived from subject_entity_id, so both change together,
-            # and the record's index_version moves so other processes see the change.
-            rewritten: list[str] = []
-            index_version: int | None = None
-            has_subject_rows = conn.execute(
-                "SELECT 1 FROM records WHERE subject_entity_id = ? LIMIT 1", (source_id,)
-            ).fetchone()
-            if has_subject_rows:
-                index_version = self.bump_version(conn)
-                rewritten = [
-                    record_id
-                    for (record_id,) in conn.execute(
-                        "UPDATE records SET subject_entity_id = ?1,"
-                        " subject = ?1 || '/' || coalesce(attribute, '-'), index_version = ?2"
-                        " WHERE subject_entity_id = ?3 RETURNING id",
-                        (target_id, index_version, source_id),
-                    ).fetchall()
-                ]
-                rewritten.sort()
-
-            conn.execute(
-                "UPDATE entities SET status = 'merged', merged_into = ? WHERE id = ?",
-                (target_id, source_id),
-            )
-            # Entities merged into the source earlier now point straight at the survivor,
-            # which keeps merge chains one hop long.
-            conn.execute(
-                "UPDATE entities SET merged_into = ? WHERE merged_into = ?", (target_id, source_id)
-            )
-
+            self._check_mergeable(conn, source_id, target_id)
+            links_repointed = self._move_links(conn, source_id, target_id)
+            aliases_added = self._union_aliases(conn, source_id, target_id)
+            rewritten, index_version = self._move_subjects(conn, source_id, target_id)
+            self._retire_merged(conn, source_id, target_id)
             to_refresh = list(dict.fromkeys([*self.records_linked_to(target_id), *rewritten]))
             self._write_fts(conn, to_refresh)
-
             event_id = self._insert_event(conn, NewEvent(
                 "entity.merged",
                 actor,
@@ -435,6 +358,106 @@ class EntitiesMixin(StoreBase):
             fts_refreshed=len(to_refresh),
             index_version=index_version,
             event_id=event_id,
+        )
+
+    @staticmethod
+    def _check_mergeable(conn: sqlite3.Connection, source_id: str, target_id: str) -> None:
+        """EntityMergeError unless both entities exist, are active and share a kind."""
+        found = {
+            row[0]: row
+            for row in conn.execute(
+                "SELECT id, kind, status FROM entities WHERE id IN (?, ?)", (source_id, target_id)
+            )
+        }
+        for ident in (source_id, target_id):
+            if ident not in found:
+                raise EntityMergeError(f"no entity {ident}")
+            if found[ident][2] not in ACTIVE_STATUSES:
+                raise EntityMergeError(f"entity {ident} is {found[ident][2]}, not active")
+        if found[source_id][1] != found[target_id][1]:
+            raise EntityMergeError(
+                f"cannot merge a {found[source_id][1]} entity into a {found[target_id][1]} entity"
+            )
+
+    @staticmethod
+    def _move_links(conn: sqlite3.Connection, source_id: str, target_id: str) -> int:
+        """Repoint the source's record links at the target; how many the source held."""
+        links_repointed = int(
+            conn.execute(
+                "SELECT count(*) FROM record_entities WHERE entity_id = ?", (source_id,)
+            ).fetchone()[0]
+        )
+        # A record linked to both keeps the target row, promoted to about when the
+        # source link was the primary one, so the record keeps its primary entity.
+        conn.execute(
+            "UPDATE record_entities SET role = 'about' WHERE entity_id = ?1 AND role = 'mentions'"
+            " AND record_id IN (SELECT record_id FROM record_entities"
+            "                   WHERE entity_id = ?2 AND role = 'about')",
+            (target_id, source_id),
+        )
+        conn.execute(
+            "DELETE FROM record_entities WHERE entity_id = ?2"
+            " AND record_id IN (SELECT record_id FROM record_entities WHERE entity_id = ?1)",
+            (target_id, source_id),
+        )
+        conn.execute(
+            "UPDATE record_entities SET entity_id = ? WHERE entity_id = ?", (target_id, source_id)
+        )
+        return links_repointed
+
+    @staticmethod
+    def _union_aliases(conn: sqlite3.Connection, source_id: str, target_id: str) -> list[str]:
+        """Give the target the source's aliases; those it did not carry, sorted."""
+        aliases_added = [
+            alias
+            for (alias,) in conn.execute(
+                "SELECT alias_norm FROM entity_aliases WHERE entity_id = ?1 AND alias_norm NOT IN"
+                " (SELECT alias_norm FROM entity_aliases WHERE entity_id = ?2) ORDER BY alias_norm",
+                (source_id, target_id),
+            )
+        ]
+        conn.executemany(
+            "INSERT INTO entity_aliases(entity_id, alias_norm) VALUES (?, ?) ON CONFLICT DO NOTHING",
+            [(target_id, alias) for alias in aliases_added],
+        )
+        return aliases_added
+
+    def _move_subjects(
+        self, conn: sqlite3.Connection, source_id: str, target_id: str
+    ) -> tuple[list[str], int | None]:
+        """Make the target the primary entity of the records whose primary entity was the
+        source: their sorted ids, and the records_version stamped on them (None if none)."""
+        # subject is derived from subject_entity_id, so both change together,
+        # and the record's index_version moves so other processes see the change.
+        has_subject_rows = conn.execute(
+            "SELECT 1 FROM records WHERE subject_entity_id = ? LIMIT 1", (source_id,)
+        ).fetchone()
+        if not has_subject_rows:
+            return [], None
+        index_version = self.bump_version(conn)
+        rewritten = [
+            record_id
+            for (record_id,) in conn.execute(
+                "UPDATE records SET subject_entity_id = ?1,"
+                " subject = ?1 || '/' || coalesce(attribute, '-'), index_version = ?2"
+                " WHERE subject_entity_id = ?3 RETURNING id",
+                (target_id, index_version, source_id),
+            ).fetchall()
+        ]
+        rewritten.sort()
+        return rewritten, index_version
+
+    @staticmethod
+    def _retire_merged(conn: sqlite3.Connection, source_id: str, target_id: str) -> None:
+        """Mark the source merged into the target."""
+        conn.execute(
+            "UPDATE entities SET status = 'merged', merged_into = ? WHERE id = ?",
+            (target_id, source_id),
+        )
+        # Entities merged into the source earlier now point straight at the survivor,
+        # which keeps merge chains one hop long.
+        conn.execute(
+            "UPDATE entities SET merged_into = ? WHERE merged_into = ?", (target_id, source_id)
         )
 
     # -- helpers -------------------------------------------------------------------------
