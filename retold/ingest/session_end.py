@@ -50,7 +50,9 @@ from retold.ingest.summary import SummaryWriter
 from retold.models import (
     ACTIVE_STATUSES,
     CandidateRecord,
+    EntityMention,
     ExtractionContext,
+    ExtractionOutput,
     Principal,
     ReviewContext,
     ReviewDecision,
@@ -215,6 +217,19 @@ class Applied:
     touched: list[str]
 
 
+def masked_output(output: ExtractionOutput, mask: Callable[[str], str]) -> ExtractionOutput:
+    """``output`` with every text that becomes a record, an entity or a summary masked."""
+    def mentions(found: list[EntityMention]) -> list[EntityMention]:
+        return [replace(m, text=mask(m.text)) for m in found]
+    return ExtractionOutput(
+        [replace(c, content=mask(c.content), evidence=mask(c.evidence),
+                 attribute=None if c.attribute is None else mask(c.attribute),
+                 entity_mentions=mentions(c.entity_mentions)) for c in output.candidates],
+        replace(output.summary, content=mask(output.summary.content),
+                decisions=[mask(d) for d in output.summary.decisions],
+                entity_mentions=mentions(output.summary.entity_mentions)))
+
+
 class SessionEnd:
     """Extracts one ended session at a time: claim, extract, review, apply."""
 
@@ -314,6 +329,12 @@ class SessionEnd:
                     answer = extractor.extract(list(turns), context)
                 except Exception as exc:
                     raise StageStop.model_failed("extract", exc) from exc
+                # A live model read the masked transcript and can only quote placeholders; a
+                # replay recorded before the pack masked anything quotes the raw text. Masking
+                # what came back makes both the same, so the quotes are found in the masked
+                # transcript and no raw identifier reaches a stage, a record or an event.
+                if self.rules.sensitivity.redacts:
+                    answer = masked_output(answer, mask)
                 answer, withheld = screen_output(answer)
                 for item in withheld:  # recorded before anything holding them is stored
                     store.append_event("extraction.secret_withheld", ACTOR, item.payload(session.id))

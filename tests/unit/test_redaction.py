@@ -27,8 +27,8 @@ from retold.hosted import (
     OpenAIClient,
 )
 from retold.ingest import extractor as extraction_schema
-from retold.ingest.extractor import StructuredLLMExtractor
-from retold.ingest.reviewer import StructuredLLMReviewer
+from retold.ingest.extractor import ReplayExtractor, StructuredLLMExtractor
+from retold.ingest.reviewer import StructuredLLMReviewer, TableReviewer
 from retold.ingest.session import InProcessScheduler
 from retold.models import (
     CandidateRecord,
@@ -369,3 +369,29 @@ def test_a_profile_block_and_the_audit_trail_hold_the_masked_text(redacting: Wor
     assert CANARY not in events and "987-65-4321" not in events
     assert "the badge [pii] was reissued" in events
     assert _holding(w, CANARY) == {"session_turns", "records"}
+
+
+def test_a_replay_recorded_before_masking_is_written_masked(redacting: World, tmp_path: Path) -> None:
+    """A recording made before the pack masked anything quotes the raw turn; its candidate
+    is stored masked, as a live model's would be, instead of refused for a quote the
+    masked transcript does not hold."""
+    w = redacting
+    w.say("user", SAID)
+    w.say("assistant", "Understood, British English it is.")
+    w.rt.hooks.on_session_end(w.p)
+    session_id = w.p.session_id
+    assert session_id is not None
+    raw_quote, raw_wants = QUOTE.replace("[pii]", CANARY), WANTS.replace("[pii]", CANARY)
+    recorded = ExtractionOutput([CandidateRecord(
+        type="semantic", content=raw_wants, attribute="answer_language", source_kind="user_statement",
+        evidence=raw_quote, evidence_turn=1, entity_mentions=[EntityMention("person", "Aditya", "about")],
+        confidence=0.9)], SessionSummary(f"Aditya asked for a sign-off with badge {CANARY}.", [], []))
+    replay = tmp_path / "recorded.json"
+    replay.write_text(json.dumps(extraction_schema.output_to_json(recorded)), encoding="utf-8")
+
+    result = w.rt.session_end.using(ReplayExtractor(replay), TableReviewer()).run(session_id)
+
+    assert result.outcome == "extracted" and result.counts["written"] == 1, result
+    (record,) = w.rt.store.find_records(content=WANTS)
+    assert (record.evidence, record.source_kind, record.sensitivity) == (QUOTE, "user_statement", "pii")
+    assert _holding(w, CANARY) == {"session_turns"}  # the turn alone keeps the raw identifier
