@@ -11,8 +11,6 @@ folder (or ``RETOLD_UI_SHOTS``).
 from __future__ import annotations
 
 import os
-import shutil
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -27,15 +25,10 @@ pytestmark = pytest.mark.browser
 
 from retold.quality.golden import read_golden  # noqa: E402
 from retold.ui.access import token_digest  # noqa: E402
+from tests.browser import ROOT, chromium, inspector  # noqa: E402
 from tests.golden_world import QUESTIONS, GoldenWorld, build  # noqa: E402
-from tests.ports import free_port, wait_listening  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-         "--no-first-run", "--disable-dev-shm-usage"]
 OPERATOR, PRINCIPAL = "golden-operator-token-1", "golden-principal-token-1"
-WAIT = 30.0
 ANSWERS = {"drink": ["drink"], "manager": ["manager"], "billing": ["marcus"], "phone": ["phone"],
            "tower": [], "deploy": ["deploy"], "cat": ["cat"], "allergy": []}
 
@@ -66,33 +59,14 @@ def served(tmp_path: Path) -> Iterator[Served]:
     golden = tmp_path / "release.jsonl"
     captured = retold("golden", "capture", "--config", str(gw.config), "--out", str(golden))
     assert captured.returncode == 0, captured.stderr
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "retold.cli", "ui", "--config", str(gw.config), "--golden", str(golden),
-         "--listen", f"127.0.0.1:{port}"], cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_listening(port, proc, "the inspector", WAIT)
-        yield Served(f"http://127.0.0.1:{port}", gw, gw.config, golden)
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=WAIT)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=WAIT)
+    with inspector("--config", str(gw.config), "--golden", str(golden)) as url:
+        yield Served(url, gw, gw.config, golden)
 
 
 @pytest.fixture
 def browser(tmp_path: Path) -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as driver:
-        context = driver.chromium.launch_persistent_context(
-            str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=FLAGS)
-        try:
-            yield context
-        finally:
-            context.close()
+    with chromium(tmp_path / "profile") as context:
+        yield context
 
 
 def _log_in(page: Any, url: str, token: str) -> None:

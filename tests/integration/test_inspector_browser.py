@@ -14,14 +14,9 @@ from __future__ import annotations
 
 import http.server
 import os
-import shutil
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,17 +30,13 @@ from retold.models import Principal, Scope  # noqa: E402
 from retold.quality.audit import sample_for_audit  # noqa: E402
 from retold.testing import make_record, make_world  # noqa: E402
 from retold.ui.access import token_digest  # noqa: E402
+from tests.browser import chromium, inspector  # noqa: E402
 from tests.extracted import extract_facts  # noqa: E402
-from tests.ports import free_port, wait_listening  # noqa: E402
+from tests.ports import free_port  # noqa: E402
 from tests.sql import rows  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-         "--no-first-run", "--disable-dev-shm-usage"]
 TOKEN, OPERATOR = "browser-principal-token-1", "browser-operator-token-1"
 FOREIGN = "Cleo keeps her passport in the blue drawer."
-WAIT = 30.0
 
 
 @dataclass
@@ -91,7 +82,7 @@ def served(tmp_path: Path) -> Iterator[Served]:
     config = _config(tmp_path, world.embedder, (
         f"    - sha256: {token_digest(TOKEN)}\n      agent_id: {world.p.agent_id}\n"
         f"      user_id: {world.p.user_id}\n"))
-    with _inspector(path, config) as url:
+    with inspector("--store", path, "--config", str(config)) as url:
         yield Served(url, path, {"old": old, "plain": plain, "ferns": ferns}, config,
                      Principal(world.p.agent_id, world.p.user_id))
 
@@ -105,7 +96,7 @@ def audited(tmp_path: Path) -> Iterator[tuple[str, str, list[str]]]:
     sampled = list(sample_for_audit(world.rt.store, 0.0).added)
     path = world.rt.store.path
     world.rt.close()
-    with _inspector(path, _config(tmp_path, world.embedder, "")) as url:
+    with inspector("--store", path, "--config", str(_config(tmp_path, world.embedder, ""))) as url:
         yield url, path, sampled
 
 
@@ -118,37 +109,10 @@ def _config(tmp_path: Path, embedder: Any, tokens: str) -> Path:
     return config
 
 
-@contextmanager
-def _inspector(path: str, config: Path) -> Iterator[str]:
-    """``retold ui`` on ``path`` in a process of its own until the block ends; its URL."""
-    port = free_port()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "retold.cli", "ui", "--store", path, "--config", str(config),
-         "--listen", f"127.0.0.1:{port}"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
-    try:
-        wait_listening(port, proc, "the inspector", WAIT)
-        yield f"http://127.0.0.1:{port}"
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=WAIT)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=WAIT)
-
-
 @pytest.fixture
 def browser(tmp_path: Path) -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as driver:
-        context = driver.chromium.launch_persistent_context(
-            str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=FLAGS)
-        try:
-            yield context
-        finally:
-            context.close()
+    with chromium(tmp_path / "profile") as context:
+        yield context
 
 
 def _shot(page: Any, tmp_path: Path, name: str) -> None:
