@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
+import random
 import threading
 import time
 import uuid
@@ -25,6 +26,15 @@ __all__ = [
 _id_lock = threading.Lock()
 _last_ms = 0
 _seq = 0
+# The ids' random bits come from a generator seeded from the system's entropy by the
+# first id a process makes, and again by the first in a forked child (which would
+# otherwise repeat its parent's sequence). The bits keep ids from different processes
+# apart; nothing relies on them being unguessable. Asking the system for them on every
+# id released the interpreter lock in the middle of each search, and the search then
+# waited for whichever thread took the lock (an encoder, the search-log writer) to hand
+# it back.
+_bits = random.Random(0)
+_bits_pid = -1  # the process that seeded _bits
 
 
 def new_id() -> str:
@@ -33,8 +43,11 @@ def new_id() -> str:
     Within one millisecond a 12-bit counter keeps ids from this process strictly
     increasing, so ``ORDER BY id`` is creation order even for bursts of writes.
     """
-    global _last_ms, _seq
+    global _last_ms, _seq, _bits_pid
     with _id_lock:
+        if _bits_pid != os.getpid():
+            _bits.seed(os.urandom(32))
+            _bits_pid = os.getpid()
         ms = time.time_ns() // 1_000_000
         if ms <= _last_ms:
             _seq += 1
@@ -45,7 +58,7 @@ def new_id() -> str:
         else:
             _last_ms, _seq = ms, 0
         seq = _seq
-    rand = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
+        rand = _bits.getrandbits(62)
     value = (ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | seq << 64 | 0b10 << 62 | rand
     return str(uuid.UUID(int=value))
 
