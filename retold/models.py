@@ -397,6 +397,9 @@ class CandidateRecord:
     valid_until: datetime | None = None
     review_at: datetime | None = None
     confidence: float = 0.6
+    # The tenant's extractor-label sensitivity class the extractor read the fact as (None:
+    # no label, or the prompt asked for none); the write path classifies with it.
+    sensitivity: str | None = None
 
 
 @dataclass(frozen=True)

@@ -280,7 +280,8 @@ class Runtime:
         if self._extractor is not None:
             return self._extractor
         client = self.hosted_client(self.config.ingestion.extraction_model)
-        return StructuredLLMExtractor(client, self.config.ingestion) if client else None
+        return (StructuredLLMExtractor(client, self.config.ingestion, labels=self.sensitivity.labels)
+                if client else None)
 
     @cached_property
     def reviewer(self) -> CandidateReviewer | None:

@@ -1,20 +1,24 @@
 """The extractor: the model that reads an ended session and proposes candidates.
 
 ``StructuredLLMExtractor`` (one hosted structured call with the versioned prompt
-``prompts/extract_v1.md``), ``FakeExtractor`` (tests) and ``ReplayExtractor`` (serves a
-recorded ExtractionOutput from a JSON file; every event it produces says "replayed").
+``prompts/extract_v1.md``, or ``prompts/extract_v2.md`` for a tenant whose memory pack has
+sensitivity classes decided by the extractor's label), ``FakeExtractor`` (tests) and
+``ReplayExtractor`` (serves a recorded ExtractionOutput from a JSON file; every event it
+produces says "replayed").
 
 The JSON form of an ExtractionOutput is :data:`EXTRACTION_SCHEMA`, the same for a model
-answer and a recorded file; :func:`output_from_json` and :func:`output_to_json` convert
-both ways. Every extractor has a ``replayed`` attribute (True only for the replay
+answer and a recorded file, with each candidate's optional ``sensitivity`` label
+(:func:`extraction_schema` asks for it when the pack has such classes; an answer or a
+recording without it has no label); :func:`output_from_json` and :func:`output_to_json`
+convert both ways. Every extractor has a ``replayed`` attribute (True only for the replay
 extractor) so the session end can mark its events without an isinstance check.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import cache
 from importlib import resources
@@ -38,6 +42,7 @@ from retold.models import (
 
 __all__ = [
     "EXTRACTION_SCHEMA",
+    "EXTRACT_LABEL_PROMPT_VERSION",
     "EXTRACT_PROMPT_VERSION",
     "TEMPORAL_FIELDS",
     "ExtractionOutputError",
@@ -47,7 +52,9 @@ __all__ = [
     "StructuredLLMExtractor",
     "candidate_from_json",
     "candidate_to_json",
+    "extraction_schema",
     "format_turn",
+    "known_labels",
     "load_prompt",
     "output_from_json",
     "output_to_json",
@@ -57,6 +64,9 @@ __all__ = [
 # Prompts are versioned code: the version names the prompt file and is recorded on every
 # extraction.run event, so a record can be traced to the prompt that produced it.
 EXTRACT_PROMPT_VERSION = "extract_v1"
+# The same prompt with a sensitivity rule, sent only to a tenant whose pack declares classes
+# decided by the extractor's label: a tenant without them is asked exactly what it was.
+EXTRACT_LABEL_PROMPT_VERSION = "extract_v2"
 
 CANDIDATE_SOURCE_KINDS: tuple[str, ...] = ("user_statement", "tool_result", "agent_inference")
 MENTION_ROLES: tuple[str, ...] = ("about", "mentions")
@@ -132,6 +142,39 @@ EXTRACTION_SCHEMA: dict[str, Any] = {
 }
 
 
+def extraction_schema(labels: Sequence[str] = ()) -> dict[str, Any]:
+    """The answer schema for a tenant whose extractor-label classes are ``labels``:
+    :data:`EXTRACTION_SCHEMA` itself when there are none, else with a ``sensitivity``
+    property on each candidate, required and nullable, so strict modes take it as it is.
+
+    It is a string, not an enum of the labels: the client validates every answer against
+    the schema it sent, and an enum would turn one unknown label into a malformed answer
+    that loses the session's whole extraction. An unknown label is dropped instead
+    (:func:`known_labels`)."""
+    if not labels:
+        return EXTRACTION_SCHEMA
+    candidate = {
+        **_CANDIDATE_SCHEMA,
+        "properties": {**_CANDIDATE_SCHEMA["properties"], "sensitivity": {
+            "type": ["string", "null"],
+            "description": "one of the sensitivity labels listed with the transcript, or null: "
+                           + ", ".join(labels)}},
+        "required": [*_CANDIDATE_SCHEMA["required"], "sensitivity"],
+    }
+    return {**EXTRACTION_SCHEMA, "properties": {
+        **EXTRACTION_SCHEMA["properties"], "candidates": {"type": "array", "items": candidate}}}
+
+
+def known_labels(output: ExtractionOutput, labels: Sequence[str]) -> ExtractionOutput:
+    """``output`` with every candidate's label that is not one of ``labels`` (the tenant's
+    extractor-label classes) dropped: a label the pack does not declare claims nothing, and
+    keeping it would only let a later pack give it a meaning the extractor never read."""
+    allowed = set(labels)
+    output.candidates = [c if c.sensitivity is None or c.sensitivity in allowed
+                         else replace(c, sensitivity=None) for c in output.candidates]
+    return output
+
+
 class ExtractionOutputError(RetoldError):
     """A model answer or recorded file does not match :data:`EXTRACTION_SCHEMA`."""
 
@@ -180,18 +223,22 @@ class StructuredLLMExtractor:
     """The production extractor: ONE structured hosted call per session.
 
     The system prompt is exactly the versioned prompt file; the user message carries the
-    numbered transcript, the known entities, the existing subjects and the limits. The
-    validated answer is parsed into an :class:`ExtractionOutput`; any answer that cannot
-    be parsed raises ``HostedError("malformed")`` so the run fails closed.
+    numbered transcript, the known entities, the existing subjects and the limits, and
+    the tenant's extractor-label classes (``labels``, names only) when it has any: then
+    the prompt is ``extract_v2`` and each candidate may carry one of them as its
+    ``sensitivity``. The validated answer is parsed into an :class:`ExtractionOutput`
+    (a label not in ``labels`` is dropped); any answer that cannot be parsed raises
+    ``HostedError("malformed")`` so the run fails closed.
     Timeouts and provider failures are the client's ``HostedError`` and pass through.
     """
 
-    prompt_version = EXTRACT_PROMPT_VERSION
     replayed = False
 
-    def __init__(self, client: CompletionClient, cfg: IngestionConfig) -> None:
+    def __init__(self, client: CompletionClient, cfg: IngestionConfig, *, labels: Sequence[str] = ()) -> None:
         self.client = client
         self.cfg = cfg
+        self.labels = tuple(labels)
+        self.prompt_version = EXTRACT_LABEL_PROMPT_VERSION if self.labels else EXTRACT_PROMPT_VERSION
         self.name = f"llm:{client.model}"
 
     def build_request(self, transcript: list[Turn], context: ExtractionContext) -> CompletionRequest:
@@ -199,7 +246,7 @@ class StructuredLLMExtractor:
         return CompletionRequest(
             system=load_prompt(self.prompt_version),
             messages=(Message("user", self._user_message(transcript, context)),),
-            schema=EXTRACTION_SCHEMA,
+            schema=extraction_schema(self.labels),
             schema_name="record_extraction",
             max_output_tokens=self.cfg.hosted_max_output_tokens,
             timeout_ms=self.cfg.extraction_timeout_ms,
@@ -212,6 +259,7 @@ class StructuredLLMExtractor:
             output = output_from_json(answer)
         except ExtractionOutputError as exc:
             raise HostedError("malformed", f"extraction answer does not match the schema: {exc}") from exc
+        output = known_labels(output, self.labels)
         # At most extraction_max_candidates are considered per session; the
         # model is told the cap, and anything past it is dropped in the model's order.
         output.candidates = output.candidates[: self.cfg.extraction_max_candidates]
@@ -237,6 +285,7 @@ class StructuredLLMExtractor:
             "Existing subjects:",
             *(subjects or ["(none)"]),
             "",
+            *([f"Sensitivity labels: {', '.join(self.labels)}.", ""] if self.labels else []),
             f"Transcript ({len(turns)} turns):",
             *turns,
         ]
@@ -314,6 +363,8 @@ def candidate_to_json(candidate: CandidateRecord) -> dict[str, Any]:
         moment: datetime | None = getattr(candidate, name)
         data[name] = to_iso(moment) if moment is not None else None
     data["confidence"] = candidate.confidence
+    if candidate.sensitivity is not None:  # written only when set: older readers take the rest
+        data["sensitivity"] = candidate.sensitivity
     return data
 
 
@@ -349,7 +400,7 @@ def output_from_json(data: object, *, summary_required: bool = True) -> Extracti
 
 def candidate_from_json(data: object, where: str = "candidate") -> CandidateRecord:
     """Parse one EXTRACTION_SCHEMA candidate object; raise ExtractionOutputError."""
-    obj = _object(data, where, required=tuple(_CANDIDATE_SCHEMA["required"]))
+    obj = _object(data, where, required=tuple(_CANDIDATE_SCHEMA["required"]), optional=("sensitivity",))
     kind = _choice(obj, "type", RECORD_TYPES, where)
     source_kind = _choice(obj, "source_kind", CANDIDATE_SOURCE_KINDS, where)
     attribute = obj["attribute"]
@@ -375,7 +426,14 @@ def candidate_from_json(data: object, where: str = "candidate") -> CandidateReco
         valid_until=dates["valid_until"],
         review_at=dates["review_at"],
         confidence=float(confidence),
+        sensitivity=_label(obj.get("sensitivity")),
     )
+
+
+def _label(value: object) -> str | None:
+    """A candidate's sensitivity label, None when absent (an answer or recording made
+    before labels were asked for) or not a name: a bad label never costs the extraction."""
+    return value.strip() if isinstance(value, str) and value.strip() else None
 
 
 def parse_moment(value: object, where: str) -> datetime | None:

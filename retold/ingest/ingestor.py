@@ -111,8 +111,13 @@ class Ingestor:
             timer.mark("permission")
             provenance = self.provenance(principal, request)
             timer.mark("evidence")
+            # A label is the extractor's reading of the session under the tenant's own
+            # prompt, which asked it for one of the pack's classes; a model's tool call (or
+            # the host) was asked for nothing of the kind, and letting it name a class would
+            # let the model decide which records count as sensitive.
+            label = request.sensitivity_label if origin == "extraction" else None
             sensitivity = self.sensitivity.classify(request.content.strip(), evidence=request.evidence,
-                                                    attribute=request.attribute)
+                                                    attribute=request.attribute, label=label)
             vector, pending = self.vector_for(
                 request.content if sensitivity.redacted_content is None else sensitivity.redacted_content)
             timer.mark("embed")

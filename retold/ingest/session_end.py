@@ -335,7 +335,7 @@ class SessionEnd:
                 # transcript and no raw identifier reaches a stage, a record or an event.
                 if self.rules.sensitivity.redacts:
                     answer = masked_output(answer, mask)
-                answer, withheld = screen_output(answer)
+                answer, withheld = screen_output(schema.known_labels(answer, self.rules.sensitivity.labels))
                 for item in withheld:  # recorded before anything holding them is stored
                     store.append_event("extraction.secret_withheld", ACTOR, item.payload(session.id))
                 try:
@@ -348,6 +348,10 @@ class SessionEnd:
                 output = schema.output_from_json(data, summary_required=False)
             except MALFORMED as exc:
                 raise StageStop.malformed("extract", exc) from exc
+            # Whatever extractor answered (a replay, a double, a stage persisted under an
+            # older pack), a label the pack does not decide by the extractor means nothing:
+            # it is dropped before the stage is persisted, and again from a persisted one.
+            output = schema.known_labels(output, self.rules.sensitivity.labels)
             if row is None and not store.save_stage(session.id, "extract", data, self.extractor_name,
                                                     meta["extractor_prompt_version"],
                                                     claim_token=claim.token):
@@ -438,8 +442,9 @@ class SessionEnd:
                 if problem is not None or decision.candidate is None:
                     tally.reject(item.index, item.candidate, "review", "invalid_review_revision",
                                  problem or "", {"review_reason": decision.reason})
-                else:
-                    accepted.append((item, decision.candidate))
+                else:  # the label stays the extractor's: the reviewer is not asked for one
+                    label = item.candidate.sensitivity
+                    accepted.append((item, replace(decision.candidate, sensitivity=label)))
             else:
                 tally.counts["review_accepted"] += 1
                 accepted.append((item, item.candidate))
@@ -479,7 +484,7 @@ class SessionEnd:
                         source_kind=cand.source_kind, evidence=cand.evidence,
                         evidence_turn=cand.evidence_turn, event_at=cand.event_at,
                         valid_from=cand.valid_from, valid_until=cand.valid_until, review_at=cand.review_at,
-                        entities=tuple(cand.entity_mentions)))
+                        entities=tuple(cand.entity_mentions), sensitivity_label=cand.sensitivity))
                     ms = result.timings_ms
                     tally.write_ms.append(ms.get("total", 0.0))
                     tally.dedup_ms += sum(ms.get(k, 0.0) for k in ("dedup_search", "judge", "supersession"))

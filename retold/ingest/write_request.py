@@ -32,6 +32,9 @@ class WriteRequest:
     review_at: datetime | None = None
     entities: tuple[EntityMention, ...] = ()
     tags: tuple[str, ...] = ()
+    # The session extractor's sensitivity label (an extractor_label class of the pack).
+    # The ingestor reads it on extraction writes only; a memory_write cannot set it.
+    sensitivity_label: str | None = None
 
 
 @dataclass(frozen=True)

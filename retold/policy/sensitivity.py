@@ -7,8 +7,12 @@ written: the first declared class whose rule claims it, in the order the pack li
 them, else ``none``. A ``pattern`` class claims a record whose content or evidence its
 regular expression matches; a ``category`` class one whose category (the keyword
 classifier of :mod:`retold.policy.categories`) is the class's name; an
-``extractor_label`` class one the extractor labelled with the name, which no extractor
-does until its prompt asks for a label.
+``extractor_label`` class one the session extractor labelled with the name: the
+extraction prompt lists these classes (:attr:`SensitivityRules.labels`) and each candidate
+may name one, which the write path hands to :meth:`SensitivityRules.classify`. A label is
+the extractor's reading of the session under the tenant's prompt, so only extraction gives
+one; a record whose class a label decided keeps it when ``retold pack apply`` classifies it
+again, as long as the pack still decides that class by the label.
 
 Redaction masks what the redacted classes' patterns match, in every text, whatever class
 the record was put in: a record claimed first by a category class must not leak an
@@ -73,6 +77,12 @@ class SensitivityRules:
         self._masks = tuple((r.pattern, r.shown) for r in self._rules
                             if r.pattern is not None and r.shown is not None)
         self._categorize = categorize
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """The classes decided by the extractor's label, in the pack's order: what the
+        extraction prompt offers, and the only labels a candidate may keep."""
+        return tuple(r.name for r in self._rules if r.decided_by == "extractor_label")
 
     @property
     def redacts(self) -> bool:

@@ -14,12 +14,16 @@ import pytest
 
 from retold.config import IngestionConfig
 from retold.hosted import FakeCompletionClient, HostedError
+from retold.hosted.strict import strict_form
 from retold.ingest.extractor import (
+    EXTRACT_LABEL_PROMPT_VERSION,
     EXTRACT_PROMPT_VERSION,
     EXTRACTION_SCHEMA,
     ExtractionOutputError,
     ReplayExtractor,
     StructuredLLMExtractor,
+    candidate_to_json,
+    extraction_schema,
     load_prompt,
     output_from_json,
     output_to_json,
@@ -105,6 +109,46 @@ def test_one_call_with_versioned_prompt_numbered_transcript_schema_and_config() 
     assert extractor.name == "llm:fake-model"
     assert extractor.prompt_version == "extract_v1"
     assert extractor.replayed is False
+
+
+def test_a_pack_with_label_classes_gets_the_label_prompt_and_a_strict_nullable_field() -> None:
+    client = FakeCompletionClient(answers=[answer([candidate_json(sensitivity="phi"),
+                                                   candidate_json(sensitivity="not_a_class"),
+                                                   candidate_json(sensitivity=None)])])
+    extractor = StructuredLLMExtractor(client, IngestionConfig(), labels=("phi", "finance_detail"))
+
+    out = extractor.extract(transcript(), context())
+
+    (request,) = client.calls
+    assert extractor.prompt_version == EXTRACT_LABEL_PROMPT_VERSION == "extract_v2"
+    assert request.system == load_prompt("extract_v2") and "`sensitivity`" in request.system
+    assert "Sensitivity labels: phi, finance_detail." in request.messages[0].content
+    # Every property required, the label nullable: strict mode takes the schema unchanged.
+    items = request.schema["properties"]["candidates"]["items"]
+    assert "sensitivity" in items["required"]
+    assert items["properties"]["sensitivity"]["type"] == ["string", "null"]
+    strict = strict_form(request.schema)
+    assert strict is not None and "sensitivity" in strict["properties"]["candidates"]["items"]["required"]
+    # A label outside the pack's classes is dropped, not a malformed answer.
+    assert [c.sensitivity for c in out.candidates] == ["phi", None, None]
+    assert candidate_to_json(out.candidates[0])["sensitivity"] == "phi"
+    assert "sensitivity" not in candidate_to_json(out.candidates[1])
+
+
+def test_without_label_classes_nothing_new_is_asked_and_old_answers_read_unlabelled() -> None:
+    client = FakeCompletionClient(answers=[answer()])
+    extractor = StructuredLLMExtractor(client, IngestionConfig(), labels=())
+    out = extractor.extract(transcript(), context())
+    (request,) = client.calls
+    assert extraction_schema(()) is EXTRACTION_SCHEMA and request.schema is EXTRACTION_SCHEMA
+    assert "sensitivity" not in json.dumps(request.schema)
+    assert "ensitivity" not in request.system + request.messages[0].content
+    assert out.candidates[0].sensitivity is None  # an answer without the field: no label
+    # The label schema accepts a recorded answer too, and refuses an answer that omits it.
+    labelled = extraction_schema(("phi",))
+    jsonschema.validate(answer([candidate_json(sensitivity="phi")]), labelled)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(answer(), labelled)
 
 
 def test_parses_dates_entity_mentions_and_summary() -> None:
@@ -259,6 +303,7 @@ def test_prompt_files_exist_and_match_the_version_constants() -> None:
     names = {entry.name for entry in prompts.iterdir()}
 
     assert f"{EXTRACT_PROMPT_VERSION}.md" in names
+    assert f"{EXTRACT_LABEL_PROMPT_VERSION}.md" in names
     assert f"{REVIEW_PROMPT_VERSION}.md" in names
     extract = load_prompt(EXTRACT_PROMPT_VERSION)
     # Contract points the prompt must carry.
