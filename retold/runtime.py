@@ -18,6 +18,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from retold.activation.activator import Activator
+from retold.activation.policy import ActivationPolicy
 from retold.adapters.base import MemorySession, new_session_id
 from retold.broker.scheduler import CeleryScheduler, scheduler_from_config
 from retold.clock import Clock, SystemClock
@@ -30,7 +32,6 @@ from retold.hosted import CompletionClient, HostedError, client_from_config
 from retold.index.embedder import Embedder, check_model_files, embedder_from_config, packaged_model
 from retold.index.reranker import Reranker, reranker_from_config
 from retold.index.vector import RefreshOutcome, VectorIndex
-from retold.ingest.activator import Activator
 from retold.ingest.attempts import ModelSetup, RecoverTerms, stable_digest
 from retold.ingest.equivalence import EquivalenceJudge, judge_from_config
 from retold.ingest.extractor import Extractor, StructuredLLMExtractor
@@ -42,7 +43,6 @@ from retold.ingest.session import ExtractionScheduler, SessionHooks
 from retold.ingest.session_end import Models, Parts, Rules, SessionEnd
 from retold.models import Principal
 from retold.operations import Operations
-from retold.policy.activation import ActivationPolicy
 from retold.policy.lifecycle import Lifecycle
 from retold.policy.sensitivity import SensitivityRules
 from retold.retrieve.profile import ProfileAssembler

@@ -3,7 +3,7 @@ and a person's own activation decisions, on the command line.
 
 Registered by :mod:`retold.cli`, whose parser helpers it receives, so this module holds
 only the two commands. Each command builds a runtime and calls
-:class:`retold.ingest.activator.Activator` or the store's named reads; every decision is
+:class:`retold.activation.activator.Activator` or the store's named reads; every decision is
 audited there (``review.resolved``, ``record.activation``). A refusal is one line on
 stderr and exit 1; a breached backlog limit exits 3.
 """
@@ -20,7 +20,7 @@ from retold.cli.common import RECORD_ID_HELP, add_command, cli_runtime, resolve_
 from retold.clock import to_iso
 
 if TYPE_CHECKING:
-    from retold.ingest.activator import Resolution
+    from retold.activation.activator import Resolution
     from retold.runtime import Runtime
 
 __all__ = ["EXIT_BREACHED", "register"]

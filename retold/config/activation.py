@@ -2,7 +2,7 @@
 profile may grow. Kept beside ``retold.config`` (which includes it in :class:`Config`) so
 that module stays one screenful per block.
 
-The category names are those of ``retold.policy.categories`` plus any that
+The category names are those of ``retold.activation.categories`` plus any that
 ``extra_keywords`` introduces; see docs/decisions.md, "Categories come from keywords".
 """
 

@@ -1,6 +1,7 @@
 """What a write asks for and what it answers: the request, its result or structured
-error, and the provenance the evidence check settled. Shared by the ingestor, the tool
-handlers, the host and extraction; ``retold.ingest.ingestor`` re-exports them."""
+error, and what its checks settled before the transaction (the admission, the provenance
+the evidence check settled, the claim made ready to decide). Shared by the ingestor, the
+tool handlers, the host and extraction; ``retold.ingest.ingestor`` re-exports them."""
 
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from retold.models import EntityMention, Scope
+import numpy as np
 
-__all__ = ["Provenance", "Refusal", "WriteError", "WriteRequest", "WriteResult"]
+from retold.models import EntityMention, Scope
+from retold.policy.sensitivity import Sensitivity
+
+__all__ = ["Admission", "Claim", "Provenance", "Refusal", "WriteError", "WriteRequest", "WriteResult"]
 
 
 @dataclass(frozen=True)
@@ -80,3 +84,24 @@ class Provenance:
     evidence: str | None
     notes: list[str]
     entailment: float | str | None  # a score, "not_checked", or None when not scored
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What the request's checks settled: the scope written to and the normalised
+    attribute (None for an episodic record)."""
+
+    scope: Scope
+    attribute: str | None
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A write made ready to decide, before its transaction: the settled provenance, the
+    sensitivity class of its text, and its vector, or None with why it is late
+    (``pending``; the backfill embeds it)."""
+
+    provenance: Provenance
+    sensitivity: Sensitivity | None
+    vector: np.ndarray | None
+    pending: str | None

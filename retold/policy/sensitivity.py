@@ -6,7 +6,7 @@ which of them are masked before their text leaves the record
 written: the first declared class whose rule claims it, in the order the pack lists
 them, else ``none``. A ``pattern`` class claims a record whose content or evidence its
 regular expression matches; a ``category`` class one whose category (the keyword
-classifier of :mod:`retold.policy.categories`) is the class's name; an
+classifier of :mod:`retold.activation.categories`) is the class's name; an
 ``extractor_label`` class one the session extractor labelled with the name: the
 extraction prompt lists these classes (:attr:`SensitivityRules.labels`) and each candidate
 may name one, which the write path hands to :meth:`SensitivityRules.classify`. A label is

@@ -4,7 +4,7 @@ whether each record is true, atomic and worth keeping.
 :func:`sample_for_audit` samples one tenant's records written by extraction in the week
 before ``now`` into the audit queue: the memory pack's ``write_policy.review_sample_rate``
 share of them, or, when the rate is 0, :data:`WEEKLY_QUOTA` of them. Both choices come
-from each record id's hash (:func:`retold.policy.activation.sample_position`), never a
+from each record id's hash (:func:`retold.activation.policy.sample_position`), never a
 random draw: the rate picks the same records the activation policy sends to review, and
 the quota takes the records a small rate would pick first. The quota counts what is
 already sampled from the week, so sampling again (beat, then ``retold audit sample``)
@@ -21,10 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from retold.activation.policy import sample_position
 from retold.errors import RetoldError
 from retold.ingest.evidence import turn_of
 from retold.models import Record, Turn
-from retold.policy.activation import sample_position
 from retold.store import Store
 from retold.store.audit import AuditItem, AuditRule, Chooser, ExtractionWrite, Verdicts
 

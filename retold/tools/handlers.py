@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal, Protocol, cast
 
+from retold.activation.activator import Activator
 from retold.clock import Clock, to_iso
 from retold.config import Config
 from retold.errors import (
@@ -30,7 +31,6 @@ from retold.errors import (
     StoreReadOnlyError,
 )
 from retold.index.vector import VectorIndex
-from retold.ingest.activator import Activator
 from retold.ingest.ingestor import Ingestor
 from retold.ingest.revision import Reviser, RevisionError, StatusAction, is_history, refuse_secrets
 from retold.models import Entity, Principal, Record, Scope, SearchRequest, SearchResponse

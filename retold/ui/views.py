@@ -14,9 +14,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, get_args
 
+from retold.activation.activator import Resolution
 from retold.config import PerTrigger
 from retold.errors import RetoldError
-from retold.ingest.activator import Resolution
 from retold.ingest.evidence import turn_of
 from retold.ingest.revision import RevisionError
 from retold.models import Entity, Principal, Record, Scope, SearchRequest

@@ -274,8 +274,8 @@ def test_a_sampled_write_waits_in_review_before_it_enters_the_profile(worlds: Wo
 
 
 def test_sampling_is_by_record_id_and_takes_the_share_asked_for() -> None:
+    from retold.activation.policy import sampled
     from retold.clock import new_id
-    from retold.policy.activation import sampled
 
     ids = [new_id() for _ in range(4000)]
     share = sum(sampled(i, 0.25) for i in ids) / len(ids)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from retold.activation.policy import sampled
 from retold.observability import collect_metrics
-from retold.policy.activation import sampled
 from retold.quality.audit import (
     RATE_WINDOW_DAYS,
     WEEKLY_QUOTA,

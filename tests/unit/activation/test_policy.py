@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
-from retold.config.activation import ActivationConfig, CategoryKeywords
-from retold.models import Record
-from retold.policy.activation import (
+from retold.activation.categories import CategoryRules
+from retold.activation.policy import (
     ActivationDecision,
     ActivationFacts,
     ActivationPolicy,
     SourceTurn,
 )
-from retold.policy.categories import CategoryRules
+from retold.config.activation import ActivationConfig, CategoryKeywords
+from retold.models import Record
 from retold.testing import T0, make_record
 
 ME = "ent_aditya"

@@ -16,12 +16,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from retold.activation.policy import ActivationDecision, ActivationFacts, ActivationPolicy, SourceTurn
 from retold.clock import Clock
 from retold.errors import RetoldError
 from retold.ingest.evidence import turn_of
 from retold.models import ACTIVE_STATUSES, Activation, Principal, Record, Scope
 from retold.names import normalize_alias
-from retold.policy.activation import ActivationDecision, ActivationFacts, ActivationPolicy, SourceTurn
 from retold.store import NewEvent, Store
 from retold.store.activation import ActivationRow
 

@@ -33,9 +33,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from retold.activation.categories import Categorized, CategoryRules, words
 from retold.config.activation import ActivationConfig
 from retold.models import ACTIVE_STATUSES, Activation, Record, Role
-from retold.policy.categories import Categorized, CategoryRules, words
 from retold.policy.secrets import find_secret
 
 __all__ = [

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from retold.activation.activator import Activator
+from retold.activation.policy import ActivationDecision, ActivationFacts, ActivationPolicy
 from retold.config.activation import ActivationConfig
-from retold.ingest.activator import Activator
 from retold.ingest.extractor import FakeExtractor
 from retold.ingest.reviewer import TableReviewer
 from retold.models import CandidateRecord, ExtractionOutput, Principal, SessionSummary
-from retold.policy.activation import ActivationDecision, ActivationFacts, ActivationPolicy
 from retold.testing import AGENT, World
 
 SAYS = "Please always answer me in British English, whatever the topic."
