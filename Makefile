@@ -10,7 +10,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 DEMO_EXTRAS := onnx,hosted
-ALL_EXTRAS  := models,hosted,monitor,dev,mcp,deepagents,crewai,postgres,ui
+ALL_EXTRAS  := models,hosted,monitor,dev,mcp,deepagents,crewai,postgres,ui,scale
 DEMO_STAMP  := $(VENV)/.retold-demo-installed
 STAMP       := $(VENV)/.retold-installed
 PIP := $(BIN)/pip install --disable-pip-version-check
@@ -65,6 +65,7 @@ test: $(STAMP) $(CHROMIUM)
 bench: $(STAMP)
 	mkdir -p .bench
 	$(BIN)/python -m benchmarks.index_bench
+	$(BIN)/python -m benchmarks.ann_bench
 	$(BIN)/python -m benchmarks.write_bench
 	$(BIN)/python -m benchmarks.search_bench
 	$(BIN)/python -m benchmarks.longmemeval_bench --all --stores .bench/longmemeval --dump .bench/longmemeval.json

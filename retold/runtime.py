@@ -95,7 +95,8 @@ class Runtime:
         self.store = store
         self.embedder = embedder
         self.clock = clock
-        self.index = VectorIndex(embedder.name, embedder.version, embedder.dims)
+        self.index = VectorIndex(embedder.name, embedder.version, embedder.dims,
+                                 approximate=config.index.approximate)
         self.lifecycle = Lifecycle(config.policy, config.ingestion)
         self.host = MemoryHost(store, clock, max_pinned_per_scope=config.lifecycle.max_pinned_per_scope)
         # The scheduler queue.scheduler names, unless one is injected; the runtime closes

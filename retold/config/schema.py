@@ -64,7 +64,9 @@ __all__ = [
     "NamedPeriodsConfig",
     "FusionConfig",
     "GateConfig",
+    "ApproximateConfig",
     "HostedConfig",
+    "IndexConfig",
     "IngestionConfig",
     "LifecycleConfig",
     "McpConfig",
@@ -160,6 +162,30 @@ class EmbeddingConfig:
     write_timeout_ms: int = 2000
     # CPU threads for torch, or ONNX Runtime's intra-op pool; None leaves the library default
     torch_threads: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ApproximateConfig:
+    """``index.approximate:`` - the HNSW graph a dense search uses over a large eligible set
+    (docs/decisions.md "Approximate dense search for very large scopes"); needs faiss-cpu
+    (the scale extra), and without it every search stays exact."""
+
+    enabled: bool = True
+    # Eligible sets smaller than this are scored exactly; so is an index of fewer rows
+    min_rows: int = 20000
+    m: int = 32  # graph neighbours per node: more = better recall, more memory and build time
+    ef_construction: int = 64  # candidate list while building the graph
+    ef_search: int = 256  # candidate list while searching (at least the candidates asked for)
+    # Rows written since the graph was built are scored exactly; past this share of the
+    # graph's rows it is rebuilt in the background
+    rebuild_fraction: float = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class IndexConfig:
+    """``index:`` - the in-memory dense index."""
+
+    approximate: ApproximateConfig = field(default_factory=ApproximateConfig)
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,6 +347,7 @@ class Config:
     store: StoreConfig = field(default_factory=StoreConfig)
     tenancy: TenancyConfig = field(default_factory=TenancyConfig)
     embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)
+    index: IndexConfig = field(default_factory=IndexConfig)
     reranker: RerankerConfig = field(default_factory=RerankerConfig)
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     ingestion: IngestionConfig = field(default_factory=IngestionConfig)

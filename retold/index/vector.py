@@ -5,6 +5,10 @@ doubling and is never handed out: callers get ids and scores, copies of a few ro
 (``vector_for``, ``rows``), or pairwise cosines. One lock guards every read and write, so
 a concurrent refresh cannot move a row between building the eligibility mask and the
 matrix product.
+
+A very large eligible set (``index.approximate.min_rows`` rows or more) takes its
+candidates from an HNSW graph (:mod:`retold.index.approximate`) once one has been built in
+the background, then scores them exactly: see ``search``.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from retold.config import ApproximateConfig
+from retold.index.approximate import ApproximateGraph, build_graph, graph_available
 from retold.store.eligible import EligibleSet
 
 if TYPE_CHECKING:
@@ -33,12 +39,15 @@ _MIN_CAPACITY = 1024
 _GATHER_FRACTION = 0.25
 # Rows per block when eligible rows are scored without being copied out first.
 _CHUNK = 2048
+# Candidates asked of the graph per query: a wide net, since every one is rescored exactly.
+_MIN_CANDIDATES = 200
 
 
 class VectorIndex:
     """Exact dense search restricted to an eligible id set."""
 
-    def __init__(self, model: str, version: str, dims: int) -> None:
+    def __init__(self, model: str, version: str, dims: int,
+                 approximate: ApproximateConfig | None = None) -> None:
         self.model = model
         self.version = version
         self.dims = dims
@@ -60,6 +69,17 @@ class VectorIndex:
         # search one eligible set many times between writes, and copying its rows out of
         # the matrix was most of a dense search.
         self._gathered: tuple[int, int, np.ndarray, np.ndarray | None] | None = None
+        # The approximate path. ``_epoch`` numbers matrix layouts (a load renumbers rows);
+        # ``_dirty`` holds the rows written since the graph's rows were read, which search
+        # scores exactly, and ``_pending`` the same for a build still running.
+        self._approx = approximate or ApproximateConfig()
+        self._epoch = 0
+        self._graph: ApproximateGraph | None = None
+        self._dirty: set[int] = set()
+        self._pending: set[int] | None = None
+        self._builder: threading.Thread | None = None
+        self._no_graph = False  # faiss is missing, or a build failed: stay exact
+        self.approximate_searches = 0  # searches answered through the graph (diagnostics)
 
     # -- diagnostics (snapshots, never the live structures) ------------------------------
 
@@ -107,6 +127,9 @@ class VectorIndex:
             self._pos = {record_id: i for i, record_id in enumerate(snap.ids)}
             self._applied = dict(zip(snap.ids, snap.index_versions.tolist(), strict=True))
             self.loaded_version = snap.records_version
+            self._epoch += 1  # positions changed meaning: the graph and its dirty rows go
+            self._graph, self._dirty, self._pending = None, set(), None
+            self._maybe_build()
 
     def refresh(self, store: Store, incremental_reload_max: int, *,
                 version: int | None = None) -> RefreshOutcome:
@@ -186,6 +209,10 @@ class VectorIndex:
                 self._pos[record_id] = position
             self._matrix[position] = row
             self._live[position] = True
+            if self._graph is not None:
+                self._dirty.add(position)
+            if self._pending is not None:
+                self._pending.add(position)
             self._note(record_id, index_version)
             if seq is not None:
                 self._learn_seq(record_id, seq)
@@ -254,6 +281,76 @@ class VectorIndex:
         live[: self._live.shape[0]] = self._live
         self._matrix, self._live = matrix, live
 
+    # -- the approximate graph -------------------------------------------------------------
+
+    @property
+    def approximate_ready(self) -> bool:
+        """Whether a graph for the current rows is built, so large eligible sets use it."""
+        with self._lock:
+            return self._graph is not None and self._approx.enabled
+
+    @property
+    def approximate_stale_rows(self) -> int:
+        """Rows written since the graph was built: searched exactly until the next build."""
+        with self._lock:
+            return len(self._dirty)
+
+    def wait_for_graph(self, timeout: float | None = None) -> bool:
+        """Start a graph build if one is due, wait up to ``timeout`` seconds for the build
+        in flight, and say whether a graph is ready (for tools and tests; searches never
+        wait)."""
+        with self._lock:
+            self._maybe_build()
+            builder = self._builder
+        if builder is not None:
+            builder.join(timeout)
+        return self.approximate_ready
+
+    def _maybe_build(self) -> None:
+        """Start a background graph build when the index is large enough and has no graph
+        for its current rows, or its graph's share of rows written since has grown past
+        ``rebuild_fraction``. Searches keep their current path until the build lands.
+        Called with the lock held."""
+        cfg = self._approx
+        if not cfg.enabled or self._no_graph or self._builder is not None:
+            return
+        n = len(self._ids)
+        if n < cfg.min_rows:
+            return
+        graph = self._graph
+        if graph is not None and len(self._dirty) <= cfg.rebuild_fraction * graph.rows:
+            return
+        if not graph_available():  # looked for once: no faiss, no graph
+            self._no_graph = True
+            return
+        # The graph reads the live matrix without a copy: a row overwritten while it reads
+        # is in ``_pending``, so it is scored exactly and kept out of the selector anyway,
+        # and a growth or reload leaves this array to the builder alone.
+        rows, epoch = self._matrix[:n], self._epoch
+        self._pending = set()
+        self._builder = threading.Thread(target=self._build, args=(rows, epoch),
+                                         name="retold-vector-graph", daemon=True)
+        self._builder.start()
+
+    def _build(self, rows: np.ndarray, epoch: int) -> None:
+        """The builder thread: build outside the lock, install under it unless a reload
+        renumbered the rows meanwhile (then start over on the new rows)."""
+        cfg = self._approx
+        try:
+            graph: ApproximateGraph | None = build_graph(rows, cfg.m, cfg.ef_construction, epoch)
+        except Exception:  # an optional accelerator: a failure leaves search exact
+            log.warning("vector index: building the approximate graph failed; searches stay"
+                        " exact", exc_info=True)
+            graph = None
+        with self._lock:
+            self._builder = None
+            if graph is None:
+                self._no_graph = True
+            elif epoch == self._epoch:
+                self._graph, self._dirty = graph, self._pending or set()
+            self._pending = None
+            self._maybe_build()
+
     # -- reads -----------------------------------------------------------------------------
 
     def search(
@@ -268,6 +365,12 @@ class VectorIndex:
         instead (the dense channel's cosine beyond a question's names). The eligible
         positions are built from ``eligible_ids`` (cost grows with that set, not the index)
         and the product runs under the same lock hold.
+
+        An eligible set of ``index.approximate.min_rows`` live rows or more, once the graph
+        is built, is searched approximately: the graph proposes candidates per query among
+        the eligible rows it holds, the rows written since it was built join them, and
+        every candidate is scored exactly as above. The scores are exact cosines; only a
+        record the graph failed to propose can be missed.
         """
         queries = np.asarray(qvec, dtype=np.float32)
         if queries.ndim == 1:
@@ -276,10 +379,19 @@ class VectorIndex:
             return []
         with self._lock:
             n = len(self._ids)
-            positions, rows = self._eligible_rows(eligible_ids, n)
+            self._maybe_build()
+            graph = self._graph if self._approx.enabled else None
+            gather_below = n * _GATHER_FRACTION
+            if graph is not None:  # a set the graph serves is never copied out
+                gather_below = min(gather_below, self._approx.min_rows)
+            positions, rows = self._eligible_rows(eligible_ids, n, gather_below)
             if positions.size == 0:
                 return []
-            if rows is not None:
+            if graph is not None and positions.size >= self._approx.min_rows:
+                self.approximate_searches += 1
+                positions = self._graph_candidates(graph, positions, queries, k)
+                scores = self._chunked_products(positions, queries)
+            elif rows is not None:
                 scores = rows @ queries.T
             elif positions.size < n * _GATHER_FRACTION:
                 scores = self._chunked_products(positions, queries)
@@ -296,6 +408,25 @@ class VectorIndex:
             top = top[np.argsort(-best[top], kind="stable")]
             return [(self._ids[int(positions[i])], float(best[i])) for i in top]
 
+    def _graph_candidates(self, graph: ApproximateGraph, positions: np.ndarray,
+                          queries: np.ndarray, k: int) -> np.ndarray:
+        """The rows to score exactly for these live eligible ``positions``: what the graph
+        proposes among the eligible rows it holds unchanged, and every eligible row written
+        since its build. The selector is built from ``positions`` under the caller's lock
+        hold, so a removed or ineligible row can never be proposed. Called with the lock
+        held."""
+        dirty = np.fromiter(self._dirty, dtype=np.int64, count=len(self._dirty))
+        allowed = np.zeros(graph.rows, dtype=bool)
+        allowed[positions[positions < graph.rows]] = True
+        changed = np.zeros(len(self._ids), dtype=bool)
+        changed[dirty] = True
+        changed[graph.rows:] = True  # appended after the build (already dirty; made sure)
+        allowed &= ~changed[: graph.rows]
+        fresh = positions[changed[positions]]
+        per_query = max(4 * k, _MIN_CANDIDATES)
+        found = graph.candidates(queries, allowed, per_query, self._approx.ef_search)
+        return np.union1d(found, fresh)
+
     def _chunked_products(self, positions: np.ndarray, queries: np.ndarray) -> np.ndarray:
         """The products of these rows with ``queries``, a block of rows at a time: copying
         every eligible row out first and then multiplying read them twice, and took twice
@@ -304,7 +435,7 @@ class VectorIndex:
                                for start in range(0, positions.size, _CHUNK)])
 
     def _eligible_rows(
-        self, eligible_ids: Collection[str], n: int
+        self, eligible_ids: Collection[str], n: int, gather_below: float
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """The live eligible positions, and their rows when the same set is searched again
         (None: score them a block at a time, or, when they are a quarter of the matrix or
@@ -314,14 +445,14 @@ class VectorIndex:
         changes, and the rows are copied out the second time the same set is searched: an
         agent searches one set many times between writes, and the next search copies
         nothing; a set used once (a write's duplicate search, a search right after a write)
-        pays no copy. The kept rows are under a quarter of the matrix. Called with the lock
-        held.
+        pays no copy. The kept rows are fewer than ``gather_below`` (a quarter of the matrix,
+        less when the graph would search them). Called with the lock held.
         """
         token = eligible_ids.token if isinstance(eligible_ids, EligibleSet) else None
         cached = self._gathered
         if token is not None and cached is not None and cached[:2] == (token, self._generation):
             positions, rows = cached[2], cached[3]
-            if rows is None and positions.size < n * _GATHER_FRACTION:
+            if rows is None and positions.size < gather_below:
                 rows = self._matrix[positions]
                 self._gathered = (token, self._generation, positions, rows)
             return positions, rows

@@ -346,3 +346,13 @@ def test_inspector_tokens_name_a_principal_or_an_operator_never_both() -> None:
     assert "ui.tokens[1].sha256: the same token as ui.tokens[0]" in message
     assert "ui.tokens[2].sha256: must be the 64-character lowercase hex SHA-256" in message
     assert "ui.tokens[2].agent_id: must be a non-empty string" in message
+
+
+def test_approximate_index_keys_are_checked_by_name() -> None:
+    assert read_config().index.approximate.min_rows == 20000
+    assert "index.approximate.min_rows: must be at least 1" in _error(
+        {"index": {"approximate": {"min_rows": 0}}})
+    assert "index.approximate.rebuild_fraction: must be between 0 and 1" in _error(
+        {"index": {"approximate": {"rebuild_fraction": 1.5}}})
+    assert "index.approximate.ef_serch: unknown key (did you mean 'ef_search'?)" in _error(
+        {"index": {"approximate": {"ef_serch": 64}}})
