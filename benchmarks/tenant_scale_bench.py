@@ -6,9 +6,9 @@ The store grows from 10 tenants (10K records) to 100 (100K) and ``--tenants`` (d
 (``benchmarks/search_data.py``; the searching principal reads about 10% of it). Bulk
 loading bypasses the write path: one tenant is written through the store, and the others
 are copies of its file (a SQLite tenant is a file of its own; PostgreSQL: below). At each
-size a fresh agent process opens ten tenants spread over the store, with the packaged encoder loaded (its
-memory counts) and the fake embedder answering the searches (so the timings are the
-store's and the index's, not the model's), and reports:
+size a fresh agent process opens ten tenants spread over the store, with the packaged
+encoder loaded (its memory counts) and the fake embedder answering the searches (so the
+timings are the store's and the index's, not the model's), and reports:
 
 - write p50/p95: ``memory_write`` through the tools, its ``total`` minus ``embed``;
 - search p50/p95: ``memory_search`` through the tools, every stage except the encoder's
@@ -26,13 +26,14 @@ its value at 10K, search p50 <= 5 ms in a 1K tenant and <= 15 ms in the 100K sco
 cold tenant's first search <= 100 ms, RSS of the process serving ten tenants <= 400 MB.
 
 ``--backend postgres`` measures the same on PostgreSQL (a server at ``--pg``, default the
-machine's at 127.0.0.1:5432, in a database the benchmark creates and drops), where every
-tenant's rows share one set of tables under row-level security keyed by a ``tenant``
-column. There one tenant is written through the store, and the others are copies of its
-rows made in SQL (``benchmarks/pg_tenant_copies.py``: the tenant column replaced and the
-ids rewritten per copy), added as the store grows; the big tenant is written through the
-store; the database is vacuumed and analysed before each size is measured, as autovacuum
-would have. RSS is the agent process's only, not the server's.
+machine's at 127.0.0.1:5432, in a database the benchmark creates and drops unless
+``--keep-database`` leaves it for EXPLAIN), where every tenant's rows share one set of
+tables under row-level security keyed by a ``tenant`` column. There one tenant is
+written through the store, and the others are copies of its rows made in SQL
+(``benchmarks/pg_tenant_copies.py``: the tenant column replaced and the ids rewritten per
+copy), added as the store grows; the big tenant is written through the store; the
+database is vacuumed and analysed before each size is measured, as autovacuum would
+have. RSS is the agent process's only, not the server's.
 
 Run: ``.venv/bin/python -m benchmarks.tenant_scale_bench [--tenants 1000] [--big 100000]
 [--backend postgres]``. Writes tenant_scale.json and .md (SQLite) or tenant_scale_postgres.json
@@ -96,9 +97,12 @@ def _populate(target: str, tenant: str, records: list[dict[str, Any]]) -> None:
     PostgreSQL, where the plans cached while the tables were small would otherwise stay)."""
     add_tenant(target, tenant)
     vectors = fake_vectors([str(r["content"]) for r in records], FakeEmbedder())
+
+    def analysed() -> None:
+        analyze(target)
+
     with _runtime(target, tenant) as rt:
-        populate(rt, records, vectors,
-                 after_batch=(lambda: None if analyze(target) else None) if is_database_url(target) else None)
+        populate(rt, records, vectors, after_batch=analysed if is_database_url(target) else None)
 
 
 def _build(target: str, tenants: int, big: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
