@@ -88,6 +88,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.inspector_bench
 	$(BIN)/python -m benchmarks.scale_bench
 	$(BIN)/python -m benchmarks.tenant_scale_bench
+	$(BIN)/python -m benchmarks.tenant_scale_bench --backend postgres
 	$(BIN)/python -m benchmarks.golden_bench
 	$(BIN)/python -m benchmarks.golden_own
 

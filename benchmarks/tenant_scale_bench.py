@@ -5,10 +5,10 @@ The store grows from 10 tenants (10K records) to 100 (100K) and ``--tenants`` (d
 1,000: 1M records). Each tenant holds the search benchmark's synthetic 1K-record store
 (``benchmarks/search_data.py``; the searching principal reads about 10% of it). Bulk
 loading bypasses the write path: one tenant is written through the store, and the others
-are copies of its file (a SQLite tenant is a file of its own). At each size a fresh agent
-process opens ten tenants spread over the store, with the packaged encoder loaded (its
-memory counts) and the fake embedder answering the searches (so the timings are the
-store's and the index's, not the model's), and reports:
+are copies of its file (a SQLite tenant is a file of its own; PostgreSQL: below). At each
+size a fresh agent process opens ten tenants spread over the store, with the packaged
+encoder loaded (its memory counts) and the fake embedder answering the searches (so the
+timings are the store's and the index's, not the model's), and reports:
 
 - write p50/p95: ``memory_write`` through the tools, its ``total`` minus ``embed``;
 - search p50/p95: ``memory_search`` through the tools, every stage except the encoder's
@@ -25,11 +25,19 @@ it. Targets (issue "a million memories and a thousand tenants"): at 1M, write p5
 its value at 10K, search p50 <= 5 ms in a 1K tenant and <= 15 ms in the 100K scope, a
 cold tenant's first search <= 100 ms, RSS of the process serving ten tenants <= 400 MB.
 
-SQLite only here: PostgreSQL keeps every tenant in one set of tables under row-level
-security, measured by ``scale_bench`` up to 100K.
+``--backend postgres`` measures the same on PostgreSQL (a server at ``--pg``, default the
+machine's at 127.0.0.1:5432, in a database the benchmark creates and drops unless
+``--keep-database`` leaves it for EXPLAIN), where every tenant's rows share one set of
+tables under row-level security keyed by a ``tenant`` column. There one tenant is
+written through the store, and the others are copies of its rows made in SQL
+(``benchmarks/pg_tenant_copies.py``: the tenant column replaced and the ids rewritten per
+copy), added as the store grows; the big tenant is written through the store; the
+database is vacuumed and analysed before each size is measured, as autovacuum would
+have. RSS is the agent process's only, not the server's.
 
-Run: ``.venv/bin/python -m benchmarks.tenant_scale_bench [--tenants 1000] [--big 100000]``.
-Writes tenant_scale.json and tenant_scale.md into ``--results-dir`` (benchmarks/results).
+Run: ``.venv/bin/python -m benchmarks.tenant_scale_bench [--tenants 1000] [--big 100000]
+[--backend postgres]``. Writes tenant_scale.json and .md (SQLite) or tenant_scale_postgres.json
+and .md into ``--results-dir`` (benchmarks/results).
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import shutil
 import statistics
 import tempfile
@@ -49,6 +58,7 @@ from benchmarks.report import RESULTS, machine, pin_threads, summarize, write_re
 pin_threads()
 
 
+from benchmarks.pg_tenant_copies import analyze, copy_tenant  # noqa: E402
 from benchmarks.scale_bench import refresh_ms  # noqa: E402
 from benchmarks.search_data import (  # noqa: E402
     PROJECTS,
@@ -59,6 +69,7 @@ from benchmarks.search_data import (  # noqa: E402
     principal,
 )
 from retold import build_runtime, load_config  # noqa: E402
+from retold.config import is_database_url  # noqa: E402
 from retold.index.embedder import FakeEmbedder  # noqa: E402
 from retold.ingest.equivalence import ExactJudge  # noqa: E402
 from retold.models import Scope  # noqa: E402
@@ -75,36 +86,64 @@ def _tenant(i: int) -> str:
 
 
 def _runtime(target: str, tenant: str) -> Runtime:
-    config = load_config(overrides={"store": {"path": target}, "embedding": {"model": "fake"},
+    key = "url" if is_database_url(target) else "path"
+    config = load_config(overrides={"store": {key: target}, "embedding": {"model": "fake"},
                                     "retrieval": {"search_log": {"writes": "background"}}})
     return build_runtime(config, embedder=FakeEmbedder(), judge=ExactJudge(), tenant=tenant)
 
 
-def _build(folder: Path, tenants: int, big: int) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
-    """The store with ``tenants`` copies of one 1K tenant and the big tenant; the specs of
-    a tenant's records and of the big scope's, for the queries."""
-    target = str(folder / "store.sqlite")
+def _populate(target: str, tenant: str, records: list[dict[str, Any]]) -> None:
+    """``records`` written into ``tenant`` through the store (analysed as it grows on
+    PostgreSQL, where the plans cached while the tables were small would otherwise stay)."""
+    add_tenant(target, tenant)
+    vectors = fake_vectors([str(r["content"]) for r in records], FakeEmbedder())
+
+    def analysed() -> None:
+        analyze(target)
+
+    with _runtime(target, tenant) as rt:
+        populate(rt, records, vectors, after_batch=analysed if is_database_url(target) else None)
+
+
+def _build(target: str, tenants: int, big: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The store with tenant ``t0000`` of 1K records (and on SQLite its ``tenants`` - 1
+    copies) and the big tenant; the specs of a tenant's records and of the big scope's,
+    for the queries."""
     _runtime(target, "default").close()
     records = generate(TENANT_RECORDS)
-    embedder = FakeEmbedder()
-    first = tenant_store_path(target, _tenant(0))
-    add_tenant(target, _tenant(0))
-    with _runtime(target, _tenant(0)) as rt:
-        populate(rt, records, fake_vectors([str(r["content"]) for r in records], embedder))
-    started = time.perf_counter()
-    for i in range(1, tenants):
-        shutil.copyfile(first, tenant_store_path(target, _tenant(i)))
-    print(f"{tenants} tenants of {TENANT_RECORDS} records in {time.perf_counter() - started:.0f} s "
-          "(copies of one)", flush=True)
+    _populate(target, _tenant(0), records)
+    if not is_database_url(target):  # PostgreSQL's copies are made as the store grows
+        first = tenant_store_path(target, _tenant(0))
+        started = time.perf_counter()
+        for i in range(1, tenants):
+            shutil.copyfile(first, tenant_store_path(target, _tenant(i)))
+        print(f"{tenants} tenants of {TENANT_RECORDS} records in {time.perf_counter() - started:.0f} s "
+              "(copies of one)", flush=True)
     # The big tenant: every record in one project scope the principal's user belongs to.
     shared = Scope("project", PROJECTS[0])
     big_records = [{**spec, "scope": shared} for spec in generate(big, seed=23)]
-    add_tenant(target, BIG)
     started = time.perf_counter()
-    with _runtime(target, BIG) as rt:
-        populate(rt, big_records, fake_vectors([str(r["content"]) for r in big_records], embedder))
+    _populate(target, BIG, big_records)
     print(f"tenant {BIG}: {big:,} records in one scope in {time.perf_counter() - started:.0f} s", flush=True)
-    return target, records, big_records
+    return records, big_records
+
+
+def _grow(target: str, present: int, n: int) -> None:
+    """The store at size ``n`` (it holds ``present``): the first ``n`` tenants, and the
+    big one."""
+    if is_database_url(target):
+        if n > present:
+            seconds = copy_tenant(target, _tenant(0), [(_tenant(i), i) for i in range(present, n)])
+            print(f"{n} tenants: {n - present} copies of {TENANT_RECORDS} records in {seconds:.0f} s, "
+                  f"vacuum analyze in {analyze(target, vacuum=True):.0f} s", flush=True)
+        return
+    folder = tenant_store_path(target, _tenant(0)).parent
+    for file in folder.glob("t*.sqlite"):
+        if int(file.stem[1:]) >= n:
+            file.rename(file.with_suffix(".parked"))
+    for file in folder.glob("t*.parked"):
+        if int(file.stem[1:]) < n:
+            file.rename(file.with_suffix(".sqlite"))
 
 
 def _rss_mb() -> float:
@@ -208,33 +247,64 @@ def _measure(target: str, tenants: int, queries: list[list[str]], big_queries: l
     return dict(report)
 
 
+def _run(target: str, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Build the store at ``target``, then grow it size by size, measuring each."""
+    sizes = [n for n in (10, 100, 1000) if n < args.tenants] + [args.tenants]
+    records, big_records = _build(target, args.tenants, args.big)
+    queries = make_queries(records, 100)
+    big_queries = make_queries(big_records, 101, seed=29)
+    results: list[dict[str, Any]] = []
+    present = 1
+    for n in sizes:
+        _grow(target, present, n)
+        present = n
+        results.append(_measure(target, n, queries, big_queries if n == sizes[-1] else None, args.rounds))
+        row = results[-1]
+        print(f"{n} tenants: search p50 {row['search_ms']['p50']} ms, write p50 "
+              f"{row['write_ms']['p50']} ms, RSS {row['rss_mb_serving_ten']} MB", flush=True)
+    return results
+
+
+def _on_postgres(server: str, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The run in a database of its own on ``server``, dropped afterwards."""
+    import psycopg
+
+    name = f"retold_tenant_scale_{os.getpid()}"
+    with psycopg.connect(server, autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {name}")
+        admin.execute(f"CREATE DATABASE {name}")
+        try:
+            return _run(f"{server.rsplit('/', 1)[0]}/{name}", args)
+        finally:
+            if args.keep_database:
+                print(f"database {name} kept: drop it when done", flush=True)
+            else:
+                admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tenants", type=int, default=1000, help="tenants of 1K records at the largest size")
     parser.add_argument("--big", type=int, default=100_000, help="records in the big tenant's one scope")
     parser.add_argument("--rounds", type=int, default=15, help="searches per served tenant per size")
+    parser.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument("--pg", default=os.environ.get("RETOLD_BENCH_PG",
+                                                       "postgresql://postgres@127.0.0.1:5432/postgres"),
+                        help="a PostgreSQL server URL the benchmark may create a database on")
+    parser.add_argument("--keep-database", action="store_true",
+                        help="leave the PostgreSQL database for inspection (EXPLAIN) instead of dropping it")
     parser.add_argument("--results-dir", type=Path, default=RESULTS)
     args = parser.parse_args()
-    sizes = [n for n in (10, 100, 1000) if n < args.tenants] + [args.tenants]
-    with tempfile.TemporaryDirectory() as tmp:
-        target, records, big_records = _build(Path(tmp), args.tenants, args.big)
-        folder = tenant_store_path(target, _tenant(0)).parent
-        queries = make_queries(records, 100)
-        big_queries = make_queries(big_records, 101, seed=29)
-        results = []
-        for n in sizes:
-            # The store at this size: the first n tenants (and the big one).
-            for file in folder.glob("t*.sqlite"):
-                if int(file.stem[1:]) >= n:
-                    file.rename(file.with_suffix(".parked"))
-            for file in folder.glob("t*.parked"):
-                if int(file.stem[1:]) < n:
-                    file.rename(file.with_suffix(".sqlite"))
-            results.append(_measure(target, n, queries, big_queries if n == sizes[-1] else None, args.rounds))
-            row = results[-1]
-            print(f"{n} tenants: search p50 {row['search_ms']['p50']} ms, write p50 "
-                  f"{row['write_ms']['p50']} ms, RSS {row['rss_mb_serving_ten']} MB", flush=True)
+    if args.backend == "postgres":
+        results = _on_postgres(args.pg, args)
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            results = _run(str(Path(tmp) / "store.sqlite"), args)
+    _report(results, args)
+
+
+def _report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
     first, last = results[0], results[-1]
     big = last.get("big", {})
     targets = [
@@ -265,15 +335,20 @@ def main() -> None:
         f"- {name} <= {limit:g}: " + ("n/a" if value is None else
                                       f"{value:.3f} -> **{'met' if value <= limit else 'NOT met'}**")
         for name, value, limit in targets]
-    write_report("tenant_scale", {"machine": machine(), "sizes": results,
-                                  "targets": [[name, value, limit] for name, value, limit in targets]}, table,
-                 notes="\n".join(met) + "\n\nSQLite; one agent process per size serving ten "
-                       "tenants spread over the store, the packaged encoder loaded (its memory "
-                       "counts in RSS) and the fake embedder answering (timings exclude the "
-                       "encoder). Tenants are copies of one "
-                       "1K-record tenant's file; the big tenant was written through the store.",
-                 directory=args.results_dir)
-
+    postgres = args.backend == "postgres"
+    common = ("one agent process per size serving ten tenants spread over the store, the packaged "
+              "encoder loaded (its memory counts in RSS) and the fake embedder answering (timings "
+              "exclude the encoder). ")
+    how = ("PostgreSQL, all tenants in one set of tables under row-level security; " + common
+           + "Tenants are copies of one 1K-record tenant's rows made in SQL (ids rewritten per "
+           "copy), added as the store grew, then VACUUM ANALYZE; the big tenant was written "
+           "through the store. RSS is the agent process's, not the server's."
+           if postgres else "SQLite; " + common + "Tenants are copies of one 1K-record tenant's "
+           "file; the big tenant was written through the store.")
+    write_report("tenant_scale_postgres" if postgres else "tenant_scale",
+                 {"machine": machine(), "backend": args.backend, "sizes": results,
+                  "targets": [[name, value, limit] for name, value, limit in targets]}, table,
+                 notes="\n".join(met) + "\n\n" + how, directory=args.results_dir)
 
 if __name__ == "__main__":
     main()
