@@ -5,7 +5,9 @@ models load once per process, not per task; the solo and threads pools never sen
 signal, so :func:`current_runtime` also builds it on first use. A task of another tenant
 builds that tenant's runtime on first use, sharing the first runtime's embedder, so the
 process holds each tenant's store and vectors only once it serves that tenant
-(docs/decisions.md, "A tenant is a namespace"). Every runtime is closed on
+(docs/decisions.md, "A tenant is a namespace"), and closes the least recently served ones
+once their vectors pass ``index.max_ram_mb`` (:mod:`retold.tenant_runtimes`). A task holds
+its tenant's runtime through :func:`tenant_runtime` while it runs. Every runtime is closed on
 ``worker_process_shutdown`` (prefork children) and ``worker_shutdown`` (the main process of
 the solo and threads pools).
 
@@ -23,7 +25,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from celery.signals import worker_process_init, worker_process_shutdown, worker_shutdown
@@ -36,14 +39,15 @@ from retold.ingest.reviewer import TableReviewer
 from retold.quiet import silence_progress_output
 from retold.runtime import Runtime, build_runtime
 from retold.store.location import list_tenants, tenant_exists
+from retold.tenant_runtimes import TenantRuntimes
 from workers.app import app, config_from_environment
 
-__all__ = ["close_runtime", "current_runtime", "open_runtime", "served_tenants"]
+__all__ = ["close_runtime", "current_runtime", "open_runtime", "served_tenants", "tenant_runtime"]
 
 log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
-_runtimes: dict[str | None, Runtime] = {}  # None: the configured tenant's
+_pool: TenantRuntimes | None = None  # built with the first runtime, from its config
 
 
 def open_runtime(tenant: str | None = None, *, embedder: Embedder | None = None) -> Runtime:
@@ -65,29 +69,48 @@ def open_runtime(tenant: str | None = None, *, embedder: Embedder | None = None)
     return build_runtime(config, scheduler=scheduler, embedder=embedder)
 
 
+def _open_tenant(tenant: str | None, home: Runtime | None) -> Runtime:
+    """The runtime of ``tenant`` (None: the configured one); another tenant's keeps its own
+    query cache over the home runtime's model."""
+    if home is None:
+        return open_runtime()
+    shared = home.embedder.shared if isinstance(home.embedder, TenantQueries) else home.embedder
+    return open_runtime(tenant, embedder=TenantQueries(shared, home.config.embedding.query_cache_entries))
+
+
+def _runtimes(tenant: str | None) -> TenantRuntimes:
+    """This process's runtimes, built with the home runtime on first use. A tenant dropped
+    since its runtime was built is closed here, so the caller's open refuses it rather than
+    writing into a file that no longer belongs to the store."""
+    global _pool
+    with _lock:
+        if _pool is None:
+            home = open_runtime()
+            _pool = TenantRuntimes(lambda name, ref: home if name is None else _open_tenant(name, ref),
+                                   home.config.index.max_ram_mb)
+        pool = _pool
+    home = pool.home()
+    # On SQLite a dropped tenant's file may still be open here, and writes into it would
+    # land in a deleted file; PostgreSQL refuses them itself (the tenant is unregistered).
+    if (tenant is not None and tenant != home.tenant and home.store.backend == "sqlite"
+            and tenant in pool.held() and not tenant_exists(home.config.store.target, tenant)):
+        pool.forget(tenant)
+    return pool
+
+
 def current_runtime(tenant: str | None = None) -> Runtime:
     """This process's runtime for ``tenant`` (default: the configured tenant), built on
-    first use. A tenant dropped since its runtime was built is refused, and its runtime
-    closed, rather than written into a file that no longer belongs to the store."""
-    with _lock:
-        home = _runtimes.get(None)
-        if home is None:
-            home = _runtimes[None] = open_runtime()
-        if tenant is None or tenant == home.tenant:
-            return home
-        runtime = _runtimes.get(tenant)
-        # On SQLite a dropped tenant's file may still be open here, and writes into it would
-        # land in a deleted file; PostgreSQL refuses them itself (the tenant is unregistered).
-        if (runtime is not None and runtime.store.backend == "sqlite"
-                and not tenant_exists(home.config.store.target, tenant)):
-            del _runtimes[tenant]
-            runtime.close()
-            runtime = None
-        if runtime is None:
-            shared = home.embedder.shared if isinstance(home.embedder, TenantQueries) else home.embedder
-            queries = TenantQueries(shared, home.config.embedding.query_cache_entries)
-            runtime = _runtimes[tenant] = open_runtime(tenant, embedder=queries)
-        return runtime
+    first use, for a caller that runs one task at a time; threads use
+    :func:`tenant_runtime`."""
+    return _runtimes(tenant).get(tenant)
+
+
+@contextmanager
+def tenant_runtime(tenant: str | None = None) -> Iterator[Runtime]:
+    """This process's runtime for ``tenant``, held while the block runs: the memory
+    budget never closes a runtime a task is using."""
+    with _runtimes(tenant).lease(tenant) as runtime:
+        yield runtime
 
 
 def served_tenants() -> list[str]:
@@ -97,16 +120,17 @@ def served_tenants() -> list[str]:
 
 def close_runtime() -> None:
     """Close every runtime this process built; safe to call twice."""
+    global _pool
     with _lock:
-        runtimes = list(_runtimes.values())
-        _runtimes.clear()
-    for runtime in runtimes:
-        runtime.close()
+        pool, _pool = _pool, None
+    if pool is not None:
+        pool.close()
 
 
 def _on_process_init(**_: Any) -> None:
+    global _pool
     with _lock:
-        _runtimes.clear()  # never share a runtime (an open SQLite file) across a fork
+        _pool = None  # never share a runtime (an open SQLite file) across a fork
     current_runtime()
 
 

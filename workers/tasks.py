@@ -39,7 +39,7 @@ from retold.runtime import Runtime
 from retold.store.integrity import IntegrityReport
 from retold.tenant import DEFAULT_TENANT
 from workers.app import app, purge_consumed_messages
-from workers.process_runtime import current_runtime, served_tenants
+from workers.process_runtime import served_tenants, tenant_runtime
 from workers.progress import task_progress
 
 __all__ = [
@@ -67,7 +67,8 @@ MAINTENANCE_ACTOR = "admin"
 def _extract(session_id: str, tenant: str) -> dict[str, Any]:
     # The session end resumes at the stage the session has persisted, so both extraction
     # tasks run the same body; their names keep the queue's view of the work honest.
-    result = current_runtime(tenant).session_end.run(session_id)
+    with tenant_runtime(tenant) as rt:
+        result = rt.session_end.run(session_id)
     if result.failed:
         raise ExtractionError(f"session {session_id} {result.outcome}: {result.reason}")
     return {"session_id": session_id, "outcome": result.outcome, "counts": result.counts}
@@ -96,7 +97,11 @@ def _sender(tenant: str) -> Callable[[str, str], None]:
 def _each_tenant(sweep: Callable[[Runtime], T]) -> list[tuple[str, T]]:
     """Run ``sweep`` in every tenant of the store, each through its own runtime, so a
     sweep never reads two tenants through one connection; each tenant's result."""
-    return [(tenant, sweep(current_runtime(tenant))) for tenant in served_tenants()]
+    results = []
+    for tenant in served_tenants():
+        with tenant_runtime(tenant) as rt:
+            results.append((tenant, sweep(rt)))
+    return results
 
 
 def _totals(results: list[tuple[str, Any]], **fields: str) -> dict[str, int]:
@@ -186,8 +191,9 @@ def audit_sample() -> dict[str, Any]:
 @_task("retold.reembed", bind=True)
 def reembed(self: Any, model: str, version: str, dims: int | None = None,
             tenant: str = DEFAULT_TENANT) -> dict[str, Any]:
-    result = current_runtime(tenant).operations.reembed(model, version, dims=dims, actor=MAINTENANCE_ACTOR,
-                                                        progress=task_progress(self))
+    with tenant_runtime(tenant) as rt:
+        result = rt.operations.reembed(model, version, dims=dims, actor=MAINTENANCE_ACTOR,
+                                       progress=task_progress(self))
     return {"model": result.model, "version": result.version, "embedded": result.embedded,
             "resumed": result.resumed, "dropped": result.dropped}
 

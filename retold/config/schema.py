@@ -186,6 +186,10 @@ class IndexConfig:
     """``index:`` - the in-memory dense index."""
 
     approximate: ApproximateConfig = field(default_factory=ApproximateConfig)
+    # What the indexes of the tenants one process serves may hold together; past it the
+    # least recently served idle tenants' runtimes are closed (docs/decisions.md "A process
+    # keeps its served tenants within a memory budget"). None = no limit.
+    max_ram_mb: float | None = 1024.0
 
 
 @dataclass(frozen=True, slots=True)

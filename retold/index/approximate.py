@@ -42,6 +42,11 @@ class ApproximateGraph:
     rows: int
     epoch: int
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes the graph keeps: its own copy of the rows and its neighbour lists."""
+        return int(self.rows * self.index.d * 4 + self.index.hnsw.neighbors.size() * 4)
+
     def candidates(self, queries: np.ndarray, allowed: np.ndarray, per_query: int,
                    ef_search: int) -> np.ndarray:
         """Sorted unique row positions the graph proposes for any of ``queries`` (float32,

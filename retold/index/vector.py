@@ -107,6 +107,17 @@ class VectorIndex:
         with self._lock:
             return int(self._live[: len(self._ids)].sum())
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes this index keeps for its vectors (the matrix with its spare capacity, the
+        rows kept for a repeated eligible set, and the approximate graph when there is
+        one): what a process budget counts."""
+        with self._lock:
+            kept = self._gathered[3] if self._gathered is not None else None
+            graph = self._graph
+            return int(self._matrix.nbytes + self._seq_pos.nbytes
+                       + (0 if kept is None else kept.nbytes) + (0 if graph is None else graph.nbytes))
+
     # -- loading and refresh --------------------------------------------------------------
 
     def load(self, store: Store) -> None:

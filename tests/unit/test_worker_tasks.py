@@ -3,10 +3,12 @@ per-process runtime and the embedded broker's sweep."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import sqlite3
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -81,7 +83,11 @@ def test_sessions_ended_while_the_broker_is_unreachable_log_one_warning_and_stay
 
 def serve_only(monkeypatch: pytest.MonkeyPatch, rt: Any) -> None:
     """Make the tasks see one tenant, served by ``rt``."""
-    monkeypatch.setattr(workers.tasks, "current_runtime", lambda tenant=None: rt)
+    @contextlib.contextmanager
+    def lease(tenant: str | None = None) -> Iterator[Any]:
+        yield rt
+
+    monkeypatch.setattr(workers.tasks, "tenant_runtime", lease)
     monkeypatch.setattr(workers.tasks, "served_tenants", lambda: [rt.tenant])
 
 
@@ -172,7 +178,7 @@ def worker_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store: Path) 
     monkeypatch.setenv("RETOLD_CONFIG", str(config))
     for variable in ("RETOLD_STORE", "RETOLD_TENANT", "RETOLD_REPLAY_EXTRACTION"):
         monkeypatch.delenv(variable, raising=False)
-    monkeypatch.setattr(workers.process_runtime, "_runtimes", {})
+    monkeypatch.setattr(workers.process_runtime, "_pool", None)
 
 
 def test_the_worker_runtime_is_built_once_and_closed(
@@ -188,7 +194,7 @@ def test_the_worker_runtime_is_built_once_and_closed(
         assert isinstance(first.scheduler, CeleryScheduler) and first.scheduler.app is worker_app
     finally:
         workers.process_runtime.close_runtime()
-    assert workers.process_runtime._runtimes == {}
+    assert workers.process_runtime._pool is None
     workers.process_runtime.close_runtime()  # safe twice
 
 

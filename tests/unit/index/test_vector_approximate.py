@@ -165,3 +165,13 @@ def test_load_builds_the_graph_in_the_background(store: Store) -> None:
     assert index.approximate_ready
     assert index.search(near(vecs[9], 9), set(ids), 1)[0][0] == ids[9]
     assert index.approximate_searches == 1
+
+
+@needs_faiss
+def test_the_graph_counts_in_the_bytes_a_process_budget_sees() -> None:
+    # A tenant's index with a graph holds the rows twice (the matrix and the graph's copy)
+    # plus the neighbour lists; a budget that counted the matrix alone would keep too many.
+    index, _ids, _vecs = filled()
+    without = filled(ApproximateConfig(enabled=False))[0].nbytes
+    assert index.wait_for_graph(timeout=60)
+    assert index.nbytes >= without + ROWS * DIMS * 4
