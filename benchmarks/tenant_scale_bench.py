@@ -17,7 +17,10 @@ timings are the store's and the index's, not the model's), and reports:
   search, minus the encoder;
 - refresh: another process writes one record into a served tenant; the time this process's
   index takes to catch up by delta;
-- RSS of the process after all of it, and the vectors its indexes hold.
+- RSS of the process after all of it, and the vectors its indexes hold;
+- a memory budget: the same process then serves ``POOL_TENANTS`` more tenants, one search
+  each, through :class:`~retold.tenant_runtimes.TenantRuntimes` under a ``POOL_MB`` budget,
+  and reports how many runtimes it still holds and the bytes of their vectors.
 
 At the largest size the same process also opens the tenant ``big``, whose one project
 scope holds ``--big`` records (default 100K), all readable by the principal, and searches
@@ -75,9 +78,12 @@ from retold.ingest.equivalence import ExactJudge  # noqa: E402
 from retold.models import Scope  # noqa: E402
 from retold.runtime import Runtime  # noqa: E402
 from retold.store.location import add_tenant, tenant_store_path  # noqa: E402
+from retold.tenant_runtimes import TenantRuntimes  # noqa: E402
 
 TENANT_RECORDS = 1000
 SERVED = 10  # tenants one agent process serves
+POOL_TENANTS = 100  # tenants served one after another under a memory budget
+POOL_MB = 16.0  # the budget: room for about ten 1K-record tenants' vectors
 BIG = "big"
 
 
@@ -221,6 +227,7 @@ def _agent(target: str, tenants: int, queries: list[list[str]], big_queries: lis
     }
     for rt in runtimes.values():
         rt.close()
+    report["budget"] = _budget(target, tenants, queries)
     if big_queries is not None:
         with _runtime(target, BIG) as rt:
             rt.hooks.on_session_start(principal())
@@ -234,6 +241,22 @@ def _agent(target: str, tenants: int, queries: list[list[str]], big_queries: lis
             rt.flush_search_log()
         report["rss_mb_with_big"] = round(_rss_mb(), 1)
     out.put(json.dumps(report))
+
+
+def _budget(target: str, tenants: int, queries: list[list[str]]) -> dict[str, Any]:
+    """Serve ``POOL_TENANTS`` tenants in turn, one search each, under ``POOL_MB``: what the
+    process still holds afterwards."""
+    pool = TenantRuntimes(lambda name, _home: _runtime(target, name or _tenant(0)), POOL_MB)
+    step = max(1, tenants // POOL_TENANTS)
+    served = [_tenant(i * step) for i in range(min(POOL_TENANTS, tenants))]
+    for i, tenant in enumerate(served):
+        with pool.lease(tenant) as rt:
+            rt.hooks.on_session_start(principal())
+            _search_ms(rt, queries[i % len(queries)])
+    held = {"served": len(served), "held": len(pool.held()), "held_mb": round(pool.held_bytes() / 2**20, 1),
+            "closed": pool.evicted, "budget_mb": POOL_MB, "rss_mb": round(_rss_mb(), 1)}
+    pool.close()
+    return held
 
 
 def _measure(target: str, tenants: int, queries: list[list[str]], big_queries: list[list[str]] | None,
@@ -326,6 +349,11 @@ def _report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
                       f"{row['refresh_ms']['p50']:.2f} / {row['refresh_ms']['p95']:.2f}",
                       f"{row['cold_first_search_ms']:.1f}", f"{row['rss_mb_serving_ten']:.0f}",
                       f"{row['vectors_held']:,}"])
+    budget = last["budget"]
+    notes_budget = (f"Memory budget: after serving {budget['served']} tenants one search each under "
+                    f"`index.max_ram_mb` = {budget['budget_mb']:g}, the process held {budget['held']} "
+                    f"runtimes ({budget['held_mb']} MB of vectors; {budget['closed']} closed), RSS "
+                    f"{budget['rss_mb']:.0f} MB.")
     if big:
         table.append([f"{BIG}: one scope of {big['records']:,}",
                       f"{big['write_ms']['p50']:.2f} / {big['write_ms']['p95']:.2f}",
@@ -348,7 +376,7 @@ def _report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
     write_report("tenant_scale_postgres" if postgres else "tenant_scale",
                  {"machine": machine(), "backend": args.backend, "sizes": results,
                   "targets": [[name, value, limit] for name, value, limit in targets]}, table,
-                 notes="\n".join(met) + "\n\n" + how, directory=args.results_dir)
+                 notes="\n".join(met) + "\n\n" + notes_budget + "\n\n" + how, directory=args.results_dir)
 
 if __name__ == "__main__":
     main()
