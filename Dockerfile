@@ -1,7 +1,9 @@
 # Retold worker image: the library, the Celery workers and beat, Flower; psycopg (the
-# postgres extra) so the same image serves a SQLite or a PostgreSQL store. It runs as an
-# unprivileged user (uid/gid 1000 unless built otherwise; compose also sets the user at run
-# time) and carries no config: compose mounts the operator's config.yaml.
+# postgres extra) so the same image serves a SQLite or a PostgreSQL store, and faiss (the
+# scale extra) so a worker writing into a very large scope finds duplicates through the
+# approximate graph. It runs as an unprivileged user (uid/gid 1000 unless built otherwise;
+# compose also sets the user at run time) and carries no config: compose mounts the
+# operator's config.yaml.
 FROM python:3.11-slim
 # The ONNX file made below lives outside any home folder, so whichever uid runs the
 # container reads it.
@@ -20,7 +22,7 @@ RUN pip install --no-cache-dir $TORCH_PIP_ARGS torch==2.13.0
 COPY pyproject.toml README.md beat_schedule.py ./
 COPY retold ./retold
 COPY workers ./workers
-RUN pip install --no-cache-dir '.[models,hosted,monitor,postgres]'
+RUN pip install --no-cache-dir '.[models,hosted,monitor,postgres,scale]'
 # Build the default model's ONNX file at build time, so no worker waits for it.
 # Every mount point the services write is made here and given to the user they run as: a
 # named volume starts as a copy of the image's folder, owner included (/beat holds the

@@ -114,9 +114,10 @@ def test_the_image_installs_the_postgres_extra() -> None:
                 if line.startswith("RUN pip install") and "'.[" in line]
     assert len(installs) == 1
     extras = installs[0].split("'.[", 1)[1].split("]", 1)[0].split(",")
-    assert "postgres" in extras
+    assert "postgres" in extras and "scale" in extras
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert any(dep.startswith("psycopg") for dep in declared["postgres"])
+    assert any(dep.startswith("faiss-cpu") for dep in declared["scale"])
 
 
 def test_the_readme_starts_the_postgres_stack_compose_defines() -> None:
