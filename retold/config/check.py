@@ -27,6 +27,7 @@ _RANGES: tuple[tuple[str, tuple[float, float, bool]], ...] = (
     ("*cosine", _UNIT),
     ("*floor", _UNIT),  # entail/contradict floors, freshness, reranker
     ("*fraction*", _UNIT),  # 0 = no tail cut
+    ("*share", _UNIT),  # a share of rows: 0 = any
     ("retrieval.gate.answer_at.*", _UNIT),  # 0 = always answer
     ("retrieval.gate.weights.*", _ANY),  # fitted: a signal may count against answering
     ("retrieval.gate.bias", _ANY),

@@ -173,6 +173,9 @@ class ApproximateConfig:
     enabled: bool = True
     # Eligible sets smaller than this are scored exactly; so is an index of fewer rows
     min_rows: int = 20000
+    # ...and so is a set that admits less than this share of the graph's rows: a walk
+    # through a graph that filters out most of its nodes misses good neighbours
+    min_share: float = 0.1
     m: int = 32  # graph neighbours per node: more = better recall, more memory and build time
     ef_construction: int = 64  # candidate list while building the graph
     ef_search: int = 256  # candidate list while searching (at least the candidates asked for)

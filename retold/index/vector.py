@@ -377,8 +377,9 @@ class VectorIndex:
         positions are built from ``eligible_ids`` (cost grows with that set, not the index)
         and the product runs under the same lock hold.
 
-        An eligible set of ``index.approximate.min_rows`` live rows or more, once the graph
-        is built, is searched approximately: the graph proposes candidates per query among
+        An eligible set of ``index.approximate.min_rows`` live rows or more, and at least
+        ``index.approximate.min_share`` of the graph's rows, is searched approximately once
+        the graph is built: the graph proposes candidates per query among
         the eligible rows it holds, the rows written since it was built join them, and
         every candidate is scored exactly as above. The scores are exact cosines; only a
         record the graph failed to propose can be missed.
@@ -393,12 +394,16 @@ class VectorIndex:
             self._maybe_build()
             graph = self._graph if self._approx.enabled else None
             gather_below = n * _GATHER_FRACTION
+            graph_from = np.inf
             if graph is not None:  # a set the graph serves is never copied out
-                gather_below = min(gather_below, self._approx.min_rows)
+                # A filter that admits few of the graph's rows leaves a walk through it too
+                # few admitted neighbours to find the best ones: such a set is scored exactly.
+                graph_from = max(self._approx.min_rows, self._approx.min_share * graph.rows)
+                gather_below = min(gather_below, graph_from)
             positions, rows = self._eligible_rows(eligible_ids, n, gather_below)
             if positions.size == 0:
                 return []
-            if graph is not None and positions.size >= self._approx.min_rows:
+            if graph is not None and positions.size >= graph_from:
                 self.approximate_searches += 1
                 positions = self._graph_candidates(graph, positions, queries, k)
                 scores = self._chunked_products(positions, queries)

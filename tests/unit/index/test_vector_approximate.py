@@ -175,3 +175,19 @@ def test_the_graph_counts_in_the_bytes_a_process_budget_sees() -> None:
     without = filled(ApproximateConfig(enabled=False))[0].nbytes
     assert index.wait_for_graph(timeout=60)
     assert index.nbytes >= without + ROWS * DIMS * 4
+
+
+@needs_faiss
+def test_a_set_admitting_few_of_the_graphs_rows_is_scored_exactly() -> None:
+    # Over min_rows, but a narrow slice of the graph: a filtered walk through the graph
+    # would pass mostly refused nodes and miss neighbours, so the exact path answers.
+    index, ids, vecs = filled(ApproximateConfig(min_rows=MIN_ROWS, min_share=0.9, m=16,
+                                                ef_construction=40, ef_search=64))
+    assert index.wait_for_graph(timeout=60)
+    exact, _, _ = filled(ApproximateConfig(enabled=False))
+    narrow = set(ids[:2500])  # 2,500 of 3,000 rows: 83% < 90%
+    for i in range(0, 2500, 250):
+        assert index.search(vecs[i], narrow, 5) == exact.search(vecs[i], narrow, 5)
+    assert index.approximate_searches == 0
+    index.search(vecs[0], set(ids), 5)  # every row: 100% >= 90%
+    assert index.approximate_searches == 1
