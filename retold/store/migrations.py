@@ -454,6 +454,11 @@ def _audit_items(conn: sqlite3.Connection) -> None:
     conn.execute(AUDIT_INDEX)
 
 
+def _tenant_indexes(conn: sqlite3.Connection) -> None:
+    """Nothing on SQLite, where a tenant is a file of its own; PostgreSQL puts the tenant
+    key first in every index at this version, and both backends keep one version sequence."""
+
+
 _RETURNED_ROWS = ("INSERT OR IGNORE INTO search_returned(record_id, search_id, rank)"
                   " SELECT j.value, NEW.id, j.key + 1")
 
@@ -481,6 +486,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(20, "subject recency index", _subject_recent_index),
     Migration(21, "validity windows", _validity_windows),
     Migration(22, "extraction audit", _audit_items),
+    Migration(23, "tenant-leading indexes", _tenant_indexes),
 )
 LATEST = MIGRATIONS[-1].version
 

@@ -149,6 +149,14 @@ BEGIN
 END
 $role$"""
 
+_INDEX_KEYS = re.compile(r" USING (\w+) \(")
+
+
+def _tenant_first(definition: str) -> str:
+    """An index definition (as ``pg_get_indexdef`` gives it) with ``tenant`` put first."""
+    return _INDEX_KEYS.sub(r" USING \1 (tenant, ", definition, count=1)
+
+
 _FOREIGN_KEY = re.compile(r"FOREIGN KEY \((?P<cols>[^)]*)\) REFERENCES (?P<parent>[^(]+)\((?P<keys>[^)]*)\)")
 
 
@@ -203,7 +211,7 @@ def _tenant_key(conn: Any) -> None:
                 " AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = i.indexrelid)",
                 (table,)).fetchall():
             conn.execute(f"DROP INDEX {name}")
-            conn.execute(re.sub(r" USING (\w+) \(", r" USING \1 (tenant, ", str(definition), count=1))
+            conn.execute(_tenant_first(str(definition)))
         conn.execute(f"ALTER TABLE {table} ADD CONSTRAINT {table}_tenant_fkey FOREIGN KEY (tenant)"
                      f" REFERENCES {TENANT_REGISTRY}(name)")
     for table, keys in foreign.items():
@@ -324,6 +332,52 @@ def _audit_items(conn: Any) -> None:
     conn.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON audit_items TO {AGENT_ROLE}")
 
 
+# The lexical index's operator classes for a plain column beside the tsvector ship with
+# PostgreSQL's contrib as btree_gin, a trusted extension: any role that may create objects
+# in the database may add it.
+_BTREE_GIN = "CREATE EXTENSION IF NOT EXISTS btree_gin"
+
+
+def _btree_gin(conn: Any) -> bool:
+    """Whether ``btree_gin`` is there once this returns (created here where this role may)."""
+    conn.execute("SAVEPOINT retold_btree_gin")
+    try:
+        conn.execute(_BTREE_GIN)
+    except Exception as exc:  # not allowed for this role, or not installed on the server
+        conn.execute("ROLLBACK TO SAVEPOINT retold_btree_gin")
+        log.warning("lexical search reads every tenant's matching rows (%s) until an administrator"
+                    " runs, once in this database: %s; DROP INDEX records_fts_document;"
+                    " CREATE INDEX records_fts_document ON records_fts USING gin (tenant, document)",
+                    " ".join(str(exc).split()), _BTREE_GIN)
+        return False
+    conn.execute("RELEASE SAVEPOINT retold_btree_gin")
+    return True
+
+
+def _tenant_indexes(conn: Any) -> None:
+    """Every other index of a tenant's table leads with ``tenant`` too, as its keys do.
+
+    Row-level security adds ``tenant = <the connection's tenant>`` to every statement, and
+    an index that starts with the tenant turns that into a range of the index; one that
+    does not reads every tenant's entries for a scope, a version or a term and leaves the
+    policy to throw away the others', so a small tenant's reads grow with the whole
+    database. The full-text index needs ``btree_gin`` to hold a text column beside the
+    document; without it that index stays as it was and the store says what to run."""
+    gin = _btree_gin(conn)
+    for table in tenant_tables(conn):
+        for name, definition, method in conn.execute(
+                "SELECT c.relname, pg_get_indexdef(i.indexrelid), m.amname FROM pg_index i"
+                " JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am m ON m.oid = c.relam"
+                " WHERE i.indrelid = ?::regclass AND NOT i.indisunique"
+                " AND i.indkey[0] IS DISTINCT FROM (SELECT a.attnum FROM pg_attribute a"
+                " WHERE a.attrelid = i.indrelid AND a.attname = 'tenant')"
+                " ORDER BY c.relname", (table,)).fetchall():
+            if method == "gin" and not gin:
+                continue
+            conn.execute(f"DROP INDEX {name}")
+            conn.execute(_tenant_first(str(definition)))
+
+
 # Migrations after the initial PostgreSQL schema: (version, name, apply); apply may return
 # a note for the operator.
 PG_MIGRATIONS: tuple[tuple[int, str, Callable[[Any], str | None]], ...] = (
@@ -340,6 +394,7 @@ PG_MIGRATIONS: tuple[tuple[int, str, Callable[[Any], str | None]], ...] = (
     (20, "subject recency index", _subject_recent_index),
     (21, "validity windows", _validity_windows),
     (22, "extraction audit", _audit_items),
+    (23, "tenant-leading indexes", _tenant_indexes),
 )
 # The version from which every table has a tenant key under row-level security.
 TENANT_VERSION = 17

@@ -2,6 +2,8 @@
 -- The tables, columns and indexes are those of the SQLite store, so the store's shared SQL
 -- runs on both. Text compares byte by byte (COLLATE "C"), as in SQLite, so timestamps,
 -- UUIDv7 ids and names order the same way on both backends.
+-- Nothing here has a tenant key: migration 17 adds it to every table and key, and
+-- migration 23 puts it first in every other index, for a new store as for an old one.
 
 -- SQLite functions the shared statements call, with SQLite's meaning for the uses the store
 -- makes of them: a JSON value as text, a 1-based position, a JSON array's elements.
