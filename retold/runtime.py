@@ -343,7 +343,8 @@ class Runtime:
 
     def close(self) -> None:
         """Write the queued search-log rows (a bounded wait), release the broker
-        connections of the scheduler it built, then close the store; safe to call twice."""
+        connections of the scheduler it built, stop the index's graph build, then close the
+        store; safe to call twice."""
         if not self._closed:
             self._closed = True
             try:
@@ -353,6 +354,7 @@ class Runtime:
                 if isinstance(self._built_scheduler, CeleryScheduler):
                     self._built_scheduler.close()
             finally:
+                self.index.close()  # a graph build stops, rather than outlive the runtime
                 self.store.close()
 
     def __enter__(self) -> Runtime:

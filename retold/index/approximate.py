@@ -15,12 +15,17 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import threading
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 __all__ = ["ApproximateGraph", "build_graph", "graph_available"]
+
+# Rows added to the graph between two looks at the stop flag: a fraction of a second of
+# building, so closing an index mid-build waits no longer than that.
+_ADD_BATCH = 2048
 
 
 def graph_available() -> bool:
@@ -63,11 +68,20 @@ class ApproximateGraph:
         return np.unique(found[found >= 0]).astype(np.int64)
 
 
-def build_graph(rows: np.ndarray, m: int, ef_construction: int, epoch: int) -> ApproximateGraph:
+def build_graph(rows: np.ndarray, m: int, ef_construction: int, epoch: int,
+                stop: threading.Event | None = None) -> ApproximateGraph | None:
     """An inner-product HNSW graph over ``rows`` (float32, L2-normalised, so inner product is
-    cosine). Slow (seconds per hundred thousand rows): run it off the search thread."""
+    cosine), or None when ``stop`` was set before it was done. Slow (seconds per hundred
+    thousand rows): run it off the search thread.
+
+    The rows go in a batch at a time, and ``stop`` is looked at between batches: a process
+    that closes its index, or exits, while a graph is being built must not leave a thread
+    inside the library's native code, which aborted the whole process at exit."""
     faiss = importlib.import_module("faiss")
     index = faiss.IndexHNSWFlat(rows.shape[1], m, faiss.METRIC_INNER_PRODUCT)
     index.hnsw.efConstruction = ef_construction
-    index.add(np.ascontiguousarray(rows, dtype=np.float32))
+    for start in range(0, rows.shape[0], _ADD_BATCH):
+        if stop is not None and stop.is_set():
+            return None
+        index.add(np.ascontiguousarray(rows[start:start + _ADD_BATCH], dtype=np.float32))
     return ApproximateGraph(index=index, rows=int(rows.shape[0]), epoch=epoch)

@@ -13,8 +13,10 @@ the background, then scores them exactly: see ``search``.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
+import weakref
 from collections.abc import Callable, Collection, Sequence
 from itertools import repeat
 from typing import TYPE_CHECKING, Literal
@@ -41,6 +43,32 @@ _GATHER_FRACTION = 0.25
 _CHUNK = 2048
 # Candidates asked of the graph per query: a wide net, since every one is rescored exactly.
 _MIN_CANDIDATES = 200
+
+
+# Indexes whose graph may be building, stopped when the interpreter exits: a thread left
+# inside the graph library's native code at exit aborted the process (exit status 134)
+# instead of letting it end. Registered the first time a build starts, not on import.
+_building: weakref.WeakSet[VectorIndex] = weakref.WeakSet()
+_exit_hook = False
+
+
+def _stop_at_exit(index: VectorIndex) -> None:
+    global _exit_hook
+    _building.add(index)
+    if not _exit_hook:
+        _exit_hook = True
+        atexit.register(_stop_builds)
+
+
+def _stop_builds() -> None:
+    for index in list(_building):
+        index.close()
+
+
+def _capacity(rows: int) -> int:
+    """The matrix rows an index keeps for ``rows`` vectors: the next power of two, so
+    growth by writes copies the matrix rarely."""
+    return max(_MIN_CAPACITY, 1 << max(rows - 1, 0).bit_length())
 
 
 class VectorIndex:
@@ -79,6 +107,7 @@ class VectorIndex:
         self._pending: set[int] | None = None
         self._builder: threading.Thread | None = None
         self._no_graph = False  # faiss is missing, or a build failed: stay exact
+        self._closed = threading.Event()  # close() was called: stop building graphs
         self.approximate_searches = 0  # searches answered through the graph (diagnostics)
 
     # -- diagnostics (snapshots, never the live structures) ------------------------------
@@ -122,11 +151,17 @@ class VectorIndex:
 
     def load(self, store: Store) -> None:
         """Rebuild the projection from every compatible row in the store."""
-        snap = store.load_vectors(self.model, self.version, self.dims)
+        snap = store.load_vectors(self.model, self.version, self.dims, room=_capacity)
         n = len(snap.ids)
-        capacity = max(_MIN_CAPACITY, 1 << max(n - 1, 0).bit_length())
-        matrix = np.zeros((capacity, self.dims), dtype=np.float32)
-        matrix[:n] = snap.matrix
+        capacity = _capacity(n)
+        base = snap.matrix.base
+        if (isinstance(base, np.ndarray) and base.shape == (capacity, self.dims)
+                and base.dtype == np.float32 and base.flags.c_contiguous
+                and base.ctypes.data == snap.matrix.ctypes.data):
+            matrix = base  # the store filled our capacity already: no second copy
+        else:
+            matrix = np.zeros((capacity, self.dims), dtype=np.float32)
+            matrix[:n] = snap.matrix
         live = np.zeros(capacity, dtype=bool)
         live[:n] = True
         seq_pos = np.full(max(_MIN_CAPACITY, int(snap.seqs.max(initial=0)) * 2 + 1), -1, np.int64)
@@ -323,7 +358,7 @@ class VectorIndex:
         ``rebuild_fraction``. Searches keep their current path until the build lands.
         Called with the lock held."""
         cfg = self._approx
-        if not cfg.enabled or self._no_graph or self._builder is not None:
+        if not cfg.enabled or self._no_graph or self._builder is not None or self._closed.is_set():
             return
         n = len(self._ids)
         if n < cfg.min_rows:
@@ -341,26 +376,38 @@ class VectorIndex:
         self._pending = set()
         self._builder = threading.Thread(target=self._build, args=(rows, epoch),
                                          name="retold-vector-graph", daemon=True)
+        _stop_at_exit(self)
         self._builder.start()
 
     def _build(self, rows: np.ndarray, epoch: int) -> None:
         """The builder thread: build outside the lock, install under it unless a reload
         renumbered the rows meanwhile (then start over on the new rows)."""
         cfg = self._approx
+        failed = False
         try:
-            graph: ApproximateGraph | None = build_graph(rows, cfg.m, cfg.ef_construction, epoch)
+            # None when close() stopped it: the index is going away
+            graph = build_graph(rows, cfg.m, cfg.ef_construction, epoch, self._closed)
         except Exception:  # an optional accelerator: a failure leaves search exact
             log.warning("vector index: building the approximate graph failed; searches stay"
                         " exact", exc_info=True)
-            graph = None
+            graph, failed = None, True
         with self._lock:
             self._builder = None
-            if graph is None:
-                self._no_graph = True
-            elif epoch == self._epoch:
+            self._no_graph = self._no_graph or failed
+            if graph is not None and epoch == self._epoch:
                 self._graph, self._dirty = graph, self._pending or set()
             self._pending = None
             self._maybe_build()
+
+    def close(self) -> None:
+        """Stop a graph build in progress and wait for its thread (a batch of rows at most),
+        and start no other. Search stays possible, on the exact path or the graph already
+        built. A process must not exit with a build inside the library's native code."""
+        self._closed.set()
+        with self._lock:
+            builder = self._builder
+        if builder is not None and builder is not threading.current_thread():
+            builder.join()
 
     # -- reads -----------------------------------------------------------------------------
 

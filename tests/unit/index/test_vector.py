@@ -280,3 +280,24 @@ def test_a_set_searched_once_and_again_ranks_the_same_as_brute_force() -> None:
     assert [rid for rid, _ in first] == expected == [rid for rid, _ in again]
     assert [cos for _, cos in first] == pytest.approx([cos for _, cos in again], abs=1e-6)
     assert [cos for _, cos in first] == pytest.approx(sorted(best, reverse=True)[:20], abs=1e-5)
+
+
+def test_a_load_past_one_batch_holds_every_row_and_grows_after(store: Store, index: VectorIndex) -> None:
+    # More rows than one batch of the cold load: each row must land in its own place, and
+    # the index must keep growing by writes after taking the store's matrix as its own.
+    written = []
+    with store.atomic():
+        for seed in range(5000):
+            rec = make_record()
+            store.write_record(rec)
+            written.append((rec.id, unit(seed)))
+        store.put_embeddings(written, MODEL, VERSION)
+    index.load(store)
+    assert len(index) == 5000
+    rows, present = index.rows([rid for rid, _ in written])
+    assert present.all()
+    assert np.allclose(rows, np.stack([vec for _, vec in written]), atol=1e-6)
+    for seed in range(5000, 8300):  # past the loaded capacity (8,192 rows)
+        index.upsert(f"new{seed}", unit(seed))
+    assert index.search(unit(4321), {written[4321][0], "new8000"}, 1)[0][0] == written[4321][0]
+    assert index.search(unit(8000), {written[10][0], "new8000"}, 1)[0][0] == "new8000"

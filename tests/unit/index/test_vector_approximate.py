@@ -7,6 +7,7 @@ here in well under a second. ``approximate_searches`` counts the searches the gr
 from __future__ import annotations
 
 import sys
+import threading
 import time
 
 import numpy as np
@@ -191,3 +192,29 @@ def test_a_set_admitting_few_of_the_graphs_rows_is_scored_exactly() -> None:
     assert index.approximate_searches == 0
     index.search(vecs[0], set(ids), 5)  # every row: 100% >= 90%
     assert index.approximate_searches == 1
+
+
+def big_index() -> tuple[VectorIndex, np.ndarray]:
+    """30,000 rows of 64 dims with a slow graph setting: a build that takes seconds."""
+    rng = np.random.default_rng(0)
+    rows = rng.standard_normal((30000, 64)).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    index = VectorIndex("m", "1", 64, approximate=ApproximateConfig(min_rows=2000, m=32, ef_construction=200))
+    for i, row in enumerate(rows):
+        index.upsert(f"r{i}", row)
+    return index, rows
+
+
+@needs_faiss
+def test_close_stops_a_build_and_search_stays_exact() -> None:
+    index, rows = big_index()
+    eligible = {f"r{i}" for i in range(rows.shape[0])}
+    index.search(rows[0], eligible, 5)  # starts the build
+    started = time.perf_counter()
+    index.close()
+    assert time.perf_counter() - started < 5  # one batch of rows, not the whole graph
+    assert not any(t.name == "retold-vector-graph" for t in threading.enumerate())
+    assert not index.approximate_ready
+    assert index.wait_for_graph(timeout=1) is False  # a closed index starts no other build
+    hits = index.search(rows[3], eligible, 5)
+    assert hits[0][0] == "r3" and index.approximate_searches == 0
