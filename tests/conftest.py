@@ -18,6 +18,7 @@ from retold.store import Store, open_store
 from retold.testing import T0, World, make_record, make_world
 from retold.testing.anthropic_stub import AnthropicStub, serve_anthropic_stub
 from retold.testing.openai_stub import OpenAIStub, serve_openai_stub
+from tests.providers import provider  # noqa: F401  (a fixture for every test module)
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 BACKENDS = ("sqlite", "postgres")
@@ -188,3 +189,4 @@ def openai_stub() -> Iterator[OpenAIStub]:
     SDK: ``.base_url``, ``.script(...)``, ``.requests``. Tests using it are marked ``hosted``."""
     with serve_openai_stub() as stub:
         yield stub
+

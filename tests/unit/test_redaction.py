@@ -20,11 +20,9 @@ from retold import build_runtime
 from retold.config.pack import load_pack_file
 from retold.errors import ConfigError
 from retold.hosted import (
-    AnthropicClient,
     CompletionClient,
     CompletionRequest,
     FakeCompletionClient,
-    OpenAIClient,
 )
 from retold.ingest import extractor as extraction_schema
 from retold.ingest.extractor import ReplayExtractor, StructuredLLMExtractor
@@ -43,10 +41,9 @@ from retold.observability import collect_metrics, families
 from retold.plain import to_plain
 from retold.policy.sensitivity import SensitivityRules
 from retold.testing import AGENT, Gap, ScriptedJudge, ScriptedPlanner, World, make_world
-from retold.testing import anthropic_stub as claude
-from retold.testing import openai_stub as oai
 from retold.testing.anthropic_stub import AnthropicStub
 from retold.testing.openai_stub import OpenAIStub
+from tests.providers import stub_answer
 from tests.sql import dump_lines, rows
 
 CANARY = "123-45-6789"  # a made-up identifier in the shape the pack's pii pattern masks
@@ -269,20 +266,6 @@ def test_erasing_a_redacted_record_takes_its_masked_text_too(redacting: World) -
 
 
 
-@pytest.fixture(params=["anthropic", "openai"])
-def provider(request: pytest.FixtureRequest) -> tuple[CompletionClient, AnthropicStub | OpenAIStub]:
-    """A real provider SDK pointed at its loopback stub, whose ``requests`` are the bodies sent."""
-    if request.param == "anthropic":
-        stub: AnthropicStub | OpenAIStub = request.getfixturevalue("anthropic_stub")
-        return AnthropicClient("claude-haiku-4-5-20251001", "test-key", base_url=stub.base_url), stub
-    stub = request.getfixturevalue("openai_stub")
-    return OpenAIClient("gpt-4o-mini", "test-key", base_url=stub.base_url), stub
-
-
-def _answer(stub: AnthropicStub | OpenAIStub, obj: dict[str, Any]) -> Any:
-    return claude.tool_use(obj) if isinstance(stub, AnthropicStub) else oai.answer(obj)
-
-
 def _holding(world: World, text: str) -> set[str]:
     """The tables with a row that holds ``text``."""
     return {line.split('"')[1] for line in dump_lines(world.rt.store)
@@ -309,8 +292,8 @@ def test_extraction_reads_the_transcript_masked_and_keeps_what_it_read(
         type="semantic", content=WANTS, attribute="answer_language", source_kind="user_statement",
         evidence=QUOTE, evidence_turn=1, entity_mentions=[EntityMention("person", "Aditya", "about")],
         confidence=0.9)], SessionSummary("Aditya asked for a sign-off with badge [pii].", [], []))
-    stub.script(_answer(stub, extraction_schema.output_to_json(output)),
-                _answer(stub, {"decisions": [{"index": 0, "action": "accept", "reason": "stated",
+    stub.script(stub_answer(stub, extraction_schema.output_to_json(output)),
+                stub_answer(stub, {"decisions": [{"index": 0, "action": "accept", "reason": "stated",
                                               "revision": None}]}))
     cfg = w.rt.config.ingestion
     runner = w.rt.session_end.using(StructuredLLMExtractor(client, cfg), StructuredLLMReviewer(client, cfg))

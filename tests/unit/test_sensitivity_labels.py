@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from retold.hosted import AnthropicClient, CompletionClient, FakeCompletionClient, OpenAIClient
+from retold.hosted import CompletionClient, FakeCompletionClient
 from retold.ingest import extractor as extraction_schema
 from retold.ingest.extractor import FakeExtractor, ReplayExtractor, StructuredLLMExtractor
 from retold.ingest.reviewer import StructuredLLMReviewer, TableReviewer
@@ -22,10 +22,9 @@ from retold.ingest.write_request import WriteRequest
 from retold.models import CandidateRecord, EntityMention, ExtractionOutput, ReviewDecision, SessionSummary
 from retold.pack_apply import apply_pack
 from retold.testing import World, make_world
-from retold.testing import anthropic_stub as claude
-from retold.testing import openai_stub as oai
 from retold.testing.anthropic_stub import AnthropicStub
 from retold.testing.openai_stub import OpenAIStub
+from tests.providers import stub_answer
 
 Worlds = Callable[[str], World]
 
@@ -214,20 +213,6 @@ def test_only_an_extraction_write_may_carry_a_label(tenant: Worlds) -> None:
 # -- what a real provider SDK sends ---------------------------------------------------------------
 
 
-@pytest.fixture(params=["anthropic", "openai"])
-def provider(request: pytest.FixtureRequest) -> tuple[CompletionClient, AnthropicStub | OpenAIStub]:
-    """A real provider SDK pointed at its loopback stub, whose ``requests`` are the bodies sent."""
-    if request.param == "anthropic":
-        stub: AnthropicStub | OpenAIStub = request.getfixturevalue("anthropic_stub")
-        return AnthropicClient("claude-haiku-4-5-20251001", "test-key", base_url=stub.base_url), stub
-    stub = request.getfixturevalue("openai_stub")
-    return OpenAIClient("gpt-4o-mini", "test-key", base_url=stub.base_url), stub
-
-
-def _reply(stub: AnthropicStub | OpenAIStub, obj: dict[str, Any]) -> Any:
-    return claude.tool_use(obj) if isinstance(stub, AnthropicStub) else oai.answer(obj)
-
-
 def _answer_schema(stub: AnthropicStub | OpenAIStub, body: dict[str, Any]) -> dict[str, Any]:
     """The answer schema an extraction request body carries (strict where OpenAI takes it)."""
     if isinstance(stub, AnthropicStub):
@@ -249,7 +234,7 @@ def test_the_prompt_offers_the_pack_labels_and_only_then_asks_for_one(
     assert world.rt.sensitivity.labels == (("phi", "finance_detail") if pack is LABELLED else ())
     session_id = _ended(world)
     answer = _answer("phi", with_field=pack is LABELLED)
-    stub.script(_reply(stub, answer), _reply(stub, {"decisions": [
+    stub.script(stub_answer(stub, answer), stub_answer(stub, {"decisions": [
         {"index": 0, "action": "accept", "reason": "stated", "revision": None}]}))
     # The runtime's own extractor and reviewer for this tenant, on the SDK client.
     world.rt.hosted_client = lambda model, **_: client  # type: ignore[method-assign]
