@@ -98,8 +98,8 @@ class Ingestor:
         # that is embedded and indexed in place of what a redacted class matches.
         self._applier = Applier(store, index, embedder, lifecycle, sensitivity or SensitivityRules(), pack)
 
-    # The judge, the sensitivity rules and the pack are shared with the steps that use
-    # them; setting one here (a test, a reconfigured host) sets it for every step.
+    # The judge, the sensitivity rules and the pack belong to the steps that use them; the
+    # judge can be swapped here (a test, a reconfigured host) for every step at once.
 
     @property
     def judge(self) -> EquivalenceJudge:
@@ -115,18 +115,10 @@ class Ingestor:
         """The tenant pack's sensitivity classes (classifying, masking)."""
         return self._applier.sensitivity
 
-    @sensitivity.setter
-    def sensitivity(self, rules: SensitivityRules) -> None:
-        self._applier.sensitivity = rules
-
     @property
     def pack(self) -> MemoryPack:
         """The memory pack: the record classes kept and what a disagreeing write does."""
         return self._decider.pack
-
-    @pack.setter
-    def pack(self, pack: MemoryPack) -> None:
-        self._decider.pack = self._applier.pack = pack
 
     def vector_for(self, content: str) -> tuple[np.ndarray | None, str | None]:
         """The content's vector within ``embedding.write_timeout_ms``, or None with why it is
