@@ -74,9 +74,10 @@ class VectorsMixin(StoreBase):
         The vectors are copied into one matrix a batch of rows at a time, never gathered
         as one block of bytes first: at a hundred thousand rows that block and its copy
         were most of a cold load. ``room(n)``, when given, is how many rows the matrix
-        should have space for when ``n`` are read (an index's capacity); ``matrix`` is then
-        a view of the first ``n`` rows of that larger array (its ``base``), which the
-        caller can keep without copying it again.
+        should have space for when up to ``n`` are read (an index's capacity); ``matrix``
+        is then a view of the first rows of that larger array (its ``base``), which the
+        caller can keep without copying it again when its own capacity for the rows read
+        is the same.
         """
         where = (" FROM embeddings e JOIN records r ON r.id = e.record_id"
                  " WHERE e.model = ? AND e.version = ? AND e.dims = ? AND r.status != 'deleted'")
@@ -85,13 +86,15 @@ class VectorsMixin(StoreBase):
         seqs: list[int] = []
         with self.snapshot() as conn:
             records_version = self.read_version(conn)
-            expected = int(conn.execute("SELECT count(*)" + where, (model, version, dims)).fetchone()[0])
-            buffer = np.zeros((max(expected, room(expected) if room else 0), dims), dtype=np.float32)
+            # Records bound the vectors (one each at most) and are counted from an index in
+            # milliseconds; counting the vectors themselves would read them all twice.
+            bound = int(conn.execute("SELECT count(*) FROM records").fetchone()[0])
+            buffer = np.zeros((max(bound, room(bound) if room else 0), dims), dtype=np.float32)
             cursor = conn.execute("SELECT e.record_id, e.index_version, e.vector, r.seq" + where,
                                   (model, version, dims))
             while batch := cursor.fetchmany(_LOAD_BATCH):
                 start = len(ids)
-                if start + len(batch) > buffer.shape[0]:  # rows committed between the two reads
+                if start + len(batch) > buffer.shape[0]:  # records committed between the two reads
                     grown = np.zeros((max(start + len(batch), 2 * buffer.shape[0]), dims), np.float32)
                     grown[:start] = buffer[:start]
                     buffer = grown
