@@ -12,18 +12,14 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("starlette")
-from starlette.testclient import TestClient  # noqa: E402
 
-from retold import build_runtime  # noqa: E402
 from retold.quality.audit import sample_for_audit  # noqa: E402
 from retold.runtime import Runtime  # noqa: E402
 from retold.testing import World, make_world  # noqa: E402
-from retold.ui.access import token_digest  # noqa: E402
-from retold.ui.app import create_app  # noqa: E402
 from tests.extracted import extract_facts  # noqa: E402
+from tests.inspector import OPERATOR_TOKEN, PRINCIPAL_TOKEN, inspector_runtime  # noqa: E402
+from tests.inspector import client as _client  # noqa: E402
 
-PRINCIPAL_TOKEN = "principal-token-aditya-0002"
-OPERATOR_TOKEN = "operator-token-dana-0002"
 ANSWER = {"true": "yes", "atomic": "no", "keep": "yes"}
 
 
@@ -38,18 +34,8 @@ def world(tmp_path: Path, store_target: str) -> Iterator[World]:
 
 @pytest.fixture
 def rt(world: World) -> Iterator[Runtime]:
-    config = world.rt.config.replace({"ui": {"tokens": [
-        {"sha256": token_digest(PRINCIPAL_TOKEN), "agent_id": world.p.agent_id, "user_id": world.p.user_id},
-        {"sha256": token_digest(OPERATOR_TOKEN), "operator": "dana"},
-    ]}})
-    with build_runtime(config, clock=world.clock, embedder=world.embedder, judge=world.judge,
-                       environ={}) as opened:
+    with inspector_runtime(world) as opened:
         yield opened
-
-
-def _client(rt: Runtime, token: str | None = None) -> TestClient:
-    headers = {"authorization": f"Bearer {token}"} if token else {}
-    return TestClient(create_app(rt), headers=headers, follow_redirects=False)
 
 
 def _waiting(rt: Runtime) -> list[str]:

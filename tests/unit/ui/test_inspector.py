@@ -16,16 +16,14 @@ import pytest
 pytest.importorskip("starlette")
 from starlette.testclient import TestClient  # noqa: E402
 
-from retold import build_runtime  # noqa: E402
 from retold.models import Principal, Scope  # noqa: E402
 from retold.runtime import Runtime  # noqa: E402
 from retold.testing import World, make_record, make_world  # noqa: E402
-from retold.ui.access import token_digest  # noqa: E402
-from retold.ui.app import COOKIE, create_app  # noqa: E402
+from retold.ui.app import COOKIE  # noqa: E402
+from tests.inspector import OPERATOR_TOKEN, PRINCIPAL_TOKEN, inspector_runtime  # noqa: E402
+from tests.inspector import client as _client  # noqa: E402
 from tests.sql import rows  # noqa: E402
 
-PRINCIPAL_TOKEN = "principal-token-aditya-0001"
-OPERATOR_TOKEN = "operator-token-dana-0001"
 FOREIGN = "Cleo keeps her passport in the blue drawer."
 HTML = {"accept": "text/html"}
 
@@ -42,18 +40,8 @@ def world(tmp_path: Path, store_target: str) -> World:
 
 @pytest.fixture
 def rt(world: World) -> Iterator[Runtime]:
-    config = world.rt.config.replace({"ui": {"page_size": 2, "tokens": [
-        {"sha256": token_digest(PRINCIPAL_TOKEN), "agent_id": world.p.agent_id, "user_id": world.p.user_id},
-        {"sha256": token_digest(OPERATOR_TOKEN), "operator": "dana"},
-    ]}})
-    with build_runtime(config, clock=world.clock, embedder=world.embedder, judge=world.judge,
-                       environ={}) as opened:
+    with inspector_runtime(world, page_size=2) as opened:
         yield opened
-
-
-def _client(rt: Runtime, token: str | None = None) -> TestClient:
-    headers = {"authorization": f"Bearer {token}"} if token else {}
-    return TestClient(create_app(rt), headers=headers, follow_redirects=False)
 
 
 def _all_records(client: TestClient, url: str = "/records") -> str:
