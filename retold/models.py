@@ -158,6 +158,10 @@ class Record:
     # embedder, the word index and hosted models get; the content is only read back.
     sensitivity: str = "none"
     redacted_content: str | None = None
+    # The class the session extractor labelled it with (None: no label, or not written by
+    # extraction), kept apart from the class: an earlier class may have outranked it, and
+    # a later pack without that class lets it decide (see retold.policy.sensitivity).
+    sensitivity_label: str | None = None
 
     @property
     def indexed_content(self) -> str:

@@ -4,9 +4,10 @@ A record is classified and masked once, when it is written, under the pack in fo
 (:mod:`retold.policy.sensitivity`). After the pack's sensitivity classes or redaction
 change, :func:`apply_pack` puts every stored record in the class the current pack gives
 it, as the write path would (a session summary by its text alone, any other record by
-its content, evidence and attribute), and where the masked text changes it rewrites the
-record's word-index row and embeds the new masked text again. Without ``apply`` it only
-counts what would change. See docs/decisions.md, "A changed pack is applied by command".
+its content, evidence, attribute and the extractor's label it keeps), and where the masked
+text changes it rewrites the record's word-index row and embeds the new masked text again.
+Without ``apply`` it only counts what would change. See docs/decisions.md, "A changed pack
+is applied by command" and "The extractor's label is stored with the record".
 """
 
 from __future__ import annotations
@@ -83,11 +84,15 @@ def apply_pack(store: Store, embedder: Embedder, rules: SensitivityRules, *,
 
 def _classify(rules: SensitivityRules, row: StoredClass) -> Sensitivity:
     """The class and mask the write path would give ``row`` today: a summary is judged by
-    its text alone, as it is written; a label is kept only where the pack still declares
-    it as an extractor's label (no text says it again)."""
+    its text alone, as it is written; any other record also by the extractor's label it
+    keeps, which decides only where the pack declares that class as a label's and no
+    earlier class claims the record (no text says it again)."""
     if row.source_kind == "session_summary":
         return rules.classify(row.content)
-    return rules.classify(row.content, evidence=row.evidence, attribute=row.attribute, label=row.sensitivity)
+    # A record written before labels were stored holds none; its class stands in for one,
+    # as it did then, so upgrading takes no record out of a class its label decided.
+    label = row.label if row.label is not None else row.sensitivity
+    return rules.classify(row.content, evidence=row.evidence, attribute=row.attribute, label=label)
 
 
 def _write(store: Store, embedder: Embedder,

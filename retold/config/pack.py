@@ -59,6 +59,7 @@ __all__ = [
     "SensitivityClass",
     "WritePolicy",
     "effective_pack",
+    "is_class_name",
     "load_pack_file",
     "pack_for_config",
     "resolve_with_config",
@@ -490,6 +491,12 @@ def _wanted(hint: Any, bound: _Bound | None) -> str:
 _CLASS_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
 
 
+def is_class_name(name: object) -> bool:
+    """Whether ``name`` could name a sensitivity class in some pack: 1-32 lower-case
+    letters, digits or ``_``, starting with a letter."""
+    return isinstance(name, str) and _CLASS_NAME.fullmatch(name) is not None
+
+
 def _check_sensitivity(value: object, key: str, errors: list[str]) -> list[dict[str, Any]]:
     """``governance.sensitivity_classes``: a list whose items are a bare name (decided by
     the extractor's label) or ``{name, decided_by, pattern}``. A layer's list replaces the
@@ -515,7 +522,7 @@ def _check_sensitivity(value: object, key: str, errors: list[str]) -> list[dict[
         if not isinstance(name, str):
             errors.append(f"{at}.name: required")
             continue
-        if not _CLASS_NAME.fullmatch(name):
+        if not is_class_name(name):
             errors.append(f"{at}.name: must be 1-32 lower-case letters, digits or '_', starting with a "
                           f"letter, got {name!r}")
             continue

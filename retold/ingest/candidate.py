@@ -75,6 +75,7 @@ class CandidateBuilder:
         )
         if (sensitivity := claim.sensitivity) is not None:
             record.sensitivity, record.redacted_content = sensitivity.name, sensitivity.redacted_content
+            record.sensitivity_label = sensitivity.label
         return Candidate(record, tuple(links), tuple(ambiguous), tuple(notes), request.source_kind)
 
     def _entities(

@@ -11,8 +11,10 @@ classifier of :mod:`retold.activation.categories`) is the class's name; an
 extraction prompt lists these classes (:attr:`SensitivityRules.labels`) and each candidate
 may name one, which the write path hands to :meth:`SensitivityRules.classify`. A label is
 the extractor's reading of the session under the tenant's prompt, so only extraction gives
-one; a record whose class a label decided keeps it when ``retold pack apply`` classifies it
-again, as long as the pack still decides that class by the label.
+one. The record keeps the label beside its class (``Record.sensitivity_label``), whether
+or not it decided the class: ``retold pack apply`` and an import classify again with it,
+so a record an earlier class outranked falls back to its label's class once the pack drops
+the earlier one (docs/decisions.md, "The extractor's label is stored with the record").
 
 Redaction masks what the redacted classes' patterns match, in every text, whatever class
 the record was put in: a record claimed first by a category class must not leak an
@@ -50,10 +52,12 @@ def placeholder(name: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Sensitivity:
-    """The class a record was put in and its content masked (None: nothing was masked)."""
+    """The class a record was put in, its content masked (None: nothing was masked) and
+    the extractor's label it was classified with, kept whether or not it decided."""
 
     name: str
     redacted_content: str | None
+    label: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,24 +107,26 @@ class SensitivityRules:
             return list(turns)
         return [replace(t, content=self.mask(t.content)) for t in turns]
 
-    def apply(self, record: Record, *, label: str | None = None) -> Sensitivity:
-        """Put ``record`` in its class and set its masked content, from its own text; the
-        classification, for a caller that acts on it (an import drops a vector made from
-        the raw text)."""
+    def apply(self, record: Record) -> Sensitivity:
+        """Put ``record`` in its class and set its masked content, from its own text and
+        the extractor's label it carries; the classification, for a caller that acts on it
+        (an import drops a vector made from the raw text)."""
         found = self.classify(record.content, evidence=record.evidence, attribute=record.attribute,
-                              label=label)
+                              label=record.sensitivity_label)
         record.sensitivity, record.redacted_content = found.name, found.redacted_content
         return found
 
     def classify(self, content: str, *, evidence: str | None = None, attribute: str | None = None,
                  label: str | None = None) -> Sensitivity:
-        """The class of a record about to be written, and its content masked."""
+        """The class of a record about to be written, and its content masked. ``label``
+        decides only a class the pack declares as an extractor's label, and only where no
+        earlier class claims the record; it is handed back either way, to be stored."""
         masked = self.mask(content)
         # Text written from the masked transcript is masked already, and says so.
         was_masked = masked != content or any(
             r.shown is not None and r.shown in content for r in self._rules)
         return Sensitivity(self._claimant(content, evidence, attribute, label),
-                           masked if was_masked else None)
+                           masked if was_masked else None, label)
 
     def _claimant(self, content: str, evidence: str | None, attribute: str | None,
                   label: str | None) -> str:

@@ -10,10 +10,11 @@ embedding family is the store's, and are computed again otherwise.
 What it does not repeat is the write path's decision: an export already holds its
 decisions (supersession chains, conflicts, statuses), and deciding each record again
 against the ones imported before it would rewrite them. So records keep their lineage,
-source kind and times. Live records land ``provisional`` (the importing store has not seen
-the file's evidence) unless ``confirm`` says the operator vouches for the file, as when
-moving a store; a review or ``memory_revise`` confirm does it later. Each record's
-``record.imported`` event names its origin.
+source kind, times and the extractor's sensitivity label; their class and masked text come
+from the importing tenant's pack. Live records land ``provisional`` (the importing store
+has not seen the file's evidence) unless ``confirm`` says the operator vouches for the
+file, as when moving a store; a review or ``memory_revise`` confirm does it later. Each
+record's ``record.imported`` event names its origin.
 
 A record keeps its id when it lands in the scope it came from, and gets an id derived from
 the target scope and its old id otherwise, so importing the same file twice finds every
@@ -36,6 +37,7 @@ import numpy as np
 
 from retold.clock import Clock, from_iso
 from retold.config import Config
+from retold.config.pack import is_class_name
 from retold.index.embedder import Embedder
 from retold.index.vector import VectorIndex
 from retold.models import (
@@ -277,6 +279,9 @@ class _Run:
         confidence = float(obj["confidence"])
         if not 0.0 <= confidence <= 1.0:
             raise LineRefused(f"confidence {confidence} is outside 0..1")
+        label = obj.get("sensitivity_label")  # absent from files written before labels travelled
+        if label is not None and not is_class_name(label):
+            raise LineRefused(f"sensitivity_label {label!r} is not a sensitivity class name")
         record = Record(
             id=new_id, type=obj["type"], version=int(obj["version"]), content=content, subject=subject,
             subject_entity_id=subject_entity, attribute=obj.get("attribute"), scope=self.target,
@@ -289,10 +294,12 @@ class _Run:
             status=landed,  # type: ignore[arg-type]
             supersedes_id=obj.get("supersedes_id"), reinforcements=int(obj["reinforcements"]),
             last_reinforced_at=_time(obj.get("last_reinforced_at")),
-            tags=tags, entity_ids=[e for e, _ in links],
+            tags=tags, entity_ids=[e for e, _ in links], sensitivity_label=label,
         )
-        # Classified by this tenant's pack, not the exporter's; a vector the file carries was
-        # made from text this pack may mask, so a masked record is embedded here instead.
+        # Classified by this tenant's pack, not the exporter's: the extractor's label is kept
+        # as the file has it and decides only a class this pack declares as a label's. A
+        # vector the file carries was made from text this pack may mask, so a masked record
+        # is embedded here instead.
         if self.i.sensitivity.apply(record).redacted_content is not None:
             vector = None
         self.conflicts.update(_pair(file_id, str(o)) for o in obj["conflicts"])

@@ -390,6 +390,14 @@ def _record_sensitivity(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE records ADD COLUMN redacted_content TEXT")
 
 
+def _sensitivity_label(conn: sqlite3.Connection) -> None:
+    """The class the session extractor labelled a record with, beside the class it is in:
+    a label an earlier class outranked used to be lost, so a pack that later dropped that
+    class could not let the label decide. Records written before have NULL, which
+    ``retold pack apply`` reads as it did before (see retold.pack_apply)."""
+    conn.execute("ALTER TABLE records ADD COLUMN sensitivity_label TEXT")
+
+
 # Bumped by the triggers below on every change to who may read what.
 _ACCESS_BUMP = ("INSERT INTO store_meta(key, value) VALUES ('access_version', 1)"
                 " ON CONFLICT(key) DO UPDATE SET value = value + 1")
@@ -487,6 +495,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(21, "validity windows", _validity_windows),
     Migration(22, "extraction audit", _audit_items),
     Migration(23, "tenant-leading indexes", _tenant_indexes),
+    Migration(24, "sensitivity label", _sensitivity_label),
 )
 LATEST = MIGRATIONS[-1].version
 

@@ -23,12 +23,14 @@ from retold.store.family import EmbeddingFamily
 __all__ = ["PORTABLE_COLUMNS", "PortableMixin", "PortableRecord"]
 
 # Every column of a record that an export carries; seq and index_version are this store's
-# own bookkeeping and are assigned afresh where the record lands.
+# own bookkeeping and are assigned afresh where the record lands, and so are the class and
+# the masked text, which the importing tenant's pack decides (from the text and the
+# extractor's label, which travels).
 PORTABLE_COLUMNS = (
     "id", "type", "version", "content", "subject", "subject_entity_id", "attribute", "source_kind",
     "source_ref", "creator_agent_id", "evidence", "created_at", "event_at", "expires_at", "valid_from",
     "valid_until", "review_at", "review_flagged_at", "confidence", "status", "supersedes_id",
-    "reinforcements", "last_reinforced_at", "tags",
+    "reinforcements", "last_reinforced_at", "tags", "sensitivity_label",
 )
 
 

@@ -26,6 +26,7 @@ class StoredClass:
     source_kind: str
     sensitivity: str
     redacted_content: str | None
+    label: str | None  # the extractor's label, kept whether or not it decided the class
 
 
 class ReclassifyMixin(StoreBase):
@@ -35,10 +36,11 @@ class ReclassifyMixin(StoreBase):
         """Up to ``limit`` records after ``seq`` that still hold text (an erased record
         has none left to classify), in ``seq`` order."""
         with self.snapshot() as conn:
-            return [StoredClass(int(r[0]), str(r[1]), str(r[2]), r[3], r[4], str(r[5]), str(r[6]), r[7])
+            return [StoredClass(int(r[0]), str(r[1]), str(r[2]), r[3], r[4], str(r[5]), str(r[6]), r[7], r[8])
                     for r in conn.execute(
                         "SELECT seq, id, content, evidence, attribute, source_kind, sensitivity,"
-                        " redacted_content FROM records WHERE seq > ? AND content != '' ORDER BY seq LIMIT ?",
+                        " redacted_content, sensitivity_label FROM records"
+                        " WHERE seq > ? AND content != '' ORDER BY seq LIMIT ?",
                         (seq, limit))]
 
     def reclassify(self, rows: Sequence[tuple[StoredClass, str, str | None]],

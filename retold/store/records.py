@@ -83,19 +83,22 @@ class RecordsMixin(StoreBase):
                 raise ValueError(f"link role must be about or mentions, got {role!r}")
         with self.atomic() as conn:
             version, seq = self._bump_for_insert(conn)
-            # An unclassified, unmasked record leaves both columns to their defaults, so
-            # one writer serves a store opened without migrating it as well.
+            # An unclassified, unmasked, unlabelled record leaves those columns to their
+            # defaults, so one writer serves a store opened without migrating it as well.
             classified = record.sensitivity != "none" or record.redacted_content is not None
-            extra = (record.sensitivity, record.redacted_content) if classified else ()
+            labelled = record.sensitivity_label is not None
+            extra = ((record.sensitivity, record.redacted_content) if classified else ()) + (
+                (record.sensitivity_label,) if labelled else ())
             conn.execute(
                 "INSERT INTO records (id, seq, type, version, content, subject, subject_entity_id,"
                 " attribute, scope_kind, scope_id, source_kind, source_ref, creator_agent_id,"
                 " evidence, created_at, event_at, expires_at, valid_from, valid_until, review_at,"
                 " review_flagged_at, confidence, status, supersedes_id, reinforcements,"
                 " last_reinforced_at, index_version, tags"
-                + (", sensitivity, redacted_content" if classified else "") + ")"
+                + (", sensitivity, redacted_content" if classified else "")
+                + (", sensitivity_label" if labelled else "") + ")"
                 " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?"
-                + (",?,?" if classified else "") + ")",
+                + (",?,?" if classified else "") + (",?" if labelled else "") + ")",
                 (
                     record.id, seq, record.type, record.version, record.content, record.subject,
                     record.subject_entity_id, record.attribute, record.scope.kind,
@@ -488,4 +491,5 @@ def record_from_row(row: dict[str, Any], entity_ids: list[str]) -> Record:
         seq=row["seq"],
         sensitivity=row.get("sensitivity", "none"),  # a store not yet migrated has neither
         redacted_content=row.get("redacted_content"),
+        sensitivity_label=row.get("sensitivity_label"),
     )

@@ -1,12 +1,14 @@
 """Sensitivity classes decided by the extractor's label: the extraction prompt offers the
 tenant's ``extractor_label`` classes, a candidate may name one, and the record it becomes
 is put in that class (where no earlier class claims it first). Only extraction labels a
-record; a label the pack does not declare is dropped, never failing the run. Runs on
-SQLite and PostgreSQL.
+record; a label the pack does not declare is dropped, never failing the run. The record
+keeps its label beside its class, so ``retold pack apply`` after a pack change and an
+export moved to another tenant classify by it again. Runs on SQLite and PostgreSQL.
 """
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,19 +16,29 @@ from typing import Any
 
 import pytest
 
+from retold.cli import main
 from retold.hosted import CompletionClient, FakeCompletionClient
 from retold.ingest import extractor as extraction_schema
 from retold.ingest.extractor import FakeExtractor, ReplayExtractor, StructuredLLMExtractor
 from retold.ingest.reviewer import StructuredLLMReviewer, TableReviewer
 from retold.ingest.write_request import WriteRequest
-from retold.models import CandidateRecord, EntityMention, ExtractionOutput, ReviewDecision, SessionSummary
+from retold.models import (
+    CandidateRecord,
+    EntityMention,
+    ExtractionOutput,
+    ReviewDecision,
+    Scope,
+    SessionSummary,
+)
 from retold.pack_apply import apply_pack
+from retold.store import open_store
 from retold.testing import World, make_world
 from retold.testing.anthropic_stub import AnthropicStub
 from retold.testing.openai_stub import OpenAIStub
 from tests.providers import stub_answer
+from tests.sql import execute, fts_ids, rows
 
-Worlds = Callable[[str], World]
+Worlds = Callable[..., World]
 
 LABELLED = """
 default:
@@ -57,13 +69,14 @@ FACT = "Aditya was diagnosed with type 2 diabetes."
 
 @pytest.fixture
 def tenant(tmp_path: Path, store_target: str) -> Iterator[Worlds]:
-    """``tenant(pack_yaml)``: a world on the test store under that pack (one per test)."""
+    """``tenant(pack_yaml, name="default")``: tenant ``name`` on the test store under that
+    pack, a file of its own (one world per tenant and test)."""
     opened: list[World] = []
 
-    def make(pack_yaml: str) -> World:
-        path = tmp_path / "packs.yaml"
+    def make(pack_yaml: str, name: str = "default") -> World:
+        path = tmp_path / f"{name}-packs.yaml"
         path.write_text(pack_yaml, encoding="utf-8")
-        world = make_world(tmp_path, store=store_target, pack=path)
+        world = make_world(tmp_path, store=store_target, pack=path, tenant=name)
         opened.append(world)
         return world
 
@@ -208,6 +221,159 @@ def test_only_an_extraction_write_may_carry_a_label(tenant: Worlds) -> None:
         "type": "semantic", "content": "Aditya's blood type is A+.", "attribute": "blood_type",
         "write_target": "personal", "sensitivity": "phi"})
     assert refused.get("error", {}).get("code") == "invalid_input", refused
+
+
+# -- the label kept: pack apply, export and import, the migration --------------------------------
+
+# The pack in PATTERN_FIRST without its pattern class, and one whose pattern class comes
+# after a label class that is not phi.
+MEDS = "Aditya takes metformin every morning."
+DRUGS_LAST = """
+default:
+  governance:
+    sensitivity_classes:
+      - none
+      - {name: finance_detail, decided_by: extractor_label}
+      - {name: drugs, decided_by: pattern, pattern: 'metformin'}
+"""
+
+
+@pytest.fixture
+def quiet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A working folder with no config file and no RETOLD_* variables, for the command."""
+    for name in ("RETOLD_CONFIG", "RETOLD_TENANT", "RETOLD_STORE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+
+
+def _pack_apply(world: World, pack_yaml: str, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    """``retold pack apply --yes`` for the world's tenant once its pack file reads
+    ``pack_yaml``; the counts it prints."""
+    pack = Path(world.rt.config.tenancy.pack or "")
+    pack.write_text(pack_yaml, encoding="utf-8")
+    config = pack.with_name(f"{pack.stem}-config.yaml")
+    family = world.embedder  # the store's embedding family, so the command opens it
+    config.write_text(f"embedding: {{model: fake, version: {family.version}, dims: {family.dims}}}\n"
+                      f"tenancy: {{pack: {pack}}}\n", encoding="utf-8")
+    code = main(["pack", "apply", "--tenant", world.rt.tenant, "--store", world.target, "--config",
+                 str(config), "--yes", "--json"])
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    counts: dict[str, Any] = json.loads(printed.out)
+    return counts
+
+
+def _labelled(world: World, content: str, attribute: str = "medication") -> str:
+    """A record extraction wrote with the label ``phi``."""
+    result = world.write(origin="extraction", content=content, attribute=attribute, sensitivity_label="phi")
+    assert result.record_id is not None, result
+    return result.record_id
+
+
+def _class(world: World, record_id: str) -> tuple[str, str | None]:
+    record = world.record(record_id)
+    return record.sensitivity, record.sensitivity_label
+
+
+def test_a_label_an_earlier_class_outranked_decides_once_pack_apply_drops_that_class(
+        tenant: Worlds, quiet: None, capsys: pytest.CaptureFixture[str]) -> None:
+    world = tenant(PATTERN_FIRST + "    redact_before_embedding: [meds]\n")
+    labelled = _labelled(world, MEDS)
+    unlabelled = world.write(content="Aditya buys metformin monthly.", attribute="pharmacy").record_id
+    assert world.record(labelled).redacted_content == "Aditya takes [meds] every morning."
+    assert [_class(world, r) for r in (labelled, unlabelled)] == [("meds", "phi"), ("meds", None)]
+
+    # The pack drops meds: the kept label decides, and the text no longer masked is indexed
+    # and embedded again; the record nobody labelled falls to none.
+    applied = _pack_apply(world, LABELLED, capsys)
+    assert (applied["changed_class"], applied["unmasked"], applied["reembedded"]) == (2, 2, 2)
+    assert [_class(world, r) for r in (labelled, unlabelled)] == [("phi", "phi"), ("none", None)]
+    assert world.record(labelled).redacted_content is None
+    assert fts_ids(world.rt.store, "metformin") == {labelled, unlabelled}
+
+    # Without phi the next class that claims it does, without that one none; the label stays
+    # and decides again once a pack declares phi.
+    assert _pack_apply(world, DRUGS_LAST, capsys)["changed_class"] == 2
+    assert _class(world, labelled) == ("drugs", "phi")
+    assert _pack_apply(world, UNLABELLED, capsys)["changed_class"] == 2
+    assert _class(world, labelled) == ("none", "phi")
+    assert _pack_apply(world, LABELLED, capsys)["changed_class"] == 1
+    assert [_class(world, r) for r in (labelled, unlabelled)] == [("phi", "phi"), ("none", None)]
+
+
+def _exported(world: World) -> list[str]:
+    out = io.StringIO()
+    world.rt.operations.export(Scope("user", "aditya"), out)
+    return out.getvalue().splitlines()
+
+
+def _record_lines(lines: list[str]) -> list[dict[str, Any]]:
+    return [line for line in map(json.loads, lines) if line["line"] == "record"]
+
+
+def test_an_import_keeps_the_label_and_the_importing_pack_decides_by_it(
+        tenant: Worlds, quiet: None, capsys: pytest.CaptureFixture[str]) -> None:
+    home = tenant(LABELLED)
+    record_id = _labelled(home, FACT, attribute="diagnosis")
+    lines = _exported(home)
+    assert [r["sensitivity_label"] for r in _record_lines(lines)] == ["phi"]
+
+    same = tenant(LABELLED, "beta")
+    landed = same.rt.operations.import_lines(lines, same.p, from_tenant="default")
+    assert landed.created == 1 and landed.failed == [], landed
+    assert _class(same, record_id) == ("phi", "phi")
+
+    # A pack without the class keeps the label as data; it decides once the pack has it.
+    other = tenant(UNLABELLED, "gamma")
+    assert other.rt.operations.import_lines(lines, other.p, from_tenant="default").created == 1
+    assert _class(other, record_id) == ("none", "phi")
+    assert _pack_apply(other, LABELLED, capsys)["changed_class"] == 1
+    assert _class(other, record_id) == ("phi", "phi")
+
+
+def test_an_export_from_before_labels_travelled_imports_unlabelled(tenant: Worlds) -> None:
+    home = tenant(LABELLED)
+    record_id = _labelled(home, FACT, attribute="diagnosis")
+    header, *body = _exported(home)
+    old = [header, *(json.dumps({k: v for k, v in json.loads(line).items() if k != "sensitivity_label"})
+                     for line in body)]
+    there = tenant(LABELLED, "beta")
+    landed = there.rt.operations.import_lines(old, there.p, from_tenant="default")
+    assert landed.created == 1 and landed.failed == [], landed
+    assert _class(there, record_id) == ("none", None)
+
+    # A label no pack could declare fails its line, reported with why.
+    bad = [header, *(line.replace('"sensitivity_label":"phi"', '"sensitivity_label":"PHI!"')
+                     for line in body)]
+    third = tenant(LABELLED, "gamma")
+    refused = third.rt.operations.import_lines(bad, third.p, from_tenant="default")
+    assert refused.created == 0 and len(refused.failed) == 1
+    assert "sensitivity_label 'PHI!'" in refused.failed[0].reason
+
+
+def test_a_store_from_before_labels_migrates_with_its_rows_and_their_classes(
+        tenant: Worlds, quiet: None, capsys: pytest.CaptureFixture[str]) -> None:
+    world = tenant(LABELLED)
+    labelled = _labelled(world, FACT, attribute="diagnosis")
+    world.write(content="Aditya lives in Berlin.", attribute="city")
+    world.rt.close()
+    # The store as schema 23 left it: each record's class, no label beside it.
+    execute(world.target, "ALTER TABLE records DROP COLUMN sensitivity_label")
+    execute(world.target, "DELETE FROM schema_migrations WHERE version = 24")
+    before = rows(world.target, "SELECT id, content, sensitivity FROM records ORDER BY id")
+    assert len(before) == 2 and ("phi" in {row[2] for row in before})
+
+    store = open_store(world.target)
+    try:
+        assert store.migration_report is not None and store.migration_report.applied == (24,)
+    finally:
+        store.close()
+    after = rows(world.target, "SELECT id, content, sensitivity, sensitivity_label FROM records ORDER BY id")
+    assert after == [(*row, None) for row in before]
+
+    # Re-applying the pack takes no record out of the class its label decided then.
+    assert _pack_apply(world, LABELLED, capsys)["changed_class"] == 0
+    assert rows(world.target, "SELECT sensitivity FROM records WHERE id = ?", labelled) == [("phi",)]
 
 
 # -- what a real provider SDK sends ---------------------------------------------------------------

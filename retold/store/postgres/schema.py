@@ -282,6 +282,12 @@ def _record_sensitivity(conn: Any) -> None:
     conn.execute('ALTER TABLE records ADD COLUMN redacted_content TEXT COLLATE "C"')
 
 
+def _sensitivity_label(conn: Any) -> None:
+    """As on SQLite (retold.store.migrations): the extractor's label beside the record's
+    class, NULL for the records written before; tenant key and row-level security cover it."""
+    conn.execute('ALTER TABLE records ADD COLUMN sensitivity_label TEXT COLLATE "C"')
+
+
 def _access_version(conn: Any) -> None:
     """As on SQLite (retold.store.migrations): a per-tenant counter of changes to grants
     and memberships, kept by statement triggers. The trigger runs as the caller, under
@@ -395,6 +401,7 @@ PG_MIGRATIONS: tuple[tuple[int, str, Callable[[Any], str | None]], ...] = (
     (21, "validity windows", _validity_windows),
     (22, "extraction audit", _audit_items),
     (23, "tenant-leading indexes", _tenant_indexes),
+    (24, "sensitivity label", _sensitivity_label),
 )
 # The version from which every table has a tenant key under row-level security.
 TENANT_VERSION = 17

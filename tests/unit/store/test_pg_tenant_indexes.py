@@ -74,7 +74,7 @@ def url(pg_database: str) -> str:
 def test_a_store_written_at_schema_22_migrates_with_its_rows_and_tenant_first_indexes(
         tmp_path: Path, url: str, pg_database: str, monkeypatch: pytest.MonkeyPatch) -> None:
     with monkeypatch.context() as before:  # this Retold as it was before migration 23
-        before.setattr(schema, "PG_MIGRATIONS", schema.PG_MIGRATIONS[:-1])
+        before.setattr(schema, "PG_MIGRATIONS", tuple(m for m in schema.PG_MIGRATIONS if m[0] <= 22))
         before.setattr(schema, "_PG_LATEST", 22)
         written = _filled(tmp_path, url)
         assert rows(url, "SELECT max(version) FROM schema_migrations") == [(22,)]
@@ -83,7 +83,7 @@ def test_a_store_written_at_schema_22_migrates_with_its_rows_and_tenant_first_in
             " (scope_kind, scope_id, subject_entity_id, attribute, status)")
     store = open_store(url)
     try:
-        assert store.migration_report is not None and store.migration_report.applied == (23,)
+        assert store.migration_report is not None and store.migration_report.applied[0] == 23
     finally:
         store.close()
     assert _not_tenant_first(url) == []
