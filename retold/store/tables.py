@@ -4,9 +4,10 @@
 as SQLAlchemy Core metadata: every table SQLite and PostgreSQL share, with its columns,
 types, nullability, server defaults, keys, checks and indexes. Where a column's type is
 spelled differently by the two databases the declaration says both (``with_variant``),
-so the metadata renders each dialect's live schema. The migrations still create the
-tables; tests compare a fresh and a migrated store of each backend with this declaration,
-so a migration that adds a column the declaration lacks (or the reverse) fails them.
+so the metadata renders each dialect's live schema. A new PostgreSQL store is made from
+it; SQLite's migrations still make a new SQLite store. Tests compare a new and a migrated
+store of each backend with this declaration, so a migration that adds a column the
+declaration lacks (or the reverse) fails them.
 See docs/decisions.md, "One declaration of the schema".
 
 What is not here belongs to one dialect and is declared where that dialect lives:
@@ -14,9 +15,10 @@ What is not here belongs to one dialect and is declared where that dialect lives
 * SQLite: :data:`SQLITE_ONLY_TABLES` (the FTS5 lexical index, made by
   ``retold.store.fts``, and the shadow tables FTS5 keeps for it) and :data:`SQLITE_TRIGGERS`
   (made by ``retold.store.migrations``).
-* PostgreSQL: the tenant key on every table, the tenant registry, the tsvector lexical
-  table, functions, triggers, text-search configurations, row-level security and the
-  agent role; ``retold.store.postgres.tables`` declares them over this metadata.
+* PostgreSQL: the tenant key on every table, the tenant registry and the tsvector lexical
+  table, which ``retold.store.postgres.tables`` declares over this metadata, and the
+  functions, triggers, text-search configurations, row-level security and agent role it
+  lists and ``retold.store.postgres.schema`` makes.
 
 SQLite lets a primary-key column that is not an INTEGER hold NULL (a legacy of that
 database); the store never writes one, and the declaration says NOT NULL as PostgreSQL

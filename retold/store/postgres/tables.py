@@ -6,9 +6,9 @@ at the latest migration. Every table but the version log gets ``tenant``, filled
 connection's tenant, which leads its primary key, every unique key and every index, and
 which every foreign key carries (no row can point into another tenant). Two tables exist
 here only: the tenant registry and ``records_fts``, the lexical index as a table with a
-weighted ``tsvector`` (SQLite's is an FTS5 virtual table). The migrations in
-``retold.store.postgres.schema`` still create all of it; tests compare a store with this
-declaration. See docs/decisions.md, "One declaration of the schema".
+weighted ``tsvector`` (SQLite's is an FTS5 virtual table). A new store's tables are made
+from it (``retold.store.postgres.schema``); an older store's migrations arrive at it, and
+tests compare both with it. See docs/decisions.md, "One declaration of the schema".
 
 Objects of this backend that are not tables are named in the ``PG_*`` tuples below, so a
 test can tell one that appears or disappears without a declaration.
@@ -36,12 +36,15 @@ from sqlalchemy.dialects.postgresql import TEXT, TSVECTOR
 from sqlalchemy.sql import ColumnElement
 from sqlalchemy.sql.visitors import ExternallyTraversible, replacement_traverse
 
-from retold.store.postgres.schema import TENANT_REGISTRY
 from retold.store.tables import METADATA
 
-__all__ = ["PG_FUNCTIONS", "PG_METADATA", "PG_TEXT_SEARCH", "PG_TRIGGERS", "TENANT", "UNTENANTED"]
+__all__ = ["PG_FUNCTIONS", "PG_METADATA", "PG_TEXT_SEARCH", "PG_TRIGGERS", "TENANT", "TENANT_REGISTRY",
+           "UNTENANTED"]
 
 TENANT = "tenant"
+# The tenants a database holds; read and written by the login role only (list, add, drop),
+# so an agent connection cannot learn which other customers share its database.
+TENANT_REGISTRY = "retold_tenants"
 # Tables that hold no tenant's rows: the version log (every tenant shares the schema).
 UNTENANTED = ("schema_migrations",)
 
@@ -75,7 +78,7 @@ def _tenanted(source: Table, metadata: MetaData) -> Table:
             table.append_constraint(ForeignKeyConstraint(
                 [TENANT, *constraint.column_keys],
                 [f"{parent}.{TENANT}", *(f"{parent}.{e.column.name}" for e in constraint.elements)],
-                ondelete=constraint.ondelete))
+                ondelete=constraint.ondelete, name=f"{name}_{'_'.join(constraint.column_keys)}_fkey"))
 
     def here(element: ExternallyTraversible, **kw: Any) -> ExternallyTraversible | None:
         # an index expression over the source table's columns, rebuilt over this table's

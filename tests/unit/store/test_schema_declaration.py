@@ -382,13 +382,12 @@ def test_a_new_postgresql_store_is_the_declared_schema(url: str) -> None:
 
 
 def test_a_postgresql_store_migrated_from_its_first_schema_is_the_new_one(
-        url: str, pg_database: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        url: str, pg_database: str, pg_release: Any) -> None:
     """A store created at PG_BASE, as the first PostgreSQL release wrote it, then taken
-    through every later migration (the tenant key rebuilds every key and index)."""
-    with monkeypatch.context() as before:
-        before.setattr(pg_schema, "PG_MIGRATIONS", ())
-        before.setattr(pg_schema, "_PG_LATEST", pg_schema.PG_BASE)
-        _pg_store(url)
+    through every later migration (the tenant key rebuilds every key and index), is the
+    store a new one is made as from the declaration."""
+    with pg_release(url, pg_schema.PG_BASE):
+        pass
     assert rows(url, "SELECT max(version) FROM schema_migrations") == [(pg_schema.PG_BASE,)]
     open_store(url).close()
     migrated = _pg_compare(url)
