@@ -1,10 +1,12 @@
 """The PostgreSQL schema and its forward-only migrations.
 
-A new PostgreSQL store is created at schema :data:`PG_BASE` in one step (``schema.sql`` here,
-which mirrors every SQLite migration up to that version), and ``schema_migrations`` records
-each of those versions as on SQLite, so ``retold migrate`` reports the same version on both
-backends. Each later schema change is a migration in :data:`PG_MIGRATIONS` with the SQLite
-one's version, applied to new and existing stores alike. Every step holds a transaction-scoped
+A new PostgreSQL store is created at the latest version in one step, from the declaration
+of its tables (:data:`retold.store.postgres.tables.PG_METADATA`) and the functions,
+triggers, policies and grants this module makes, and ``schema_migrations`` records every
+version as on SQLite, so ``retold migrate`` reports the same version on both backends. A
+store an earlier release created (at :data:`PG_BASE` or later) takes each migration in
+:data:`PG_MIGRATIONS` after its version; each has the SQLite one's version, and the
+migrated store has the declared schema. Every step holds a transaction-scoped
 advisory lock, so two processes opening a new store at once serialise and the second
 finds the work done. See docs/decisions.md, "PostgreSQL as a shared store".
 """
@@ -15,8 +17,10 @@ import graphlib
 import logging
 import re
 from collections.abc import Callable, Sequence
-from importlib import resources
 from typing import Any
+
+from sqlalchemy.dialects.postgresql.base import PGDialect
+from sqlalchemy.schema import CreateIndex, CreateTable
 
 from retold.clock import SystemClock, to_iso
 from retold.errors import NotADatabaseError, SchemaTooNewError
@@ -28,6 +32,7 @@ from retold.store.migrations import (
     UTILITY_TABLES,
     MigrationReport,
 )
+from retold.store.postgres.tables import PG_METADATA, TENANT_REGISTRY
 from retold.store.validity_backfill import Backfill, backfill_validity
 from retold.tenant import DEFAULT_TENANT
 
@@ -38,7 +43,8 @@ log = logging.getLogger(__name__)
 
 # The advisory lock key schema changes take (distinct from the write lock's).
 SCHEMA_LOCK = 0x7265746F6C64_01  # "retold" + 1
-# The SQLite schema version this package's schema.sql is (it never changes: later versions migrate).
+# The schema version the first PostgreSQL release created stores at; a store of any release
+# is at this version or later.
 PG_BASE = 9
 
 
@@ -69,6 +75,17 @@ def _supersedes_index(conn: Any) -> None:
     conn.execute("CREATE INDEX records_supersedes ON records(supersedes_id) WHERE supersedes_id IS NOT NULL")
 
 
+# The access log's filler: the trigger function and the trigger on search_log.
+_RETURNED_FILL = (
+    "CREATE FUNCTION search_returned_fill() RETURNS trigger LANGUAGE plpgsql AS $fill$ BEGIN"
+    " INSERT INTO search_returned(record_id, search_id, rank) SELECT e.value, NEW.id, e.n"
+    " FROM jsonb_array_elements_text(NEW.returned::jsonb) WITH ORDINALITY AS e(value, n)"
+    " ON CONFLICT DO NOTHING; RETURN NEW; END $fill$",
+    "CREATE TRIGGER search_returned_fill AFTER INSERT ON search_log FOR EACH ROW"
+    " EXECUTE FUNCTION search_returned_fill()",
+)
+
+
 def _search_returned(conn: Any) -> None:
     """As on SQLite (retold.store.migrations): a record's access log, filled by a trigger
     as search-log rows arrive and emptied with them by the foreign key."""
@@ -76,12 +93,8 @@ def _search_returned(conn: Any) -> None:
                  ' search_id TEXT COLLATE "C" NOT NULL REFERENCES search_log(id) ON DELETE CASCADE,'
                  ' rank INTEGER NOT NULL, PRIMARY KEY (record_id, search_id))')
     conn.execute("CREATE INDEX search_returned_search ON search_returned(search_id)")
-    conn.execute("CREATE FUNCTION search_returned_fill() RETURNS trigger LANGUAGE plpgsql AS $fill$ BEGIN"
-                 " INSERT INTO search_returned(record_id, search_id, rank) SELECT e.value, NEW.id, e.n"
-                 " FROM jsonb_array_elements_text(NEW.returned::jsonb) WITH ORDINALITY AS e(value, n)"
-                 " ON CONFLICT DO NOTHING; RETURN NEW; END $fill$")
-    conn.execute("CREATE TRIGGER search_returned_fill AFTER INSERT ON search_log FOR EACH ROW"
-                 " EXECUTE FUNCTION search_returned_fill()")
+    for sql in _RETURNED_FILL:
+        conn.execute(sql)
     conn.execute("INSERT INTO search_returned(record_id, search_id, rank) SELECT e.value, s.id, e.n"
                  " FROM search_log AS s, jsonb_array_elements_text(s.returned::jsonb) WITH ORDINALITY"
                  " AS e(value, n) ON CONFLICT DO NOTHING")
@@ -96,9 +109,6 @@ def _utility_tables(conn: Any) -> None:
 # The role every store connection takes after migrating: it owns nothing and cannot bypass
 # row-level security, so its reads and writes see only the tenant its connection names.
 AGENT_ROLE = "retold_agent"
-# The tenants a database holds; read and written by the login role only (list, add, drop),
-# so an agent connection cannot learn which other customers share its database.
-TENANT_REGISTRY = "retold_tenants"
 # Tables that hold no tenant's data: the schema's version log and the registry itself.
 _UNTENANTED = ("schema_migrations", TENANT_REGISTRY)
 
@@ -288,17 +298,23 @@ def _sensitivity_label(conn: Any) -> None:
     conn.execute('ALTER TABLE records ADD COLUMN sensitivity_label TEXT COLLATE "C"')
 
 
+# The counter of changes to who may read what: the trigger function and its triggers.
+_ACCESS_BUMP = (
+    "CREATE FUNCTION retold_access_bump() RETURNS trigger LANGUAGE plpgsql AS $bump$ BEGIN"
+    " INSERT INTO store_meta(key, value) VALUES ('access_version', '1')"
+    " ON CONFLICT (tenant, key) DO UPDATE SET value = (store_meta.value::bigint + 1)::text;"
+    " RETURN NULL; END $bump$",
+    *(f"CREATE TRIGGER {table}_access AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON {table}"
+      " FOR EACH STATEMENT EXECUTE FUNCTION retold_access_bump()" for table in ("grants", "scope_members")),
+)
+
+
 def _access_version(conn: Any) -> None:
     """As on SQLite (retold.store.migrations): a per-tenant counter of changes to grants
     and memberships, kept by statement triggers. The trigger runs as the caller, under
     its tenant's row-level security, so the row it bumps is that tenant's."""
-    conn.execute("CREATE FUNCTION retold_access_bump() RETURNS trigger LANGUAGE plpgsql AS $bump$ BEGIN"
-                 " INSERT INTO store_meta(key, value) VALUES ('access_version', '1')"
-                 " ON CONFLICT (tenant, key) DO UPDATE SET value = (store_meta.value::bigint + 1)::text;"
-                 " RETURN NULL; END $bump$")
-    for table in ("grants", "scope_members"):
-        conn.execute(f"CREATE TRIGGER {table}_access AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON {table}"
-                     " FOR EACH STATEMENT EXECUTE FUNCTION retold_access_bump()")
+    for sql in _ACCESS_BUMP:
+        conn.execute(sql)
     conn.execute(f"GRANT EXECUTE ON FUNCTION retold_access_bump() TO {AGENT_ROLE}")
 
 
@@ -476,16 +492,52 @@ def _text_search(conn: Any) -> None:
                      f' WITH "{home}".unaccent, {dictionary}')
 
 
-def _initial(conn: Any) -> None:
-    """The schema of :data:`PG_BASE`, recorded as every SQLite migration up to it."""
+# SQLite functions the shared statements call, with SQLite's meaning for the uses the store
+# makes of them: a JSON value as text, a 1-based position, a JSON array's elements. And
+# words as FTS5's unicode61 tokenizer cuts them, runs of letters and digits, where
+# PostgreSQL's own parser would keep 'id/attribute' or 'a/b.py' whole as one path token.
+_SHARED_FUNCTIONS = (
+    "CREATE FUNCTION json_extract(doc text, path text) RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE"
+    " RETURN (doc::jsonb) #>> string_to_array(substr(path, 3), '.')",
+    "CREATE FUNCTION instr(haystack text, needle text) RETURNS integer LANGUAGE sql IMMUTABLE PARALLEL SAFE"
+    " RETURN strpos(haystack, needle)",
+    "CREATE FUNCTION json_each(doc text) RETURNS TABLE(value text) LANGUAGE sql IMMUTABLE PARALLEL SAFE"
+    " RETURN jsonb_array_elements_text(doc::jsonb)",
+    "CREATE FUNCTION retold_words(body text) RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE"
+    " RETURN regexp_replace(body, '[^[:alnum:]]+', ' ', 'g')",
+)
+# The lexical index as it stands where btree_gin cannot be had (see _btree_gin).
+_DOCUMENT_ONLY = "CREATE INDEX records_fts_document ON records_fts USING gin (document)"
+
+
+def _create(conn: Any) -> None:
+    """A new store at the latest version: the declared tables, then what is not a table
+    (functions, triggers, the tenant policies, the agent role's grants), as the
+    migrations leave an older store; recorded as every migration."""
     _text_search(conn)
-    script = resources.files("retold.store.postgres").joinpath("schema.sql").read_text("utf-8")
-    conn.execute(script)  # a parameterless script goes as one multi-statement query
-    conn.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY,"
-                 " name TEXT NOT NULL, applied_at TEXT NOT NULL)")
+    for sql in (*_SHARED_FUNCTIONS, _TENANT_FUNCTION):
+        conn.execute(sql)
+    gin = _btree_gin(conn)
+    dialect = PGDialect()  # type: ignore[no-untyped-call]  # (SQLAlchemy leaves it untyped)
+    for table in PG_METADATA.sorted_tables:
+        conn.execute(str(CreateTable(table).compile(dialect=dialect)))
+        for index in sorted(table.indexes, key=lambda i: str(i.name)):
+            if index.name == "records_fts_document" and not gin:
+                conn.execute(_DOCUMENT_ONLY)
+            else:
+                conn.execute(str(CreateIndex(index).compile(dialect=dialect)))
     now = to_iso(SystemClock().now())
+    conn.execute(f"INSERT INTO {TENANT_REGISTRY}(name, added_at) VALUES (?, ?)", (DEFAULT_TENANT, now))
+    conn.execute("INSERT INTO store_meta(tenant, key, value) VALUES (?, 'records_version', '0')",
+                 (DEFAULT_TENANT,))
+    for sql in (*_RETURNED_FILL, *_ACCESS_BUMP):
+        conn.execute(sql)
+    for name in tenant_tables(conn):
+        _tenant_policy(conn, name)
+    _grant_agent(conn)
+    _lexical_match_leakproof(conn)
     conn.executemany("INSERT INTO schema_migrations(version, name, applied_at) VALUES (?, ?, ?)",
-                     [(m.version, m.name, now) for m in MIGRATIONS if m.version <= PG_BASE])
+                     [(m.version, m.name, now) for m in MIGRATIONS])
 
 
 def migrate(conn: Any, where: str) -> MigrationReport:
@@ -494,24 +546,28 @@ def migrate(conn: Any, where: str) -> MigrationReport:
         return MigrationReport((), current_version(conn), _unresolved(conn))
     applied: list[int] = []
     notes: list[str] = []
-    steps: list[tuple[int, str, Callable[[Any], str | None]]] = [(PG_BASE, "initial schema", _initial)]
+    steps: list[tuple[int, str, Callable[[Any], str | None]]] = [(_PG_LATEST, "new store", _create)]
     steps += PG_MIGRATIONS
     for version, name, apply in steps:
         conn.execute("BEGIN")
         try:
             conn.execute("SELECT pg_advisory_xact_lock(?)", (SCHEMA_LOCK,))
-            if check_version(conn, where) >= version:  # another process applied it meanwhile
+            # Re-read under the lock: another process may have done it meanwhile. A new store
+            # is made whole; an existing one takes each migration after its version.
+            current = check_version(conn, where)
+            done = current > 0 if apply is _create else current >= version
+            if done:
                 conn.execute("ROLLBACK")
                 continue
             note = apply(conn)
-            if apply is not _initial:
+            if apply is not _create:
                 conn.execute("INSERT INTO schema_migrations(version, name, applied_at) VALUES (?, ?, ?)",
                              (version, name, to_iso(SystemClock().now())))
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
-        applied += [m.version for m in MIGRATIONS if m.version <= PG_BASE] if apply is _initial else [version]
+        applied += [m.version for m in MIGRATIONS] if apply is _create else [version]
         if note:
             log.warning("store %s, migration %d: %s", where, version, note)
             notes.append(f"migration {version}: {note}")

@@ -15,7 +15,6 @@ import pytest
 
 from retold.models import SearchRequest
 from retold.store.location import open_store
-from retold.store.postgres import schema
 from retold.store.postgres.schema import AGENT_ROLE
 from retold.store.postgres.url import conninfo
 from retold.testing import World, make_world
@@ -72,10 +71,8 @@ def url(pg_database: str) -> str:
 
 
 def test_a_store_written_at_schema_22_migrates_with_its_rows_and_tenant_first_indexes(
-        tmp_path: Path, url: str, pg_database: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    with monkeypatch.context() as before:  # this Retold as it was before migration 23
-        before.setattr(schema, "PG_MIGRATIONS", tuple(m for m in schema.PG_MIGRATIONS if m[0] <= 22))
-        before.setattr(schema, "_PG_LATEST", 22)
+        tmp_path: Path, url: str, pg_database: str, pg_release: Any) -> None:
+    with pg_release(url, 22):  # this Retold as it was before migration 23
         written = _filled(tmp_path, url)
         assert rows(url, "SELECT max(version) FROM schema_migrations") == [(22,)]
         assert _indexes(url)["records_subject"] == (

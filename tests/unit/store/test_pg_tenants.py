@@ -186,17 +186,11 @@ def test_dropping_a_tenant_leaves_none_of_its_text_and_the_others_untouched(url:
         a.rt.close()
 
 
-def test_a_store_written_before_tenants_becomes_the_default_tenant(
-    url: str, monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    with monkeypatch.context() as patch:
-        patch.setattr(schema, "PG_MIGRATIONS",
-                      tuple(m for m in schema.PG_MIGRATIONS if m[0] < schema.TENANT_VERSION))
-        patch.setattr(schema, "_PG_LATEST", schema.TENANT_VERSION - 1)
-        with closing(PgConnection(conninfo(url), connect_timeout=5)) as conn:
-            assert schema.migrate(conn, url).version == schema.TENANT_VERSION - 1
-            _old_rows(conn)
-            before = _counts(conn)
+def test_a_store_written_before_tenants_becomes_the_default_tenant(url: str, pg_release: Any) -> None:
+    with (pg_release(url, schema.TENANT_VERSION - 1),
+          closing(PgConnection(conninfo(url), connect_timeout=5)) as conn):
+        _old_rows(conn)
+        before = _counts(conn)
     store = open_store(url)
     try:
         report = store.migration_report

@@ -1,9 +1,6 @@
--- Retold schema for PostgreSQL, at the latest SQLite migration (see retold/store/postgres/schema.py).
--- The tables, columns and indexes are those of the SQLite store, so the store's shared SQL
--- runs on both. Text compares byte by byte (COLLATE "C"), as in SQLite, so timestamps,
--- UUIDv7 ids and names order the same way on both backends.
--- Nothing here has a tenant key: migration 17 adds it to every table and key, and
--- migration 23 puts it first in every other index, for a new store as for an old one.
+-- The PostgreSQL schema as the first PostgreSQL release created a new store: schema version 9,
+-- before tenants. Kept here, unchanged, so tests can write a store as that release did and
+-- migrate it (tests/unit/store/conftest.py); a new store is made from retold.store.postgres.tables.
 
 -- SQLite functions the shared statements call, with SQLite's meaning for the uses the store
 -- makes of them: a JSON value as text, a 1-based position, a JSON array's elements.
