@@ -1,11 +1,13 @@
 """Tenants on one PostgreSQL database: a connection that names no tenant reads and writes
 nothing, each tenant sees only its own rows through the store and through raw SQL, the
 same names and ids live side by side, one tenant's writes leave the others' version
-alone, dropping a tenant leaves none of its text in any table, and a store written
-before tenants becomes the default tenant whole."""
+alone, dropping a tenant leaves none of its text in any table nor any of its bytes in
+the database's files or WAL, and a store written before tenants becomes the default
+tenant whole."""
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from typing import Any
@@ -175,7 +177,7 @@ def test_dropping_a_tenant_leaves_none_of_its_text_and_the_others_untouched(url:
         b.rt.close()
 
     removed = drop_tenant(url, "b")
-    assert "records: 1 rows" in removed and removed[-1] == "checkpoint: done"
+    assert "records: 1 rows" in removed and "checkpoint: done" in removed
     assert tables_holding(url, CANARY) == {}
     assert list_tenants(url) == ["default", "a"]
     with pytest.raises(StoreMissingError):
@@ -184,6 +186,50 @@ def test_dropping_a_tenant_leaves_none_of_its_text_and_the_others_untouched(url:
         assert _search(a, "concise explanations") == a_before
     finally:
         a.rt.close()
+
+
+def test_a_dropped_tenant_leaves_no_byte_in_the_database_files_or_the_wal(url: str) -> None:
+    """The server's own files, read by the server, hold none of a dropped tenant's canary:
+    not in a dead row version or freed space of a table, index or TOAST table, not in the
+    planner's statistics, not in a WAL segment once the drop's checkpoint has passed it."""
+    token = "zq" + secrets.token_hex(8)
+    phone = f"+1-555-{secrets.randbelow(10**7):07d}"
+    contact = f"Zq{token} Quartzfield, {token}@canary.example, {phone}"
+    # A recycled WAL segment keeps its old contents under a new name; the drop's guarantee
+    # over the WAL holds with recycling off (docs/operations.md, "Tenants").
+    with postgres.cluster_setting(url, "wal_recycle", "off"):
+        add_tenant(url, "a")
+        add_tenant(url, "b")
+        a, b = _world(url, "a"), _world(url, "b")
+        try:
+            for n in range(12):
+                assert a.write(content=f"Aditya reviews the ledger number {n} every Monday.",
+                               attribute=f"ledger_{n}").ok
+            a_before = _search(a, "which ledger does Aditya review")
+            assert len(a_before) >= 5  # as many as the answer budget holds
+            assert b.write(content=f"The billing contact is {contact}.", attribute="billing_contact",
+                           entities=[("person", f"Zq{token} Quartzfield", "about")]).ok
+            # A turn long enough, and random enough, to be stored out of line uncompressed.
+            b.say("user", f"Please note {contact} handles billing now. {secrets.token_hex(2000)}")
+            assert _search(b, f"who is Zq{token}")
+        finally:
+            b.rt.close()
+        with closing(psycopg.connect(conninfo(url), autocommit=True)) as conn:
+            conn.execute("ANALYZE")  # as autovacuum would have, long before a drop
+            conn.execute("CHECKPOINT")  # and the pages written out, as they would have been
+        planted = postgres.files_holding(url, token.encode())
+        assert {"heap", "index", "toast", "statistics", "wal"} <= planted.keys(), planted
+
+        removed = drop_tenant(url, "b")
+        try:
+            assert postgres.files_holding(url, token.encode()) == {}
+            assert postgres.files_holding(url, phone.encode()) == {}
+            assert _search(a, "which ledger does Aditya review") == a_before
+        finally:
+            a.rt.close()
+    assert "records: 1 rows" in removed and "pg_statistic: rewritten" in removed
+    assert removed[-1] == "wal: every segment that held the rows removed"
+    assert list_tenants(url) == ["default", "a"]
 
 
 def test_a_store_written_before_tenants_becomes_the_default_tenant(
