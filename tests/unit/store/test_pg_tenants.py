@@ -7,10 +7,12 @@ tenant whole."""
 
 from __future__ import annotations
 
+import os
 import secrets
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
@@ -230,6 +232,46 @@ def test_a_dropped_tenant_leaves_no_byte_in_the_database_files_or_the_wal(url: s
     assert "records: 1 rows" in removed and "pg_statistic: rewritten" in removed
     assert removed[-1] == "wal: every segment that held the rows removed"
     assert list_tenants(url) == ["default", "a"]
+
+
+@contextmanager
+def _owned_by_a_plain_role(url: str) -> Iterator[str]:
+    """The store at ``url`` handed to a login role that owns its tables and is no
+    superuser, as a managed database's; the URL that connects as that role."""
+    role = f"retold_owner_{os.getpid()}"
+    with closing(psycopg.connect(conninfo(url), autocommit=True)) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN NOSUPERUSER")
+        conn.execute(f"GRANT {AGENT_ROLE} TO {role}")
+        for (table,) in conn.execute("SELECT relname FROM pg_class WHERE relkind = 'r'"
+                                     " AND relnamespace = current_schema()::regnamespace").fetchall():
+            conn.execute(f"ALTER TABLE {table} OWNER TO {role}")
+        try:
+            parts = urlsplit(url)
+            yield urlunsplit(parts._replace(netloc=f"{role}@{parts.netloc.rsplit('@', 1)[-1]}"))
+        finally:
+            conn.execute(f"REASSIGN OWNED BY {role} TO CURRENT_USER")
+            conn.execute(f"DROP OWNED BY {role}")
+            conn.execute(f"DROP ROLE {role}")
+
+
+def test_a_drop_by_an_owner_that_is_no_superuser_says_what_it_left_in_place(url: str) -> None:
+    add_tenant(url, "b")
+    store = open_store(url, tenant="b")
+    try:
+        store.create_entity("project", f"Project {CANARY}", Scope("user", "aditya"))
+    finally:
+        store.close()
+    with _owned_by_a_plain_role(url) as owner:
+        removed = drop_tenant(owner, "b")
+    # The rows and the tables' own files are the owner's to clean; the catalog and the
+    # WAL are the server's, and the lines say which step a superuser still has to take.
+    assert "entities: 1 rows" in removed and tables_holding(url, CANARY) == {}
+    assert any(line.startswith("rewritten: ") for line in removed)
+    assert any(line.startswith("pg_statistic: not rewritten (needs a superuser)") for line in removed)
+    assert removed[-2:] == ["checkpoint: left to the server (this role may not run CHECKPOINT)",
+                            "wal: the segments that held the rows stay until the server's next"
+                            " checkpoints pass them"]
+    assert list_tenants(url) == ["default"]
 
 
 def test_a_store_written_before_tenants_becomes_the_default_tenant(
