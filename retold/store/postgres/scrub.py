@@ -27,13 +27,17 @@ log = logging.getLogger(__name__)
 # timeline, so a segment of an older timeline is compared by position alone.
 _SEGMENT_ORDER = "substr(name, 9)"
 
-# Transactions that may still see the rows deleted before ``?`` (a transaction id): one
+# What may still see the rows deleted before ``?`` (a transaction id): a transaction
 # running since before it in any database (transaction ids are the server's, and a new
-# snapshot's horizon counts them all), or a snapshot taken before it in this database.
-_OLDER = ("SELECT pid FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND ("
+# snapshot's horizon counts them all), a snapshot taken before it in this database or by
+# a standby's feedback, or a replication slot's horizon.
+_OLDER = ("SELECT 'server process ' || pid FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND ("
           "(backend_xid IS NOT NULL AND age(backend_xid) >= age(?1::xid))"
-          " OR (datname = current_database() AND backend_xmin IS NOT NULL"
-          " AND age(backend_xmin) >= age(?1::xid))) ORDER BY pid")
+          " OR ((datname = current_database() OR backend_type = 'walsender')"
+          " AND backend_xmin IS NOT NULL AND age(backend_xmin) >= age(?1::xid)))"
+          " UNION ALL SELECT 'replication slot ' || slot_name FROM pg_replication_slots"
+          " WHERE age(xmin) >= age(?1::xid) OR (database = current_database()"
+          " AND age(catalog_xmin) >= age(?1::xid)) ORDER BY 1")
 _OLDER_RUNNING = "SELECT pg_snapshot_xmin(pg_current_snapshot()) <= ?::xid8"
 _WAIT_LOG_SECONDS = 30.0
 
@@ -54,13 +58,13 @@ def _await_older_transactions(conn: Any) -> None:
     short = str(int(mark) % 2**32)  # the 32-bit form the activity view shows
     waited = logged = 0.0
     while True:
-        holders = [pid for (pid,) in conn.execute(_OLDER, (short,)).fetchall()]
+        holders = [str(holder) for (holder,) in conn.execute(_OLDER, (short,)).fetchall()]
         if not holders and not conn.execute(_OLDER_RUNNING, (mark,)).fetchone()[0]:
             return
         if waited - logged >= _WAIT_LOG_SECONDS:
             logged = waited
             log.warning("the tenant drop waits for older transactions to end before it rewrites the"
-                        " tables (server processes %s)", ", ".join(map(str, holders)) or "prepared")
+                        " tables: %s", ", ".join(holders) or "a prepared transaction")
         time.sleep(0.2)
         waited += 0.2
 
