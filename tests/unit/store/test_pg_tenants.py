@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import secrets
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing, contextmanager
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -234,6 +236,38 @@ def test_a_dropped_tenant_leaves_no_byte_in_the_database_files_or_the_wal(url: s
     assert list_tenants(url) == ["default", "a"]
 
 
+def _tenant_with_a_project(url: str, tenant: str, name: str) -> None:
+    """Add ``tenant`` holding one entity called ``name``."""
+    add_tenant(url, tenant)
+    store = open_store(url, tenant=tenant)
+    try:
+        store.create_entity("project", name, Scope("user", "aditya"))
+    finally:
+        store.close()
+
+
+def test_a_drop_waits_for_an_older_transaction_before_it_rewrites(url: str) -> None:
+    """A transaction that began before the drop's delete may still read the tenant's rows,
+    so a rewrite then would copy them into the new files: the drop waits for it to end."""
+    token = "zq" + secrets.token_hex(8)
+    _tenant_with_a_project(url, "b", f"Project {token}")
+    with closing(psycopg.connect(conninfo(url), autocommit=True)) as older, ThreadPoolExecutor(1) as pool:
+        older.execute("BEGIN")
+        older.execute("SELECT pg_current_xact_id()")  # a running transaction, as a long report's
+        dropping = pool.submit(drop_tenant, url, "b")
+        for _ in range(100):
+            if list_tenants(url) == ["default"]:
+                break
+            time.sleep(0.1)
+        assert list_tenants(url) == ["default"]  # the delete committed
+        time.sleep(1)
+        assert not dropping.done()
+        older.execute("COMMIT")
+        removed = dropping.result(timeout=120)
+    assert "entities: 1 rows" in removed
+    assert not {"heap", "index", "toast"} & postgres.files_holding(url, token.encode()).keys()
+
+
 @contextmanager
 def _owned_by_a_plain_role(url: str) -> Iterator[str]:
     """The store at ``url`` handed to a login role that owns its tables and is no
@@ -255,12 +289,7 @@ def _owned_by_a_plain_role(url: str) -> Iterator[str]:
 
 
 def test_a_drop_by_an_owner_that_is_no_superuser_says_what_it_left_in_place(url: str) -> None:
-    add_tenant(url, "b")
-    store = open_store(url, tenant="b")
-    try:
-        store.create_entity("project", f"Project {CANARY}", Scope("user", "aditya"))
-    finally:
-        store.close()
+    _tenant_with_a_project(url, "b", f"Project {CANARY}")
     with _owned_by_a_plain_role(url) as owner:
         removed = drop_tenant(owner, "b")
     # The rows and the tables' own files are the owner's to clean; the catalog and the
