@@ -53,7 +53,8 @@ def register(commands: Any) -> None:
         " --tenant flag). A store without tenants serves the default tenant. `add` creates an"
         " empty tenant; `drop NAME --yes` removes the tenant and everything it holds (stop the"
         " agents and workers serving it first); the default tenant is the store itself and is"
-        " never dropped.")
+        " never dropped. On PostgreSQL a drop rewrites every table of the store, so other"
+        " tenants' reads and writes of a table wait while it is rewritten.")
     parser.add_argument("action", choices=["list", "add", "drop"], help="list the tenants, add or drop NAME")
     parser.add_argument("name", nargs="?", help="tenant name (add and drop): lower-case letters, digits,"
                         " '-' and '_'")

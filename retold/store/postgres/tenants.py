@@ -5,14 +5,14 @@ connection is bound to one tenant (see :class:`~retold.store.postgres.store.PgSt
 What spans tenants is the admin path here: it connects as the login role, which owns the
 tables, reads and writes the registry an agent connection cannot see, and binds itself
 to the one tenant it changes, so the tables' policies hold for it too unless that role
-is a superuser. Dropping a tenant deletes its rows from every table, then vacuums those
-tables and asks for a checkpoint, so the dead row versions that still held its text are
-removed from the tables' pages rather than left to autovacuum.
+is a superuser. Dropping a tenant deletes its rows from every table, then scrubs the
+server's files of them (:mod:`~retold.store.postgres.scrub`): the tables are rewritten,
+the statistics and the WAL are moved past them, so no file of the database keeps the
+tenant's text.
 """
 
 from __future__ import annotations
 
-import logging
 from contextlib import closing
 from typing import Any
 
@@ -26,12 +26,11 @@ from retold.store.postgres.schema import (
     parents_first,
     tenant_tables,
 )
+from retold.store.postgres.scrub import scrub
 from retold.store.postgres.url import conninfo, redact
 from retold.tenant import DEFAULT_TENANT, check_tenant
 
 __all__ = ["add_tenant", "drop_tenant", "list_tenants", "schema_version", "tenant_exists"]
-
-log = logging.getLogger(__name__)
 
 # The per-tenant rows of store_meta a new tenant starts with, as a new store's: its own
 # records_version, so its writes make only its own processes refresh.
@@ -104,9 +103,12 @@ def add_tenant(url: str, tenant: str) -> None:
 
 def drop_tenant(url: str, tenant: str) -> list[str]:
     """Delete every row of ``tenant`` from every table and remove it from the registry,
-    then VACUUM each table it had rows in and CHECKPOINT; what was removed, one line a
-    table ("records: 12 rows"). Processes still serving the tenant must be stopped first:
-    one that writes afterwards is refused, since its tenant is no longer registered."""
+    then rewrite every table of the store, its statistics and the WAL past the deleted
+    rows; what was done, one line a table ("records: 12 rows") and a line per scrub step
+    (each says what the login role or the server's settings left in place). Every table is
+    locked exclusively while it is rewritten, so every tenant's writers wait for the drop.
+    Processes still serving the tenant must be stopped first: one that writes afterwards
+    is refused, since its tenant is no longer registered."""
     check_tenant(tenant)
     if tenant == DEFAULT_TENANT:
         raise StoreError(f"the {DEFAULT_TENANT} tenant cannot be dropped; erase its scopes with "
@@ -129,10 +131,10 @@ def drop_tenant(url: str, tenant: str) -> list[str]:
         except BaseException:
             conn.execute("ROLLBACK")
             raise
-        for table in removed:
-            conn.execute(f"VACUUM {table}")
+        # Every table, not only those it holds rows in now: a row it updated or deleted
+        # earlier (an erasure, retention) left its text in freed space wherever it was.
         lines = [f"{table}: {count} rows" for table, count in removed.items()]
-        lines.append(_checkpoint(conn))
+        lines += scrub(conn, [*tenant_tables(conn), TENANT_REGISTRY])
     return lines
 
 
@@ -143,16 +145,3 @@ def _children_first(conn: Any) -> list[str]:
     # store_meta last: deleting grants and memberships bumps the tenant's access counter
     # there (a trigger), which would otherwise leave a row behind the registry's.
     return [t for t in ordered if t != "store_meta"] + [t for t in ordered if t == "store_meta"]
-
-
-def _checkpoint(conn: Any) -> str:
-    """CHECKPOINT, so the vacuumed pages are written out; a role that may not (neither a
-    superuser nor in pg_checkpoint) leaves it to the server's next one, and says so."""
-    import psycopg
-
-    try:
-        conn.execute("CHECKPOINT")
-    except psycopg.errors.InsufficientPrivilege:
-        log.warning("this role may not CHECKPOINT; the server's next checkpoint writes the vacuumed pages")
-        return "checkpoint: left to the server (this role may not run CHECKPOINT)"
-    return "checkpoint: done"

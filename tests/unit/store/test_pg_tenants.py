@@ -1,14 +1,20 @@
 """Tenants on one PostgreSQL database: a connection that names no tenant reads and writes
 nothing, each tenant sees only its own rows through the store and through raw SQL, the
 same names and ids live side by side, one tenant's writes leave the others' version
-alone, dropping a tenant leaves none of its text in any table, and a store written
-before tenants becomes the default tenant whole."""
+alone, dropping a tenant leaves none of its text in any table nor any of its bytes in
+the database's files or WAL, and a store written before tenants becomes the default
+tenant whole."""
 
 from __future__ import annotations
 
+import os
+import secrets
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing, contextmanager
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
@@ -175,7 +181,7 @@ def test_dropping_a_tenant_leaves_none_of_its_text_and_the_others_untouched(url:
         b.rt.close()
 
     removed = drop_tenant(url, "b")
-    assert "records: 1 rows" in removed and removed[-1] == "checkpoint: done"
+    assert "records: 1 rows" in removed and "checkpoint: done" in removed
     assert tables_holding(url, CANARY) == {}
     assert list_tenants(url) == ["default", "a"]
     with pytest.raises(StoreMissingError):
@@ -184,6 +190,117 @@ def test_dropping_a_tenant_leaves_none_of_its_text_and_the_others_untouched(url:
         assert _search(a, "concise explanations") == a_before
     finally:
         a.rt.close()
+
+
+def test_a_dropped_tenant_leaves_no_byte_in_the_database_files_or_the_wal(url: str) -> None:
+    """The server's own files, read by the server, hold none of a dropped tenant's canary:
+    not in a dead row version or freed space of a table, index or TOAST table, not in the
+    planner's statistics, not in a WAL segment once the drop's checkpoint has passed it."""
+    token = "zq" + secrets.token_hex(8)
+    phone = f"+1-555-{secrets.randbelow(10**7):07d}"
+    contact = f"Zq{token} Quartzfield, {token}@canary.example, {phone}"
+    # A recycled WAL segment keeps its old contents under a new name; the drop's guarantee
+    # over the WAL holds with recycling off (docs/operations.md, "Tenants").
+    with postgres.cluster_setting(url, "wal_recycle", "off"):
+        add_tenant(url, "a")
+        add_tenant(url, "b")
+        a, b = _world(url, "a"), _world(url, "b")
+        try:
+            for n in range(12):
+                assert a.write(content=f"Aditya reviews the ledger number {n} every Monday.",
+                               attribute=f"ledger_{n}").ok
+            a_before = _search(a, "which ledger does Aditya review")
+            assert len(a_before) >= 5  # as many as the answer budget holds
+            assert b.write(content=f"The billing contact is {contact}.", attribute="billing_contact",
+                           entities=[("person", f"Zq{token} Quartzfield", "about")]).ok
+            # A turn long enough, and random enough, to be stored out of line uncompressed.
+            b.say("user", f"Please note {contact} handles billing now. {secrets.token_hex(2000)}")
+            assert _search(b, f"who is Zq{token}")
+        finally:
+            b.rt.close()
+        with closing(psycopg.connect(conninfo(url), autocommit=True)) as conn:
+            conn.execute("ANALYZE")  # as autovacuum would have, long before a drop
+            conn.execute("CHECKPOINT")  # and the pages written out, as they would have been
+        planted = postgres.files_holding(url, token.encode())
+        assert {"heap", "index", "toast", "statistics", "wal"} <= planted.keys(), planted
+
+        removed = drop_tenant(url, "b")
+        try:
+            assert postgres.files_holding(url, token.encode()) == {}
+            assert postgres.files_holding(url, phone.encode()) == {}
+            assert _search(a, "which ledger does Aditya review") == a_before
+        finally:
+            a.rt.close()
+    assert "records: 1 rows" in removed and "pg_statistic: rewritten" in removed
+    assert removed[-1] == "wal: every segment that held the rows removed"
+    assert list_tenants(url) == ["default", "a"]
+
+
+def _tenant_with_a_project(url: str, tenant: str, name: str) -> None:
+    """Add ``tenant`` holding one entity called ``name``."""
+    add_tenant(url, tenant)
+    store = open_store(url, tenant=tenant)
+    try:
+        store.create_entity("project", name, Scope("user", "aditya"))
+    finally:
+        store.close()
+
+
+def test_a_drop_waits_for_an_older_transaction_before_it_rewrites(url: str) -> None:
+    """A transaction that began before the drop's delete may still read the tenant's rows,
+    so a rewrite then would copy them into the new files: the drop waits for it to end."""
+    token = "zq" + secrets.token_hex(8)
+    _tenant_with_a_project(url, "b", f"Project {token}")
+    with closing(psycopg.connect(conninfo(url), autocommit=True)) as older, ThreadPoolExecutor(1) as pool:
+        older.execute("BEGIN")
+        older.execute("SELECT pg_current_xact_id()")  # a running transaction, as a long report's
+        dropping = pool.submit(drop_tenant, url, "b")
+        for _ in range(100):
+            if list_tenants(url) == ["default"]:
+                break
+            time.sleep(0.1)
+        assert list_tenants(url) == ["default"]  # the delete committed
+        time.sleep(1)
+        assert not dropping.done()
+        older.execute("COMMIT")
+        removed = dropping.result(timeout=120)
+    assert "entities: 1 rows" in removed
+    assert not {"heap", "index", "toast"} & postgres.files_holding(url, token.encode()).keys()
+
+
+@contextmanager
+def _owned_by_a_plain_role(url: str) -> Iterator[str]:
+    """The store at ``url`` handed to a login role that owns its tables and is no
+    superuser, as a managed database's; the URL that connects as that role."""
+    role = f"retold_owner_{os.getpid()}"
+    with closing(psycopg.connect(conninfo(url), autocommit=True)) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN NOSUPERUSER")
+        conn.execute(f"GRANT {AGENT_ROLE} TO {role}")
+        for (table,) in conn.execute("SELECT relname FROM pg_class WHERE relkind = 'r'"
+                                     " AND relnamespace = current_schema()::regnamespace").fetchall():
+            conn.execute(f"ALTER TABLE {table} OWNER TO {role}")
+        try:
+            parts = urlsplit(url)
+            yield urlunsplit(parts._replace(netloc=f"{role}@{parts.netloc.rsplit('@', 1)[-1]}"))
+        finally:
+            conn.execute(f"REASSIGN OWNED BY {role} TO CURRENT_USER")
+            conn.execute(f"DROP OWNED BY {role}")
+            conn.execute(f"DROP ROLE {role}")
+
+
+def test_a_drop_by_an_owner_that_is_no_superuser_says_what_it_left_in_place(url: str) -> None:
+    _tenant_with_a_project(url, "b", f"Project {CANARY}")
+    with _owned_by_a_plain_role(url) as owner:
+        removed = drop_tenant(owner, "b")
+    # The rows and the tables' own files are the owner's to clean; the catalog and the
+    # WAL are the server's, and the lines say which step a superuser still has to take.
+    assert "entities: 1 rows" in removed and tables_holding(url, CANARY) == {}
+    assert any(line.startswith("rewritten: ") for line in removed)
+    assert any(line.startswith("pg_statistic: not rewritten (needs a superuser)") for line in removed)
+    assert removed[-2:] == ["checkpoint: left to the server (this role may not run CHECKPOINT)",
+                            "wal: the segments that held the rows stay until the server's next"
+                            " checkpoints pass them"]
+    assert list_tenants(url) == ["default"]
 
 
 def test_a_store_written_before_tenants_becomes_the_default_tenant(url: str, pg_release: Any) -> None:
