@@ -540,10 +540,13 @@ def _create(conn: Any) -> None:
                      [(m.version, m.name, now) for m in MIGRATIONS])
 
 
-def migrate(conn: Any, where: str) -> MigrationReport:
-    """Create the schema on an empty database, apply later migrations; idempotent."""
+def migrate(conn: Any, where: str, tenant: str = DEFAULT_TENANT) -> MigrationReport:
+    """Create the schema on an empty database, apply later migrations; idempotent. The
+    report counts ``tenant``'s unresolved migration issues. The login role needs to own
+    the schema, not to be a superuser: what only an administrator can add is logged with
+    the statement to run (docs/postgresql.md, "The role that migrates")."""
     if check_version(conn, where) >= _PG_LATEST:
-        return MigrationReport((), current_version(conn), _unresolved(conn))
+        return MigrationReport((), current_version(conn), _unresolved(conn, tenant))
     applied: list[int] = []
     notes: list[str] = []
     steps: list[tuple[int, str, Callable[[Any], str | None]]] = [(_PG_LATEST, "new store", _create)]
@@ -571,13 +574,27 @@ def migrate(conn: Any, where: str) -> MigrationReport:
         if note:
             log.warning("store %s, migration %d: %s", where, version, note)
             notes.append(f"migration {version}: {note}")
-    return MigrationReport(tuple(applied), current_version(conn), _unresolved(conn), tuple(notes))
+    return MigrationReport(tuple(applied), current_version(conn), _unresolved(conn, tenant), tuple(notes))
 
 
-def _unresolved(conn: Any) -> int:
+def _unresolved(conn: Any, tenant: str) -> int:
+    """``tenant``'s rows in migration_issues: what keeps its store from opening until
+    ``retold migrate`` (bound to the same tenant) has reviewed them. The count runs in a
+    transaction bound to the tenant, as the admin path binds itself, because row-level
+    security holds the tables' owner too; the filter is for a role that bypasses it. See
+    docs/decisions.md, "A plain owner migrates a PostgreSQL store"."""
     if not _has_table(conn, "migration_issues"):
         return 0
-    return int(conn.execute("SELECT count(*) FROM migration_issues").fetchone()[0])
+    if not _has_column(conn, "migration_issues", "tenant"):  # a store from before tenants
+        return int(conn.execute("SELECT count(*) FROM migration_issues").fetchone()[0])
+    conn.execute("BEGIN")
+    try:
+        conn.execute("SELECT set_config('retold.tenant', ?, true)", (tenant,))
+        (count,) = conn.execute("SELECT count(*) FROM migration_issues WHERE tenant = ?",
+                                (tenant,)).fetchone()
+    finally:
+        conn.execute("ROLLBACK")
+    return int(count)
 
 
 def parents_first(dst: Any, names: Sequence[str]) -> list[str]:

@@ -114,7 +114,7 @@ class PgStore(PgReads):
         try:
             # A writer waits for the write lock at most this long, as busy_timeout on SQLite.
             self._conn.execute(f"SET lock_timeout = '{int(self.busy_timeout_seconds * 1000)}ms'")
-            self.migration_report = (pg_migrate(self._conn, self.path)
+            self.migration_report = (pg_migrate(self._conn, self.path, self.tenant)
                                      if migrate_schema and not self.read_only else None)
             self._bind_tenant()
         except BaseException:
@@ -190,7 +190,7 @@ class PgStore(PgReads):
 
     def migrate(self) -> MigrationReport:
         with self._as_owner():
-            self.migration_report = pg_migrate(self._conn, self.path)
+            self.migration_report = pg_migrate(self._conn, self.path, self.tenant)
         if not self._isolated:
             self._bind_tenant()  # the migration just added the tenant key
         return self.migration_report

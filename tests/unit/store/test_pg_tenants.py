@@ -2,11 +2,13 @@
 nothing, each tenant sees only its own rows through the store and through raw SQL, the
 same names and ids live side by side, one tenant's writes leave the others' version
 alone, dropping a tenant leaves none of its text in any table nor any of its bytes in
-the database's files or WAL, and a store written before tenants becomes the default
-tenant whole."""
+the database's files or WAL, a store written before tenants becomes the default
+tenant whole, and a login role that owns the schema but is no superuser creates and
+migrates a store."""
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import time
@@ -19,7 +21,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 
 from retold import build_runtime, load_config
-from retold.errors import StoreLockedError, StoreMissingError
+from retold.errors import MigrationIssuesError, StoreLockedError, StoreMissingError
 from retold.models import Principal, Scope, SearchRequest
 from retold.store.location import add_tenant, drop_tenant, list_tenants, open_store
 from retold.store.postgres import schema
@@ -269,23 +271,102 @@ def test_a_drop_waits_for_an_older_transaction_before_it_rewrites(url: str) -> N
 
 
 @contextmanager
-def _owned_by_a_plain_role(url: str) -> Iterator[str]:
-    """The store at ``url`` handed to a login role that owns its tables and is no
-    superuser, as a managed database's; the URL that connects as that role."""
+def _plain_role(url: str) -> Iterator[str]:
+    """A login role that is no superuser and may not bypass row-level security, as a
+    managed database's migration role, a member of the agent role; its name. What it
+    came to own in the database at ``url`` goes back to the test's user afterwards (a
+    database of its own must be dropped before this block ends)."""
     role = f"retold_owner_{os.getpid()}"
     with closing(psycopg.connect(conninfo(url), autocommit=True)) as conn:
-        conn.execute(f"CREATE ROLE {role} LOGIN NOSUPERUSER")
+        conn.execute(f"CREATE ROLE {role} LOGIN NOSUPERUSER NOBYPASSRLS")
         conn.execute(f"GRANT {AGENT_ROLE} TO {role}")
-        for (table,) in conn.execute("SELECT relname FROM pg_class WHERE relkind = 'r'"
-                                     " AND relnamespace = current_schema()::regnamespace").fetchall():
-            conn.execute(f"ALTER TABLE {table} OWNER TO {role}")
         try:
-            parts = urlsplit(url)
-            yield urlunsplit(parts._replace(netloc=f"{role}@{parts.netloc.rsplit('@', 1)[-1]}"))
+            yield role
         finally:
             conn.execute(f"REASSIGN OWNED BY {role} TO CURRENT_USER")
             conn.execute(f"DROP OWNED BY {role}")
             conn.execute(f"DROP ROLE {role}")
+
+
+def _as(role: str, url: str) -> str:
+    """``url`` connecting as ``role``."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=f"{role}@{parts.netloc.rsplit('@', 1)[-1]}"))
+
+
+@contextmanager
+def _owned_by_a_plain_role(url: str) -> Iterator[str]:
+    """The store at ``url`` handed to a plain role (its schema and tables), as a managed
+    database's; the URL that connects as that role."""
+    with _plain_role(url) as role, closing(psycopg.connect(conninfo(url), autocommit=True)) as conn:
+        conn.execute(f"ALTER SCHEMA {conn.execute('SELECT current_schema()').fetchone()[0]} OWNER TO {role}")
+        for (table,) in conn.execute("SELECT relname FROM pg_class WHERE relkind = 'r'"
+                                     " AND relnamespace = current_schema()::regnamespace").fetchall():
+            conn.execute(f"ALTER TABLE {table} OWNER TO {role}")
+        yield _as(role, url)
+
+
+def _refused_without_a_tenant(url: str) -> None:
+    """The login role at ``url``, bound to no tenant, reads nothing: the tables' owner is
+    held by their policies too."""
+    with (closing(psycopg.connect(conninfo(url), autocommit=True)) as conn,
+          pytest.raises(psycopg.errors.InsufficientPrivilege, match="bound to no tenant")):
+        conn.execute("SELECT id FROM records").fetchall()
+
+
+def test_an_owner_that_is_no_superuser_creates_a_store_and_serves_its_tenants(
+        pg_database: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A deployment's migration role owns the schema and is no superuser: it creates a new
+    store through the runtime, adds a tenant, and says in one line each what only an
+    administrator can add to the database."""
+    with (_plain_role(pg_database) as role,
+          postgres.test_database("_owned", template="template0") as database):
+        with closing(psycopg.connect(conninfo(database), autocommit=True)) as conn:
+            conn.execute(f"CREATE SCHEMA retold AUTHORIZATION {role}")
+        url = _as(role, f"{database}?options=-csearch_path%3Dretold")
+        with caplog.at_level(logging.WARNING, logger=schema.__name__):
+            world = _world(url, "default")
+        try:
+            world.write(content="Aditya prefers concise technical explanations.",
+                        attribute="explanation_style")
+            assert len(_search(world, "concise explanations")) == 1
+        finally:
+            world.rt.close()
+        add_tenant(url, "b")
+        assert list_tenants(url) == ["default", "b"]
+        other = _world(url, "b")
+        try:
+            assert _search(other, "concise explanations") == []
+        finally:
+            other.rt.close()
+        _refused_without_a_tenant(url)
+    warned = [record.getMessage() for record in caplog.records]
+    assert len([line for line in warned if "CREATE EXTENSION IF NOT EXISTS btree_gin" in line]) == 1
+    assert len([line for line in warned if schema._LEAKPROOF_MATCH in line]) == 1
+
+
+def test_an_owner_that_is_no_superuser_migrates_a_store_of_the_first_release(
+        url: str, pg_release: Any) -> None:
+    with (pg_release(url, schema.PG_BASE),
+          closing(PgConnection(conninfo(url), connect_timeout=5)) as conn):
+        _old_rows(conn)
+        conn.execute("INSERT INTO migration_issues VALUES (2, 'r-old', 'zero about links')")
+    with _owned_by_a_plain_role(url) as owner:
+        store = open_store(owner, allow_migration_issues=True)
+        try:
+            report = store.migration_report
+            assert report is not None and report.applied[0] == schema.PG_BASE + 1
+            assert report.version == schema.PG_MIGRATIONS[-1][0] and report.unresolved == 1
+            record = store.get_record("r-old")
+            assert record is not None and record.content == "Aditya likes green tea."
+        finally:
+            store.close()
+        # The legacy record is the default tenant's to review; another tenant opens.
+        with pytest.raises(MigrationIssuesError, match="1 legacy records"):
+            open_store(owner)
+        add_tenant(owner, "a")
+        open_store(owner, tenant="a").close()
+        _refused_without_a_tenant(owner)
 
 
 def test_a_drop_by_an_owner_that_is_no_superuser_says_what_it_left_in_place(url: str) -> None:
