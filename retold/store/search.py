@@ -349,14 +349,16 @@ class SearchMixin(StoreBase):
         indexed tokens (stems, as the index stores them) occurs; a token in none is absent.
         Below ``min_rows`` rows no token is looked up (the caller needs none).
 
-        The row count is read once per ``records_version``; the counts come from FTS5's own
-        vocabulary (one lookup a token), never from a scan of the matches."""
+        The row count is read once per ``records_version``, from FTS5's docsize table (one
+        short row per indexed row, so counting it reads a few pages where counting the
+        virtual table reads every row's text); the counts come from FTS5's own vocabulary
+        (one lookup a token), never from a scan of the matches."""
         if not tokens:
             return 0, {}
         with self.snapshot() as conn:
             version = self.read_version(conn)
             if self._fts_rows[0] != version:
-                rows = int(conn.execute("SELECT count(*) FROM records_fts").fetchone()[0])
+                rows = int(conn.execute("SELECT count(*) FROM records_fts_docsize").fetchone()[0])
                 self._fts_rows = (version, rows)
             if self._fts_rows[1] < min_rows:
                 return self._fts_rows[1], {}

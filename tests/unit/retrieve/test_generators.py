@@ -488,6 +488,9 @@ def test_a_term_in_most_rows_no_longer_makes_every_row_a_lexical_candidate(store
     assert all("atlas" in {t.value for t in hit.match.terms} for hit in hits)
     # A query of nothing but the common term still finds rows.
     assert len(lexical_candidates(store, ["Atlas"], eligible, K)) == K
+    # The row count follows the index: an erased record's row is gone from it.
+    store.erase_record(ids[0], "tester", "test")
+    assert store.fts_document_counts(["atla"]) == (rows_total - 1, {"atla": rows_total - 1})
 
 
 def test_a_small_index_keeps_every_term(store: Store) -> None:
