@@ -19,11 +19,16 @@ from retold.errors import StoreError
 from retold.models import Activation, Record, Scope
 from retold.store.base import NewEvent, chunks, dt, marks, scope_clause
 from retold.store.records import RecordsMixin
+from retold.store.upserts import Upsert
 
 __all__ = ["ActivationMixin", "ActivationRow", "AmbientLine", "ReviewBacklog", "delete_activation_rows"]
 
 _LIVE = "r.status IN ('provisional', 'confirmed') AND (r.expires_at IS NULL OR r.expires_at >= ?)"
 _COLUMNS = "record_id, activation, rule, reason, category, decided_by, decided_at, review_opened_at"
+# A record's activation decision, replacing the last; its scope and liveness stay as they
+# were (the record's writes keep them).
+_DECIDE = Upsert("record_activation", ("scope_kind", "scope_id", "live", *_COLUMNS.split(", ")),
+                 update=tuple(_COLUMNS.split(", ")[1:]))
 
 
 @dataclass(frozen=True)
@@ -114,15 +119,8 @@ class ActivationMixin(RecordsMixin):
             opened: str | None = None
             if activation == "review":
                 opened = previous[1] if previous is not None and previous[0] == "review" else now
-            conn.execute(
-                f"INSERT INTO record_activation(scope_kind, scope_id, live, {_COLUMNS})"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                " ON CONFLICT(record_id) DO UPDATE SET activation = excluded.activation,"
-                " rule = excluded.rule, reason = excluded.reason, category = excluded.category,"
-                " decided_by = excluded.decided_by, decided_at = excluded.decided_at,"
-                " review_opened_at = excluded.review_opened_at",
-                (found[0], found[1], int(found[2]), record_id, activation, rule, reason, category,
-                 decided_by, now, opened))
+            _DECIDE.execute(conn, (found[0], found[1], int(found[2]), record_id, activation, rule, reason,
+                                   category, decided_by, now, opened))
             self._insert_event(conn, event)
             stored = conn.execute(f"SELECT {_COLUMNS} FROM record_activation WHERE record_id = ?",
                                   (record_id,)).fetchone()

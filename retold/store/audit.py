@@ -21,8 +21,12 @@ from typing import Literal
 
 from retold.clock import from_iso, to_iso
 from retold.store.base import NewEvent, StoreBase, chunks, marks
+from retold.store.upserts import Upsert
 
 __all__ = ["AuditCounts", "AuditItem", "AuditMixin", "AuditRule", "ExtractionWrite", "Verdicts"]
+
+# A sampled record; one sampled already keeps its sampling (and any answers).
+_SAMPLE = Upsert("audit_items", ("record_id", "session_id", "written_at", "sampled_at", "rule"))
 
 AuditRule = Literal["rate", "weekly"]  # picked by review_sample_rate, or by the weekly quota
 # The outcomes of a write that stored a new row (ingestor outcomes, before any ":<id>").
@@ -103,10 +107,8 @@ class AuditMixin(StoreBase):
             added = [AuditItem(w.record_id, w.session_id, w.written_at, now, rule, None, None, None)
                      for w, rule in choose(written, held) if w.record_id not in held]
             for item in added:
-                conn.execute("INSERT INTO audit_items(record_id, session_id, written_at, sampled_at, rule)"
-                             " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                             (item.record_id, item.session_id, to_iso(item.written_at), to_iso(now),
-                              item.rule))
+                _SAMPLE.execute(conn, (item.record_id, item.session_id, to_iso(item.written_at),
+                                       to_iso(now), item.rule))
             if added:
                 self._insert_event(conn, NewEvent("audit.sampled", actor, {
                     "since": to_iso(since), "until": to_iso(until), "written": len(written),

@@ -39,13 +39,19 @@ from retold.store.family import EmbeddingFamily, read_family, write_family
 from retold.store.fts import write_fts_rows
 from retold.store.migrations import LATEST, MigrationReport, check_is_retold, check_not_newer, migrate
 from retold.store.opening import connect, journal_mode, read_only_reason
+from retold.store.upserts import Upsert
 from retold.store.write_window import WriteWindow, read_window
 from retold.tenant import DEFAULT_TENANT
 
-__all__ = ["ACTIVE_SQL", "LINK_ROLES", "Embedding", "NewEvent", "StoreBase", "chunks", "dt", "marks",
-           "scope_clause", "ts"]
+__all__ = ["ACTIVE_SQL", "LINK_ROLES", "LINK_ROWS", "Embedding", "NewEvent", "StoreBase", "chunks", "dt",
+           "marks", "scope_clause", "ts"]
 
 LINK_ROLES: tuple[str, ...] = ("about", "mentions")  # a record is about one entity, mentions others
+# A record's links to entities; a link already there keeps its role.
+LINK_ROWS = Upsert("record_entities", ("record_id", "entity_id", "role"))
+# A record's vector, replacing the one it had.
+_PUT_VECTOR = Upsert("embeddings", ("record_id", "model", "version", "dims", "vector", "index_version"),
+                     update=("model", "version", "dims", "vector", "index_version"))
 log = logging.getLogger(__name__)
 
 _CHUNK = 500  # ids per IN list: far below SQLite's bound-parameter limit
@@ -572,12 +578,6 @@ class StoreBase:
                   for rid, vec in rows]
         if not params:
             return
-        conn.executemany(
-            "INSERT INTO embeddings(record_id, model, version, dims, vector, index_version)"
-            " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(record_id) DO UPDATE SET"
-            " model = excluded.model, version = excluded.version, dims = excluded.dims,"
-            " vector = excluded.vector, index_version = excluded.index_version",
-            params,
-        )
+        _PUT_VECTOR.executemany(conn, params)
         if read_family(conn) is None:
             write_family(conn, EmbeddingFamily(model, version, params[0][3]))

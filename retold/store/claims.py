@@ -24,8 +24,11 @@ from typing import Literal
 
 from retold.clock import to_iso
 from retold.store.base import StoreBase, marks
+from retold.store.upserts import Upsert
 
 __all__ = ["ClaimOutcome", "ClaimTerms", "ClaimsMixin", "FailedAttempt", "ResumeStage"]
+
+_PUT_META = Upsert("store_meta", ("key", "value"), update=("value",))
 
 ClaimOutcome = Literal[
     "claimed", "reclaimed", "busy", "done", "missing", "open", "parked", "waiting", "blocked"]
@@ -228,8 +231,7 @@ class ClaimsMixin(StoreBase):
         A session handed over twice is still extracted once: the run claims it."""
         with self.atomic() as conn:
             row = conn.execute("SELECT value FROM store_meta WHERE key = 'queue_broker'").fetchone()
-            conn.execute("INSERT INTO store_meta(key, value) VALUES ('queue_broker', ?)"
-                         " ON CONFLICT(key) DO UPDATE SET value = excluded.value", (instance,))
+            _PUT_META.execute(conn, ("queue_broker", instance))
             if row is None:
                 return None
             if str(row[0]) == instance:

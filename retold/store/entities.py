@@ -19,12 +19,16 @@ from typing import TYPE_CHECKING, Any, cast
 from retold.clock import from_iso, new_id, to_iso
 from retold.errors import StoreError
 from retold.models import ACTIVE_STATUSES, ENTITY_KINDS, Entity, EntityKind, Scope, ScopeKind
-from retold.store.base import LINK_ROLES, NewEvent, StoreBase, chunks, marks, scope_clause, ts
+from retold.store.base import LINK_ROLES, LINK_ROWS, NewEvent, StoreBase, chunks, marks, scope_clause, ts
+from retold.store.upserts import Upsert
 
 if TYPE_CHECKING:
     from retold.models import EntityStatus
 
 __all__ = ["ENTITY_COLUMNS", "ENTITY_STATUSES", "EntitiesMixin", "EntityMergeError", "MergeReport"]
+
+# An entity's alias; one it has already stays as it is.
+_ALIAS_ROWS = Upsert("entity_aliases", ("entity_id", "alias_norm"))
 
 ENTITY_STATUSES: tuple[str, ...] = ("provisional", "confirmed", "merged", "deleted")
 
@@ -102,13 +106,9 @@ class EntitiesMixin(StoreBase):
             raise ValueError("an alias must not be empty")
         with self.atomic() as conn:
             try:
-                cursor = conn.execute(
-                    "INSERT INTO entity_aliases(entity_id, alias_norm) VALUES (?, ?) ON CONFLICT DO NOTHING",
-                    (entity_id, alias_norm),
-                )
+                added = _ALIAS_ROWS.execute(conn, (entity_id, alias_norm)) > 0
             except self._integrity_errors as exc:  # foreign key: no such entity
                 raise StoreError(f"no entity {entity_id}") from exc
-            added = cursor.rowcount > 0
             if added:
                 self._write_fts(conn, self.records_linked_to(entity_id))
             return added
@@ -262,11 +262,7 @@ class EntitiesMixin(StoreBase):
             return
         with self.atomic() as conn:
             try:
-                conn.executemany(
-                    "INSERT INTO record_entities(record_id, entity_id, role) VALUES (?, ?, ?)"
-                    " ON CONFLICT DO NOTHING",
-                    [(record_id, entity_id, role) for entity_id, role in links],
-                )
+                LINK_ROWS.executemany(conn, [(record_id, entity_id, role) for entity_id, role in links])
             except self._integrity_errors as exc:  # foreign key: missing record or entity
                 raise StoreError(f"cannot link record {record_id}: {exc}") from exc
             self._write_fts(conn, [record_id])
@@ -416,10 +412,7 @@ class EntitiesMixin(StoreBase):
                 (source_id, target_id),
             )
         ]
-        conn.executemany(
-            "INSERT INTO entity_aliases(entity_id, alias_norm) VALUES (?, ?) ON CONFLICT DO NOTHING",
-            [(target_id, alias) for alias in aliases_added],
-        )
+        _ALIAS_ROWS.executemany(conn, [(target_id, alias) for alias in aliases_added])
         return aliases_added
 
     def _move_subjects(

@@ -240,8 +240,9 @@ class ErasureMixin(StoreBase):
         conn.execute("DELETE FROM temp.retold_erase_sessions")
         picked = "(SELECT id FROM temp.retold_erase_sessions)"
         try:
-            conn.executemany("INSERT INTO temp.retold_erase_sessions(id) VALUES (?) ON CONFLICT DO NOTHING",
-                             [(s,) for s in session_ids])
+            # each id once: the table's key takes no repeat
+            conn.executemany("INSERT INTO temp.retold_erase_sessions(id) VALUES (?)",
+                             [(s,) for s in dict.fromkeys(session_ids)])
             counts["sessions"] += len(session_ids)
             counts["turns"] += conn.execute(
                 f"UPDATE session_turns SET content = '' WHERE session_id IN {picked}").rowcount

@@ -12,7 +12,11 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
+from retold.store.upserts import Upsert
+
 __all__ = ["EmbeddingFamily", "families_of_vectors", "read_family", "write_family"]
+
+_PUT_META = Upsert("store_meta", ("key", "value"), update=("value",))
 
 _KEYS = ("embedding_model", "embedding_version", "embedding_dims")
 
@@ -42,11 +46,7 @@ def read_family(conn: sqlite3.Connection) -> EmbeddingFamily | None:
 
 def write_family(conn: sqlite3.Connection, family: EmbeddingFamily) -> None:
     """Record ``family`` in the caller's transaction, replacing any recorded one."""
-    conn.executemany(
-        "INSERT INTO store_meta(key, value) VALUES (?, ?)"
-        " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-        zip(_KEYS, (family.model, family.version, family.dims), strict=True),
-    )
+    _PUT_META.executemany(conn, zip(_KEYS, (family.model, family.version, family.dims), strict=True))
 
 
 def families_of_vectors(conn: sqlite3.Connection) -> list[tuple[EmbeddingFamily, int]]:

@@ -7,8 +7,12 @@ from dataclasses import dataclass
 
 from retold.models import Scope
 from retold.store.base import StoreBase
+from retold.store.upserts import Upsert
 
 __all__ = ["Grant", "GrantsMixin"]
+
+_PUT_GRANT = Upsert("grants", ("agent_id", "scope_kind", "scope_id", "can_read", "can_write"),
+                    update=("can_read", "can_write"))
 
 
 @dataclass(frozen=True)
@@ -25,12 +29,7 @@ class GrantsMixin(StoreBase):
     def put_grant(self, agent_id: str, scope: Scope, *, read: bool, write: bool) -> None:
         """Create or replace one agent's grant on one scope."""
         with self.atomic() as conn:
-            conn.execute(
-                "INSERT INTO grants(agent_id, scope_kind, scope_id, can_read, can_write)"
-                " VALUES (?, ?, ?, ?, ?) ON CONFLICT(agent_id, scope_kind, scope_id)"
-                " DO UPDATE SET can_read = excluded.can_read, can_write = excluded.can_write",
-                (agent_id, scope.kind, scope.id, int(read), int(write)),
-            )
+            _PUT_GRANT.execute(conn, (agent_id, scope.kind, scope.id, int(read), int(write)))
 
     def delete_grant(self, agent_id: str, scope: Scope) -> bool:
         """Remove a grant; True when one existed."""

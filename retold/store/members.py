@@ -12,8 +12,12 @@ from datetime import datetime
 from retold.clock import from_iso
 from retold.models import Scope
 from retold.store.base import StoreBase, ts
+from retold.store.upserts import Upsert
 
 __all__ = ["SHARED_KINDS", "Member", "MembersMixin"]
+
+# A membership; one that exists keeps who added it and when.
+_ADD_MEMBER = Upsert("scope_members", ("scope_kind", "scope_id", "user_id", "added_at", "added_by"))
 
 # The scope kinds whose readers and writers must be members. A user scope has its one
 # owner, a private agent scope its one pair, and a plain agent scope is shared by design
@@ -35,12 +39,9 @@ class MembersMixin(StoreBase):
     def put_member(self, scope: Scope, user_id: str, added_by: str) -> bool:
         """Add one user to one shared scope; False when they already belonged."""
         with self.atomic() as conn:
-            cursor = conn.execute(
-                "INSERT INTO scope_members(scope_kind, scope_id, user_id, added_at, added_by)"
-                " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                (scope.kind, scope.id, user_id, ts(self.clock.now()), added_by),
-            )
-            return cursor.rowcount > 0
+            added = _ADD_MEMBER.execute(conn, (scope.kind, scope.id, user_id, ts(self.clock.now()),
+                                               added_by))
+            return added > 0
 
     def delete_member(self, scope: Scope, user_id: str) -> bool:
         """Remove one membership; True when one existed."""

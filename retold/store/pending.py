@@ -13,8 +13,12 @@ import numpy as np
 
 from retold.clock import to_iso
 from retold.store.base import StoreBase, chunks, marks
+from retold.store.upserts import Upsert
 
 __all__ = ["PendingMixin"]
+
+# A record waiting for its vector; marked again, it keeps its time and takes the new reason.
+_MARK = Upsert("pending_embeddings", ("record_id", "since", "reason"), update=("reason",))
 
 
 class PendingMixin(StoreBase):
@@ -22,9 +26,7 @@ class PendingMixin(StoreBase):
 
     def mark_pending(self, record_id: str, reason: str) -> None:
         with self.atomic() as conn:
-            conn.execute("INSERT INTO pending_embeddings(record_id, since, reason) VALUES (?, ?, ?)"
-                         " ON CONFLICT(record_id) DO UPDATE SET reason = excluded.reason",
-                         (record_id, to_iso(self.clock.now()), reason))
+            _MARK.execute(conn, (record_id, to_iso(self.clock.now()), reason))
 
     def pending_count(self) -> int:
         """Records waiting for their vector (an erased record waits for nothing)."""

@@ -16,10 +16,13 @@ from collections.abc import Sequence
 from retold.clock import from_iso, to_iso
 from retold.models import ProfileBlock
 from retold.store.base import NewEvent, StoreBase, chunks, marks
+from retold.store.upserts import Upsert
 
 __all__ = ["ProfilesMixin", "blank_profiles_of_records", "blank_profiles_of_user"]
 
 _COLUMNS = "session_id, text, record_ids, omitted, tokens, inventory, assembled_at"
+# The first assembly of a session's profile; a later one leaves it.
+_KEEP_BLOCK = Upsert("profile_blocks", ("agent_id", "user_id", *_COLUMNS.split(", ")))
 _BLANK = "UPDATE profile_blocks SET text = '', inventory = '[]' WHERE text != '' AND "
 
 
@@ -53,12 +56,10 @@ class ProfilesMixin(StoreBase):
         stored block (the first assembly wins) and whether this call stored it. ``event``
         is appended only then."""
         with self.atomic() as conn:
-            inserted = conn.execute(
-                f"INSERT INTO profile_blocks(agent_id, user_id, {_COLUMNS})"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(session_id) DO NOTHING",
-                (agent_id, user_id, block.session_id, block.text, json.dumps(list(block.record_ids)),
-                 block.omitted, block.tokens, json.dumps([list(pair) for pair in block.inventory]),
-                 to_iso(block.assembled_at))).rowcount
+            inserted = _KEEP_BLOCK.execute(
+                conn, (agent_id, user_id, block.session_id, block.text, json.dumps(list(block.record_ids)),
+                       block.omitted, block.tokens, json.dumps([list(pair) for pair in block.inventory]),
+                       to_iso(block.assembled_at)))
             if inserted:
                 self._insert_event(conn, event)
             stored = conn.execute(f"SELECT {_COLUMNS} FROM profile_blocks WHERE session_id = ?",

@@ -21,6 +21,7 @@ from retold.models import RECORD_STATUSES, Record, Scope
 from retold.store.base import (
     ACTIVE_SQL,
     LINK_ROLES,
+    LINK_ROWS,
     Embedding,
     NewEvent,
     StoreBase,
@@ -30,8 +31,12 @@ from retold.store.base import (
     scope_clause,
     ts,
 )
+from retold.store.upserts import Upsert
 
 __all__ = ["RecordWrite", "Transition", "RecordsMixin", "record_from_row"]
+
+# Two incompatible claims, one row each way; a pair already noted keeps its time.
+_CONFLICT_ROWS = Upsert("record_conflicts", ("record_id", "other_id", "noted_at"))
 
 # A supersession chain longer than this is corrupt data; the walk stops there.
 _LINEAGE_BOUND = 1000
@@ -113,11 +118,7 @@ class RecordsMixin(StoreBase):
             )
             if links:
                 try:
-                    conn.executemany(
-                        "INSERT INTO record_entities(record_id, entity_id, role)"
-                        " VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-                        [(record.id, entity_id, role) for entity_id, role in links],
-                    )
+                    LINK_ROWS.executemany(conn, [(record.id, entity_id, role) for entity_id, role in links])
                 except self._integrity_errors as exc:  # foreign key: no such entity
                     raise StoreError(f"cannot link record {record.id}: {exc}") from exc
             if embedding is not None:
@@ -244,11 +245,7 @@ class RecordsMixin(StoreBase):
         """Link two incompatible claims, in both directions."""
         noted = to_iso(self.clock.now())
         with self.atomic() as conn:
-            conn.executemany(
-                "INSERT INTO record_conflicts(record_id, other_id, noted_at) VALUES (?, ?, ?)"
-                " ON CONFLICT DO NOTHING",
-                [(record_id, other_id, noted), (other_id, record_id, noted)],
-            )
+            _CONFLICT_ROWS.executemany(conn, [(record_id, other_id, noted), (other_id, record_id, noted)])
 
     def conflicts_of(self, record_id: str) -> list[str]:
         with self._lock:

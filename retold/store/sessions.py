@@ -18,8 +18,15 @@ from retold.clock import from_iso, to_iso
 from retold.errors import StoreError
 from retold.models import Role, Turn
 from retold.store.base import StoreBase, dt, ts
+from retold.store.upserts import Upsert
 
 __all__ = ["IdleSession", "SessionRow", "SessionsMixin", "Stage", "StageRow"]
+
+# A new session; one that exists keeps its owner.
+_NEW_SESSION = Upsert("sessions", ("id", "agent_id", "user_id", "project_id", "started_at"))
+# A stage's output, replacing the one a rerun produced before.
+_PUT_STAGE = Upsert("extraction_stages", ("session_id", "stage", "output", "model", "prompt_version", "at"),
+                    update=("output", "model", "prompt_version", "at"))
 
 _ROLES: tuple[str, ...] = get_args(Role)
 Stage = Literal["extract", "review"]
@@ -88,12 +95,9 @@ class SessionsMixin(StoreBase):
         Idempotent so a repeated ``on_session_start`` never rewrites who owns a session.
         """
         with self.atomic() as conn:
-            cursor = conn.execute(
-                "INSERT INTO sessions(id, agent_id, user_id, project_id, started_at)"
-                " VALUES (?, ?, ?, ?, ?) ON CONFLICT(id) DO NOTHING",
-                (session_id, agent_id, user_id, project_id, to_iso(started_at)),
-            )
-            return cursor.rowcount == 1
+            inserted = _NEW_SESSION.execute(conn, (session_id, agent_id, user_id, project_id,
+                                                    to_iso(started_at)))
+            return inserted == 1
 
     def get_session(self, session_id: str) -> SessionRow | None:
         """The session row, or None when there is none."""
@@ -217,14 +221,8 @@ class SessionsMixin(StoreBase):
                 "SELECT 1 FROM sessions WHERE id = ? AND claim_token = ?", (session_id, claim_token)
             ).fetchone() is None:
                 return False
-            conn.execute(
-                "INSERT INTO extraction_stages(session_id, stage, output, model, prompt_version, at)"
-                " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(session_id, stage) DO UPDATE SET"
-                " output = excluded.output, model = excluded.model,"
-                " prompt_version = excluded.prompt_version, at = excluded.at",
-                (session_id, stage, json.dumps(output_json, sort_keys=True), model, prompt_version,
-                 to_iso(self.clock.now())),
-            )
+            _PUT_STAGE.execute(conn, (session_id, stage, json.dumps(output_json, sort_keys=True), model,
+                                      prompt_version, to_iso(self.clock.now())))
         return True
 
     def stage_row(self, session_id: str, stage: Stage) -> StageRow | None:

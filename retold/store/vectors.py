@@ -13,13 +13,43 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from sqlalchemy import MetaData, Select, bindparam, literal_column, select
 
 from retold.store.base import StoreBase, chunks, marks
 from retold.store.family import EmbeddingFamily, read_family, write_family
+from retold.store.upserts import Upsert
 
 __all__ = ["IndexChange", "VectorSnapshot", "VectorsMixin"]
+
+_FAMILY = ("model", "version", "dims")
+
+
+def _to_stage(tables: MetaData) -> Select[Any]:
+    """A re-embedded vector of one record (binds model, version, dims, vector, the record's
+    id), or nothing once the record is erased: its text is gone."""
+    records = tables.tables["records"]
+    return select(records.c.id, *(bindparam(f"new_{name}") for name in (*_FAMILY, "vector"))).where(
+        records.c.id == bindparam("new_record_id"), records.c.content != literal_column("''"))
+
+
+def _staged(tables: MetaData) -> Select[Any]:
+    """The staged vectors of one family (binds the index version, then model, version and
+    dims), stamped with the index version of the swap."""
+    staged = tables.tables["reembed_vectors"]
+    return select(staged.c.record_id, *(staged.c[name] for name in (*_FAMILY, "vector")),
+                  bindparam("swap_version")).where(
+        *(staged.c[name] == bindparam(f"family_{name}") for name in _FAMILY))
+
+
+# A staged vector replaces the one a record had staged before.
+_STAGE = Upsert("reembed_vectors", ("record_id", *_FAMILY, "vector"), update=(*_FAMILY, "vector"),
+                source=_to_stage)
+# The staged family's vectors replace the live ones.
+_SWAP = Upsert("embeddings", ("record_id", *_FAMILY, "vector", "index_version"),
+               update=(*_FAMILY, "vector", "index_version"), source=_staged)
 
 # Rows a cold load reads and copies into the matrix at a time: enough that the per-row work
 # stays in C, few enough that one batch's bytes stay in the processor's cache.
@@ -190,13 +220,9 @@ class VectorsMixin(StoreBase):
         """Stage one batch of re-embedded vectors; live vectors and the index are untouched.
         A record erased since it was read is skipped: its text is gone."""
         with self.atomic() as conn:
-            conn.executemany(
-                "INSERT INTO reembed_vectors(record_id, model, version, dims, vector)"
-                " SELECT id, ?, ?, ?, ? FROM records WHERE id = ? AND content != ''"
-                " ON CONFLICT(record_id) DO UPDATE SET model = excluded.model,"
-                " version = excluded.version, dims = excluded.dims, vector = excluded.vector",
-                [(family.model, family.version, family.dims,
-                  np.ascontiguousarray(vec, dtype=np.float32).tobytes(), rid) for rid, vec in rows])
+            _STAGE.executemany(conn, [(family.model, family.version, family.dims,
+                                       np.ascontiguousarray(vec, dtype=np.float32).tobytes(), rid)
+                                      for rid, vec in rows])
 
     def swap_staged(self, family: EmbeddingFamily) -> int | None:
         """Make the staged ``family`` the live one in one transaction: staged vectors
@@ -213,13 +239,7 @@ class VectorsMixin(StoreBase):
             if missing:
                 return None
             index_version = self.bump_version(conn)
-            conn.execute(
-                "INSERT INTO embeddings(record_id, model, version, dims, vector, index_version)"
-                " SELECT record_id, model, version, dims, vector, ? FROM reembed_vectors"
-                " WHERE model = ? AND version = ? AND dims = ? ON CONFLICT(record_id) DO UPDATE SET"
-                " model = excluded.model, version = excluded.version, dims = excluded.dims,"
-                " vector = excluded.vector, index_version = excluded.index_version",
-                (index_version, family.model, family.version, family.dims))
+            _SWAP.execute(conn, (index_version, family.model, family.version, family.dims))
             dropped = self._drop_other_families(conn, family, index_version)
             conn.execute("DELETE FROM reembed_vectors")
             return dropped

@@ -1,15 +1,16 @@
 """A psycopg 3 connection that speaks the part of ``sqlite3`` the store uses.
 
-The store's SQL is written once, with ``?`` placeholders, and runs on both backends.
-This adapter turns a statement into PostgreSQL's form once per distinct text (the
-translation is cached): ``?`` becomes ``%s``, a numbered ``?N`` is bound by position (the
-parameter repeated where the text repeats it), a literal ``%`` is escaped, and the
-``temp.`` schema of SQLite's TEMP tables is PostgreSQL's ``pg_temp.``, and an ``ON
-CONFLICT (columns)`` target starts with ``tenant``, which begins every unique key of the
-PostgreSQL schema (the statements never name it: the column fills itself from the
-connection's tenant). Everything else that
-differs between the dialects is a named method of :class:`~retold.store.dialect.Dialect`,
-not a rewrite here. See docs/decisions.md, "PostgreSQL as a shared store".
+Most of the store's SQL is still written once, with ``?`` placeholders, and runs on both
+backends. This adapter turns such a statement into PostgreSQL's form once per distinct text
+(the translation is cached): ``?`` becomes ``%s``, a numbered ``?N`` is bound by position
+(the parameter repeated where the text repeats it), a literal ``%`` is escaped, and the
+``temp.`` schema of SQLite's TEMP tables is PostgreSQL's ``pg_temp.``. The translation
+changes placeholders and that one schema name, never what a statement does: a statement
+whose meaning differs between the dialects is built for each from the declared tables
+(the upserts, :mod:`retold.store.upserts`, whose conflict target is PostgreSQL's own key
+with ``tenant``) and arrives already compiled, through :meth:`PgConnection.execute_compiled`,
+which runs it as written; or it is a named part of the PostgreSQL store. See
+docs/decisions.md, "PostgreSQL as a shared store" and "One declaration of the schema".
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ from typing import Any
 __all__ = ["PgConnection", "translate_sql"]
 
 # A string literal, a quoted identifier, or one of the tokens the translation rewrites.
-_TOKENS = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|\?(\d+)?|%|\btemp\.|\bON CONFLICT ?\(")
+_TOKENS = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|\?(\d+)?|%|\btemp\.")
 _TEMP = re.compile(r"\btemp\.")
-_NAMED = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|(?<!:):[A-Za-z_]\w*|%|\btemp\.|\bON CONFLICT ?\(")
+_NAMED = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|(?<!:):[A-Za-z_]\w*|%|\btemp\.")
 
 
 def _fixed(token: str) -> str | None:
@@ -35,8 +36,6 @@ def _fixed(token: str) -> str | None:
         return "%%"
     if token == "temp.":
         return "pg_temp."
-    if token.startswith("ON CONFLICT"):
-        return "ON CONFLICT (tenant, "
     return None
 
 
@@ -120,6 +119,18 @@ class PgConnection:
         if batch:
             cursor.executemany(text, batch)
         return cursor
+
+    def execute_compiled(self, sql: str, params: Sequence[Any]) -> Any:
+        """Run one statement already in PostgreSQL's form, with ``%s`` placeholders bound in
+        order (SQLAlchemy compiled it from the declared tables): no translation."""
+        return self._raw.execute(sql, _bind(None, params))
+
+    def executemany_compiled(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        """:meth:`execute_compiled` once per row of ``rows``."""
+        batch = [_bind(None, row) for row in rows]
+        if batch:
+            with self._raw.cursor() as cursor:
+                cursor.executemany(sql, batch)
 
     def copy_rows(self, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> int:
         """Load ``rows`` into ``table`` with one ``COPY ... FROM STDIN``; the number loaded.

@@ -55,8 +55,8 @@ def tenant_lock(lock: int, tenant: str) -> str:
     return f"pg_advisory_xact_lock({lock}, hashtext('{check_tenant(tenant)}'))"
 
 
-# write_fts_rows (with tags) as one statement (its conflict target gains the tenant in
-# PgConnection, like every other): a deleted record loses its row, any other gets its
+# write_fts_rows (with tags) as one statement (its conflict target is the table's key,
+# which leads with the tenant): a deleted record loses its row, any other gets its
 # content (the redacted form where there is one), subject, its entities' aliases
 # (distinct, in order) and its tags. The tags are JSON text, where a NUL character is
 # stored escaped; PostgreSQL text cannot hold it, so the escape becomes U+FFFD's before
@@ -76,7 +76,7 @@ _WRITE_FTS = (
     r"   regexp_replace(r.tags, '(?<!\\)((?:\\\\)*)\\u0000', '\1\\ufffd', 'g')::json)"
     "   WITH ORDINALITY AS t(tag, n)), '')"
     " FROM records r WHERE r.id = ANY(?) AND r.status <> 'deleted'"
-    " ON CONFLICT (rowid) DO UPDATE SET record_id = excluded.record_id, content = excluded.content,"
+    " ON CONFLICT (tenant, rowid) DO UPDATE SET record_id = excluded.record_id, content = excluded.content,"
     " subject = excluded.subject, aliases = excluded.aliases, tags = excluded.tags"
 )
 # What an erase blanks or deletes rows of, and what the retention sweeps do.

@@ -26,6 +26,11 @@ def test_named_parameters_and_temp_tables() -> None:
     assert translated == "SELECT %(at)s, 'a:b', v::int FROM pg_temp.t"
 
 
+def test_the_translation_changes_placeholders_never_a_conflict_target() -> None:
+    sql, _ = translate_sql("INSERT INTO store_meta(key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING")
+    assert sql == "INSERT INTO store_meta(key, value) VALUES (%s, %s) ON CONFLICT (key) DO NOTHING"
+
+
 def test_a_url_selects_postgresql_and_a_path_selects_sqlite() -> None:
     url = "postgresql+psycopg://retold:secret@db:5432/memory"
     from_env = load_config_from_environment({"RETOLD_STORE": url})
