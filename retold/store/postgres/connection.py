@@ -114,11 +114,7 @@ class PgConnection:
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> Any:
         text, order = translate_sql(sql)
-        cursor = self._raw.cursor()
-        batch = [_bind(order, row) for row in rows]
-        if batch:
-            cursor.executemany(text, batch)
-        return cursor
+        return self._many(text, order, rows)
 
     def execute_compiled(self, sql: str, params: Sequence[Any]) -> Any:
         """Run one statement already in PostgreSQL's form, with ``%s`` placeholders bound in
@@ -127,10 +123,15 @@ class PgConnection:
 
     def executemany_compiled(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         """:meth:`execute_compiled` once per row of ``rows``."""
-        batch = [_bind(None, row) for row in rows]
+        self._many(sql, None, rows).close()
+
+    def _many(self, text: str, order: tuple[int, ...] | None, rows: Iterable[Sequence[Any]]) -> Any:
+        """``text`` (PostgreSQL's form) once per row, on one cursor, which is returned."""
+        cursor = self._raw.cursor()
+        batch = [_bind(order, row) for row in rows]
         if batch:
-            with self._raw.cursor() as cursor:
-                cursor.executemany(sql, batch)
+            cursor.executemany(text, batch)
+        return cursor
 
     def copy_rows(self, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> int:
         """Load ``rows`` into ``table`` with one ``COPY ... FROM STDIN``; the number loaded.

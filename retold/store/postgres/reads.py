@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any
 
-from retold.models import ACTIVE_STATUSES, Scope
+from retold.models import Scope
 from retold.store.eligible import EligibleSet
 from retold.store.entities import ENTITY_COLUMNS
 from retold.store.search import FtsRow, take_links
@@ -194,31 +194,6 @@ class PgReads(Store):
             return int(self._conn.execute(
                 f"SELECT count(*) FROM records_fts f, {_tsquery(len(phrases))} WHERE f.document @@ q.query",
                 params).fetchone()[0])
-
-    def records_about_mentioned(
-        self, record_ids: Sequence[str], limit: int, broad: int
-    ) -> list[tuple[str, str]]:
-        """As on SQLite, with the hop's sources and targets computed first. PostgreSQL
-        otherwise plans the query from its ``ORDER BY``: it walks the tenant's active
-        records newest first and probes each for a link to the sources, a read of the whole
-        tenant for what is a handful of links (seen at 1.1 s a search in a 100K-record
-        scope). Materialised, the few source records lead and the records are read by key."""
-        wanted = list(dict.fromkeys(record_ids))
-        if not wanted or limit <= 0:
-            return []
-        with self._lock:
-            rows = self._conn.execute(
-                "WITH src AS MATERIALIZED (SELECT s.record_id AS via, s.entity_id FROM record_entities s"
-                " WHERE s.role = 'mentions' AND s.record_id = ANY(?)"
-                " AND (SELECT count(*) FROM (SELECT 1 FROM record_entities c"
-                "  WHERE c.entity_id = s.entity_id LIMIT ?) AS n) < ?),"
-                " hop AS MATERIALIZED (SELECT h.record_id, src.via FROM src"
-                " JOIN record_entities h ON h.entity_id = src.entity_id AND h.role = 'about')"
-                " SELECT hop.record_id, hop.via FROM hop JOIN records r ON r.id = hop.record_id"
-                " WHERE r.status = ANY(?) ORDER BY r.event_at DESC, hop.record_id, hop.via LIMIT ?",
-                [wanted, broad, broad, list(ACTIVE_STATUSES), limit],
-            ).fetchall()
-        return [(rid, via) for rid, via in rows]
 
     def records_for_entities(
         self, entity_ids: Sequence[str], eligible: EligibleSet, limit: int, *,
